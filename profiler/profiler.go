@@ -1,0 +1,370 @@
+package profiler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/heatscope/heatscope/bpf"
+)
+
+// Stacks selects which stacks the BPF program walks.
+type Stacks int
+
+// Stack selections.
+const (
+	// StacksAll records kernel and user frames.
+	StacksAll Stacks = iota
+	// StacksKernel records kernel frames only (cheaper: no user stack walk).
+	StacksKernel
+	// StacksUser records user frames only.
+	StacksUser
+)
+
+// ParseStacks parses "all", "kernel" or "user".
+func ParseStacks(s string) (Stacks, error) {
+	switch s {
+	case "all", "":
+		return StacksAll, nil
+	case "kernel":
+		return StacksKernel, nil
+	case "user":
+		return StacksUser, nil
+	}
+	return 0, fmt.Errorf("stacks %q: want all, kernel or user", s)
+}
+
+// Config configures a Profiler. The zero value is not valid: use Frequency.
+type Config struct {
+	// Frequency is the sampling rate per CPU in Hz (1 to MaxFrequency).
+	Frequency int
+	// CPUs to sample; nil means every online CPU.
+	CPUs []int
+	// PIDs, when not empty, limits sampling to these processes.
+	PIDs []uint32
+	// CgroupID, when not zero, limits sampling to this cgroup v2.
+	CgroupID uint64
+	// Stacks selects kernel, user or both stacks.
+	Stacks Stacks
+	// PollInterval is how often the ring buffer is read (default 100 ms).
+	PollInterval time.Duration
+	// RingBufferSize is the ring size in bytes, a power of two; 0 sizes it
+	// for half a second of worst-case (2 KiB) records on every CPU.
+	RingBufferSize int
+	// BTFPath names a BTF file to use instead of /sys/kernel/btf/vmlinux.
+	BTFPath string
+	// BPFStats turns on the kernel's BPF run-time statistics so Stats can
+	// report the program's own CPU time (it costs two clock reads a run).
+	BPFStats bool
+
+	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
+	// links work, so that tests cover the fallback.
+	forceIoctl bool
+}
+
+// MaxFrequency is the highest sampling frequency Open accepts.
+const MaxFrequency = 10000
+
+// DefaultPollInterval is how often the ring buffer is read by default.
+const DefaultPollInterval = 100 * time.Millisecond
+
+// Counters are the BPF program's counters, for one CPU or summed.
+type Counters struct {
+	// Samples is how many samples passed the filters.
+	Samples uint64
+	// Lost is how many records the ring buffer had no room for.
+	Lost uint64
+	// KernelStackErrors and UserStackErrors count failed stack walks.
+	KernelStackErrors, UserStackErrors uint64
+	// Filtered is how many samples the pid or cgroup filter skipped.
+	Filtered uint64
+}
+
+func (c *Counters) add(o Counters) {
+	c.Samples += o.Samples
+	c.Lost += o.Lost
+	c.KernelStackErrors += o.KernelStackErrors
+	c.UserStackErrors += o.UserStackErrors
+	c.Filtered += o.Filtered
+}
+
+// Stats is a snapshot of the sampler's counters.
+type Stats struct {
+	// Counters summed over all CPUs.
+	Counters
+	// PerCPU holds each sampled CPU's counters, keyed by CPU number.
+	PerCPU map[int]Counters
+	// Received is how many records the agent read from the ring.
+	Received uint64
+	// DecodeErrors counts records that failed to decode.
+	DecodeErrors uint64
+	// BPFRunTime and BPFRunCount are the program's accumulated run time
+	// and run count (zero unless Config.BPFStats).
+	BPFRunTime  time.Duration
+	BPFRunCount uint64
+	// RingBufferSize is the ring's size and RingBufferUsed the bytes
+	// waiting in it.
+	RingBufferSize, RingBufferUsed int
+}
+
+// Profiler samples stacks on every CPU with the BPF program.
+type Profiler struct {
+	cfg          Config
+	objs         bpf.ProfileObjects
+	events       []*perfEvent
+	reader       *ringbuf.Reader
+	clock        *WallClock
+	statsEnabled interface{ Close() error }
+
+	received     atomic.Uint64
+	decodeErrors atomic.Uint64
+}
+
+// Open loads the BPF program, opens a sampling event on every selected
+// CPU and attaches the program to each. Errors name what is missing:
+// capabilities, BTF, or perf event support.
+func Open(cfg Config) (*Profiler, error) {
+	if cfg.Frequency < 1 || cfg.Frequency > MaxFrequency {
+		return nil, fmt.Errorf("frequency %d Hz: want 1 to %d", cfg.Frequency, MaxFrequency)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.CPUs == nil {
+		cpus, err := OnlineCPUs()
+		if err != nil {
+			return nil, err
+		}
+		cfg.CPUs = cpus
+	}
+	if cfg.RingBufferSize == 0 {
+		cfg.RingBufferSize = ringSizeFor(len(cfg.CPUs), cfg.Frequency)
+	}
+	if cfg.RingBufferSize < os.Getpagesize() || bits.OnesCount(uint(cfg.RingBufferSize)) != 1 {
+		return nil, fmt.Errorf("ring buffer size %d: want a power of two of at least %d", cfg.RingBufferSize, os.Getpagesize())
+	}
+	kernelTypes, err := loadBTF(cfg.BTFPath)
+	if err != nil {
+		return nil, err
+	}
+	_ = rlimit.RemoveMemlock() // needed only before Linux 5.11; fails harmlessly after
+
+	p := &Profiler{cfg: cfg, clock: NewWallClock()}
+	if err := p.load(kernelTypes); err != nil {
+		return nil, err
+	}
+	if cfg.BPFStats {
+		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			p.Close()
+			return nil, permissionError("enable BPF run-time statistics", err)
+		}
+		p.statsEnabled = closer
+	}
+	if err := p.openEvents(); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// ringSizeFor sizes the ring for half a second of 2 KiB records on every CPU
+// (five poll intervals), between 1 MiB and 64 MiB.
+func ringSizeFor(cpus, hz int) int {
+	want := cpus * hz * 2048 / 2
+	size := 1 << 20
+	for size < want && size < 64<<20 {
+		size <<= 1
+	}
+	return size
+}
+
+func loadBTF(path string) (*btf.Spec, error) {
+	if path != "" {
+		spec, err := btf.LoadSpec(path)
+		if err != nil {
+			return nil, fmt.Errorf("load BTF from %s: %w", path, err)
+		}
+		return spec, nil
+	}
+	if _, err := btf.LoadKernelSpec(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoBTF, err)
+	}
+	return nil, nil
+}
+
+func (p *Profiler) load(kernelTypes *btf.Spec) error {
+	spec, err := bpf.LoadProfile()
+	if err != nil {
+		return fmt.Errorf("load BPF spec: %w", err)
+	}
+	spec.Maps[bpf.ProfileMapEvents].MaxEntries = uint32(p.cfg.RingBufferSize)
+	if n := len(p.cfg.PIDs); n > 0 {
+		spec.Maps[bpf.ProfileMapTargetPids].MaxEntries = uint32(n)
+	}
+	vars := map[string]any{
+		bpf.ProfileVarFilterPids:     boolByte(len(p.cfg.PIDs) > 0),
+		bpf.ProfileVarFilterCgroupId: p.cfg.CgroupID,
+		bpf.ProfileVarCollectKernel:  boolByte(p.cfg.Stacks != StacksUser),
+		bpf.ProfileVarCollectUser:    boolByte(p.cfg.Stacks != StacksKernel),
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set BPF option %s: %w", name, err)
+		}
+	}
+	opts := &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kernelTypes}}
+	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("load BPF program: verifier: %+v", verr)
+		}
+		return permissionError("load BPF program", err)
+	}
+	for _, pid := range p.cfg.PIDs {
+		if err := p.objs.TargetPids.Put(pid, uint8(1)); err != nil {
+			p.objs.Close()
+			return fmt.Errorf("add pid %d to the filter: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (p *Profiler) openEvents() error {
+	reader, err := ringbuf.NewReader(p.objs.Events)
+	if err != nil {
+		return fmt.Errorf("open ring buffer reader: %w", err)
+	}
+	p.reader = reader
+	period := uint64(time.Second) / uint64(p.cfg.Frequency)
+	for _, cpu := range p.cfg.CPUs {
+		fd, err := openCPUClock(cpu, period)
+		if err != nil {
+			return err
+		}
+		l, err := attach(fd, p.objs.Profile, p.cfg.forceIoctl)
+		if err != nil {
+			unix.Close(fd)
+			return permissionError(fmt.Sprintf("attach sampler on CPU %d", cpu), err)
+		}
+		p.events = append(p.events, &perfEvent{cpu: cpu, fd: fd, link: l})
+	}
+	return nil
+}
+
+// Run reads records until ctx is done, calling handle for each with its
+// wall-clock time. The Record is reused: handle must copy what it keeps.
+// When ctx is done, Run stops the sampling events and drains what is left in
+// the ring before it returns, so a clean stop loses no sample.
+func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)) error {
+	var raw ringbuf.Record
+	var rec Record
+	for {
+		p.clock.Measure()
+		p.reader.SetDeadline(time.Now().Add(p.cfg.PollInterval))
+		if err := p.drain(&raw, &rec, handle); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			p.closeEvents()
+			p.reader.SetDeadline(time.Now())
+			return p.drain(&raw, &rec, handle)
+		}
+	}
+}
+
+// drain reads records until the reader's deadline passes.
+func (p *Profiler) drain(raw *ringbuf.Record, rec *Record, handle func(*Record, int64)) error {
+	for {
+		err := p.reader.ReadInto(raw)
+		switch {
+		case err == nil:
+			p.received.Add(1)
+			if derr := rec.Decode(raw.RawSample); derr != nil {
+				p.decodeErrors.Add(1)
+				continue
+			}
+			handle(rec, p.clock.Wall(rec.KernelTime))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil
+		default:
+			return fmt.Errorf("read ring buffer: %w", err)
+		}
+	}
+}
+
+// Stats returns the program's counters and the agent's read counters.
+func (p *Profiler) Stats() (Stats, error) {
+	var perCPU []bpf.ProfileHsCounters
+	if err := p.objs.Stats.Lookup(uint32(0), &perCPU); err != nil {
+		return Stats{}, fmt.Errorf("read BPF counters: %w", err)
+	}
+	s := Stats{
+		PerCPU:         make(map[int]Counters, len(p.cfg.CPUs)),
+		Received:       p.received.Load(),
+		DecodeErrors:   p.decodeErrors.Load(),
+		RingBufferSize: p.reader.BufferSize(),
+		RingBufferUsed: p.reader.AvailableBytes(),
+	}
+	for _, cpu := range p.cfg.CPUs {
+		if cpu >= len(perCPU) {
+			continue
+		}
+		v := perCPU[cpu]
+		c := Counters{Samples: v.Samples, Lost: v.Lost, KernelStackErrors: v.KernelStackErrors,
+			UserStackErrors: v.UserStackErrors, Filtered: v.Filtered}
+		s.PerCPU[cpu] = c
+		s.add(c)
+	}
+	if p.statsEnabled != nil {
+		if ps, err := p.objs.Profile.Stats(); err == nil {
+			s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
+		}
+	}
+	return s, nil
+}
+
+// Frequency returns the sampling frequency in Hz.
+func (p *Profiler) Frequency() int { return p.cfg.Frequency }
+
+// CPUs returns the CPUs being sampled.
+func (p *Profiler) CPUs() []int { return p.cfg.CPUs }
+
+func (p *Profiler) closeEvents() {
+	for _, e := range p.events {
+		_ = e.close()
+	}
+	p.events = nil
+}
+
+// Close stops sampling and frees the BPF objects. It is safe to call after
+// Run has returned, and more than once.
+func (p *Profiler) Close() error {
+	p.closeEvents()
+	if p.reader != nil {
+		p.reader.Close()
+		p.reader = nil
+	}
+	if p.statsEnabled != nil {
+		p.statsEnabled.Close()
+		p.statsEnabled = nil
+	}
+	return p.objs.Close()
+}

@@ -1,0 +1,130 @@
+package profiler
+
+import (
+	"encoding/binary"
+	"testing"
+	"unsafe"
+
+	"github.com/heatscope/heatscope/bpf"
+)
+
+func TestRecordHeaderMatchesBPF(t *testing.T) {
+	var s bpf.ProfileHsSample
+	if got := int(unsafe.Offsetof(s.Frames)); got != recordHeaderSize {
+		t.Fatalf("struct hs_sample frames offset = %d, decoder assumes %d", got, recordHeaderSize)
+	}
+	if got := len(s.Frames); got < 2*MaxFrames {
+		t.Fatalf("hs_sample has %d frame slots, want at least %d", got, 2*MaxFrames)
+	}
+}
+
+// encodeRecord builds a record as the BPF program writes it.
+func encodeRecord(r Record) []byte {
+	b := make([]byte, recordHeaderSize+8*(len(r.Kernel)+len(r.User)))
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], r.KernelTime)
+	le.PutUint64(b[8:], r.CgroupID)
+	le.PutUint32(b[16:], r.PID)
+	le.PutUint32(b[20:], r.TID)
+	le.PutUint32(b[24:], r.CPU)
+	le.PutUint16(b[28:], uint16(len(r.Kernel)))
+	le.PutUint16(b[30:], uint16(len(r.User)))
+	copy(b[32:48], r.Comm)
+	off := recordHeaderSize
+	for _, a := range append(append([]uint64{}, r.Kernel...), r.User...) {
+		le.PutUint64(b[off:], a)
+		off += 8
+	}
+	return b
+}
+
+func TestDecode(t *testing.T) {
+	in := Record{KernelTime: 123456789, CgroupID: 42, PID: 1000, TID: 1001, CPU: 3, Comm: "kubelet",
+		Kernel: []uint64{0xffffffff81000010, 0xffffffff81000020}, User: []uint64{0x401000, 0x401100, 0x401200}}
+	var out Record
+	if err := out.Decode(encodeRecord(in)); err != nil {
+		t.Fatal(err)
+	}
+	if out.KernelTime != in.KernelTime || out.CgroupID != in.CgroupID || out.PID != in.PID ||
+		out.TID != in.TID || out.CPU != in.CPU || out.Comm != in.Comm {
+		t.Fatalf("decoded %+v, want %+v", out, in)
+	}
+	if len(out.Kernel) != 2 || out.Kernel[1] != in.Kernel[1] || len(out.User) != 3 || out.User[2] != in.User[2] {
+		t.Fatalf("frames: kernel %x user %x", out.Kernel, out.User)
+	}
+	// The kernel NUL-terminates comm, but a record without the NUL must
+	// still decode to the whole 16-byte field and no further.
+	in.Comm = "0123456789abcdef"
+	if err := out.Decode(encodeRecord(in)); err != nil || out.Comm != in.Comm {
+		t.Fatalf("full comm: %q, %v", out.Comm, err)
+	}
+}
+
+func TestDecodeRejectsBadRecords(t *testing.T) {
+	good := encodeRecord(Record{PID: 1, Kernel: []uint64{1}, User: []uint64{2}})
+	tooMany := append([]byte(nil), good...)
+	binary.LittleEndian.PutUint16(tooMany[28:], MaxFrames+1)
+	for name, b := range map[string][]byte{
+		"empty":           nil,
+		"short header":    good[:recordHeaderSize-1],
+		"short frames":    good[:len(good)-1],
+		"too many frames": tooMany,
+	} {
+		var r Record
+		if err := r.Decode(b); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(encodeRecord(Record{KernelTime: 1, PID: 7, TID: 8, Comm: "sh", Kernel: []uint64{1, 2}, User: []uint64{3}}))
+	f.Add(encodeRecord(Record{}))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r Record
+		if err := r.Decode(b); err != nil {
+			return
+		}
+		if len(r.Kernel) > MaxFrames || len(r.User) > MaxFrames {
+			t.Fatalf("decoded %d+%d frames", len(r.Kernel), len(r.User))
+		}
+		if want := recordHeaderSize + 8*(len(r.Kernel)+len(r.User)); len(b) < want {
+			t.Fatalf("decoded %d frames from %d bytes", len(r.Kernel)+len(r.User), len(b))
+		}
+	})
+}
+
+func TestParseCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		bad  bool
+	}{
+		{in: "0", want: []int{0}},
+		{in: "0-3\n", want: []int{0, 1, 2, 3}},
+		{in: "0-1,4,6-7", want: []int{0, 1, 4, 6, 7}},
+		{in: "", want: nil},
+		{in: "a", bad: true},
+		{in: "3-1", bad: true},
+		{in: "-1", bad: true},
+		{in: "0-99999999", bad: true},
+	} {
+		got, err := ParseCPUList(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseCPUList(%q) = %v, want error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Errorf("ParseCPUList(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("ParseCPUList(%q) = %v, want %v", tc.in, got, tc.want)
+			}
+		}
+	}
+}

@@ -1,0 +1,83 @@
+// Package sample defines the one type that flows through heatscope: a CPU
+// sample with its wall-clock time, where it ran, and its symbolized stack.
+//
+// Every stage speaks this type: the profiler produces it, the symbolizer
+// fills in its frames, the store keeps it, and the exporters write it out.
+package sample
+
+import "fmt"
+
+// Kind says which part of the address space a frame belongs to.
+type Kind uint8
+
+// Frame kinds.
+const (
+	// KindUnknown marks a frame whose address could not be attributed.
+	KindUnknown Kind = iota
+	// KindKernel marks a kernel (or kernel module) frame.
+	KindKernel
+	// KindUser marks a frame in a file-backed user-space mapping.
+	KindUser
+	// KindJIT marks a frame in JIT-compiled code, named by a perf map.
+	KindJIT
+)
+
+// String returns the lower-case name of the kind, as used in APIs.
+func (k Kind) String() string {
+	switch k {
+	case KindKernel:
+		return "kernel"
+	case KindUser:
+		return "user"
+	case KindJIT:
+		return "jit"
+	default:
+		return "unknown"
+	}
+}
+
+// KernelModule is the module name of frames in the kernel image, as perf
+// names it.
+const KernelModule = "[kernel.kallsyms]"
+
+// Frame is one symbolized stack frame.
+type Frame struct {
+	// Function is the (demangled) function name, or "[module+0xoffset]"
+	// when the address could not be resolved.
+	Function string
+	// Module is the binary's path, "[kernel.kallsyms]", a kernel module
+	// as "[name]", or a pseudo mapping such as "[anon]" or "[unknown]".
+	Module string
+	// BuildID is the module's GNU build id in hex, when it has one.
+	BuildID string
+	// Address is the frame's address normalised to the module: the ELF
+	// virtual address for user frames (what addr2line takes), the kernel
+	// address for kernel frames, the raw address for JIT and unknown ones.
+	Address uint64
+	// Kind says whether the frame is kernel, user, JIT or unknown code.
+	Kind Kind
+}
+
+// UnknownName is the conventional name of a frame that could not be
+// resolved: "[module+0xoffset]".
+func UnknownName(module string, offset uint64) string {
+	return fmt.Sprintf("[%s+0x%x]", module, offset)
+}
+
+// Sample is one stack sample taken on one CPU.
+type Sample struct {
+	// Time is the wall-clock time of the sample in Unix nanoseconds.
+	Time int64
+	// CPU is the CPU the sample was taken on.
+	CPU uint32
+	// PID is the process id (the kernel's tgid).
+	PID uint32
+	// TID is the thread id (the kernel's pid).
+	TID uint32
+	// Comm is the thread's command name (at most 15 bytes from the kernel).
+	Comm string
+	// CgroupID is the id of the thread's cgroup (v2), 0 when unknown.
+	CgroupID uint64
+	// Stack holds the frames, leaf first: kernel frames before user frames.
+	Stack []Frame
+}
