@@ -2,10 +2,12 @@ package profiler
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,20 @@ func startSpinner(t *testing.T, comm string) *exec.Cmd {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd
+}
+
+// processCPUTime returns the user+system CPU time pid has used so far.
+func processCPUTime(t *testing.T, pid uint32) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the parenthesised comm; utime and stime are 14 and 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
 type collected struct {
@@ -64,8 +80,10 @@ func testSamplesProcess(t *testing.T, forceIoctl bool) {
 	spin := startSpinner(t, "spin-test")
 	pid := uint32(spin.Process.Pid)
 	start := time.Now()
+	cpuBefore := processCPUTime(t, pid)
 	const hz, secs = 99, 2
 	got, st := record(t, Config{Frequency: hz, PIDs: []uint32{pid}, forceIoctl: forceIoctl, BPFStats: true}, secs*time.Second)
+	cpuTime := processCPUTime(t, pid) - cpuBefore
 	end := time.Now()
 
 	if st.Lost != 0 || st.DecodeErrors != 0 {
@@ -74,9 +92,11 @@ func testSamplesProcess(t *testing.T, forceIoctl bool) {
 	if st.Received != st.Samples {
 		t.Errorf("received %d records but the program sent %d: a clean stop must drain the ring", st.Received, st.Samples)
 	}
-	// One busy thread for 2 s at 99 Hz: about 198 samples.
-	if n := len(got); n < hz*secs*85/100 || n > hz*secs*115/100 {
-		t.Errorf("got %d samples of a busy process in %d s at %d Hz", n, secs, hz)
+	// cpu-clock samples every 1/hz s of CPU time the process used; the
+	// process's own CPU time (10 ms ticks) says how many to expect.
+	want := cpuTime.Seconds() * hz
+	if n := float64(len(got)); want < 50 || n < want*0.85 || n > want*1.15 {
+		t.Errorf("got %.0f samples of a process that used %v of CPU at %d Hz, want %.0f ±15%%", n, cpuTime, hz, want)
 	}
 	if st.BPFRunCount == 0 || st.BPFRunTime == 0 {
 		t.Errorf("BPF stats empty: %v runs, %v", st.BPFRunCount, st.BPFRunTime)

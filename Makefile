@@ -1,0 +1,40 @@
+# heatscope build. `make run` records for 30 s; `make test` runs every test.
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+BIN := bin/heatscope
+# BPF tests in different packages must not compete for the CPUs they measure.
+TESTFLAGS ?= -count=1 -p 1 -timeout 20m
+
+.PHONY: build generate test bench run fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/heatscope
+
+# Rebuilds the committed bpf2go output; needs clang, llvm and bpftool.
+generate:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h
+	$(GO) generate ./bpf/
+
+test:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) test $(TESTFLAGS) ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./... | tee bench/go-bench.txt
+	bash bench/sampler.sh
+
+run: build
+	$(BIN) record --duration 30s --output profile.pb.gz --top 20
+
+# Short fuzzing runs of every fuzz target (FUZZTIME each).
+FUZZTIME ?= 20s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin profile.pb.gz

@@ -1,0 +1,59 @@
+package profileio
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// FoldedBuilder aggregates samples into Brendan Gregg's folded stack format:
+// one line per distinct stack, "comm;root;...;leaf count". Semicolons inside
+// names would split frames, so they are written as colons.
+type FoldedBuilder struct {
+	counts map[string]int64
+	line   strings.Builder
+}
+
+// NewFoldedBuilder returns an empty builder.
+func NewFoldedBuilder() *FoldedBuilder {
+	return &FoldedBuilder{counts: map[string]int64{}}
+}
+
+var foldedEscaper = strings.NewReplacer(";", ":", "\n", " ")
+
+// Add adds one sample.
+func (b *FoldedBuilder) Add(s *sample.Sample) {
+	b.line.Reset()
+	b.line.WriteString(foldedEscaper.Replace(s.Comm))
+	for i := len(s.Stack) - 1; i >= 0; i-- {
+		b.line.WriteByte(';')
+		b.line.WriteString(foldedEscaper.Replace(s.Stack[i].Function))
+	}
+	b.counts[b.line.String()]++
+}
+
+// WriteTo writes the stacks, sorted, to w.
+func (b *FoldedBuilder) WriteTo(w io.Writer) (int64, error) {
+	stacks := make([]string, 0, len(b.counts))
+	for s := range b.counts {
+		stacks = append(stacks, s)
+	}
+	slices.Sort(stacks)
+	bw := bufio.NewWriter(w)
+	var n int64
+	for _, s := range stacks {
+		m, err := fmt.Fprintf(bw, "%s %d\n", s, b.counts[s])
+		n += int64(m)
+		if err != nil {
+			return n, fmt.Errorf("write folded stacks: %w", err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return n, fmt.Errorf("write folded stacks: %w", err)
+	}
+	return n, nil
+}

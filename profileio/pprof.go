@@ -1,0 +1,176 @@
+package profileio
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// PprofBuilder aggregates samples into a pprof profile as they arrive, so its
+// memory grows with the number of distinct stacks, not with the recording's
+// length. Sample types are samples/count and cpu/nanoseconds; each sample
+// carries the labels comm, pid and tid and the numeric label cpu (unit "cpu"). Kernel
+// frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
+// mappings with build ids. Frames are already symbolized, so every mapping is
+// marked as having functions and pprof does not try to symbolize again.
+type PprofBuilder struct {
+	periodNs  int64
+	prof      *profile.Profile
+	mappings  map[string]*profile.Mapping
+	functions map[functionKey]*profile.Function
+	locations map[locationKey]*profile.Location
+	samples   map[string]*profile.Sample
+	key       []byte
+	minTime   int64
+	maxTime   int64
+}
+
+type functionKey struct{ name, module string }
+
+type locationKey struct {
+	module, function string
+	address          uint64
+}
+
+// NewPprofBuilder returns a builder for samples taken every periodNs
+// nanoseconds of CPU time (1e9 / frequency).
+func NewPprofBuilder(periodNs int64) *PprofBuilder {
+	return &PprofBuilder{
+		periodNs: periodNs,
+		prof: &profile.Profile{
+			SampleType: []*profile.ValueType{
+				{Type: "samples", Unit: "count"},
+				{Type: "cpu", Unit: "nanoseconds"},
+			},
+			DefaultSampleType: "cpu",
+			PeriodType:        &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+			Period:            periodNs,
+		},
+		mappings:  map[string]*profile.Mapping{},
+		functions: map[functionKey]*profile.Function{},
+		locations: map[locationKey]*profile.Location{},
+		samples:   map[string]*profile.Sample{},
+		minTime:   math.MaxInt64,
+		maxTime:   math.MinInt64,
+	}
+}
+
+// Add adds one sample.
+func (b *PprofBuilder) Add(s *sample.Sample) {
+	b.minTime = min(b.minTime, s.Time)
+	b.maxTime = max(b.maxTime, s.Time)
+	locs := make([]*profile.Location, len(s.Stack))
+	key := b.key[:0]
+	for i := range s.Stack {
+		locs[i] = b.location(&s.Stack[i])
+		key = binary.AppendUvarint(key, locs[i].ID)
+	}
+	key = append(key, 0)
+	key = append(key, s.Comm...)
+	key = append(key, 0)
+	key = binary.AppendUvarint(key, uint64(s.PID))
+	key = binary.AppendUvarint(key, uint64(s.TID))
+	key = binary.AppendUvarint(key, uint64(s.CPU))
+	b.key = key
+	if ps, ok := b.samples[string(key)]; ok {
+		ps.Value[0]++
+		ps.Value[1] += b.periodNs
+		return
+	}
+	ps := &profile.Sample{
+		Location: locs,
+		Value:    []int64{1, b.periodNs},
+		Label: map[string][]string{
+			"comm": {s.Comm},
+			"pid":  {strconv.FormatUint(uint64(s.PID), 10)},
+			"tid":  {strconv.FormatUint(uint64(s.TID), 10)},
+		},
+		NumLabel: map[string][]int64{"cpu": {int64(s.CPU)}},
+		// A unit keeps CPU 0: pprof's encoding drops a numeric label
+		// whose value is 0 when it has no unit.
+		NumUnit: map[string][]string{"cpu": {"cpu"}},
+	}
+	b.samples[string(key)] = ps
+	b.prof.Sample = append(b.prof.Sample, ps)
+}
+
+func (b *PprofBuilder) location(f *sample.Frame) *profile.Location {
+	key := locationKey{f.Module, f.Function, f.Address}
+	if loc, ok := b.locations[key]; ok {
+		return loc
+	}
+	loc := &profile.Location{
+		ID:      uint64(len(b.prof.Location) + 1),
+		Mapping: b.mapping(f),
+		Address: f.Address,
+		Line:    []profile.Line{{Function: b.function(f)}},
+	}
+	b.locations[key] = loc
+	b.prof.Location = append(b.prof.Location, loc)
+	return loc
+}
+
+func (b *PprofBuilder) mapping(f *sample.Frame) *profile.Mapping {
+	if m, ok := b.mappings[f.Module]; ok {
+		if m.BuildID == "" && f.BuildID != "" {
+			m.BuildID = f.BuildID
+		}
+		return m
+	}
+	m := &profile.Mapping{
+		ID:              uint64(len(b.prof.Mapping) + 1),
+		Limit:           math.MaxUint64,
+		File:            f.Module,
+		BuildID:         f.BuildID,
+		HasFunctions:    true,
+		HasFilenames:    false,
+		HasLineNumbers:  false,
+		HasInlineFrames: false,
+	}
+	b.mappings[f.Module] = m
+	b.prof.Mapping = append(b.prof.Mapping, m)
+	return m
+}
+
+func (b *PprofBuilder) function(f *sample.Frame) *profile.Function {
+	key := functionKey{f.Function, f.Module}
+	if fn, ok := b.functions[key]; ok {
+		return fn
+	}
+	fn := &profile.Function{
+		ID:         uint64(len(b.prof.Function) + 1),
+		Name:       f.Function,
+		SystemName: f.Function,
+	}
+	b.functions[key] = fn
+	b.prof.Function = append(b.prof.Function, fn)
+	return fn
+}
+
+// Profile returns the profile built so far. Its time is the first sample's
+// and its duration spans to the last sample plus one period. The builder
+// keeps the profile: call Profile once, after the last Add.
+func (b *PprofBuilder) Profile() *profile.Profile {
+	if len(b.prof.Sample) > 0 {
+		b.prof.TimeNanos = b.minTime
+		b.prof.DurationNanos = b.maxTime - b.minTime + b.periodNs
+	}
+	return b.prof
+}
+
+// WritePprof validates p and writes it gzip-compressed to w.
+func WritePprof(w io.Writer, p *profile.Profile) error {
+	if err := p.CheckValid(); err != nil {
+		return fmt.Errorf("write pprof: invalid profile: %w", err)
+	}
+	if err := p.Write(w); err != nil {
+		return fmt.Errorf("write pprof: %w", err)
+	}
+	return nil
+}

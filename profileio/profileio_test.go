@@ -1,0 +1,111 @@
+package profileio
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+var (
+	hot    = sample.Frame{Function: "hot_c_function", Module: "/usr/bin/fixture", BuildID: "abcd", Address: 0x1130, Kind: sample.KindUser}
+	inner  = sample.Frame{Function: "inner", Module: "/usr/bin/fixture", BuildID: "abcd", Address: 0x1160, Kind: sample.KindUser}
+	mainFn = sample.Frame{Function: "main", Module: "/usr/bin/fixture", BuildID: "abcd", Address: 0x1190, Kind: sample.KindUser}
+	vfs    = sample.Frame{Function: "vfs_read", Module: sample.KernelModule, Address: 0xffffffff81234567, Kind: sample.KindKernel}
+	odd    = sample.Frame{Function: "ns::f;g", Module: "/lib/x.so", Address: 0x10, Kind: sample.KindUser}
+)
+
+func testSamples() []sample.Sample {
+	return []sample.Sample{
+		{Time: 1_000_000_000, CPU: 0, PID: 10, TID: 10, Comm: "fixture", Stack: []sample.Frame{hot, inner, mainFn}},
+		{Time: 1_010_000_000, CPU: 0, PID: 10, TID: 10, Comm: "fixture", Stack: []sample.Frame{hot, inner, mainFn}},
+		{Time: 1_020_000_000, CPU: 1, PID: 10, TID: 11, Comm: "fixture", Stack: []sample.Frame{vfs, inner, mainFn}},
+		{Time: 1_500_000_000, CPU: 1, PID: 20, TID: 20, Comm: "other", Stack: []sample.Frame{odd}},
+	}
+}
+
+func TestPprofRoundTrip(t *testing.T) {
+	const period = 10_101_010
+	b := NewPprofBuilder(period)
+	for i := range testSamples() {
+		b.Add(&testSamples()[i])
+	}
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, b.Profile()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatalf("parse written profile: %v", err)
+	}
+	if err := p.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.SampleType) != 2 || p.SampleType[0].Type != "samples" || p.SampleType[1].Unit != "nanoseconds" || p.Period != period {
+		t.Fatalf("sample types %v period %d", p.SampleType, p.Period)
+	}
+	// The two identical samples merge; the other two stay apart.
+	if len(p.Sample) != 3 {
+		t.Fatalf("%d samples, want 3", len(p.Sample))
+	}
+	first := p.Sample[0]
+	if first.Value[0] != 2 || first.Value[1] != 2*period {
+		t.Errorf("merged sample values %v", first.Value)
+	}
+	if first.Label["comm"][0] != "fixture" || first.Label["pid"][0] != "10" || first.Label["tid"][0] != "10" || first.NumLabel["cpu"][0] != 0 {
+		t.Errorf("labels %v %v", first.Label, first.NumLabel)
+	}
+	if names := []string{first.Location[0].Line[0].Function.Name, first.Location[2].Line[0].Function.Name}; names[0] != "hot_c_function" || names[1] != "main" {
+		t.Errorf("stack leaf..root = %v", names)
+	}
+	if m := first.Location[0].Mapping; m.File != "/usr/bin/fixture" || m.BuildID != "abcd" || !m.HasFunctions {
+		t.Errorf("user mapping %+v", m)
+	}
+	if m := p.Sample[1].Location[0].Mapping; m.File != "[kernel.kallsyms]" {
+		t.Errorf("kernel frame mapping %q", m.File)
+	}
+	if p.TimeNanos != 1_000_000_000 || p.DurationNanos != 500_000_000+period {
+		t.Errorf("time %d duration %d", p.TimeNanos, p.DurationNanos)
+	}
+}
+
+func TestFolded(t *testing.T) {
+	b := NewFoldedBuilder()
+	for i := range testSamples() {
+		b.Add(&testSamples()[i])
+	}
+	var buf bytes.Buffer
+	if _, err := b.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	want := "fixture;main;inner;hot_c_function 2\n" +
+		"fixture;main;inner;vfs_read 1\n" +
+		"other;ns::f:g 1\n"
+	if buf.String() != want {
+		t.Fatalf("folded:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+func TestTopFunctions(t *testing.T) {
+	b := NewPprofBuilder(1)
+	for i := range testSamples() {
+		b.Add(&testSamples()[i])
+	}
+	top := TopFunctions(b.Profile())
+	got := map[string]FunctionCount{}
+	for _, fc := range top {
+		got[fc.Name] = fc
+	}
+	if top[0].Name != "hot_c_function" || top[0].Self != 2 {
+		t.Errorf("top = %+v", top[0])
+	}
+	if got["main"].Self != 0 || got["main"].Total != 3 || got["inner"].Total != 3 || got["ns::f;g"].Self != 1 {
+		t.Errorf("counts %+v", got)
+	}
+	if !strings.HasPrefix(top[len(top)-1].Name, "main") && got["main"].Self != 0 {
+		t.Errorf("functions without self time sort last: %+v", top)
+	}
+}
