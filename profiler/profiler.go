@@ -123,6 +123,7 @@ type Profiler struct {
 	objs         bpf.ProfileObjects
 	events       []*perfEvent
 	reader       *ringbuf.Reader
+	waiter       *ringWaiter
 	clock        *WallClock
 	statsEnabled interface{ Close() error }
 
@@ -253,6 +254,9 @@ func (p *Profiler) openEvents() error {
 		return fmt.Errorf("open ring buffer reader: %w", err)
 	}
 	p.reader = reader
+	if p.waiter, err = newRingWaiter(p.objs.Events.FD()); err != nil {
+		return err
+	}
 	period := uint64(time.Second) / uint64(p.cfg.Frequency)
 	for _, cpu := range p.cfg.CPUs {
 		fd, err := openCPUClock(cpu, period)
@@ -274,24 +278,28 @@ func (p *Profiler) openEvents() error {
 // When ctx is done, Run stops the sampling events and drains what is left in
 // the ring before it returns, so a clean stop loses no sample.
 func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)) error {
+	stop := context.AfterFunc(ctx, p.waiter.interrupt)
+	defer stop()
 	var raw ringbuf.Record
 	var rec Record
 	for {
-		p.clock.Measure()
-		p.reader.SetDeadline(time.Now().Add(p.cfg.PollInterval))
-		if err := p.drain(&raw, &rec, handle); err != nil {
+		if err := p.waiter.wait(time.Now().Add(p.cfg.PollInterval)); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			p.closeEvents()
-			p.reader.SetDeadline(time.Now())
 			return p.drain(&raw, &rec, handle)
+		}
+		if err := p.drain(&raw, &rec, handle); err != nil {
+			return err
 		}
 	}
 }
 
-// drain reads records until the reader's deadline passes.
+// drain reads every record in the ring without blocking.
 func (p *Profiler) drain(raw *ringbuf.Record, rec *Record, handle func(*Record, int64)) error {
+	p.clock.Measure()
+	p.reader.SetDeadline(time.Now())
 	for {
 		err := p.reader.ReadInto(raw)
 		switch {
@@ -358,6 +366,10 @@ func (p *Profiler) closeEvents() {
 // Run has returned, and more than once.
 func (p *Profiler) Close() error {
 	p.closeEvents()
+	if p.waiter != nil {
+		p.waiter.close()
+		p.waiter = nil
+	}
 	if p.reader != nil {
 		p.reader.Close()
 		p.reader = nil

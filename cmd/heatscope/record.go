@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heatscope/heatscope/profileio"
+	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/recorder"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/symbolize"
+)
+
+func runRecord(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("record", "record [flags]", stderr)
+	duration := fs.Duration("duration", 0, "how long to record; 0 records until SIGINT or SIGTERM")
+	output := fs.String("output", "profile.pb.gz", "file to write the profile to")
+	format := fs.String("format", "pprof", "output format: pprof or folded")
+	frequency := fs.Int("frequency", 99, fmt.Sprintf("samples per second per CPU (1 to %d)", profiler.MaxFrequency))
+	pids := fs.String("pid", "", "only sample these processes (comma-separated pids)")
+	cgroup := fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
+	stacks := fs.String("stacks", "all", "which stacks to walk: all, kernel or user")
+	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
+	top := fs.Int("top", 10, "print this many top functions by self samples when done (0: none)")
+	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
+	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+
+	cfg := profiler.Config{Frequency: *frequency}
+	var err error
+	if *frequency < 1 || *frequency > profiler.MaxFrequency {
+		return usageError{fmt.Errorf("--frequency %d: want 1 to %d", *frequency, profiler.MaxFrequency)}
+	}
+	if *duration < 0 {
+		return usageError{fmt.Errorf("--duration %v: must not be negative", *duration)}
+	}
+	if *format != "pprof" && *format != "folded" {
+		return usageError{fmt.Errorf("--format %q: want pprof or folded", *format)}
+	}
+	if cfg.Stacks, err = profiler.ParseStacks(*stacks); err != nil {
+		return usageError{fmt.Errorf("--stacks: %w", err)}
+	}
+	if cfg.PIDs, err = parsePIDs(*pids); err != nil {
+		return usageError{fmt.Errorf("--pid: %w", err)}
+	}
+	if cfg.CgroupID, err = profiler.ParseCgroup(*cgroup); err != nil {
+		return usageError{fmt.Errorf("--cgroup: %w", err)}
+	}
+	cfg.BTFPath = *btfPath
+	cfg.BPFStats = *bpfStats
+
+	out, err := os.Create(*output)
+	if err != nil {
+		return fmt.Errorf("create output: %w", err)
+	}
+	defer out.Close()
+
+	rec, err := recorder.Open(cfg, symbolize.Options{}, slog.Default())
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	start := time.Now()
+	stopProgress := reportProgress(rec, start, *progress, stderr)
+
+	pprofOut := profileio.NewPprofBuilder(rec.PeriodNs())
+	foldedOut := profileio.NewFoldedBuilder()
+	err = rec.Run(ctx, func(s *sample.Sample) {
+		pprofOut.Add(s)
+		if *format == "folded" {
+			foldedOut.Add(s)
+		}
+	})
+	stopProgress()
+	if err != nil {
+		return err
+	}
+	printSummary(rec, time.Since(start), stderr)
+
+	prof := pprofOut.Profile()
+	if *format == "folded" {
+		_, err = foldedOut.WriteTo(out)
+	} else {
+		err = profileio.WritePprof(out, prof)
+	}
+	if err == nil {
+		err = out.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", *output, err)
+	}
+	fmt.Fprintf(stderr, "wrote %s (%s)\n", *output, *format)
+	if *top > 0 {
+		printTop(stdout, profileio.TopFunctions(prof), *top)
+	}
+	return nil
+}
+
+func parsePIDs(s string) ([]uint32, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var pids []uint32
+	for _, f := range strings.Split(s, ",") {
+		pid, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+		if err != nil || pid == 0 {
+			return nil, fmt.Errorf("%q is not a process id", f)
+		}
+		pids = append(pids, uint32(pid))
+	}
+	return pids, nil
+}
+
+// reportProgress prints samples, drops and elapsed time every interval
+// until the returned function is called.
+func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration, w io.Writer) func() {
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				st, err := rec.Stats()
+				if err != nil {
+					continue
+				}
+				fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors\n",
+					time.Since(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// printSummary prints what was recorded and what it cost the agent: its own
+// CPU time, the BPF program's run time (with --bpf-stats) and peak RSS.
+func printSummary(rec *recorder.Recorder, elapsed time.Duration, w io.Writer) {
+	st, err := rec.Stats()
+	if err != nil {
+		fmt.Fprintf(w, "read counters: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "recorded %.1fs: %d samples on %d CPUs, %d dropped, %d kernel and %d user stack errors\n",
+		elapsed.Seconds(), st.Received, len(st.PerCPU), st.Lost, st.KernelStackErrors, st.UserStackErrors)
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return
+	}
+	agent := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	fmt.Fprintf(w, "agent: %.3fs CPU (%.3f%% of one CPU), peak RSS %.1f MB", agent.Seconds(),
+		100*agent.Seconds()/elapsed.Seconds(), float64(ru.Maxrss)/1024)
+	if st.BPFRunCount > 0 {
+		fmt.Fprintf(w, "; BPF program: %d runs, %.3fs (%.1f µs/run, %.3f%% of one CPU)", st.BPFRunCount,
+			st.BPFRunTime.Seconds(), float64(st.BPFRunTime.Microseconds())/float64(st.BPFRunCount),
+			100*st.BPFRunTime.Seconds()/elapsed.Seconds())
+	}
+	fmt.Fprintln(w)
+}
+
+func printTop(w io.Writer, top []profileio.FunctionCount, n int) {
+	var total int64
+	for _, fc := range top {
+		total += fc.Self
+	}
+	if total == 0 {
+		fmt.Fprintln(w, "no samples")
+		return
+	}
+	fmt.Fprintf(w, "%8s %7s %8s  %s\n", "self", "self%", "total", "function")
+	for _, fc := range top[:min(n, len(top))] {
+		fmt.Fprintf(w, "%8d %6.2f%% %8d  %s\n", fc.Self, 100*float64(fc.Self)/float64(total), fc.Total, fc.Name)
+	}
+}

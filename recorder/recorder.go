@@ -1,0 +1,79 @@
+// Package recorder joins the sampler and the symbolizer: it turns the raw
+// records of package profiler into symbolized sample.Sample values and hands
+// them to a sink, one at a time, in the order they were read.
+//
+// A process's address maps are read the moment its first record arrives (the
+// BPF program wakes the reader for it), so processes that exit right after
+// they were sampled still get their frames resolved.
+package recorder
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/symbolize"
+)
+
+// KallsymsPath is where kernel symbols are read from.
+const KallsymsPath = "/proc/kallsyms"
+
+// Recorder samples every CPU and symbolizes what it samples.
+type Recorder struct {
+	prof *profiler.Profiler
+	sym  *symbolize.Symbolizer
+}
+
+// Open loads kernel symbols and starts the sampler. Without kernel symbols
+// (no CAP_SYSLOG, kptr_restrict) it still records, with kernel frames left
+// as addresses, and logs why.
+func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Recorder, error) {
+	kernel, err := symbolize.LoadKernel(KallsymsPath)
+	if err != nil {
+		log.Warn("kernel frames will not be symbolized", "err", err)
+		kernel = nil
+	}
+	prof, err := profiler.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Recorder{prof: prof, sym: symbolize.New(kernel, symOpts)}, nil
+}
+
+// Run records until ctx is done, then drains the sampler and returns. The
+// sample passed to sink is reused after sink returns: copy what you keep
+// (its Stack slice is freshly allocated for each sample and may be kept).
+func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
+	var s sample.Sample
+	err := r.prof.Run(ctx, func(rec *profiler.Record, wallNs int64) {
+		r.sym.Observe(rec.PID)
+		s = sample.Sample{
+			Time:     wallNs,
+			CPU:      rec.CPU,
+			PID:      rec.PID,
+			TID:      rec.TID,
+			Comm:     rec.Comm,
+			CgroupID: rec.CgroupID,
+			Stack:    r.sym.Symbolize(rec.PID, rec.Kernel, rec.User),
+		}
+		sink(&s)
+	})
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	return nil
+}
+
+// Stats returns the sampler's counters.
+func (r *Recorder) Stats() (profiler.Stats, error) { return r.prof.Stats() }
+
+// SymbolStats returns the symbolizer's counters.
+func (r *Recorder) SymbolStats() symbolize.Stats { return r.sym.Stats() }
+
+// PeriodNs is the sampling period in nanoseconds of CPU time.
+func (r *Recorder) PeriodNs() int64 { return int64(1e9) / int64(r.prof.Frequency()) }
+
+// Close stops sampling and frees its resources.
+func (r *Recorder) Close() error { return r.prof.Close() }

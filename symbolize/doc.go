@@ -1,0 +1,88 @@
+// Package symbolize turns the raw instruction addresses of stack samples
+// into frames: function, module, build id, normalised address and kind.
+//
+// # Kernel
+//
+// Kernel addresses are resolved with the text symbols of /proc/kallsyms
+// (types t, T, w, W), kernel modules and BPF programs included, kept in one
+// sorted table and found by binary search (see Kernel). kallsyms has no
+// sizes, so an address belongs to the closest symbol below it. The
+// "__pfx_" and "__cfi_" symbols that mark the padding in front of every
+// function (half the symbols of a kernel built with call padding) are left
+// out.
+//
+// # User space
+//
+// A process's address space is read from /proc/PID/maps the moment its pid
+// is first seen (Symbolizer.Observe), not when its frames are first
+// symbolized: a short-lived process is gone by then. The binaries of its
+// executable mappings are opened at the same time, through
+// /proc/PID/root/<path> so that container files are found (then the plain
+// path, then /proc/PID/map_files/<start>-<end>, the only way to a deleted
+// file), and their symbol tables are loaded.
+//
+// An address is translated from the mapping to a file offset, then through
+// the ELF PT_LOAD segments to the ELF virtual address, the one addr2line and
+// nm use, which is the frame's Address. Names come from .symtab, .dynsym
+// (function and IFUNC symbols) and, for Go binaries, .gopclntab, which
+// stripped Go binaries keep; a symbol without a size reaches the next one.
+// C++ and Rust names are demangled without parameter lists
+// ("ns::Class::method", "ns::twice<int>", "crate::module::function"), the
+// first time a symbol is hit.
+//
+// A frame that cannot be named is kept as "[module+0xoffset]":
+//   - in a binary that was read: the base name and the ELF virtual address;
+//   - in a file that could not be read: the base name and the file offset
+//     (also the frame's Address);
+//   - in [vdso] and other kernel-provided mappings: the offset in the
+//     mapping ("[vdso+0x...]", also the Address), kind user;
+//   - in anonymous memory that no perf map names: "[anon+0xADDR]", module
+//     "[anon]", kind unknown;
+//   - outside every mapping, once the maps have been re-read (at most once
+//     a second per process, to catch dlopen and exec): "[unknown+0xADDR]",
+//     module "[unknown]", kind unknown;
+//   - in the kernel: "[kernel.kallsyms+0xADDR]" with the absolute address.
+//
+// JIT-compiled code lives in anonymous memory; it is named by the runtime's
+// perf map, /tmp/perf-PID.map, read when first needed and re-read when an
+// address misses and the file has grown. Its frames have kind JIT and
+// module "[jit]".
+//
+// The build id is the GNU build id (.note.gnu.build-id) in hex. A binary
+// without one but with a Go build id note (linked with -B none, or by older
+// Go toolchains) reports the Go build id as written ("actionID/contentID").
+//
+// # Caches
+//
+// Binaries are cached by build id, or by device, inode, size and
+// modification time when they have none, so that thousands of processes
+// running one binary cost one load, and a binary seen through two
+// containers' paths is loaded once. A stripped and an unstripped copy share
+// their build id: whichever is read first serves both. Symbol tables are
+// compact: one sorted slice of 16-byte entries (address, size, end of the
+// name) and one string holding every name. The binary cache and the
+// process cache are LRU-bounded (Options). A cached process keeps its
+// binaries alive even when the binary cache has evicted them, since it may
+// have exited and cannot be read again.
+//
+// # Return addresses
+//
+// Every frame but the first of each stack (kernel and user) is a return
+// address: it points after a call instruction, and when the call is the
+// last instruction of a function (a call to a noreturn function), that is
+// the first byte of the next function. Those frames are looked up at
+// address-1 and reported with their own address.
+//
+// # Limits
+//
+// User stacks are walked by frame pointers in the kernel (bpf_get_stack):
+// code built without them (Debian's libc, many distribution binaries) gives
+// short or wrong user stacks, whatever the symbolizer does. Unwinding with
+// .eh_frame is later work, as are separate debug files
+// (/usr/lib/debug/.build-id) and MiniDebugInfo (.gnu_debugdata).
+// A process that execs keeps its pid, and a pid is eventually reused: the
+// old mappings are used until the pid is forgotten (call Forget when a
+// process exits) or its addresses miss them. Perf maps are read from PerfMapDir
+// on the host: a containerised JIT's map, written in its own /tmp under its
+// own pid, is not found.
+package symbolize

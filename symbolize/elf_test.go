@@ -1,0 +1,50 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"testing"
+)
+
+func TestDemangleName(t *testing.T) {
+	for mangled, want := range map[string]string{
+		"_ZN2ns6Widget6methodEi":                          "ns::Widget::method",
+		"_ZNK6shapes6Circle4areaEd":                       "shapes::Circle::area",
+		"_ZN6shapes5twiceIiEET_S1_":                       "shapes::twice<int>",
+		"_ZN4core3fmt9Formatter3pad17h0123456789abcdefE":  "core::fmt::Formatter::pad",
+		"_RNvNtCs1234_7mycrate6module8function":           "mycrate::module::function",
+		"main":                                            "main",
+		"_Znot_really_mangled":                            "_Znot_really_mangled",
+		"_ZN9wikipedia7article6formatEv.cold":             "wikipedia::article::format",
+		"_ZN3std2rt10lang_start17h5a7b7cd1e7e4a1b2E.llvm": "std::rt::lang_start",
+	} {
+		if got := demangleName(mangled); got != want {
+			t.Errorf("demangleName(%q) = %q, want %q", mangled, got, want)
+		}
+	}
+}
+
+// TestLoadBinaryVaddr checks the file offset to virtual address
+// translation on a binary whose segments do not start at offset 0.
+func TestLoadBinaryVaddr(t *testing.T) {
+	bin := buildC(t, "gcc", cSource, "fixture.c")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := loadBinary(f, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym := elfSymbol(t, bin, "hot_c_function")
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && sym.Value >= p.Vaddr && sym.Value < p.Vaddr+p.Filesz {
+			if got := b.vaddr(sym.Value - p.Vaddr + p.Off); got != sym.Value {
+				t.Errorf("vaddr of hot_c_function's file offset = %#x, want %#x", got, sym.Value)
+			}
+		}
+	}
+	if name, ok := b.lookup(sym.Value + sym.Size - 1); !ok || name != "hot_c_function" {
+		t.Errorf("lookup(last byte of hot_c_function) = %q, %v", name, ok)
+	}
+}

@@ -1,0 +1,85 @@
+package symbolize
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const mapsText = `55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1048602                    /usr/bin/cat
+55d0c0a01000-55d0c0a05000 r-xp 00001000 fe:01 1048602                    /usr/bin/cat
+55d0c1e2a000-55d0c1e4b000 rw-p 00000000 00:00 0                          [heap]
+7f3a1c000000-7f3a1c021000 rwxp 00000000 00:00 0 
+7f3a1c400000-7f3a1c428000 r-xp 00028000 fe:01 1054345                    /opt/my app/lib with spaces.so
+7f3a1c500000-7f3a1c501000 r-xp 00000000 00:19 77                         /tmp/fixture (deleted)
+7f3a1c600000-7f3a1c601000 r-xp 00000000 00:01 2048                       /memfd:jit-code (deleted)
+7f3a1c700000-7f3a1c701000 r-xp 00000000 00:00 0                          [anon:v8 code]
+7ffd4e1f3000-7ffd4e1f5000 r-xp 00000000 00:00 0                          [vdso]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+`
+
+func TestParseMaps(t *testing.T) {
+	maps, err := parseMaps(strings.NewReader(mapsText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		m     mapping
+		class mappingClass
+	}{
+		{mapping{start: 0x55d0c0a00000, end: 0x55d0c0a01000, inode: 1048602, path: "/usr/bin/cat"}, classFile},
+		{mapping{start: 0x55d0c0a01000, end: 0x55d0c0a05000, offset: 0x1000, exec: true, inode: 1048602, path: "/usr/bin/cat"}, classFile},
+		{mapping{start: 0x55d0c1e2a000, end: 0x55d0c1e4b000, path: "[heap]"}, classAnon},
+		{mapping{start: 0x7f3a1c000000, end: 0x7f3a1c021000, exec: true}, classAnon},
+		{mapping{start: 0x7f3a1c400000, end: 0x7f3a1c428000, offset: 0x28000, exec: true, inode: 1054345, path: "/opt/my app/lib with spaces.so"}, classFile},
+		{mapping{start: 0x7f3a1c500000, end: 0x7f3a1c501000, exec: true, inode: 77, path: "/tmp/fixture", deleted: true}, classFile},
+		{mapping{start: 0x7f3a1c600000, end: 0x7f3a1c601000, exec: true, inode: 2048, path: "/memfd:jit-code", deleted: true}, classAnon},
+		{mapping{start: 0x7f3a1c700000, end: 0x7f3a1c701000, exec: true, path: "[anon:v8 code]"}, classAnon},
+		{mapping{start: 0x7ffd4e1f3000, end: 0x7ffd4e1f5000, exec: true, path: "[vdso]"}, classPseudo},
+		{mapping{start: 0xffffffffff600000, end: 0xffffffffff601000, exec: true, path: "[vsyscall]"}, classPseudo},
+	}
+	if len(maps) != len(want) {
+		t.Fatalf("got %d mappings, want %d", len(maps), len(want))
+	}
+	for i, w := range want {
+		if maps[i] != w.m {
+			t.Errorf("line %d: got %+v, want %+v", i+1, maps[i], w.m)
+		}
+		if c := maps[i].class(); c != w.class {
+			t.Errorf("line %d: class %d, want %d", i+1, c, w.class)
+		}
+	}
+}
+
+func TestParseMapsErrors(t *testing.T) {
+	for _, line := range []string{
+		"55d0c0a00000 r--p 00000000 fe:01 1 /x",
+		"55d0c0a01000-55d0c0a00000 r--p 00000000 fe:01 1 /x",
+		"55d0c0a00000-55d0c0a01000 r-p 00000000 fe:01 1 /x",
+		"55d0c0a00000-55d0c0a01000 r--p zz fe:01 1 /x",
+		"55d0c0a00000-55d0c0a01000 r--p 00000000 fe01 1 /x",
+		"55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 inode /x",
+		"55d0c0a00000-55d0c0a01000",
+	} {
+		if _, err := parseMaps(strings.NewReader(line + "\n")); err == nil {
+			t.Errorf("parseMaps(%q) succeeded", line)
+		} else if !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("error %q does not name the line", err)
+		}
+	}
+}
+
+func FuzzMaps(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		maps, err := parseMaps(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		for _, m := range maps {
+			if m.end < m.start {
+				t.Fatalf("mapping %+v ends before it starts", m)
+			}
+			m.class()
+		}
+	})
+}

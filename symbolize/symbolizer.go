@@ -1,0 +1,189 @@
+package symbolize
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Options configures a Symbolizer. Zero fields take their defaults.
+type Options struct {
+	// ProcRoot is where procfs is mounted, "/proc" by default.
+	ProcRoot string
+	// PerfMapDir holds the JIT perf maps, PerfMapDir/perf-PID.map; "/tmp"
+	// by default.
+	PerfMapDir string
+	// MaxBinaries bounds the binaries whose symbol tables are cached, 256
+	// by default. The binaries of processes still cached stay in memory
+	// beyond it, since those processes may have exited.
+	MaxBinaries int
+	// MaxProcesses bounds the processes whose address maps are cached,
+	// 8192 by default.
+	MaxProcesses int
+	// Logger receives debug messages about the maps and binaries that
+	// could not be read; nil discards them.
+	Logger *slog.Logger
+}
+
+// Symbolizer turns the raw addresses of samples into frames. It is safe for
+// concurrent use.
+type Symbolizer struct {
+	kernel *Kernel
+	opts   Options
+
+	// mu guards the caches. A process's own state is guarded by its mu,
+	// and a binary is loaded outside mu (see binEntry).
+	mu    sync.Mutex
+	procs *lru[uint32, *process]
+	bins  *lru[binKey, *binEntry]
+
+	stats struct {
+		binaryHits, binaryMisses, binaryErrors atomic.Uint64
+		mapsReads, mapsErrors                  atomic.Uint64
+		framesResolved, framesUnknown          atomic.Uint64
+	}
+}
+
+// New returns a Symbolizer that resolves kernel addresses with kernel,
+// which may be nil: kernel frames are then all unknown.
+func New(kernel *Kernel, opts Options) *Symbolizer {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.PerfMapDir == "" {
+		opts.PerfMapDir = "/tmp"
+	}
+	if opts.MaxBinaries <= 0 {
+		opts.MaxBinaries = 256
+	}
+	if opts.MaxProcesses <= 0 {
+		opts.MaxProcesses = 8192
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Symbolizer{
+		kernel: kernel,
+		opts:   opts,
+		procs:  newLRU[uint32, *process](opts.MaxProcesses),
+		bins:   newLRU[binKey, *binEntry](opts.MaxBinaries),
+	}
+}
+
+// Observe records the address space of a process the first time it is
+// seen: it reads /proc/PID/maps and loads the symbol tables of the
+// executable mappings, so that the process can be symbolized even after it
+// exits. For a process already known it is a map lookup.
+func (s *Symbolizer) Observe(pid uint32) { s.process(pid) }
+
+// process returns the state of pid, reading it on first sight.
+func (s *Symbolizer) process(pid uint32) *process {
+	s.mu.Lock()
+	if p, ok := s.procs.get(pid); ok {
+		s.mu.Unlock()
+		return p
+	}
+	p := &process{pid: pid}
+	p.mu.Lock() // held while reading, so that concurrent users wait for it
+	s.procs.add(pid, p)
+	s.mu.Unlock()
+	s.readMaps(p)
+	p.mu.Unlock()
+	return p
+}
+
+// Symbolize returns the frames of one sample, leaf first: the kernel
+// addresses (leaf first) then the user ones (leaf first), as
+// bpf_get_stack returns them. Every address but the first of each stack is
+// a return address, which may already belong to the next function: those
+// are looked up one byte lower, and reported as they are. A pid not yet
+// observed is observed now. Every address yields a frame.
+func (s *Symbolizer) Symbolize(pid uint32, kernel, user []uint64) []sample.Frame {
+	frames := make([]sample.Frame, 0, len(kernel)+len(user))
+	var resolved, unknown uint64
+	count := func(f sample.Frame, ok bool) {
+		frames = append(frames, f)
+		if ok {
+			resolved++
+		} else {
+			unknown++
+		}
+	}
+	for i, addr := range kernel {
+		count(s.kernel.resolve(addr, lookupAddr(i, addr)))
+	}
+	if len(user) > 0 {
+		p := s.process(pid)
+		p.mu.Lock()
+		for i, addr := range user {
+			count(s.resolveUser(p, addr, lookupAddr(i, addr)))
+		}
+		p.mu.Unlock()
+	}
+	s.stats.framesResolved.Add(resolved)
+	s.stats.framesUnknown.Add(unknown)
+	return frames
+}
+
+// lookupAddr returns the address to look up for the i-th frame of a
+// stack: the return addresses of callers point after their call
+// instruction, possibly past the end of the function.
+func lookupAddr(i int, addr uint64) uint64 {
+	if i == 0 || addr == 0 {
+		return addr
+	}
+	return addr - 1
+}
+
+// Forget drops what is cached about a process, typically once it has
+// exited. The binaries it mapped stay cached for other processes.
+func (s *Symbolizer) Forget(pid uint32) {
+	s.mu.Lock()
+	s.procs.remove(pid)
+	s.mu.Unlock()
+}
+
+// Stats are a Symbolizer's counters since New, and its cache sizes now.
+type Stats struct {
+	// BinaryHits counts mapped files found in the binary cache.
+	BinaryHits uint64
+	// BinaryMisses counts binaries loaded into the cache.
+	BinaryMisses uint64
+	// BinaryErrors counts mapped files that could not be opened or read as
+	// ELF; their frames are named "[file+0xoffset]".
+	BinaryErrors uint64
+	// MapsReads counts reads of /proc/PID/maps: first sights and re-reads
+	// for addresses outside every mapping.
+	MapsReads uint64
+	// MapsErrors counts the reads that failed, mostly because the process
+	// had exited.
+	MapsErrors uint64
+	// FramesResolved counts frames given a function name.
+	FramesResolved uint64
+	// FramesUnknown counts frames named "[module+0xoffset]".
+	FramesUnknown uint64
+	// Binaries is the number of binaries cached.
+	Binaries int
+	// Processes is the number of processes cached.
+	Processes int
+}
+
+// Stats returns the counters and cache sizes.
+func (s *Symbolizer) Stats() Stats {
+	s.mu.Lock()
+	binaries, processes := s.bins.len(), s.procs.len()
+	s.mu.Unlock()
+	return Stats{
+		BinaryHits:     s.stats.binaryHits.Load(),
+		BinaryMisses:   s.stats.binaryMisses.Load(),
+		BinaryErrors:   s.stats.binaryErrors.Load(),
+		MapsReads:      s.stats.mapsReads.Load(),
+		MapsErrors:     s.stats.mapsErrors.Load(),
+		FramesResolved: s.stats.framesResolved.Load(),
+		FramesUnknown:  s.stats.framesUnknown.Load(),
+		Binaries:       binaries,
+		Processes:      processes,
+	}
+}

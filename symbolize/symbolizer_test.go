@@ -1,0 +1,401 @@
+package symbolize
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// startC builds and starts the C fixture.
+func startC(t *testing.T) *fixture {
+	t.Helper()
+	return start(t, buildC(t, "gcc", cSource, "fixture.c"))
+}
+
+// cChain returns the user stack of the C fixture, leaf first:
+// hot_c_function at its first byte, then inner, outer and main in their
+// middle, with the ELF addresses and names to expect.
+func cChain(t *testing.T, fx *fixture) (stack, vaddrs []uint64, names []string) {
+	names = []string{"hot_c_function", "inner", "outer", "main"}
+	for i, name := range names {
+		sym := elfSymbol(t, fx.bin, name)
+		vaddr := sym.Value
+		if i > 0 {
+			vaddr += sym.Size / 2
+		}
+		vaddrs = append(vaddrs, vaddr)
+		stack = append(stack, runtimeAddr(t, fx.pid, fx.bin, vaddr))
+	}
+	return stack, vaddrs, names
+}
+
+func TestSymbolizeC(t *testing.T) {
+	fx := startC(t)
+	s := New(nil, Options{})
+	s.Observe(fx.pid)
+
+	stack, vaddrs, names := cChain(t, fx)
+	if got, want := stack[0], fx.vars["hot_c_function"]; got != want {
+		t.Fatalf("hot_c_function: computed runtime address %#x, the process says %#x", got, want)
+	}
+	buildID := gnuBuildID(t, fx.bin)
+	if buildID == "" {
+		t.Fatal("gcc gave the fixture no GNU build id")
+	}
+	frames := s.Symbolize(fx.pid, nil, stack)
+	if len(frames) != len(stack) {
+		t.Fatalf("got %d frames for %d addresses", len(frames), len(stack))
+	}
+	for i, f := range frames {
+		want := sample.Frame{Function: names[i], Module: fx.bin, BuildID: buildID, Address: vaddrs[i], Kind: sample.KindUser}
+		if f != want {
+			t.Errorf("frame %d = %+v, want %+v", i, f, want)
+		}
+	}
+	st := s.Stats()
+	if st.FramesResolved != 4 || st.FramesUnknown != 0 || st.MapsReads != 1 || st.Processes != 1 {
+		t.Errorf("stats %+v: want 4 frames resolved, 1 maps read, 1 process", st)
+	}
+}
+
+func TestSymbolizeKernelAndUser(t *testing.T) {
+	k, err := LoadKernel("testdata/kallsyms/basic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := startC(t)
+	s := New(k, Options{})
+	stack, _, _ := cChain(t, fx)
+	// The second kernel address is a return address at the first byte of
+	// helper_local: the call was the last instruction of do_syscall_64.
+	frames := s.Symbolize(fx.pid, []uint64{0xffffffffc0200104, 0xffffffff81001100}, stack[:2])
+	var got []string
+	for _, f := range frames {
+		got = append(got, f.Module+" "+f.Function+" "+f.Kind.String())
+	}
+	want := []string{
+		"[mymod] mod_func_b kernel",
+		"[kernel.kallsyms] do_syscall_64 kernel",
+		fx.bin + " hot_c_function user",
+		fx.bin + " inner user",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("frames:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if frames[1].Address != 0xffffffff81001100 {
+		t.Errorf("return address reported as %#x, want it unchanged", frames[1].Address)
+	}
+}
+
+func TestSymbolizeNilKernel(t *testing.T) {
+	frames := New(nil, Options{}).Symbolize(1, []uint64{0xffffffff81001000}, nil)
+	want := sample.Frame{Function: "[kernel.kallsyms+0xffffffff81001000]", Module: sample.KernelModule,
+		Address: 0xffffffff81001000, Kind: sample.KindKernel}
+	if len(frames) != 1 || frames[0] != want {
+		t.Errorf("got %+v, want [%+v]", frames, want)
+	}
+}
+
+// TestReturnAddressMinusOne checks that a caller's return address equal to
+// the end of its function (a call as the last instruction) resolves to
+// that function, while the same address as a leaf does not.
+func TestReturnAddressMinusOne(t *testing.T) {
+	fx := startC(t)
+	s := New(nil, Options{})
+	hot := elfSymbol(t, fx.bin, "hot_c_function")
+	inner := elfSymbol(t, fx.bin, "inner")
+	end := inner.Value + inner.Size
+	leaf := runtimeAddr(t, fx.pid, fx.bin, hot.Value)
+	ret := runtimeAddr(t, fx.pid, fx.bin, end)
+
+	frames := s.Symbolize(fx.pid, nil, []uint64{leaf, ret})
+	if f := frames[1]; f.Function != "inner" || f.Address != end {
+		t.Errorf("return address %#x: got %s at %#x, want inner at %#x", end, f.Function, f.Address, end)
+	}
+	if f := s.Symbolize(fx.pid, nil, []uint64{ret})[0]; f.Function == "inner" {
+		t.Errorf("leaf address %#x, one past inner, resolved to inner", end)
+	}
+}
+
+func TestSymbolizeCXXDemangles(t *testing.T) {
+	bin := buildC(t, "g++", cxxSource, "fixture.cc")
+	fx := start(t, bin)
+	s := New(nil, Options{})
+	for mangled, want := range map[string]string{
+		"_ZNK6shapes6Circle4areaEd": "shapes::Circle::area",
+		"_ZN6shapes5twiceIiEET_S1_": "shapes::twice<int>",
+	} {
+		sym := elfSymbol(t, bin, mangled)
+		f := s.Symbolize(fx.pid, nil, []uint64{runtimeAddr(t, fx.pid, bin, sym.Value+1)})[0]
+		if f.Function != want || f.Address != sym.Value+1 {
+			t.Errorf("%s: got %q at %#x, want %q at %#x", mangled, f.Function, f.Address, want, sym.Value+1)
+		}
+	}
+}
+
+func TestSymbolizeGo(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cgo     bool
+		args    []string
+		symtab  bool // whether the binary keeps .symtab
+		buildID string
+	}{
+		{name: "normal", symtab: true, buildID: "gnu"},
+		{name: "stripped", args: []string{"-ldflags=-s -w"}, buildID: "gnu"},
+		{name: "stripped-pie", args: []string{"-buildmode=pie", "-ldflags=-s -w"}, buildID: "gnu"},
+		{name: "stripped-cgo", cgo: true, args: []string{"-ldflags=-s -w"}, buildID: "gnu"},
+		{name: "go-build-id-only", args: []string{"-ldflags=-B none"}, symtab: true, buildID: "go"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := buildGo(t, tc.cgo, tc.args...)
+			fx := start(t, bin)
+			s := New(nil, Options{})
+			s.Observe(fx.pid)
+			addr := fx.vars["main.hotGoFunction"]
+			vaddr := elfAddr(t, fx.pid, bin, addr)
+			if tc.symtab {
+				if sym := elfSymbol(t, bin, "main.hotGoFunction"); sym.Value != vaddr {
+					t.Fatalf("main.hotGoFunction at %#x in .symtab, %#x in the process", sym.Value, vaddr)
+				}
+			}
+			want := gnuBuildID(t, bin)
+			if tc.buildID == "go" {
+				out, err := exec.Command(tool(t, "go"), "tool", "buildid", bin).Output()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = strings.TrimSpace(string(out))
+			}
+			if want == "" {
+				t.Fatal("the fixture has no build id to compare with")
+			}
+			// The function's entry as the leaf, and as a return address one
+			// byte in (looked up at the entry).
+			frames := s.Symbolize(fx.pid, nil, []uint64{addr, addr + 1})
+			for i, f := range frames {
+				w := sample.Frame{Function: "main.hotGoFunction", Module: bin, BuildID: want, Address: vaddr + uint64(i), Kind: sample.KindUser}
+				if f != w {
+					t.Errorf("frame %d = %+v, want %+v", i, f, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSymbolizeAfterExit(t *testing.T) {
+	fx := startC(t)
+	observed := New(nil, Options{})
+	observed.Observe(fx.pid)
+	stack, _, _ := cChain(t, fx)
+	fx.kill()
+	waitGone(t, fx.pid)
+
+	if f := observed.Symbolize(fx.pid, nil, stack)[0]; f.Function != "hot_c_function" || f.Module != fx.bin {
+		t.Errorf("observed before exit: got %+v, want hot_c_function in %s", f, fx.bin)
+	}
+	f := New(nil, Options{}).Symbolize(fx.pid, nil, stack)[0]
+	want := sample.Frame{Function: fmt.Sprintf("[unknown+0x%x]", stack[0]), Module: "[unknown]", Address: stack[0]}
+	if f != want {
+		t.Errorf("first seen after exit: got %+v, want %+v", f, want)
+	}
+}
+
+func TestSymbolizeDeletedBinary(t *testing.T) {
+	fx := startC(t)
+	stack, _, _ := cChain(t, fx)
+	if err := os.Remove(fx.bin); err != nil {
+		t.Fatal(err)
+	}
+	maps, err := readMapsFile(fmt.Sprintf("/proc/%d/maps", fx.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	for _, m := range maps {
+		deleted = deleted || m.path == fx.bin && m.deleted
+	}
+	if !deleted {
+		t.Fatalf("maps do not show %s as deleted", fx.bin)
+	}
+	s := New(nil, Options{})
+	if f := s.Symbolize(fx.pid, nil, stack)[0]; f.Function != "hot_c_function" || f.Module != fx.bin {
+		t.Errorf("got %+v, want hot_c_function in %s", f, fx.bin)
+	}
+}
+
+func TestSymbolizePseudoAndUnknown(t *testing.T) {
+	fx := startC(t)
+	maps, err := readMapsFile(fmt.Sprintf("/proc/%d/maps", fx.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vdso uint64
+	for _, m := range maps {
+		if m.path == "[vdso]" {
+			vdso = m.start
+		}
+	}
+	if vdso == 0 {
+		t.Fatal("the fixture has no [vdso] mapping")
+	}
+	s := New(nil, Options{})
+	frames := s.Symbolize(fx.pid, nil, []uint64{vdso + 0x10, 0x10})
+	want := []sample.Frame{
+		{Function: "[vdso+0x10]", Module: "[vdso]", Address: 0x10, Kind: sample.KindUser},
+		{Function: "[unknown+0x10]", Module: "[unknown]", Address: 0x10, Kind: sample.KindUnknown},
+	}
+	for i := range want {
+		if frames[i] != want[i] {
+			t.Errorf("frame %d = %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+	if st := s.Stats(); st.FramesUnknown != 2 {
+		t.Errorf("FramesUnknown = %d, want 2", st.FramesUnknown)
+	}
+}
+
+func TestSymbolizeJIT(t *testing.T) {
+	fx := startC(t)
+	dir := t.TempDir()
+	s := New(nil, Options{PerfMapDir: dir})
+	s.Observe(fx.pid)
+	jit := fx.vars["jit"]
+	perfMap := filepath.Join(dir, fmt.Sprintf("perf-%d.map", fx.pid))
+	writeFile(t, perfMap, fmt.Sprintf("%x 40 jit_one\n0x%x 0x20 LazyCompile:*render app.js:12\n", jit, jit+0x40))
+
+	// jit+0x60 is a return address one past the second entry.
+	frames := s.Symbolize(fx.pid, nil, []uint64{jit + 0x10, jit + 0x60, jit + 0x200})
+	want := []sample.Frame{
+		{Function: "jit_one", Module: "[jit]", Address: jit + 0x10, Kind: sample.KindJIT},
+		{Function: "LazyCompile:*render app.js:12", Module: "[jit]", Address: jit + 0x60, Kind: sample.KindJIT},
+		{Function: fmt.Sprintf("[anon+0x%x]", jit+0x200), Module: "[anon]", Address: jit + 0x200, Kind: sample.KindUnknown},
+	}
+	for i := range want {
+		if frames[i] != want[i] {
+			t.Errorf("frame %d = %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+
+	// The runtime compiles more code and appends it to the map.
+	f, err := os.OpenFile(perfMap, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "%x 100 jit_later\n", jit+0x200)
+	f.Close()
+	if got := s.Symbolize(fx.pid, nil, []uint64{jit + 0x200})[0]; got.Function != "jit_later" || got.Kind != sample.KindJIT {
+		t.Errorf("after the perf map grew: got %+v, want jit_later", got)
+	}
+}
+
+// TestMapsRefresh checks that an address in a mapping made after the maps
+// were read is found by one re-read, and that re-reads are rate-limited.
+func TestMapsRefresh(t *testing.T) {
+	fx := startC(t)
+	dir := t.TempDir()
+	s := New(nil, Options{PerfMapDir: dir})
+	s.Observe(fx.pid)
+	fmt.Fprintln(fx.stdin, "map")
+	fx.waitReady()
+	jit := fx.vars["jit"] // the new mapping
+	writeFile(t, filepath.Join(dir, fmt.Sprintf("perf-%d.map", fx.pid)), fmt.Sprintf("%x 40 jit_new\n", jit))
+
+	time.Sleep(mapsRefreshInterval + 100*time.Millisecond)
+	before := s.Stats().MapsReads
+	if f := s.Symbolize(fx.pid, nil, []uint64{jit})[0]; f.Function != "jit_new" {
+		t.Errorf("new mapping: got %+v, want jit_new", f)
+	}
+	s.Symbolize(fx.pid, nil, []uint64{0x10}) // outside every mapping, right after a re-read
+	if reads := s.Stats().MapsReads - before; reads != 1 {
+		t.Errorf("%d maps reads for two misses within %v, want 1", reads, mapsRefreshInterval)
+	}
+}
+
+// TestBinaryCache checks that a second process running a copy of a binary
+// shares the cached symbols (same build id), and that a process keeps the
+// binaries the bounded cache evicted.
+func TestBinaryCache(t *testing.T) {
+	a := startC(t)
+	b := startC(t) // another path, the same build id
+	s := New(nil, Options{MaxBinaries: 1})
+	s.Observe(a.pid)
+	st := s.Stats()
+	if st.BinaryMisses < 2 || st.Binaries != 1 {
+		t.Fatalf("after the first process: %+v, want at least 2 binaries loaded (the fixture and libc) and 1 cached", st)
+	}
+	stack, _, _ := cChain(t, a)
+	if f := s.Symbolize(a.pid, nil, stack)[0]; f.Function != "hot_c_function" {
+		t.Errorf("evicted binary: got %+v, want hot_c_function", f)
+	}
+
+	s = New(nil, Options{})
+	s.Observe(a.pid)
+	loaded := s.Stats().BinaryMisses
+	s.Observe(b.pid)
+	st = s.Stats()
+	if st.BinaryMisses != loaded || st.BinaryHits < loaded {
+		t.Errorf("second process of the same binaries: %+v, want %d hits and no more misses", st, loaded)
+	}
+	s.Observe(b.pid)
+	if got := s.Stats(); got.MapsReads != 2 {
+		t.Errorf("observing a known pid read its maps again: %d reads, want 2", got.MapsReads)
+	}
+	stack, _, _ = cChain(t, b)
+	if f := s.Symbolize(b.pid, nil, stack)[0]; f.Function != "hot_c_function" || f.Module != b.bin {
+		t.Errorf("second process: got %+v, want hot_c_function in %s", f, b.bin)
+	}
+}
+
+func TestProcessCacheBoundAndForget(t *testing.T) {
+	a, b := startC(t), startC(t)
+	s := New(nil, Options{MaxProcesses: 1})
+	s.Observe(a.pid)
+	s.Observe(b.pid)
+	if st := s.Stats(); st.Processes != 1 {
+		t.Errorf("Processes = %d with MaxProcesses 1", st.Processes)
+	}
+	s.Forget(b.pid)
+	if st := s.Stats(); st.Processes != 0 {
+		t.Errorf("Processes = %d after Forget", st.Processes)
+	}
+}
+
+// TestConcurrentUse runs Observe, Symbolize, Forget and Stats at once; run
+// it with -race.
+func TestConcurrentUse(t *testing.T) {
+	fx := startC(t)
+	stack, _, _ := cChain(t, fx)
+	s := New(nil, Options{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 50 {
+				s.Observe(fx.pid)
+				if f := s.Symbolize(fx.pid, nil, stack)[0]; f.Function != "hot_c_function" {
+					t.Errorf("got %+v", f)
+					return
+				}
+				if i == 0 {
+					s.Forget(fx.pid)
+				}
+				s.Stats()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
