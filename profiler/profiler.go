@@ -2,8 +2,10 @@ package profiler
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"os"
 	"sync/atomic"
@@ -190,6 +192,14 @@ func ringSizeFor(cpus, hz int) int {
 	return size
 }
 
+// kernelBTFPath is where the running kernel exposes its BTF.
+const kernelBTFPath = "/sys/kernel/btf/vmlinux"
+
+// loadBTF returns the BTF to load the program against: the file given with
+// --btf, or nil for the running kernel's, which it checks is present. The
+// check reads only the header: cilium/ebpf parses the kernel's BTF lazily,
+// if and when CO-RE relocations need it (parsing it all here cost 10 ms and
+// several MB for nothing).
 func loadBTF(path string) (*btf.Spec, error) {
 	if path != "" {
 		spec, err := btf.LoadSpec(path)
@@ -198,10 +208,27 @@ func loadBTF(path string) (*btf.Spec, error) {
 		}
 		return spec, nil
 	}
-	if _, err := btf.LoadKernelSpec(); err != nil {
+	if err := checkBTFHeader(kernelBTFPath); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoBTF, err)
 	}
 	return nil, nil
+}
+
+// checkBTFHeader checks that path starts with the BTF magic number.
+func checkBTFHeader(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var magic [2]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if binary.LittleEndian.Uint16(magic[:]) != 0xeb9f {
+		return fmt.Errorf("%s: not BTF (magic %#x)", path, magic)
+	}
+	return nil
 }
 
 func (p *Profiler) load(kernelTypes *btf.Spec) error {

@@ -182,3 +182,20 @@ func TestBadBTFFile(t *testing.T) {
 		t.Fatalf("Open with a garbage BTF file: %v, want an error naming it", err)
 	}
 }
+
+func TestCheckBTFHeader(t *testing.T) {
+	bpftest.Require(t)
+	if err := checkBTFHeader(kernelBTFPath); err != nil {
+		t.Fatalf("the running kernel's BTF: %v", err)
+	}
+	dir := t.TempDir()
+	notBTF := filepath.Join(dir, "vmlinux")
+	os.WriteFile(notBTF, []byte("ELF"), 0o644)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o644)
+	for _, path := range []string{notBTF, empty, filepath.Join(dir, "missing")} {
+		if err := checkBTFHeader(path); err == nil {
+			t.Errorf("checkBTFHeader(%s) passed", path)
+		}
+	}
+}
