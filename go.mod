@@ -13,4 +13,5 @@ require (
 	github.com/chzyer/readline v1.5.1 // indirect
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe // indirect
 	github.com/ianlancetaylor/demangle v0.0.0-20250417193237-f615e6bd150b // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 )

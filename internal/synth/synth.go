@@ -1,0 +1,122 @@
+// Package synth generates deterministic, realistic-looking samples for
+// tests and benchmarks: many CPUs sampled at a fixed rate, a few dozen
+// processes with several threads, a skewed set of stacks with kernel and
+// user frames, and idle CPUs running the swapper idle loop.
+package synth
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Config describes the machine and workload to simulate.
+type Config struct {
+	CPUs      int
+	Hz        int
+	Start     int64   // Unix ns of the first tick
+	Seconds   float64 // how long to generate
+	Processes int     // distinct processes (default 40)
+	Stacks    int     // distinct stacks (default 5000)
+	IdleShare float64 // share of samples that are idle (default 0.3)
+	Seed      uint64
+}
+
+// Generator produces samples tick by tick, CPU by CPU.
+type Generator struct {
+	cfg     Config
+	rng     *rand.Rand
+	stacks  [][]sample.Frame
+	idle    [][]sample.Frame
+	threads []thread
+	tick    int64
+	cpu     int
+	zipf    *rand.Zipf
+}
+
+type thread struct {
+	pid, tid uint32
+	comm     string
+	cgroup   uint64
+}
+
+// New returns a generator for cfg.
+func New(cfg Config) *Generator {
+	if cfg.Processes == 0 {
+		cfg.Processes = 40
+	}
+	if cfg.Stacks == 0 {
+		cfg.Stacks = 5000
+	}
+	if cfg.IdleShare == 0 {
+		cfg.IdleShare = 0.3
+	}
+	g := &Generator{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 42))}
+	g.zipf = rand.NewZipf(g.rng, 1.1, 2, uint64(cfg.Stacks-1))
+	comms := []string{"kubelet", "java", "postgres", "nginx", "containerd", "node", "python3", "envoy", "dockerd", "sshd"}
+	for p := range cfg.Processes {
+		pid := uint32(1000 + p*100)
+		for t := range 1 + p%4 {
+			g.threads = append(g.threads, thread{pid: pid, tid: pid + uint32(t),
+				comm: comms[p%len(comms)], cgroup: uint64(5000 + p%7)})
+		}
+	}
+	kernelPath := []string{"entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_read", "ksys_read", "vfs_read",
+		"seq_read_iter", "memory_stat_show", "mem_cgroup_flush_stats", "cgroup_rstat_flush", "tcp_sendmsg", "ext4_file_read_iter"}
+	for s := range cfg.Stacks {
+		depth := 8 + s%22
+		var st []sample.Frame
+		if s%3 == 0 {
+			for k := range 2 + s%5 {
+				name := kernelPath[(s+k)%len(kernelPath)]
+				st = append(st, sample.Frame{Function: name, Module: sample.KernelModule,
+					Address: 0xffffffff81000000 + uint64(k*4096+s%4096), Kind: sample.KindKernel})
+			}
+		}
+		mod := fmt.Sprintf("/usr/bin/app%d", s%13)
+		for d := range depth {
+			st = append(st, sample.Frame{Function: fmt.Sprintf("app%d::fn_%d_%d", s%13, d, (s/7+d)%300), Module: mod,
+				BuildID: fmt.Sprintf("%040x", s%13), Address: uint64(0x401000 + d*64 + s%64), Kind: sample.KindUser})
+		}
+		g.stacks = append(g.stacks, st)
+	}
+	idleFns := [][]string{
+		{"pv_native_safe_halt", "default_idle", "default_idle_call", "do_idle", "cpu_startup_entry", "start_secondary"},
+		{"acpi_idle_enter", "cpuidle_enter_state", "cpuidle_enter", "do_idle", "cpu_startup_entry"},
+	}
+	for _, fns := range idleFns {
+		var st []sample.Frame
+		for i, fn := range fns {
+			st = append(st, sample.Frame{Function: fn, Module: sample.KernelModule, Address: 0xffffffff81f00000 + uint64(i*64), Kind: sample.KindKernel})
+		}
+		g.idle = append(g.idle, st)
+	}
+	return g
+}
+
+// Next returns the next sample in time order, or false when done. The
+// sample's Stack is shared with the generator: callers must not modify it.
+func (g *Generator) Next(s *sample.Sample) bool {
+	period := int64(1e9) / int64(g.cfg.Hz)
+	if float64(g.tick*period) >= g.cfg.Seconds*1e9 {
+		return false
+	}
+	jitter := g.rng.Int64N(20_000) // 20 µs of timer jitter
+	*s = sample.Sample{Time: g.cfg.Start + g.tick*period + jitter, CPU: uint32(g.cpu)}
+	if g.rng.Float64() < g.cfg.IdleShare {
+		s.Comm = "swapper/" + fmt.Sprint(g.cpu)
+		s.Stack = g.idle[g.cpu%len(g.idle)]
+	} else {
+		// Each CPU mostly runs a few threads, as real schedulers do.
+		th := g.threads[(g.cpu*7+int(g.rng.Int64N(5))+int(g.tick/500))%len(g.threads)]
+		s.PID, s.TID, s.Comm, s.CgroupID = th.pid, th.tid, th.comm, th.cgroup
+		s.Stack = g.stacks[g.zipf.Uint64()]
+	}
+	g.cpu++
+	if g.cpu == g.cfg.CPUs {
+		g.cpu = 0
+		g.tick++
+	}
+	return true
+}

@@ -1,0 +1,464 @@
+package store
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// FormatVersion is the version of the block format in FORMAT.md.
+const FormatVersion = 1
+
+const (
+	blockMagic   = "HSBLOCK1"
+	trailerMagic = "HSBLKEND"
+	trailerSize  = 24
+	dataFile     = "data"
+	metaFile     = "meta.json"
+
+	// chunkSamples bounds a chunk: a query decodes whole chunks, so a
+	// 10 s window of 64 CPUs at 99 Hz (63k samples) costs one or two.
+	chunkSamples = 1 << 16
+	// summaryBucket is the width of the per-thread counts kept for
+	// timelines (microseconds).
+	summaryBucket = 10_000_000
+)
+
+// Section kinds, in the order they are written.
+const (
+	sectionStrings = iota + 1
+	sectionFrames
+	sectionStacks
+	sectionThreads
+	sectionChunks
+	sectionSummary
+	numSections = sectionSummary
+)
+
+// Meta is a block's meta.json.
+type Meta struct {
+	Version int    `json:"version"`
+	ID      string `json:"id"`
+	// Source names where the samples came from: a host or an import.
+	Source string `json:"source"`
+	// MinTime and MaxTime bound the samples' times (Unix ns, inclusive).
+	MinTime int64 `json:"minTime"`
+	MaxTime int64 `json:"maxTime"`
+	Samples int   `json:"samples"`
+	// Level is 1 for a block cut from the head or an import, and one more
+	// than its highest parent for a compacted block.
+	Level int `json:"level"`
+	// Parents lists the blocks a compaction merged into this one: when
+	// they are still on disk after a crash, they are deleted on open.
+	Parents []string `json:"parents,omitempty"`
+	// WALSegment is the highest WAL segment whose samples the block holds
+	// (0 if none): replay skips those segments.
+	WALSegment uint64 `json:"walSegment,omitempty"`
+	// Created is when the block was written, and ImportedAt when its data
+	// was imported (0 for recorded data): retention ages imports from it.
+	Created    int64 `json:"created"`
+	ImportedAt int64 `json:"importedAt,omitempty"`
+	// Bytes is the size of the data file.
+	Bytes int64 `json:"bytes"`
+}
+
+// chunkRef locates one chunk in the data file.
+type chunkRef struct {
+	minTime, maxTime int64 // µs
+	count            int
+	section
+}
+
+type section struct {
+	offset           int64
+	stored, raw, crc uint32
+}
+
+type summaryEntry struct {
+	bucket      int64 // µs / summaryBucket
+	thread      uint32
+	count, idle uint32
+}
+
+func newBlockID(now time.Time) string {
+	var r [4]byte
+	rand.Read(r[:])
+	return fmt.Sprintf("%013d-%s", now.UnixMilli(), hex.EncodeToString(r[:]))
+}
+
+// writeBlock writes t's samples as a block under dir and returns its meta.
+func writeBlock(dir string, meta Meta, t *Table) (Meta, error) {
+	order := make([]int32, t.Len())
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(t.Time[a], t.Time[b]) })
+	m := newRemap(t)
+	return writeBlockFrom(dir, meta, func(w *blockWriter) error {
+		for _, i := range order {
+			if err := w.add(m, int(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// writeBlockFrom writes a block whose samples fill adds to a blockWriter in
+// time order. The block is written into "<id>.tmp", synced, and renamed
+// into place, so a crash leaves either the whole block or a .tmp directory
+// that Open removes.
+func writeBlockFrom(dir string, meta Meta, fill func(*blockWriter) error) (Meta, error) {
+	now := time.Now()
+	meta.Version = FormatVersion
+	meta.ID = newBlockID(now)
+	meta.Created = now.UnixMilli()
+	if meta.Level == 0 {
+		meta.Level = 1
+	}
+	tmp := filepath.Join(dir, meta.ID+".tmp")
+	final := filepath.Join(dir, meta.ID)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return meta, fmt.Errorf("write block %s: %w", meta.ID, err)
+	}
+	err := func() error {
+		w, err := newBlockWriter(filepath.Join(tmp, dataFile))
+		if err != nil {
+			return err
+		}
+		defer w.f.Close()
+		if err := fill(w); err != nil {
+			return err
+		}
+		if w.samples == 0 {
+			return fmt.Errorf("no samples")
+		}
+		if err := w.finish(); err != nil {
+			return err
+		}
+		meta.Bytes, meta.MinTime, meta.MaxTime, meta.Samples = w.d.off, w.minTime, w.maxTime, w.samples
+		b, _ := json.MarshalIndent(meta, "", "  ")
+		if err := writeFileSync(filepath.Join(tmp, metaFile), b); err != nil {
+			return err
+		}
+		if err := syncDir(tmp); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, final); err != nil {
+			return err
+		}
+		return syncDir(dir)
+	}()
+	if err != nil {
+		os.RemoveAll(tmp)
+		return meta, fmt.Errorf("write block %s: %w", meta.ID, err)
+	}
+	return meta, nil
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// dataWriter appends sections to a data file.
+type dataWriter struct {
+	w   io.Writer
+	off int64
+	err error
+}
+
+func (d *dataWriter) write(b []byte) {
+	if d.err != nil {
+		return
+	}
+	n, err := d.w.Write(b)
+	d.off += int64(n)
+	d.err = err
+}
+
+func (d *dataWriter) section(raw []byte) section {
+	stored := compress(raw)
+	s := section{offset: d.off, stored: uint32(len(stored)), raw: uint32(len(raw)), crc: crc32.Checksum(stored, castagnoli)}
+	d.write(stored)
+	return s
+}
+
+// blockWriter streams samples, in time order, into a block's data file:
+// chunks are written as they fill, and the tables, which grow as samples
+// arrive, are written after them. Memory holds the tables and one chunk.
+type blockWriter struct {
+	f        *os.File
+	d        *dataWriter
+	tables   *Builder
+	chunk    Table // sample columns of the chunk being filled
+	rows     []int32
+	buf      []byte
+	chunks   []chunkRef
+	summary  map[summaryKey]*summaryEntry
+	idle     lazyIdle
+	samples  int
+	minTime  int64
+	maxTime  int64
+	lastTime int64
+}
+
+type summaryKey struct {
+	bucket int64
+	thread uint32
+}
+
+func newBlockWriter(path string) (*blockWriter, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder(), summary: map[summaryKey]*summaryEntry{}}
+	w.idle.t = &w.tables.T
+	w.d.write([]byte(blockMagic))
+	return w, nil
+}
+
+// add appends sample i of m's table. Samples must come in time order.
+func (w *blockWriter) add(m *remap, i int) error {
+	t := m.src
+	time := t.Time[i]
+	if w.samples > 0 && time < w.lastTime {
+		return fmt.Errorf("samples out of time order: %d after %d", time, w.lastTime)
+	}
+	if w.samples == 0 {
+		w.minTime = time
+	}
+	w.lastTime, w.maxTime = time, time
+	w.samples++
+	thread, stack := w.tables.mapThread(m, t.Thread[i]), w.tables.mapStack(m, t.Stack[i])
+	w.chunk.Time = append(w.chunk.Time, time)
+	w.chunk.CPU = append(w.chunk.CPU, t.CPU[i])
+	w.chunk.Thread = append(w.chunk.Thread, thread)
+	w.chunk.Stack = append(w.chunk.Stack, stack)
+
+	k := summaryKey{floorDiv(micros(time), summaryBucket), thread}
+	e := w.summary[k]
+	if e == nil {
+		e = &summaryEntry{bucket: k.bucket, thread: thread}
+		w.summary[k] = e
+	}
+	e.count++
+	if w.idle.isIdle(thread, stack) {
+		e.idle++
+	}
+	if len(w.chunk.Time) == chunkSamples {
+		w.flushChunk()
+	}
+	return w.d.err
+}
+
+// flushChunk encodes the pending samples, grouped by CPU, as one chunk.
+func (w *blockWriter) flushChunk() {
+	c := &w.chunk
+	if c.Len() == 0 {
+		return
+	}
+	ref := chunkRef{minTime: micros(c.Time[0]), maxTime: micros(c.Time[c.Len()-1]), count: c.Len()}
+	rows := w.rows[:0]
+	for i := range c.Len() {
+		rows = append(rows, int32(i))
+	}
+	slices.SortStableFunc(rows, func(a, b int32) int { return cmp.Compare(c.CPU[a], c.CPU[b]) })
+	w.rows = rows
+	w.buf = encodeChunk(w.buf[:0], c, rows, ref.minTime)
+	ref.section = w.d.section(w.buf)
+	w.chunks = append(w.chunks, ref)
+	c.Time, c.CPU, c.Thread, c.Stack = c.Time[:0], c.CPU[:0], c.Thread[:0], c.Stack[:0]
+}
+
+// finish writes the last chunk, the tables, the table of contents and the
+// trailer, and syncs the file.
+func (w *blockWriter) finish() error {
+	w.flushChunk()
+	t := &w.tables.T
+	var sections [numSections + 1]section
+	sections[sectionStrings] = w.d.section(encodeStrings(t))
+	sections[sectionFrames] = w.d.section(encodeFrames(t))
+	sections[sectionStacks] = w.d.section(encodeStacks(t))
+	sections[sectionThreads] = w.d.section(encodeThreads(t))
+	sections[sectionChunks] = w.d.section(encodeChunkIndex(w.chunks))
+	entries := make([]summaryEntry, 0, len(w.summary))
+	for _, e := range w.summary {
+		entries = append(entries, *e)
+	}
+	slices.SortFunc(entries, func(a, b summaryEntry) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.thread, b.thread))
+	})
+	sections[sectionSummary] = w.d.section(encodeSummary(entries))
+
+	toc := make([]byte, 0, numSections*21)
+	for kind := 1; kind <= numSections; kind++ {
+		s := sections[kind]
+		toc = append(toc, byte(kind))
+		toc = binary.LittleEndian.AppendUint64(toc, uint64(s.offset))
+		toc = binary.LittleEndian.AppendUint32(toc, s.stored)
+		toc = binary.LittleEndian.AppendUint32(toc, s.raw)
+		toc = binary.LittleEndian.AppendUint32(toc, s.crc)
+	}
+	tocOffset := w.d.off
+	w.d.write(toc)
+	trailer := binary.LittleEndian.AppendUint64(nil, uint64(tocOffset))
+	trailer = binary.LittleEndian.AppendUint32(trailer, uint32(len(toc)))
+	trailer = binary.LittleEndian.AppendUint32(trailer, crc32.Checksum(toc, castagnoli))
+	w.d.write(append(trailer, trailerMagic...))
+	if w.d.err != nil {
+		return w.d.err
+	}
+	if err := w.f.Sync(); err != nil {
+		return err
+	}
+	return w.f.Close()
+}
+
+// micros converts Unix ns to the µs the format stores.
+func micros(ns int64) int64 {
+	if ns < 0 {
+		return (ns - 999) / 1000
+	}
+	return ns / 1000
+}
+
+func encodeChunk(buf []byte, t *Table, rows []int32, minTime int64) []byte {
+	var groups [][]int32
+	for lo := 0; lo < len(rows); {
+		hi := lo + 1
+		for hi < len(rows) && t.CPU[rows[hi]] == t.CPU[rows[lo]] {
+			hi++
+		}
+		groups = append(groups, rows[lo:hi])
+		lo = hi
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(groups)))
+	for _, g := range groups {
+		buf = binary.AppendUvarint(buf, uint64(t.CPU[g[0]]))
+		buf = binary.AppendUvarint(buf, uint64(len(g)))
+		prev, prevDelta := minTime, int64(0)
+		for _, r := range g {
+			us := micros(t.Time[r])
+			delta := us - prev
+			buf = binary.AppendVarint(buf, delta-prevDelta)
+			prev, prevDelta = us, delta
+		}
+		for _, r := range g {
+			buf = binary.AppendUvarint(buf, uint64(t.Thread[r]))
+		}
+		for _, r := range g {
+			buf = binary.AppendUvarint(buf, uint64(t.Stack[r]))
+		}
+	}
+	return buf
+}
+
+func encodeStrings(t *Table) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(t.Strings)))
+	for _, s := range t.Strings {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+func encodeFrames(t *Table) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(t.Frames)))
+	for _, f := range t.Frames {
+		b = binary.AppendUvarint(b, uint64(f.Function))
+		b = binary.AppendUvarint(b, uint64(f.Module))
+		b = binary.AppendUvarint(b, uint64(f.BuildID))
+		b = append(b, byte(f.Kind))
+		b = binary.AppendUvarint(b, f.Address)
+	}
+	return b
+}
+
+func encodeStacks(t *Table) []byte {
+	b := binary.AppendUvarint(nil, uint64(t.NumStacks()))
+	for i := range t.NumStacks() {
+		ids := t.StackOf(uint32(i))
+		b = binary.AppendUvarint(b, uint64(len(ids)))
+		for _, id := range ids {
+			b = binary.AppendUvarint(b, uint64(id))
+		}
+	}
+	return b
+}
+
+func encodeThreads(t *Table) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(t.Threads)))
+	for _, th := range t.Threads {
+		b = binary.AppendUvarint(b, uint64(th.PID))
+		b = binary.AppendUvarint(b, uint64(th.TID))
+		b = binary.AppendUvarint(b, uint64(th.Comm))
+		b = binary.AppendUvarint(b, th.Cgroup)
+	}
+	return b
+}
+
+func encodeChunkIndex(chunks []chunkRef) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(chunks)))
+	for _, c := range chunks {
+		b = binary.AppendVarint(b, c.minTime)
+		b = binary.AppendUvarint(b, uint64(c.maxTime-c.minTime))
+		b = binary.AppendUvarint(b, uint64(c.count))
+		b = binary.AppendUvarint(b, uint64(c.offset))
+		b = binary.AppendUvarint(b, uint64(c.stored))
+		b = binary.AppendUvarint(b, uint64(c.raw))
+		b = binary.AppendUvarint(b, uint64(c.crc))
+	}
+	return b
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func encodeSummary(entries []summaryEntry) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(entries)))
+	prev := int64(0)
+	for _, e := range entries {
+		b = binary.AppendVarint(b, e.bucket-prev)
+		prev = e.bucket
+		b = binary.AppendUvarint(b, uint64(e.thread))
+		b = binary.AppendUvarint(b, uint64(e.count))
+		b = binary.AppendUvarint(b, uint64(e.idle))
+	}
+	return b
+}

@@ -1,0 +1,301 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Block is an open, immutable block: its tables are in memory, its chunks
+// are read from disk when a query needs them.
+type Block struct {
+	Dir  string
+	Meta Meta
+
+	file    *os.File
+	tables  *Table // strings, frames, stacks and threads; no samples
+	chunks  []chunkRef
+	summary []summaryEntry
+	idle    idleMasks
+}
+
+// idleMasks marks idle stacks and idle threads of a table.
+type idleMasks struct{ stacks, threads []bool }
+
+// openBlock opens the block in dir, checking its meta, trailer, table of
+// contents, and the CRC of every section it reads.
+func openBlock(dir string) (*Block, error) {
+	b, err := openBlockFiles(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open block %s: %w", dir, err)
+	}
+	return b, nil
+}
+
+func openBlockFiles(dir string) (*Block, error) {
+	mb, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return nil, err
+	}
+	b := &Block{Dir: dir}
+	if err := json.Unmarshal(mb, &b.Meta); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errCorrupt, metaFile, err)
+	}
+	if b.Meta.Version != FormatVersion {
+		return nil, fmt.Errorf("%s: format version %d, this heatscope reads %d", metaFile, b.Meta.Version, FormatVersion)
+	}
+	f, err := os.Open(filepath.Join(dir, dataFile))
+	if err != nil {
+		return nil, err
+	}
+	if err := b.load(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", dataFile, err)
+	}
+	b.file = f
+	return b, nil
+}
+
+func (b *Block) load(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	if size < int64(len(blockMagic))+trailerSize {
+		return fmt.Errorf("%w: %d bytes is too short for a block", errCorrupt, size)
+	}
+	head := make([]byte, len(blockMagic))
+	trailer := make([]byte, trailerSize)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return err
+	}
+	if _, err := f.ReadAt(trailer, size-trailerSize); err != nil {
+		return err
+	}
+	if string(head) != blockMagic || string(trailer[16:]) != trailerMagic {
+		return fmt.Errorf("%w: bad magic (truncated?)", errCorrupt)
+	}
+	tocOffset := int64(binary.LittleEndian.Uint64(trailer))
+	tocLen := int64(binary.LittleEndian.Uint32(trailer[8:]))
+	if tocOffset < 0 || tocLen != numSections*21 || tocOffset+tocLen != size-trailerSize {
+		return fmt.Errorf("%w: bad table of contents position", errCorrupt)
+	}
+	toc := make([]byte, tocLen)
+	if _, err := f.ReadAt(toc, tocOffset); err != nil {
+		return err
+	}
+	if crc32.Checksum(toc, castagnoli) != binary.LittleEndian.Uint32(trailer[12:]) {
+		return fmt.Errorf("%w: table of contents CRC mismatch", errCorrupt)
+	}
+	var raw [numSections + 1][]byte
+	for i := range numSections {
+		e := toc[i*21:]
+		kind := int(e[0])
+		s := section{offset: int64(binary.LittleEndian.Uint64(e[1:])), stored: binary.LittleEndian.Uint32(e[9:]),
+			raw: binary.LittleEndian.Uint32(e[13:]), crc: binary.LittleEndian.Uint32(e[17:])}
+		if kind != i+1 {
+			return fmt.Errorf("%w: section %d has kind %d", errCorrupt, i+1, kind)
+		}
+		if raw[kind], err = readSection(f, s, tocOffset); err != nil {
+			return fmt.Errorf("section %d: %w", kind, err)
+		}
+	}
+	t, err := decodeTables(raw)
+	if err != nil {
+		return err
+	}
+	b.tables = t
+	if b.chunks, err = decodeChunkIndex(raw[sectionChunks], tocOffset); err != nil {
+		return err
+	}
+	if b.summary, err = decodeSummary(raw[sectionSummary], len(t.Threads)); err != nil {
+		return err
+	}
+	b.idle = idleMasks{stacks: idleStacks(t), threads: idleThreads(t)}
+	return nil
+}
+
+// readSection reads, checks and decompresses one section that must end
+// before limit.
+func readSection(f *os.File, s section, limit int64) ([]byte, error) {
+	if s.offset < int64(len(blockMagic)) || s.offset+int64(s.stored) > limit {
+		return nil, fmt.Errorf("%w: section at %d+%d outside the file", errCorrupt, s.offset, s.stored)
+	}
+	stored := make([]byte, s.stored)
+	if _, err := f.ReadAt(stored, s.offset); err != nil {
+		return nil, err
+	}
+	if crc32.Checksum(stored, castagnoli) != s.crc {
+		return nil, fmt.Errorf("%w: CRC mismatch at offset %d", errCorrupt, s.offset)
+	}
+	return decompress(stored, int(s.raw))
+}
+
+func decodeTables(raw [numSections + 1][]byte) (*Table, error) {
+	t := &Table{}
+	r := &reader{b: raw[sectionStrings]}
+	n := r.count("strings", 1)
+	t.Strings = make([]string, n)
+	for i := range t.Strings {
+		t.Strings[i] = string(r.bytes("string"))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("strings: %w", r.err)
+	}
+	ns := uint64(len(t.Strings))
+
+	r = &reader{b: raw[sectionFrames]}
+	t.Frames = make([]Frame, r.count("frames", 5))
+	for i := range t.Frames {
+		f := &t.Frames[i]
+		f.Function = r.u32("frame function", ns)
+		f.Module = r.u32("frame module", ns)
+		f.BuildID = r.u32("frame build id", ns)
+		if kind := r.bytes1(); kind <= byte(sample.KindJIT) {
+			f.Kind = sample.Kind(kind)
+		} else {
+			r.fail("frame kind")
+		}
+		f.Address = r.uvarint("frame address")
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("frames: %w", r.err)
+	}
+
+	r = &reader{b: raw[sectionStacks]}
+	nstacks := r.count("stacks", 1)
+	t.StackStart = make([]uint32, 1, nstacks+1)
+	for range nstacks {
+		nf := r.count("stack frames", 1)
+		for range nf {
+			t.StackFrames = append(t.StackFrames, r.u32("stack frame", uint64(len(t.Frames))))
+		}
+		t.StackStart = append(t.StackStart, uint32(len(t.StackFrames)))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("stacks: %w", r.err)
+	}
+
+	r = &reader{b: raw[sectionThreads]}
+	t.Threads = make([]Thread, r.count("threads", 4))
+	for i := range t.Threads {
+		th := &t.Threads[i]
+		th.PID = r.u32("thread pid", 1<<32)
+		th.TID = r.u32("thread tid", 1<<32)
+		th.Comm = r.u32("thread comm", ns)
+		th.Cgroup = r.uvarint("thread cgroup")
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("threads: %w", r.err)
+	}
+	return t, nil
+}
+
+func (r *reader) bytes1() byte {
+	if len(r.b) == 0 {
+		r.fail("byte")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func decodeChunkIndex(raw []byte, limit int64) ([]chunkRef, error) {
+	r := &reader{b: raw}
+	chunks := make([]chunkRef, r.count("chunks", 7))
+	for i := range chunks {
+		c := &chunks[i]
+		c.minTime = r.varint("chunk time")
+		c.maxTime = c.minTime + int64(r.uvarint("chunk span"))
+		c.count = int(r.u32("chunk count", chunkSamples+1))
+		c.offset = int64(r.uvarint("chunk offset"))
+		c.stored = r.u32("chunk length", uint64(limit))
+		c.raw = r.u32("chunk raw length", 1<<31)
+		c.crc = r.u32("chunk crc", 1<<32)
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("chunk index: %w", r.err)
+	}
+	return chunks, nil
+}
+
+func decodeSummary(raw []byte, threads int) ([]summaryEntry, error) {
+	r := &reader{b: raw}
+	entries := make([]summaryEntry, r.count("summary", 4))
+	prev := int64(0)
+	for i := range entries {
+		e := &entries[i]
+		prev += r.varint("summary bucket")
+		e.bucket = prev
+		e.thread = r.u32("summary thread", uint64(threads))
+		e.count = r.u32("summary count", 1<<32)
+		e.idle = r.u32("summary idle", uint64(e.count)+1)
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("summary: %w", r.err)
+	}
+	return entries, nil
+}
+
+// readChunk reads chunk i into a Table that shares the block's tables.
+func (b *Block) readChunk(i int) (*Table, error) {
+	c := b.chunks[i]
+	tocOffset := b.Meta.Bytes - trailerSize - numSections*21
+	raw, err := readSection(b.file, c.section, tocOffset)
+	if err != nil {
+		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
+	}
+	t := *b.tables
+	if err := decodeChunk(&t, raw, c); err != nil {
+		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
+	}
+	return &t, nil
+}
+
+// decodeChunk fills t's sample columns from a chunk's bytes.
+func decodeChunk(t *Table, raw []byte, c chunkRef) error {
+	r := &reader{b: raw}
+	t.Time = make([]int64, 0, c.count)
+	t.CPU = make([]uint32, 0, c.count)
+	t.Thread = make([]uint32, 0, c.count)
+	t.Stack = make([]uint32, 0, c.count)
+	groups := r.count("cpu groups", 3)
+	nthreads, nstacks := uint64(len(t.Threads)), uint64(t.NumStacks())
+	for range groups {
+		cpu := r.u32("cpu", 1<<32)
+		n := r.count("group samples", 3)
+		if len(t.Time)+n > c.count {
+			return fmt.Errorf("%w: more samples than the index says (%d)", errCorrupt, c.count)
+		}
+		prev, delta := c.minTime, int64(0)
+		for range n {
+			delta += r.varint("time")
+			prev += delta
+			t.Time = append(t.Time, prev*1000)
+			t.CPU = append(t.CPU, cpu)
+		}
+		for range n {
+			t.Thread = append(t.Thread, r.u32("thread id", nthreads))
+		}
+		for range n {
+			t.Stack = append(t.Stack, r.u32("stack id", nstacks))
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(t.Time) != c.count {
+		return fmt.Errorf("%w: %d samples, the index says %d", errCorrupt, len(t.Time), c.count)
+	}
+	return nil
+}
+
+// Close closes the block's data file.
+func (b *Block) Close() error { return b.file.Close() }

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errCorrupt is wrapped by every decoding error caused by bad bytes.
+var errCorrupt = errors.New("corrupt data")
+
+var (
+	encoderOnce sync.Once
+	encoder     *zstd.Encoder
+	decoderOnce sync.Once
+	decoder     *zstd.Decoder
+)
+
+// compress zstd-compresses b. The encoder is shared: EncodeAll is safe for
+// concurrent use.
+func compress(b []byte) []byte {
+	encoderOnce.Do(func() {
+		encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	})
+	return encoder.EncodeAll(b, nil)
+}
+
+// decompress undoes compress, refusing output larger than limit.
+func decompress(b []byte, limit int) ([]byte, error) {
+	decoderOnce.Do(func() {
+		decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(1<<31))
+	})
+	out, err := decoder.DecodeAll(b, make([]byte, 0, limit))
+	if err != nil {
+		return nil, fmt.Errorf("%w: zstd: %w", errCorrupt, err)
+	}
+	if len(out) > limit {
+		return nil, fmt.Errorf("%w: %d bytes decompressed, header says %d", errCorrupt, len(out), limit)
+	}
+	return out, nil
+}
+
+// decoder reads varints and bytes from a buffer, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated or bad %s", errCorrupt, what)
+	}
+	r.b = nil
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint(what string) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// u32 reads a uvarint that must be below limit (an id into a table of that
+// size, or a count no larger than what the bytes can hold).
+func (r *reader) u32(what string, limit uint64) uint32 {
+	v := r.uvarint(what)
+	if v >= limit {
+		r.fail(what)
+		return 0
+	}
+	return uint32(v)
+}
+
+// count reads an element count, checking that each element needs at least
+// minBytes, so a corrupt count cannot make us allocate gigabytes.
+func (r *reader) count(what string, minBytes int) int {
+	v := r.uvarint(what)
+	if v > uint64(len(r.b)/max(minBytes, 1)) {
+		r.fail(what + " count")
+		return 0
+	}
+	return int(v)
+}
+
+func (r *reader) bytes(what string) []byte {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}

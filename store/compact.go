@@ -1,0 +1,188 @@
+package store
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Compaction merges small blocks of one source into larger ones, so that a
+// month of data is a few dozen blocks: blocks that fall inside one aligned
+// window of the next level's width are merged into one block of that level.
+// The levels' widths are multiples of the head's block duration (2 min by
+// default): 2 min, 20 min, 2 h, 12 h.
+var levelFactors = []int64{1, 10, 60, 360}
+
+// maxCompactedSamples bounds a compacted block. The merge streams, so this
+// bounds the block's size on disk and the time a chunk scan may take, not
+// memory.
+const maxCompactedSamples = 200_000_000
+
+// compact runs one compaction plan after another until none is left.
+func (db *DB) compact() error {
+	for {
+		plan := db.planCompaction(time.Now())
+		if len(plan) == 0 {
+			return nil
+		}
+		if err := db.merge(plan); err != nil {
+			return err
+		}
+	}
+}
+
+// planCompaction returns blocks to merge: two or more blocks of one source,
+// all inside one aligned window at some level above theirs, in a window
+// that has closed (its end is older than the newest data plus one head).
+func (db *DB) planCompaction(now time.Time) []*Block {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	base := int64(db.opts.BlockDuration)
+	for level := len(levelFactors) - 1; level >= 1; level-- {
+		width := base * levelFactors[level]
+		groups := map[string][]*Block{}
+		for _, b := range db.blocks {
+			if b.Meta.Level > level {
+				continue
+			}
+			start := floorDiv(b.Meta.MinTime, width) * width
+			if b.Meta.MaxTime >= start+width {
+				continue // straddles the window
+			}
+			// Recorded windows must have closed; imports are complete.
+			if b.Meta.ImportedAt == 0 && start+width > now.UnixNano()-base {
+				continue
+			}
+			key := fmt.Sprintf("%s\x00%d", b.Meta.Source, start)
+			groups[key] = append(groups[key], b)
+		}
+		keys := make([]string, 0, len(groups))
+		for k := range groups {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			g := groups[k]
+			total := 0
+			for _, b := range g {
+				total += b.Meta.Samples
+			}
+			if len(g) >= 2 && total <= maxCompactedSamples {
+				return g
+			}
+		}
+	}
+	return nil
+}
+
+// merge writes the samples of blocks as one block, then deletes them.
+func (db *DB) merge(blocks []*Block) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	meta := Meta{Source: blocks[0].Meta.Source}
+	for _, b := range blocks {
+		meta.Level = max(meta.Level, b.Meta.Level+1)
+		meta.Parents = append(meta.Parents, b.Meta.ID)
+		meta.WALSegment = max(meta.WALSegment, b.Meta.WALSegment)
+		meta.ImportedAt = max(meta.ImportedAt, b.Meta.ImportedAt)
+	}
+	meta.Level = min(meta.Level, len(levelFactors))
+	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), meta, func(w *blockWriter) error {
+		return mergeInTimeOrder(blocks, w)
+	})
+	if err != nil {
+		return fmt.Errorf("compact %d blocks: %w", len(blocks), err)
+	}
+	if err := db.addBlock(meta); err != nil {
+		return err
+	}
+	db.mu.Lock()
+	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool { return slices.Contains(blocks, b) })
+	db.mu.Unlock()
+	for _, b := range blocks {
+		db.cache.forget(b)
+		b.Close()
+		os.RemoveAll(b.Dir)
+	}
+	db.compactions.Add(1)
+	db.log.Debug("compacted blocks", "into", meta.ID, "parents", len(blocks), "samples", meta.Samples, "level", meta.Level)
+	return nil
+}
+
+// blockCursor walks one block's samples in time order, a chunk at a time.
+type blockCursor struct {
+	b     *Block
+	chunk int
+	t     *Table
+	m     *remap
+	order []int32
+	pos   int
+}
+
+func (c *blockCursor) next() (bool, error) {
+	c.pos++
+	for c.t == nil || c.pos >= len(c.order) {
+		if c.chunk >= len(c.b.chunks) {
+			return false, nil
+		}
+		t, err := c.b.readChunk(c.chunk)
+		if err != nil {
+			return false, err
+		}
+		c.chunk++
+		if c.m == nil {
+			c.m = newRemap(t)
+		} else {
+			c.m.src = t
+		}
+		c.t, c.pos = t, 0
+		c.order = c.order[:0]
+		for i := range t.Len() {
+			c.order = append(c.order, int32(i))
+		}
+		slices.SortStableFunc(c.order, func(a, b int32) int { return cmp.Compare(t.Time[a], t.Time[b]) })
+	}
+	return true, nil
+}
+
+func (c *blockCursor) time() int64 { return c.t.Time[c.order[c.pos]] }
+
+// mergeInTimeOrder feeds the samples of blocks to w in time order (a k-way
+// merge: blocks of one window rarely overlap, but may after a restart or an
+// import).
+func mergeInTimeOrder(blocks []*Block, w *blockWriter) error {
+	var cursors []*blockCursor
+	for _, b := range blocks {
+		c := &blockCursor{b: b, pos: -1}
+		ok, err := c.next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			cursors = append(cursors, c)
+		}
+	}
+	for len(cursors) > 0 {
+		best := 0
+		for i, c := range cursors {
+			if c.time() < cursors[best].time() {
+				best = i
+			}
+		}
+		c := cursors[best]
+		if err := w.add(c.m, int(c.order[c.pos])); err != nil {
+			return err
+		}
+		ok, err := c.next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			cursors = slices.Delete(cursors, best, best+1)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,503 @@
+package store
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Options configures a DB.
+type Options struct {
+	// Source names the data this process records (usually the hostname).
+	Source string
+	// BlockDuration is how much time the head covers before it is cut
+	// into a block (default 2 minutes).
+	BlockDuration time.Duration
+	// MaxHeadSamples cuts the head early when it holds this many samples
+	// (default 2 million), bounding the recorder's memory.
+	MaxHeadSamples int
+	// Retention drops blocks whose newest sample is older than this
+	// (imports: older than their import time); 0 keeps everything.
+	Retention time.Duration
+	// RetentionSize drops the oldest blocks while all blocks together are
+	// larger than this many bytes; 0 means no limit.
+	RetentionSize int64
+	// ReadOnly opens the directory for queries only: no lock, no WAL, no
+	// compaction. Recorded data still in a WAL is replayed into memory.
+	ReadOnly bool
+	// Logger receives warnings (skipped corrupt files, disk full).
+	Logger *slog.Logger
+	// ChunkCacheSamples bounds the cache of decoded chunks queries share
+	// (default 4 M samples, about 80 MB).
+	ChunkCacheSamples int
+}
+
+// Stats counts what the DB did and lost.
+type Stats struct {
+	Appended      uint64 // samples appended
+	Lost          uint64 // samples lost for good (disk full with nothing left to drop)
+	WALDropped    uint64 // samples whose WAL page could not be written (kept in memory)
+	WALBytes      int64
+	BlockBytes    int64
+	Blocks        int
+	HeadSamples   int
+	Cuts          uint64
+	Compactions   uint64
+	RetentionDrop uint64 // blocks deleted by retention or to free space
+	CorruptSkips  uint64 // corrupt blocks or WAL segments skipped
+}
+
+// DB is a data directory: sealed blocks plus, for the recording source, an
+// in-memory head backed by a WAL.
+type DB struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+	lock *os.File
+
+	mu      sync.RWMutex
+	blocks  []*Block // sorted by MinTime
+	head    *Builder // nil when read-only with no WAL data
+	wal     *walWriter
+	sealing []*sealingHead
+
+	writeMu sync.Mutex // serialises block writes, compaction and retention
+	cache   chunkCache
+
+	stop chan struct{}
+	done chan struct{}
+
+	appended, lost, walDropped, cuts, compactions, dropped, corrupt atomic.Uint64
+	diskFull                                                        atomic.Bool
+}
+
+// sealingHead is a head that has been cut and is being written as a block;
+// queries still see it.
+type sealingHead struct {
+	table  *Table
+	walSeq uint64
+}
+
+const (
+	defaultBlockDuration  = 2 * time.Minute
+	defaultMaxHeadSamples = 2_000_000
+	blocksDir             = "blocks"
+)
+
+// Open opens (creating it if needed) the data directory dir. Corrupt blocks
+// and WAL segments are skipped with a warning that names them; everything
+// else is still served.
+func Open(dir string, opts Options) (*DB, error) {
+	if opts.BlockDuration <= 0 {
+		opts.BlockDuration = defaultBlockDuration
+	}
+	if opts.MaxHeadSamples <= 0 {
+		opts.MaxHeadSamples = defaultMaxHeadSamples
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Source == "" {
+		opts.Source, _ = os.Hostname()
+	}
+	if opts.ChunkCacheSamples <= 0 {
+		opts.ChunkCacheSamples = defaultChunkCacheSamples
+	}
+	db := &DB{dir: dir, opts: opts, log: opts.Logger}
+	db.cache.limit = opts.ChunkCacheSamples
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Join(dir, blocksDir), 0o755); err != nil {
+			return nil, fmt.Errorf("open data directory: %w", err)
+		}
+		lock, err := lockDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		db.lock = lock
+	} else if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("open data directory: %w", err)
+	}
+	if err := db.loadBlocks(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := db.loadWAL(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		db.stop, db.done = make(chan struct{}), make(chan struct{})
+		go db.background()
+	}
+	return db, nil
+}
+
+// loadBlocks opens every block, removing leftovers of interrupted writes
+// and compactions.
+func (db *DB) loadBlocks() error {
+	root := filepath.Join(db.dir, blocksDir)
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list blocks: %w", err)
+	}
+	var blocks []*Block
+	for _, e := range entries {
+		path := filepath.Join(root, e.Name())
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			if !db.opts.ReadOnly {
+				os.RemoveAll(path) // an interrupted write
+			}
+			continue
+		}
+		if !e.IsDir() {
+			continue
+		}
+		b, err := openBlock(path)
+		if err != nil {
+			db.corrupt.Add(1)
+			db.log.Warn("skipping unreadable block", "block", path, "err", err)
+			continue
+		}
+		blocks = append(blocks, b)
+	}
+	// A compaction that crashed after writing its block but before deleting
+	// its parents leaves both: the parents go.
+	replaced := map[string]bool{}
+	for _, b := range blocks {
+		for _, p := range b.Meta.Parents {
+			replaced[p] = true
+		}
+	}
+	for _, b := range blocks {
+		if replaced[b.Meta.ID] {
+			b.Close()
+			if !db.opts.ReadOnly {
+				os.RemoveAll(b.Dir)
+			}
+			continue
+		}
+		db.blocks = append(db.blocks, b)
+	}
+	db.sortBlocks()
+	return nil
+}
+
+func (db *DB) sortBlocks() {
+	slices.SortFunc(db.blocks, func(a, b *Block) int {
+		return cmp.Or(cmp.Compare(a.Meta.MinTime, b.Meta.MinTime), cmp.Compare(a.Meta.ID, b.Meta.ID))
+	})
+}
+
+// loadWAL replays the WAL segments not yet in blocks. A writer turns each
+// into a block and starts a new segment; a reader keeps them in memory.
+func (db *DB) loadWAL() error {
+	seqs, err := walSegments(db.dir)
+	if err != nil {
+		return err
+	}
+	var sealed uint64
+	for _, b := range db.blocks {
+		sealed = max(sealed, b.Meta.WALSegment)
+	}
+	next := sealed + 1
+	for _, seq := range seqs {
+		next = max(next, seq+1)
+		path := walPath(db.dir, seq)
+		if seq <= sealed {
+			if !db.opts.ReadOnly {
+				os.Remove(path) // already in a block
+			}
+			continue
+		}
+		b, err := replayWAL(path)
+		if err != nil {
+			db.corrupt.Add(1)
+			db.log.Warn("WAL segment damaged; keeping the samples before the damage", "segment", path, "samples", b.T.Len(), "err", err)
+		}
+		if db.opts.ReadOnly {
+			if b.T.Len() > 0 {
+				db.sealing = append(db.sealing, &sealingHead{table: &b.T, walSeq: seq})
+			}
+			continue
+		}
+		if b.T.Len() > 0 {
+			if err := db.writeHead(&b.T, seq); err != nil {
+				return err
+			}
+		}
+		os.Remove(path)
+	}
+	if db.opts.ReadOnly {
+		return nil
+	}
+	return db.newHead(next)
+}
+
+// newHead starts an empty head logging to WAL segment seq.
+func (db *DB) newHead(seq uint64) error {
+	w, err := createWAL(db.dir, seq)
+	if err != nil {
+		return err
+	}
+	db.head = NewBuilder()
+	db.head.onNew = w
+	db.wal = w
+	return nil
+}
+
+// Append adds a sample to the head.
+func (db *DB) Append(s *sample.Sample) error {
+	if db.opts.ReadOnly {
+		return errors.New("append: data directory opened read-only")
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	// Cut first when this sample would stretch the head past a block's
+	// duration, so that a block never mixes far-apart times.
+	if n := db.head.T.Len(); n >= db.opts.MaxHeadSamples || n > 0 && s.Time-db.head.T.Time[0] >= int64(db.opts.BlockDuration) {
+		db.cutLocked()
+	}
+	h := db.head
+	h.Append(s)
+	n := h.T.Len() - 1
+	db.wal.addSample(h.T.Time[n], h.T.CPU[n], h.T.Thread[n], h.T.Stack[n])
+	db.appended.Add(1)
+	if db.wal.buffered() >= 4<<20 {
+		db.flushWALLocked()
+	}
+	return nil
+}
+
+// flushWALLocked writes the WAL's buffer, freeing disk space once if the
+// disk is full.
+func (db *DB) flushWALLocked() {
+	dropped, err := db.wal.flush()
+	if err == nil {
+		return
+	}
+	db.walDropped.Add(uint64(dropped))
+	if errors.Is(err, syscall.ENOSPC) {
+		db.diskFull.Store(true) // the background loop frees space
+	}
+	db.log.Warn("WAL write failed; samples stay in memory until the head is cut", "samples", dropped, "err", err)
+}
+
+// cutLocked seals the head and starts a new one; the sealed head is written
+// as a block in the background. db.mu must be held.
+func (db *DB) cutLocked() {
+	if db.head == nil || db.head.T.Len() == 0 {
+		return
+	}
+	old := db.wal
+	if err := old.close(); err != nil {
+		db.log.Warn("closing WAL segment", "err", err)
+	}
+	sh := &sealingHead{table: &db.head.T, walSeq: old.seq}
+	db.sealing = append(db.sealing, sh)
+	db.cuts.Add(1)
+	if err := db.newHead(old.seq + 1); err != nil {
+		// No WAL: keep recording into memory only, retrying at the next cut.
+		db.log.Warn("cannot start a WAL segment", "err", err)
+		db.head = NewBuilder()
+		db.wal = &walWriter{seq: old.seq + 1, f: devNull()}
+	}
+	go db.seal(sh)
+}
+
+func devNull() *os.File {
+	f, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	return f
+}
+
+// seal writes a sealed head as a block, then forgets it and its WAL.
+func (db *DB) seal(sh *sealingHead) {
+	err := db.writeHead(sh.table, sh.walSeq)
+	db.mu.Lock()
+	db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == sh })
+	db.mu.Unlock()
+	if err != nil {
+		db.lost.Add(uint64(sh.table.Len()))
+		db.log.Error("head lost: could not write it as a block", "samples", sh.table.Len(), "err", err)
+	}
+	os.Remove(walPath(db.dir, sh.walSeq))
+}
+
+// writeHead writes a head's samples as a block and adds it. On a full disk
+// it drops the oldest blocks, one at a time, until the write succeeds or
+// nothing is left to drop.
+func (db *DB) writeHead(t *Table, walSeq uint64) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	for {
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: walSeq}, t)
+		if err == nil {
+			return db.addBlock(meta)
+		}
+		if !errors.Is(err, syscall.ENOSPC) || !db.dropOldest("disk full") {
+			return err
+		}
+	}
+}
+
+// addBlock opens a newly written block and adds it to the list.
+func (db *DB) addBlock(meta Meta) error {
+	b, err := openBlock(filepath.Join(db.dir, blocksDir, meta.ID))
+	if err != nil {
+		return err
+	}
+	db.mu.Lock()
+	db.blocks = append(db.blocks, b)
+	db.sortBlocks()
+	db.mu.Unlock()
+	return nil
+}
+
+// dropOldest deletes the block with the oldest data; false if none is left.
+func (db *DB) dropOldest(why string) bool {
+	db.mu.Lock()
+	if len(db.blocks) == 0 {
+		db.mu.Unlock()
+		return false
+	}
+	oldest := slices.MinFunc(db.blocks, func(a, b *Block) int { return cmp.Compare(a.Meta.MaxTime, b.Meta.MaxTime) })
+	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool { return b == oldest })
+	db.mu.Unlock()
+	db.removeBlock(oldest, why)
+	return true
+}
+
+func (db *DB) removeBlock(b *Block, why string) {
+	db.cache.forget(b)
+	b.Close()
+	if err := os.RemoveAll(b.Dir); err != nil {
+		db.log.Warn("delete block", "block", b.Dir, "err", err)
+	}
+	db.dropped.Add(1)
+	db.log.Info("dropped block", "block", b.Meta.ID, "source", b.Meta.Source, "samples", b.Meta.Samples, "why", why)
+}
+
+// walFlushInterval is how often the WAL is written and synced: half the
+// one second a SIGKILL may cost, leaving room for a slow fsync.
+const walFlushInterval = 500 * time.Millisecond
+
+// background flushes the WAL twice a second, cuts the head when it is old
+// enough, and compacts and applies retention every minute.
+func (db *DB) background() {
+	defer close(db.done)
+	tick := time.NewTicker(walFlushInterval)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-db.stop:
+			return
+		case now := <-tick.C:
+			db.mu.Lock()
+			db.flushWALLocked()
+			if h := db.head; h.T.Len() > 0 && now.UnixNano()-h.T.Time[0] >= int64(db.opts.BlockDuration) {
+				db.cutLocked()
+			}
+			db.mu.Unlock()
+			if db.diskFull.Swap(false) {
+				db.dropOldest("disk full")
+			}
+			if now.Sub(last) >= time.Minute {
+				last = now
+				db.Maintain()
+			}
+		}
+	}
+}
+
+// Maintain runs one round of compaction and retention.
+func (db *DB) Maintain() {
+	if db.opts.ReadOnly {
+		return
+	}
+	if err := db.compact(); err != nil {
+		db.log.Warn("compaction failed", "err", err)
+	}
+	db.applyRetention(time.Now())
+}
+
+// Flush writes the WAL buffer to disk and syncs it.
+func (db *DB) Flush() {
+	if db.opts.ReadOnly {
+		return
+	}
+	db.mu.Lock()
+	db.flushWALLocked()
+	db.mu.Unlock()
+}
+
+// Close stops background work, writes the head as a block, and releases
+// the directory. A clean close loses nothing.
+func (db *DB) Close() error {
+	if db.stop != nil {
+		close(db.stop)
+		<-db.done
+		db.stop = nil
+	}
+	var err error
+	if !db.opts.ReadOnly && db.head != nil {
+		db.mu.Lock()
+		db.cutLocked()
+		db.wal.close()
+		os.Remove(walPath(db.dir, db.wal.seq))
+		db.head = nil
+		db.mu.Unlock()
+		// Wait for the sealing writes.
+		for {
+			db.mu.RLock()
+			n := len(db.sealing)
+			db.mu.RUnlock()
+			if n == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	db.mu.Lock()
+	for _, b := range db.blocks {
+		b.Close()
+	}
+	db.blocks = nil
+	db.mu.Unlock()
+	if db.lock != nil {
+		db.lock.Close()
+	}
+	return err
+}
+
+// Stats returns the DB's counters.
+func (db *DB) Stats() Stats {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	s := Stats{Appended: db.appended.Load(), Lost: db.lost.Load(), WALDropped: db.walDropped.Load(),
+		Cuts: db.cuts.Load(), Compactions: db.compactions.Load(), RetentionDrop: db.dropped.Load(),
+		CorruptSkips: db.corrupt.Load(), Blocks: len(db.blocks)}
+	for _, b := range db.blocks {
+		s.BlockBytes += b.Meta.Bytes
+	}
+	if db.head != nil {
+		s.HeadSamples = db.head.T.Len()
+	}
+	if db.wal != nil {
+		s.WALBytes = db.wal.size
+	}
+	return s
+}

@@ -1,0 +1,437 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+)
+
+var everything = Range{From: math.MinInt64, To: math.MaxInt64}
+
+// all returns every sample in db, idle included, sorted.
+func all(t testing.TB, db *DB, f Filter) []sample.Sample {
+	t.Helper()
+	f.IncludeIdle = true
+	var out []sample.Sample
+	warnings, err := db.Select(context.Background(), everything, &f, func(b *Batch) error {
+		for _, i := range b.Rows {
+			out = append(out, b.T.Sample(int(i)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) > 0 {
+		t.Fatalf("warnings: %v", warnings)
+	}
+	sortSamples(out)
+	return out
+}
+
+func appendSynth(t testing.TB, db *DB, cfg synth.Config) []sample.Sample {
+	t.Helper()
+	g := synth.New(cfg)
+	var want []sample.Sample
+	var s sample.Sample
+	for g.Next(&s) {
+		s.Time = s.Time / 1000 * 1000
+		if err := db.Append(&s); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, s)
+	}
+	sortSamples(want)
+	return want
+}
+
+func sameSamples(t *testing.T, got, want []sample.Sample) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d samples, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !equalSamples(got[i], want[i]) {
+			t.Fatalf("sample %d: %+v\nwant %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestRoundTripThroughHeadWALAndBlocks(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(-2 * time.Minute).UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 4, Hz: 99, Start: now, Seconds: 100, Stacks: 300})
+	// Some samples are in blocks already, the rest in the head: both answer.
+	sameSamples(t, all(t, db, Filter{}), want)
+	if st := db.Stats(); st.Cuts < 2 {
+		t.Errorf("%d head cuts for 100 s of data with 30 s blocks", st.Cuts)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if segs, _ := walSegments(dir); len(segs) != 0 {
+		t.Errorf("WAL segments left after a clean close: %v", segs)
+	}
+	db, err = Open(dir, Options{Source: "host", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sameSamples(t, all(t, db, Filter{}), want)
+	src := db.Sources()
+	if len(src) != 1 || src[0].Name != "host" || src[0].Samples != len(want) || src[0].First != want[0].Time {
+		t.Errorf("sources %+v", src)
+	}
+}
+
+func TestSecondWriterRefused(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = Open(dir, Options{Source: "host"})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second writer: %v, want ErrLocked naming pid %d", err, os.Getpid())
+	}
+	reader, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("a reader must open a locked directory: %v", err)
+	}
+	reader.Close()
+}
+
+func TestCompactionKeepsEverySample(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 700, Stacks: 200})
+	db.mu.Lock()
+	db.cutLocked()
+	db.mu.Unlock()
+	waitSealed(t, db)
+	before := db.Stats().Blocks
+	db.Maintain()
+	after := db.Stats()
+	if after.Compactions == 0 || after.Blocks >= before/3 {
+		t.Fatalf("compaction: %d blocks before, %d after, %d compactions", before, after.Blocks, after.Compactions)
+	}
+	sameSamples(t, all(t, db, Filter{}), want)
+	for _, b := range db.blocks {
+		if b.Meta.Level > 1 && len(b.Meta.Parents) < 2 {
+			t.Errorf("compacted block %s lists parents %v", b.Meta.ID, b.Meta.Parents)
+		}
+	}
+}
+
+func waitSealed(t testing.TB, db *DB) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		db.mu.RLock()
+		n := len(db.sealing)
+		db.mu.RUnlock()
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatal("sealed heads were not written")
+}
+
+func TestRetention(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	old := time.Now().Add(-10 * 24 * time.Hour).UnixNano()
+	appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: old, Seconds: 300, Stacks: 100})
+	recent := time.Now().Add(-time.Hour).UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: recent, Seconds: 300, Stacks: 100, Seed: 2})
+	db.mu.Lock()
+	db.cutLocked()
+	db.mu.Unlock()
+	waitSealed(t, db)
+
+	db.opts.Retention = 7 * 24 * time.Hour
+	db.applyRetention(time.Now())
+	sameSamples(t, all(t, db, Filter{}), want)
+
+	// By size: keep only what fits, dropping the oldest first.
+	st := db.Stats()
+	db.opts.RetentionSize = st.BlockBytes / 2
+	db.applyRetention(time.Now())
+	st2 := db.Stats()
+	if st2.BlockBytes > db.opts.RetentionSize || st2.Blocks == 0 || st2.Blocks >= st.Blocks {
+		t.Fatalf("size retention: %d bytes in %d blocks, limit %d (before: %d in %d)", st2.BlockBytes, st2.Blocks, db.opts.RetentionSize, st.BlockBytes, st.Blocks)
+	}
+	got := all(t, db, Filter{})
+	if got[len(got)-1].Time != want[len(want)-1].Time {
+		t.Errorf("size retention dropped the newest data")
+	}
+}
+
+func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Hour).UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 100})
+	db.Close()
+	entries, _ := os.ReadDir(filepath.Join(dir, blocksDir))
+	if len(entries) < 3 {
+		t.Fatalf("%d blocks", len(entries))
+	}
+	// Damage a chunk of the first block and the meta of the second.
+	victim := filepath.Join(dir, blocksDir, entries[0].Name(), dataFile)
+	data, _ := os.ReadFile(victim)
+	data[20] ^= 0xff
+	os.WriteFile(victim, data, 0o644)
+	os.WriteFile(filepath.Join(dir, blocksDir, entries[1].Name(), metaFile), []byte("garbage"), 0o644)
+
+	db, err = Open(dir, Options{Source: "host", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if db.Stats().CorruptSkips != 1 {
+		t.Errorf("corrupt meta not counted: %+v", db.Stats())
+	}
+	var got int
+	warnings, err := db.Select(context.Background(), everything, &Filter{IncludeIdle: true}, func(b *Batch) error {
+		got += len(b.Rows)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0].Error(), entries[0].Name()) {
+		t.Fatalf("warnings %v, want one naming block %s", warnings, entries[0].Name())
+	}
+	if got == 0 || got >= len(want) {
+		t.Fatalf("%d of %d samples answered around the damage", got, len(want))
+	}
+}
+
+func TestTornWALTail(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 10, Stacks: 50})
+	db.Flush()
+	appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start + 20e9, Seconds: 1, Stacks: 50})
+	db.Flush()
+	// Simulate a crash mid-write: no clean close, the last page torn.
+	seg := walPath(dir, db.wal.seq)
+	db.stop <- struct{}{}
+	data, _ := os.ReadFile(seg)
+	os.WriteFile(seg, data[:len(data)-10], 0o644)
+	db.lock.Close()
+
+	db2, err := Open(dir, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	sameSamples(t, all(t, db2, Filter{}), want)
+	if db2.Stats().CorruptSkips != 1 {
+		t.Errorf("the torn segment was not reported: %+v", db2.Stats())
+	}
+}
+
+func TestImportIsAllOrNothing(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := synth.New(synth.Config{CPUs: 4, Hz: 999, Start: 1e15, Seconds: 1200, Stacks: 100})
+	var n int
+	_, err = db.Import("bad", func(fn func(*sample.Sample) error) error {
+		var s sample.Sample
+		for g.Next(&s) {
+			if n++; n == importBlockSamples+10 {
+				return errors.New("line 12345: garbage")
+			}
+			if err := fn(&s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "line 12345") {
+		t.Fatalf("import error %v", err)
+	}
+	if st := db.Stats(); st.Blocks != 0 || len(db.Sources()) != 0 {
+		t.Fatalf("a failed import left %d blocks, sources %v", st.Blocks, db.Sources())
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, blocksDir))
+	if len(entries) != 0 {
+		t.Fatalf("a failed import left files: %v", entries)
+	}
+}
+
+// TestDiskFull records into a tiny tmpfs: the recorder must keep going,
+// drop the oldest data to make room, and count what it lost.
+func TestDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	defer exec.Command("umount", dir).Run()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-2 * time.Hour).UnixNano()
+	// Far more than 3 MB of data, with all-distinct stacks so it does not
+	// compress away.
+	appendSynth(t, db, synth.Config{CPUs: 8, Hz: 99, Start: start, Seconds: 300, Stacks: 20000})
+	db.mu.Lock()
+	db.cutLocked()
+	db.mu.Unlock()
+	waitSealed(t, db)
+	st := db.Stats()
+	if st.RetentionDrop == 0 {
+		t.Fatalf("the disk filled but no block was dropped: %+v", st)
+	}
+	if st.Blocks == 0 {
+		t.Fatalf("nothing kept: %+v", st)
+	}
+	got := all(t, db, Filter{})
+	if len(got) == 0 || got[len(got)-1].Time < start+290e9 {
+		t.Fatalf("the newest data was not kept")
+	}
+	// Space returns: recording carries on normally.
+	db.opts.RetentionSize = 1 << 20
+	db.applyRetention(time.Now())
+	more := appendSynth(t, db, synth.Config{CPUs: 1, Hz: 99, Start: time.Now().UnixNano(), Seconds: 5, Stacks: 10})
+	db.Flush()
+	got = all(t, db, Filter{})
+	if got[len(got)-1].Time != more[len(more)-1].Time {
+		t.Fatal("recording did not resume after space returned")
+	}
+	db.Close()
+}
+
+// The crash test runs a recorder in a child process (this test binary
+// re-executed), kills it with SIGKILL, and checks what survived.
+const crashChildEnv = "HEATSCOPE_STORE_CRASH_CHILD"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir)
+		return
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	os.Exit(m.Run())
+}
+
+// crashChild appends numbered samples stamped with the wall clock, and
+// prints the number it reached every 20 ms, until it is killed.
+func crashChild(dir string) {
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 2 * time.Second})
+	if err != nil {
+		fmt.Println("open:", err)
+		os.Exit(1)
+	}
+	stack := []sample.Frame{{Function: "work", Module: "/bin/x", Kind: sample.KindUser}}
+	for seq := uint32(0); ; seq++ {
+		s := sample.Sample{Time: time.Now().UnixNano(), CPU: seq % 2, PID: 1, TID: seq, Comm: "x", Stack: stack}
+		if err := db.Append(&s); err != nil {
+			fmt.Println("append:", err)
+			os.Exit(1)
+		}
+		if seq%100 == 0 {
+			fmt.Printf("%d %d\n", seq, s.Time)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestCrashLosesAtMostOneSecond(t *testing.T) {
+	dir := t.TempDir()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), crashChildEnv+"="+dir)
+	out, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	var lastSeq, lastTime int64
+	// Spans two block cuts, and lands anywhere between WAL flushes.
+	deadline := time.Now().Add(4*time.Second + rand.N(time.Second))
+	for lines.Scan() && time.Now().Before(deadline) {
+		f := strings.Fields(lines.Text())
+		if len(f) != 2 {
+			t.Fatalf("child: %s", lines.Text())
+		}
+		lastSeq, _ = strconv.ParseInt(f[0], 10, 64)
+		lastTime, _ = strconv.ParseInt(f[1], 10, 64)
+	}
+	child.Process.Kill() // SIGKILL
+	child.Wait()
+	killedAt := time.Now().UnixNano()
+
+	db, err := Open(dir, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if st := db.Stats(); st.CorruptSkips > 1 {
+		t.Errorf("%d corrupt files after a crash (at most the torn WAL tail)", st.CorruptSkips)
+	}
+	got := all(t, db, Filter{})
+	seqs := make([]int, len(got))
+	for i, s := range got {
+		seqs[i] = int(s.TID)
+	}
+	slices.Sort(seqs)
+	for i, s := range seqs {
+		if s != i {
+			t.Fatalf("samples 0..%d recovered with a hole at %d", seqs[len(seqs)-1], i)
+		}
+	}
+	newest := got[len(got)-1].Time
+	for _, s := range got {
+		newest = max(newest, s.Time)
+	}
+	if lost := time.Duration(killedAt - newest); lost > 1100*time.Millisecond {
+		t.Fatalf("the newest recovered sample is %v older than the kill (last reported %d at %v)", lost, lastSeq, time.Duration(killedAt-lastTime))
+	}
+	t.Logf("recovered %d samples; the newest is %v older than the SIGKILL", len(got), time.Duration(killedAt-newest))
+}

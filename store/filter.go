@@ -1,0 +1,150 @@
+package store
+
+import (
+	"regexp"
+	"slices"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// StackPart selects which frames of each stack a query keeps.
+type StackPart int
+
+// Stack parts.
+const (
+	// AllFrames keeps every frame.
+	AllFrames StackPart = iota
+	// KernelFrames keeps kernel frames; samples without any are dropped.
+	KernelFrames
+	// UserFrames keeps user (and JIT) frames; samples without any are dropped.
+	UserFrames
+)
+
+// Filter selects samples. The zero Filter selects every non-idle sample.
+type Filter struct {
+	// Sources keeps samples of these sources (all when empty).
+	Sources []string
+	// PIDs and TIDs keep samples of these processes and threads.
+	PIDs, TIDs []uint32
+	// Comm keeps samples whose command is exactly this; CommRegex keeps
+	// those whose command matches.
+	Comm      string
+	CommRegex *regexp.Regexp
+	// CPUs keeps samples taken on these CPUs.
+	CPUs []uint32
+	// Cgroups keeps samples of these cgroup ids.
+	Cgroups []uint64
+	// Frame keeps samples with any frame whose function matches.
+	Frame *regexp.Regexp
+	// Stack keeps kernel or user frames only.
+	Stack StackPart
+	// IncludeIdle keeps samples of the CPU idle loop (dropped by default).
+	IncludeIdle bool
+}
+
+// keepsSource reports whether f selects source.
+func (f *Filter) keepsSource(source string) bool {
+	return len(f.Sources) == 0 || slices.Contains(f.Sources, source)
+}
+
+// threadOnly reports whether the filter looks at nothing but thread
+// attributes (and idleness), so per-thread summaries can answer it.
+func (f *Filter) threadOnly() bool {
+	return len(f.CPUs) == 0 && f.Frame == nil && f.Stack == AllFrames
+}
+
+// compiled is a filter evaluated against one table's entries.
+type compiled struct {
+	f          *Filter
+	threadOK   []bool
+	stackOK    []bool // frame regex and stack part
+	idleThread []bool
+	idleStack  []bool
+	cpuOK      []bool
+	keepFrame  []bool // per frame, for the stack part (nil: keep all)
+}
+
+// compile evaluates f against t's threads, stacks and frames. idle holds
+// t's idle masks when already known.
+func compile(f *Filter, t *Table, idle *idleMasks) *compiled {
+	c := &compiled{f: f}
+	c.threadOK = make([]bool, len(t.Threads))
+	for i, th := range t.Threads {
+		c.threadOK[i] = f.keepsThread(th, t.Strings[th.Comm])
+	}
+	if idle != nil {
+		c.idleThread, c.idleStack = idle.threads, idle.stacks
+	} else {
+		c.idleThread, c.idleStack = idleThreads(t), idleStacks(t)
+	}
+	if len(f.CPUs) > 0 {
+		c.cpuOK = make([]bool, slices.Max(f.CPUs)+1)
+		for _, cpu := range f.CPUs {
+			c.cpuOK[cpu] = true
+		}
+	}
+	if f.Stack != AllFrames {
+		c.keepFrame = make([]bool, len(t.Frames))
+		for i, fr := range t.Frames {
+			kernel := fr.Kind == sample.KindKernel
+			c.keepFrame[i] = kernel == (f.Stack == KernelFrames)
+		}
+	}
+	var funcMatch map[uint32]bool
+	if f.Frame != nil {
+		funcMatch = map[uint32]bool{}
+	}
+	c.stackOK = make([]bool, t.NumStacks())
+	for i := range c.stackOK {
+		ok := true
+		if c.keepFrame != nil {
+			ok = slices.ContainsFunc(t.StackOf(uint32(i)), func(id uint32) bool { return c.keepFrame[id] })
+		}
+		if ok && f.Frame != nil {
+			ok = slices.ContainsFunc(t.StackOf(uint32(i)), func(id uint32) bool {
+				if c.keepFrame != nil && !c.keepFrame[id] {
+					return false
+				}
+				fn := t.Frames[id].Function
+				m, seen := funcMatch[fn]
+				if !seen {
+					m = f.Frame.MatchString(t.Strings[fn])
+					funcMatch[fn] = m
+				}
+				return m
+			})
+		}
+		c.stackOK[i] = ok
+	}
+	return c
+}
+
+func (f *Filter) keepsThread(th Thread, comm string) bool {
+	switch {
+	case len(f.PIDs) > 0 && !slices.Contains(f.PIDs, th.PID),
+		len(f.TIDs) > 0 && !slices.Contains(f.TIDs, th.TID),
+		f.Comm != "" && comm != f.Comm,
+		f.CommRegex != nil && !f.CommRegex.MatchString(comm),
+		len(f.Cgroups) > 0 && !slices.Contains(f.Cgroups, th.Cgroup):
+		return false
+	}
+	return true
+}
+
+// keeps reports whether sample i of t passes.
+func (c *compiled) keeps(t *Table, i int) bool {
+	th, st := t.Thread[i], t.Stack[i]
+	if !c.threadOK[th] || !c.stackOK[st] {
+		return false
+	}
+	if !c.f.IncludeIdle && c.idleThread[th] && c.idleStack[st] {
+		return false
+	}
+	if c.cpuOK != nil {
+		cpu := t.CPU[i]
+		if int(cpu) >= len(c.cpuOK) || !c.cpuOK[cpu] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// applyRetention deletes blocks past the age limit, then the oldest blocks
+// while the total size is over the size limit. A block's age runs from its
+// newest sample, or for imported data (which keeps its own, possibly
+// ancient, timestamps) from when it was imported.
+func (db *DB) applyRetention(now time.Time) {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	db.mu.Lock()
+	var doomed []*Block
+	if db.opts.Retention > 0 {
+		cutoff := now.Add(-db.opts.Retention).UnixNano()
+		for _, b := range db.blocks {
+			if blockAge(b) < cutoff {
+				doomed = append(doomed, b)
+			}
+		}
+	}
+	if db.opts.RetentionSize > 0 {
+		byAge := slices.Clone(db.blocks)
+		slices.SortFunc(byAge, func(a, b *Block) int { return cmp.Compare(blockAge(a), blockAge(b)) })
+		var total int64
+		for _, b := range byAge {
+			if !slices.Contains(doomed, b) {
+				total += b.Meta.Bytes
+			}
+		}
+		for _, b := range byAge {
+			if total <= db.opts.RetentionSize {
+				break
+			}
+			if !slices.Contains(doomed, b) {
+				doomed = append(doomed, b)
+				total -= b.Meta.Bytes
+			}
+		}
+	}
+	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool { return slices.Contains(doomed, b) })
+	db.mu.Unlock()
+	for _, b := range doomed {
+		db.removeBlock(b, "retention")
+	}
+}
+
+// blockAge is the time retention measures a block's age from (Unix ns).
+func blockAge(b *Block) int64 {
+	if b.Meta.ImportedAt > 0 {
+		return b.Meta.ImportedAt * int64(time.Millisecond)
+	}
+	return b.Meta.MaxTime
+}

@@ -1,0 +1,231 @@
+package store
+
+import (
+	"container/list"
+	"context"
+	"runtime"
+	"sync"
+)
+
+// Range is a half-open time range [From, To) in Unix nanoseconds.
+type Range struct{ From, To int64 }
+
+// overlaps reports whether [min, max] (inclusive) meets r.
+func (r Range) overlaps(min, max int64) bool { return min < r.To && max >= r.From }
+
+// Batch is the samples of one table that passed a filter.
+type Batch struct {
+	// Source is where the samples came from.
+	Source string
+	// T holds the samples and the tables their ids index.
+	T *Table
+	// Rows are the indices in T of the matching samples.
+	Rows []int32
+	// KeepFrame, when not nil, says which frames (by id) the filter's
+	// stack part keeps; the others must be left out of stacks.
+	KeepFrame []bool
+}
+
+// Warnings lists data a query had to skip (a corrupt chunk, a block that
+// vanished); the answer covers everything else.
+type Warnings []error
+
+// part is one unit of work for Select: a chunk of a block, or a head.
+type part struct {
+	source string
+	block  *Block
+	chunk  int
+	head   *Table
+	mask   *compiled // for heads, compiled at plan time
+}
+
+// Select calls fn with the samples in r that pass f: one batch per chunk or
+// head, chunks in time order. Chunks are decoded on all CPUs, a few ahead
+// of fn, and cached; fn is called from one goroutine. Data that cannot be
+// read is skipped and named in the returned Warnings.
+func (db *DB) Select(ctx context.Context, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
+	parts := db.plan(r, f)
+	type result struct {
+		batch *Batch
+		err   error
+	}
+	results := make([]chan result, len(parts))
+	for i := range results {
+		results[i] = make(chan result, 1)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	masks := &maskCache{f: f, m: map[*Block]*compiled{}}
+	inFlight := make(chan struct{}, 2*runtime.GOMAXPROCS(0))
+	go func() {
+		for i := range parts {
+			select {
+			case inFlight <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				b, err := db.runPart(&parts[i], r, masks)
+				results[i] <- result{b, err}
+			}()
+		}
+	}()
+	var warnings Warnings
+	for i := range parts {
+		var res result
+		select {
+		case res = <-results[i]:
+			<-inFlight
+		case <-ctx.Done():
+			return warnings, ctx.Err()
+		}
+		if res.err != nil {
+			db.corrupt.Add(1)
+			db.log.Warn("query skipped unreadable data", "err", res.err)
+			warnings = append(warnings, res.err)
+			continue
+		}
+		if res.batch == nil || len(res.batch.Rows) == 0 {
+			continue
+		}
+		if err := fn(res.batch); err != nil {
+			return warnings, err
+		}
+	}
+	return warnings, nil
+}
+
+// plan lists the chunks and heads that may hold samples in r.
+func (db *DB) plan(r Range, f *Filter) []part {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	var parts []part
+	for _, b := range db.blocks {
+		if !f.keepsSource(b.Meta.Source) || !r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
+			continue
+		}
+		for i, c := range b.chunks {
+			if r.overlaps(c.minTime*1000, c.maxTime*1000+999) {
+				parts = append(parts, part{source: b.Meta.Source, block: b, chunk: i})
+			}
+		}
+	}
+	if f.keepsSource(db.opts.Source) {
+		var heads []*Table
+		for _, s := range db.sealing {
+			heads = append(heads, s.table.snapshot())
+		}
+		if db.head != nil && db.head.T.Len() > 0 {
+			heads = append(heads, db.head.T.snapshot())
+		}
+		for _, h := range heads {
+			parts = append(parts, part{source: db.opts.Source, head: h, mask: compile(f, h, nil)})
+		}
+	}
+	return parts
+}
+
+// maskCache compiles a filter once per block for one query.
+type maskCache struct {
+	f  *Filter
+	mu sync.Mutex
+	m  map[*Block]*compiled
+}
+
+func (mc *maskCache) get(b *Block) *compiled {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	c, ok := mc.m[b]
+	if !ok {
+		c = compile(mc.f, b.tables, &b.idle)
+		mc.m[b] = c
+	}
+	return c
+}
+
+// runPart reads one part and returns its matching rows.
+func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
+	t, mask := p.head, p.mask
+	if p.block != nil {
+		var err error
+		if t, err = db.chunk(p.block, p.chunk); err != nil {
+			return nil, err
+		}
+		mask = masks.get(p.block)
+	}
+	b := &Batch{Source: p.source, T: t, KeepFrame: mask.keepFrame}
+	for i, ts := range t.Time {
+		if ts >= r.From && ts < r.To && mask.keeps(t, i) {
+			b.Rows = append(b.Rows, int32(i))
+		}
+	}
+	return b, nil
+}
+
+// chunkCache keeps recently decoded chunks, bounded by their sample count.
+type chunkCache struct {
+	mu      sync.Mutex
+	limit   int
+	samples int
+	lru     *list.List // of *cachedChunk, most recent first
+	index   map[chunkKey]*list.Element
+}
+
+type chunkKey struct {
+	block *Block
+	chunk int
+}
+
+type cachedChunk struct {
+	key   chunkKey
+	table *Table
+}
+
+// defaultChunkCacheSamples bounds the decoded-chunk cache: 4 M samples,
+// about 80 MB, enough to hold a 10-minute heatmap of 64 CPUs.
+const defaultChunkCacheSamples = 4 << 20
+
+func (db *DB) chunk(b *Block, i int) (*Table, error) {
+	c := &db.cache
+	key := chunkKey{b, i}
+	c.mu.Lock()
+	if c.index == nil {
+		c.index, c.lru = map[chunkKey]*list.Element{}, list.New()
+	}
+	if e, ok := c.index[key]; ok {
+		c.lru.MoveToFront(e)
+		t := e.Value.(*cachedChunk).table
+		c.mu.Unlock()
+		return t, nil
+	}
+	c.mu.Unlock()
+	t, err := b.readChunk(i)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.index[key]; !ok {
+		c.index[key] = c.lru.PushFront(&cachedChunk{key, t})
+		c.samples += t.Len()
+		for c.samples > c.limit && c.lru.Len() > 1 {
+			old := c.lru.Remove(c.lru.Back()).(*cachedChunk)
+			delete(c.index, old.key)
+			c.samples -= old.table.Len()
+		}
+	}
+	return t, nil
+}
+
+// forget drops a block's chunks from the cache (the block is going away).
+func (c *chunkCache) forget(b *Block) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.index {
+		if k.block == b {
+			c.lru.Remove(e)
+			delete(c.index, k)
+			c.samples -= e.Value.(*cachedChunk).table.Len()
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package store
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// SourceInfo describes one source of samples in the store.
+type SourceInfo struct {
+	Name string `json:"name"`
+	// First and Last are the times of the source's first and last samples
+	// (Unix ns); Samples counts them.
+	First   int64 `json:"first"`
+	Last    int64 `json:"last"`
+	Samples int   `json:"samples"`
+	// Imported is true for data brought in by heatscope import.
+	Imported bool `json:"imported"`
+}
+
+// Sources lists the sources in the store, by name.
+func (db *DB) Sources() []SourceInfo {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	bySource := map[string]*SourceInfo{}
+	add := func(name string, first, last int64, n int, imported bool) {
+		s, ok := bySource[name]
+		if !ok {
+			s = &SourceInfo{Name: name, First: first, Last: last, Imported: imported}
+			bySource[name] = s
+		}
+		s.First, s.Last, s.Samples = min(s.First, first), max(s.Last, last), s.Samples+n
+	}
+	for _, b := range db.blocks {
+		add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0)
+	}
+	heads := []*Table{}
+	for _, s := range db.sealing {
+		heads = append(heads, s.table)
+	}
+	if db.head != nil {
+		heads = append(heads, &db.head.T)
+	}
+	for _, h := range heads {
+		if h.Len() > 0 {
+			add(db.opts.Source, slices.Min(h.Time), slices.Max(h.Time), h.Len(), false)
+		}
+	}
+	out := make([]SourceInfo, 0, len(bySource))
+	for _, s := range bySource {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b SourceInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// importBlockSamples is how many samples an import gathers per block.
+const importBlockSamples = 4_000_000
+
+// ImportStats reports what an import stored.
+type ImportStats struct {
+	Samples int
+	Blocks  int
+	First   int64
+	Last    int64
+}
+
+// Import stores the samples read calls fn with as source, in blocks
+// written directly (imports bypass the head and WAL). It is all or nothing:
+// when read or a write fails, the blocks already written are removed.
+func (db *DB) Import(source string, read func(fn func(*sample.Sample) error) error) (st ImportStats, err error) {
+	if db.opts.ReadOnly {
+		return st, errors.New("import: data directory opened read-only")
+	}
+	if source == "" {
+		return st, errors.New("import: empty source name")
+	}
+	importedAt := time.Now().UnixMilli()
+	var written []string
+	defer func() {
+		if err != nil {
+			db.removeBlocks(written)
+			st = ImportStats{}
+		}
+	}()
+	b := NewBuilder()
+	flush := func() error {
+		if b.T.Len() == 0 {
+			return nil
+		}
+		t := &b.T
+		first, last := slices.Min(t.Time), slices.Max(t.Time)
+		db.writeMu.Lock()
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, ImportedAt: importedAt}, t)
+		if err == nil {
+			written = append(written, meta.ID)
+			err = db.addBlock(meta)
+		}
+		db.writeMu.Unlock()
+		if err != nil {
+			return err
+		}
+		if st.Blocks == 0 {
+			st.First, st.Last = first, last
+		}
+		st.First, st.Last = min(st.First, first), max(st.Last, last)
+		st.Blocks++
+		b = NewBuilder()
+		return nil
+	}
+	err = read(func(s *sample.Sample) error {
+		b.Append(s)
+		st.Samples++
+		if b.T.Len() >= importBlockSamples {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("import %s: %w", source, err)
+	}
+	if err := flush(); err != nil {
+		return st, fmt.Errorf("import %s: %w", source, err)
+	}
+	return st, nil
+}
+
+// removeBlocks deletes the blocks with these ids.
+func (db *DB) removeBlocks(ids []string) {
+	db.mu.Lock()
+	var doomed []*Block
+	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
+		if slices.Contains(ids, b.Meta.ID) {
+			doomed = append(doomed, b)
+			return true
+		}
+		return false
+	})
+	db.mu.Unlock()
+	for _, b := range doomed {
+		db.cache.forget(b)
+		b.Close()
+		os.RemoveAll(b.Dir)
+	}
+	for _, id := range ids { // written but never added
+		os.RemoveAll(filepath.Join(db.dir, blocksDir, id))
+	}
+}

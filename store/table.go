@@ -1,0 +1,282 @@
+package store
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Frame is a stack frame with its strings interned in a Table.
+type Frame struct {
+	// Function, Module and BuildID index Table.Strings.
+	Function, Module, BuildID uint32
+	// Kind is the frame's sample.Kind.
+	Kind sample.Kind
+	// Address is the frame's module-relative address.
+	Address uint64
+}
+
+// Thread is the who of a sample: process, thread, command and cgroup.
+type Thread struct {
+	PID, TID uint32
+	// Comm indexes Table.Strings.
+	Comm   uint32
+	Cgroup uint64
+}
+
+// Table holds samples in columns, with strings, frames, stacks and threads
+// each stored once. The head appends to one; a block persists one; queries
+// read them the same way.
+//
+// Stack i's frame ids, leaf first, are StackFrames[StackStart[i]:StackStart[i+1]].
+type Table struct {
+	Strings     []string
+	Frames      []Frame
+	StackStart  []uint32 // len(stacks)+1 offsets into StackFrames
+	StackFrames []uint32
+	Threads     []Thread
+
+	// Sample columns, one entry per sample.
+	Time   []int64 // wall-clock Unix ns
+	CPU    []uint32
+	Thread []uint32 // index into Threads
+	Stack  []uint32 // index into stacks
+}
+
+// Len returns the number of samples.
+func (t *Table) Len() int { return len(t.Time) }
+
+// NumStacks returns the number of distinct stacks.
+func (t *Table) NumStacks() int { return max(len(t.StackStart)-1, 0) }
+
+// StackOf returns the frame ids of stack i, leaf first.
+func (t *Table) StackOf(i uint32) []uint32 {
+	return t.StackFrames[t.StackStart[i]:t.StackStart[i+1]]
+}
+
+// Sample rebuilds sample i as a sample.Sample.
+func (t *Table) Sample(i int) sample.Sample {
+	th := t.Threads[t.Thread[i]]
+	ids := t.StackOf(t.Stack[i])
+	stack := make([]sample.Frame, len(ids))
+	for j, id := range ids {
+		stack[j] = t.FrameOf(id)
+	}
+	return sample.Sample{Time: t.Time[i], CPU: t.CPU[i], PID: th.PID, TID: th.TID,
+		Comm: t.Strings[th.Comm], CgroupID: th.Cgroup, Stack: stack}
+}
+
+// FrameOf returns frame id as a sample.Frame.
+func (t *Table) FrameOf(id uint32) sample.Frame {
+	f := t.Frames[id]
+	return sample.Frame{Function: t.Strings[f.Function], Module: t.Strings[f.Module],
+		BuildID: t.Strings[f.BuildID], Address: f.Address, Kind: f.Kind}
+}
+
+// snapshot returns a view of t's first n samples and current tables that
+// later appends do not change: every column is append-only.
+func (t *Table) snapshot() *Table {
+	c := *t
+	return &c
+}
+
+// Builder appends samples to a Table, interning as it goes.
+type Builder struct {
+	T        Table
+	strings  map[string]uint32
+	frames   map[sample.Frame]uint32
+	stacks   map[string]uint32
+	threads  map[Thread]uint32
+	stackKey []byte
+	ids      []uint32
+
+	// onNew, when set, hears of every new string, frame, stack and thread
+	// as it is interned (the WAL logs them ahead of the samples).
+	onNew newEntries
+}
+
+// newEntries receives table entries as a Builder creates them.
+type newEntries interface {
+	newString(s string)
+	newFrame(f Frame)
+	newStack(frames []uint32)
+	newThread(t Thread)
+}
+
+// NewBuilder returns an empty builder. String 0 is always "".
+func NewBuilder() *Builder {
+	b := &Builder{
+		strings: map[string]uint32{},
+		frames:  map[sample.Frame]uint32{},
+		stacks:  map[string]uint32{},
+		threads: map[Thread]uint32{},
+	}
+	b.T.StackStart = []uint32{0}
+	b.internString("")
+	return b
+}
+
+func (b *Builder) internString(s string) uint32 {
+	if id, ok := b.strings[s]; ok {
+		return id
+	}
+	id := uint32(len(b.T.Strings))
+	b.T.Strings = append(b.T.Strings, s)
+	b.strings[s] = id
+	if b.onNew != nil {
+		b.onNew.newString(s)
+	}
+	return id
+}
+
+func (b *Builder) internFrame(f *sample.Frame) uint32 {
+	if id, ok := b.frames[*f]; ok {
+		return id
+	}
+	fr := Frame{Function: b.internString(f.Function), Module: b.internString(f.Module),
+		BuildID: b.internString(f.BuildID), Kind: f.Kind, Address: f.Address}
+	id := uint32(len(b.T.Frames))
+	b.T.Frames = append(b.T.Frames, fr)
+	b.frames[*f] = id
+	if b.onNew != nil {
+		b.onNew.newFrame(fr)
+	}
+	return id
+}
+
+// addString appends a string as it was logged (replay keeps logged ids).
+func (b *Builder) addString(s string) {
+	id := uint32(len(b.T.Strings))
+	b.T.Strings = append(b.T.Strings, s)
+	if _, dup := b.strings[s]; !dup {
+		b.strings[s] = id
+	}
+}
+
+// addFrame appends a frame as it was logged.
+func (b *Builder) addFrame(f Frame) {
+	id := uint32(len(b.T.Frames))
+	b.T.Frames = append(b.T.Frames, f)
+	sf := sample.Frame{Function: b.T.Strings[f.Function], Module: b.T.Strings[f.Module],
+		BuildID: b.T.Strings[f.BuildID], Kind: f.Kind, Address: f.Address}
+	if _, dup := b.frames[sf]; !dup {
+		b.frames[sf] = id
+	}
+}
+
+// internStack interns a stack of frame ids (leaf first).
+func (b *Builder) internStack(ids []uint32) uint32 {
+	key := b.stackKey[:0]
+	for _, id := range ids {
+		key = binary.LittleEndian.AppendUint32(key, id)
+	}
+	b.stackKey = key
+	if id, ok := b.stacks[unsafe.String(unsafe.SliceData(key), len(key))]; ok {
+		return id
+	}
+	id := uint32(b.T.NumStacks())
+	b.T.StackFrames = append(b.T.StackFrames, ids...)
+	b.T.StackStart = append(b.T.StackStart, uint32(len(b.T.StackFrames)))
+	b.stacks[string(key)] = id
+	if b.onNew != nil {
+		b.onNew.newStack(ids)
+	}
+	return id
+}
+
+func (b *Builder) internThread(th Thread) uint32 {
+	if id, ok := b.threads[th]; ok {
+		return id
+	}
+	id := uint32(len(b.T.Threads))
+	b.T.Threads = append(b.T.Threads, th)
+	b.threads[th] = id
+	if b.onNew != nil {
+		b.onNew.newThread(th)
+	}
+	return id
+}
+
+// Append adds one sample.
+func (b *Builder) Append(s *sample.Sample) {
+	ids := b.ids[:0]
+	for i := range s.Stack {
+		ids = append(ids, b.internFrame(&s.Stack[i]))
+	}
+	b.ids = ids
+	stack := b.internStack(ids)
+	thread := b.internThread(Thread{PID: s.PID, TID: s.TID, Comm: b.internString(s.Comm), Cgroup: s.CgroupID})
+	b.appendRow(s.Time, s.CPU, thread, stack)
+}
+
+func (b *Builder) appendRow(time int64, cpu, thread, stack uint32) {
+	b.T.Time = append(b.T.Time, time)
+	b.T.CPU = append(b.T.CPU, cpu)
+	b.T.Thread = append(b.T.Thread, thread)
+	b.T.Stack = append(b.T.Stack, stack)
+}
+
+// remap translates one table's ids into a Builder's, filled lazily.
+type remap struct {
+	src                               *Table
+	strings, frames, stacks, threads []uint32
+}
+
+const unmapped = ^uint32(0)
+
+func newRemap(src *Table) *remap {
+	fill := func(n int) []uint32 {
+		s := make([]uint32, n)
+		for i := range s {
+			s[i] = unmapped
+		}
+		return s
+	}
+	return &remap{src: src, strings: fill(len(src.Strings)), frames: fill(len(src.Frames)),
+		stacks: fill(src.NumStacks()), threads: fill(len(src.Threads))}
+}
+
+func (b *Builder) mapString(m *remap, id uint32) uint32 {
+	if m.strings[id] == unmapped {
+		m.strings[id] = b.internString(m.src.Strings[id])
+	}
+	return m.strings[id]
+}
+
+func (b *Builder) mapFrame(m *remap, id uint32) uint32 {
+	if m.frames[id] == unmapped {
+		f := m.src.Frames[id]
+		sf := sample.Frame{Function: m.src.Strings[f.Function], Module: m.src.Strings[f.Module],
+			BuildID: m.src.Strings[f.BuildID], Kind: f.Kind, Address: f.Address}
+		m.frames[id] = b.internFrame(&sf)
+	}
+	return m.frames[id]
+}
+
+func (b *Builder) mapStack(m *remap, id uint32) uint32 {
+	if m.stacks[id] == unmapped {
+		src := m.src.StackOf(id)
+		ids := make([]uint32, len(src))
+		for i, f := range src {
+			ids[i] = b.mapFrame(m, f)
+		}
+		m.stacks[id] = b.internStack(ids)
+	}
+	return m.stacks[id]
+}
+
+func (b *Builder) mapThread(m *remap, id uint32) uint32 {
+	if m.threads[id] == unmapped {
+		th := m.src.Threads[id]
+		th.Comm = b.mapString(m, th.Comm)
+		m.threads[id] = b.internThread(th)
+	}
+	return m.threads[id]
+}
+
+// appendFrom adds sample i of m's table, translating its ids.
+func (b *Builder) appendFrom(m *remap, i int) {
+	t := m.src
+	b.appendRow(t.Time[i], t.CPU[i], b.mapThread(m, t.Thread[i]), b.mapStack(m, t.Stack[i]))
+}

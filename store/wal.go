@@ -1,0 +1,273 @@
+package store
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// The write-ahead log keeps the head's samples on disk until they are in a
+// block. Segment N holds head generation N: when the head is cut into a
+// block the segment is deleted. A segment is a sequence of pages,
+//
+//	u32 length | u32 CRC-32C of payload | payload
+//
+// and a payload is a sequence of records: the strings, frames, stacks and
+// threads the head interned since the last page, then the samples. Replay
+// stops at the first torn or corrupt page, so a crash loses at most the
+// samples of the page being written (pages are written at least every
+// second).
+const (
+	walDir         = "wal"
+	walPageHeader  = 8
+	maxWALPage     = 64 << 20
+	recString byte = iota + 1
+	recFrame
+	recStack
+	recThread
+	recSamples
+)
+
+// walWriter appends pages to one segment.
+type walWriter struct {
+	seq     uint64
+	f       *os.File
+	pending []byte // records not yet written
+	samples []byte // the samples record being built
+	nsample int
+	last    int64 // time of the previous sample in samples
+	size    int64
+}
+
+func walPath(dir string, seq uint64) string {
+	return filepath.Join(dir, walDir, fmt.Sprintf("%016d", seq))
+}
+
+func createWAL(dir string, seq uint64) (*walWriter, error) {
+	if err := os.MkdirAll(filepath.Join(dir, walDir), 0o755); err != nil {
+		return nil, fmt.Errorf("create WAL: %w", err)
+	}
+	f, err := os.OpenFile(walPath(dir, seq), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create WAL segment: %w", err)
+	}
+	return &walWriter{seq: seq, f: f}, nil
+}
+
+// The walWriter hears of new table entries from the head's Builder.
+func (w *walWriter) newString(s string) {
+	w.pending = append(w.pending, recString)
+	w.pending = binary.AppendUvarint(w.pending, uint64(len(s)))
+	w.pending = append(w.pending, s...)
+}
+
+func (w *walWriter) newFrame(f Frame) {
+	w.pending = append(w.pending, recFrame)
+	w.pending = binary.AppendUvarint(w.pending, uint64(f.Function))
+	w.pending = binary.AppendUvarint(w.pending, uint64(f.Module))
+	w.pending = binary.AppendUvarint(w.pending, uint64(f.BuildID))
+	w.pending = append(w.pending, byte(f.Kind))
+	w.pending = binary.AppendUvarint(w.pending, f.Address)
+}
+
+func (w *walWriter) newStack(frames []uint32) {
+	w.pending = append(w.pending, recStack)
+	w.pending = binary.AppendUvarint(w.pending, uint64(len(frames)))
+	for _, f := range frames {
+		w.pending = binary.AppendUvarint(w.pending, uint64(f))
+	}
+}
+
+func (w *walWriter) newThread(t Thread) {
+	w.pending = append(w.pending, recThread)
+	w.pending = binary.AppendUvarint(w.pending, uint64(t.PID))
+	w.pending = binary.AppendUvarint(w.pending, uint64(t.TID))
+	w.pending = binary.AppendUvarint(w.pending, uint64(t.Comm))
+	w.pending = binary.AppendUvarint(w.pending, t.Cgroup)
+}
+
+// addSample logs one sample whose ids the head has already interned.
+func (w *walWriter) addSample(time int64, cpu, thread, stack uint32) {
+	w.samples = binary.AppendVarint(w.samples, time-w.last)
+	w.samples = binary.AppendUvarint(w.samples, uint64(cpu))
+	w.samples = binary.AppendUvarint(w.samples, uint64(thread))
+	w.samples = binary.AppendUvarint(w.samples, uint64(stack))
+	w.last = time
+	w.nsample++
+}
+
+// buffered returns the bytes waiting to be written.
+func (w *walWriter) buffered() int { return len(w.pending) + len(w.samples) }
+
+// flush writes what is buffered as one page and syncs the segment. On error
+// the page is dropped (the samples stay in the head) and the count of
+// samples it held is returned with the error.
+func (w *walWriter) flush() (dropped int, err error) {
+	if w.buffered() == 0 {
+		return 0, nil
+	}
+	page := make([]byte, walPageHeader, walPageHeader+w.buffered()+16)
+	page = append(page, w.pending...)
+	if w.nsample > 0 {
+		page = append(page, recSamples)
+		page = binary.AppendUvarint(page, uint64(w.nsample))
+		page = append(page, w.samples...)
+	}
+	payload := page[walPageHeader:]
+	binary.LittleEndian.PutUint32(page, uint32(len(payload)))
+	binary.LittleEndian.PutUint32(page[4:], crc32.Checksum(payload, castagnoli))
+	n := w.nsample
+	w.pending, w.samples, w.nsample, w.last = w.pending[:0], w.samples[:0], 0, 0
+	written, err := w.f.Write(page)
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if err != nil {
+		// Cut the partial page off so later pages still replay.
+		w.f.Truncate(w.size)
+		w.f.Seek(w.size, io.SeekStart)
+		return n, fmt.Errorf("write WAL segment %d: %w", w.seq, err)
+	}
+	w.size += int64(written)
+	return 0, nil
+}
+
+func (w *walWriter) close() error {
+	_, err := w.flush()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// walSegments lists the segment numbers in dir's WAL, oldest first.
+func walSegments(dir string) ([]uint64, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, walDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list WAL: %w", err)
+	}
+	var seqs []uint64
+	for _, e := range entries {
+		if seq, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// replayWAL rebuilds a head table from one segment. It returns what it
+// could read; err says where and why it stopped early (a torn tail after a
+// crash, or corruption), naming the file.
+func replayWAL(path string) (*Builder, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("replay WAL %s: %w", path, err)
+	}
+	defer f.Close()
+	b := NewBuilder()
+	err = replayPages(bufio.NewReaderSize(f, 1<<20), b)
+	if err != nil {
+		return b, fmt.Errorf("replay WAL %s: %w", path, err)
+	}
+	return b, nil
+}
+
+func replayPages(r io.Reader, b *Builder) error {
+	var header [walPageHeader]byte
+	var offset int64
+	for {
+		if _, err := io.ReadFull(r, header[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("offset %d: %w: torn page header", offset, errCorrupt)
+		}
+		n := binary.LittleEndian.Uint32(header[:])
+		if n > maxWALPage {
+			return fmt.Errorf("offset %d: %w: page of %d bytes", offset, errCorrupt, n)
+		}
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return fmt.Errorf("offset %d: %w: torn page", offset, errCorrupt)
+		}
+		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(header[4:]) {
+			return fmt.Errorf("offset %d: %w: page CRC mismatch", offset, errCorrupt)
+		}
+		if err := replayRecords(payload, b); err != nil {
+			return fmt.Errorf("offset %d: %w", offset, err)
+		}
+		offset += walPageHeader + int64(n)
+	}
+}
+
+// replayRecords applies one page's records to b, checking every id.
+func replayRecords(payload []byte, b *Builder) error {
+	r := &reader{b: payload}
+	t := &b.T
+	for len(r.b) > 0 && r.err == nil {
+		kind := r.bytes1()
+		switch kind {
+		case recString:
+			b.addString(string(r.bytes("string")))
+		case recFrame:
+			ns := uint64(len(t.Strings))
+			f := Frame{Function: r.u32("function", ns), Module: r.u32("module", ns), BuildID: r.u32("build id", ns)}
+			f.Kind = kindOf(r.bytes1(), r)
+			f.Address = r.uvarint("address")
+			if r.err == nil {
+				b.addFrame(f)
+			}
+		case recStack:
+			n := r.count("stack", 1)
+			ids := make([]uint32, n)
+			for i := range ids {
+				ids[i] = r.u32("stack frame", uint64(len(t.Frames)))
+			}
+			if r.err == nil {
+				b.internStack(ids)
+			}
+		case recThread:
+			th := Thread{PID: r.u32("pid", 1<<32), TID: r.u32("tid", 1<<32), Comm: r.u32("comm", uint64(len(t.Strings))), Cgroup: r.uvarint("cgroup")}
+			if r.err == nil {
+				b.internThread(th)
+			}
+		case recSamples:
+			n := r.count("samples", 4)
+			var time int64
+			for range n {
+				time += r.varint("time")
+				cpu := r.u32("cpu", 1<<32)
+				thread := r.u32("thread", uint64(len(t.Threads)))
+				stack := r.u32("stack", uint64(t.NumStacks()))
+				if r.err != nil {
+					break
+				}
+				b.appendRow(time, cpu, thread, stack)
+			}
+		default:
+			r.fail("record type")
+		}
+	}
+	return r.err
+}
+
+func kindOf(b byte, r *reader) sample.Kind {
+	if b > byte(sample.KindJIT) {
+		r.fail("frame kind")
+		return 0
+	}
+	return sample.Kind(b)
+}
