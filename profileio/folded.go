@@ -14,9 +14,16 @@ import (
 // one line per distinct stack, "comm;root;...;leaf count". Semicolons inside
 // names would split frames, so they are written as colons.
 type FoldedBuilder struct {
-	counts map[string]int64
-	line   strings.Builder
+	counts   map[string]int64
+	line     strings.Builder
+	annotate bool
 }
+
+// AnnotateKinds makes Add mark kernel frames with a "_[k]" suffix and JIT
+// frames with "_[j]", as FlameGraph's stackcollapse-perf.pl --all does, so
+// flamegraph.pl colours them and ReadFolded restores their kinds. It is
+// off by default.
+func (b *FoldedBuilder) AnnotateKinds(on bool) { b.annotate = on }
 
 // NewFoldedBuilder returns an empty builder.
 func NewFoldedBuilder() *FoldedBuilder {
@@ -31,7 +38,16 @@ func (b *FoldedBuilder) Add(s *sample.Sample) {
 	b.line.WriteString(foldedEscaper.Replace(s.Comm))
 	for i := len(s.Stack) - 1; i >= 0; i-- {
 		b.line.WriteByte(';')
-		b.line.WriteString(foldedEscaper.Replace(s.Stack[i].Function))
+		f := &s.Stack[i]
+		b.line.WriteString(foldedEscaper.Replace(f.Function))
+		if b.annotate {
+			switch f.Kind {
+			case sample.KindKernel:
+				b.line.WriteString(kernelSuffix)
+			case sample.KindJIT:
+				b.line.WriteString(jitSuffix)
+			}
+		}
 	}
 	b.counts[b.line.String()]++
 }

@@ -29,6 +29,7 @@ type PprofBuilder struct {
 	key       []byte
 	minTime   int64
 	maxTime   int64
+	keepTimes bool
 }
 
 type functionKey struct{ name, module string }
@@ -61,6 +62,13 @@ func NewPprofBuilder(periodNs int64) *PprofBuilder {
 	}
 }
 
+// KeepTimestamps makes every pprof sample record its samples' time in a
+// numeric label "timestamp_ns" (unit "nanoseconds"), so that ReadPprof
+// gives back the exact times. Samples with different times then no longer
+// merge, and the profile grows with the number of samples. Off by default;
+// call it before the first Add.
+func (b *PprofBuilder) KeepTimestamps(on bool) { b.keepTimes = on }
+
 // Add adds one sample.
 func (b *PprofBuilder) Add(s *sample.Sample) {
 	b.minTime = min(b.minTime, s.Time)
@@ -77,6 +85,9 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 	key = binary.AppendUvarint(key, uint64(s.PID))
 	key = binary.AppendUvarint(key, uint64(s.TID))
 	key = binary.AppendUvarint(key, uint64(s.CPU))
+	if b.keepTimes {
+		key = binary.AppendVarint(key, s.Time)
+	}
 	b.key = key
 	if ps, ok := b.samples[string(key)]; ok {
 		ps.Value[0]++
@@ -95,6 +106,10 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 		// A unit keeps CPU 0: pprof's encoding drops a numeric label
 		// whose value is 0 when it has no unit.
 		NumUnit: map[string][]string{"cpu": {"cpu"}},
+	}
+	if b.keepTimes {
+		ps.NumLabel[timestampLabel] = []int64{s.Time}
+		ps.NumUnit[timestampLabel] = []string{"nanoseconds"}
 	}
 	b.samples[string(key)] = ps
 	b.prof.Sample = append(b.prof.Sample, ps)

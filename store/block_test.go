@@ -138,7 +138,6 @@ func TestBlockCorruption(t *testing.T) {
 	}
 }
 
-
 func FuzzDecodeBlockSections(f *testing.F) {
 	tab, _ := synthTable(f, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 2, Stacks: 20})
 	var raw [numSections + 1][]byte

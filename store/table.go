@@ -219,7 +219,7 @@ func (b *Builder) appendRow(time int64, cpu, thread, stack uint32) {
 
 // remap translates one table's ids into a Builder's, filled lazily.
 type remap struct {
-	src                               *Table
+	src                              *Table
 	strings, frames, stacks, threads []uint32
 }
 

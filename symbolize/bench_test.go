@@ -73,3 +73,24 @@ func BenchmarkLoadBinary(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLoadKernel loads the running kernel's /proc/kallsyms, or the
+// testdata file when the addresses are hidden from this process, as
+// start-up does.
+func BenchmarkLoadKernel(b *testing.B) {
+	path := "/proc/kallsyms"
+	if _, err := LoadKernel(path); err != nil {
+		b.Logf("using testdata/kallsyms/basic: %v", err)
+		path = "testdata/kallsyms/basic"
+	}
+	var syms int
+	b.ReportAllocs()
+	for b.Loop() {
+		k, err := LoadKernel(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		syms = k.Len()
+	}
+	b.ReportMetric(float64(syms), "symbols")
+}

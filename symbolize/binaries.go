@@ -28,7 +28,9 @@ type binEntry struct {
 }
 
 // binary returns the symbol table of the file mapped by m in process pid,
-// from the cache or loaded now, or nil when the file cannot be read.
+// from the cache or loaded now, or nil when the file cannot be read. It is
+// called the first time an address falls in the mapping, possibly after
+// the process exited.
 func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 	fail := func(err error) *binaryFile {
 		s.stats.binaryErrors.Add(1)
@@ -73,8 +75,10 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 
 // openMapped opens the regular file behind a file-backed mapping:
 // through ProcRoot/PID/root so that a container's files are found in its
-// mount namespace, then by the plain path if it is the same inode, then
-// through ProcRoot/PID/map_files, the only way to a deleted file.
+// mount namespace, then by the plain path if it is the same file (device
+// and inode), which is how the files of a process that has exited are
+// found, then through ProcRoot/PID/map_files, the only way to a deleted
+// file.
 func (s *Symbolizer) openMapped(pid uint32, m *mapping) (*os.File, error) {
 	proc := filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10))
 	mapFile := filepath.Join(proc, "map_files", fmt.Sprintf("%x-%x", m.start, m.end))
@@ -89,7 +93,7 @@ func (s *Symbolizer) openMapped(pid uint32, m *mapping) (*os.File, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if err := checkMapped(f, path == m.path, m.inode); err != nil {
+		if err := checkMapped(f, path == m.path, m); err != nil {
 			f.Close()
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
@@ -100,9 +104,10 @@ func (s *Symbolizer) openMapped(pid uint32, m *mapping) (*os.File, error) {
 }
 
 // checkMapped checks that f is a regular file (mapping a device is legal)
-// and, when sameInode is set, that it has the mapping's inode: a plain path
-// read outside the process's mount namespace may name another file.
-func checkMapped(f *os.File, sameInode bool, inode uint64) error {
+// and, when sameFile is set, that it has the mapping's device and inode: a
+// plain path read outside the process's mount namespace, or after the file
+// was replaced, may name another file.
+func checkMapped(f *os.File, sameFile bool, m *mapping) error {
 	st, err := f.Stat()
 	if err != nil {
 		return err
@@ -110,8 +115,15 @@ func checkMapped(f *os.File, sameInode bool, inode uint64) error {
 	if !st.Mode().IsRegular() {
 		return errors.New("not a regular file")
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sameInode && sys.Ino != inode {
-		return fmt.Errorf("inode %d, the mapping's is %d", sys.Ino, inode)
+	if !sameFile {
+		return nil
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("no device and inode to compare with the mapping's")
+	}
+	if sys.Dev != m.dev || sys.Ino != m.inode {
+		return fmt.Errorf("device %#x inode %d, the mapping's are %#x and %d", sys.Dev, sys.Ino, m.dev, m.inode)
 	}
 	return nil
 }

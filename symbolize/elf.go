@@ -28,17 +28,10 @@ type segment struct {
 	off, vaddr, filesz uint64
 }
 
-// Symbol ranks: at one address, a Go function from .gopclntab beats a
-// global symbol, which beats a weak one, which beats a local one.
-const (
-	rankLocal = iota
-	rankWeak
-	rankGlobal
-	rankGo
-)
-
 // loadBinary reads the load segments and the function symbols of an ELF
-// file: .symtab, .dynsym and, for Go binaries, .gopclntab.
+// file: those of .symtab or, when it has none, of .dynsym (perf does the
+// same, and the two would only list the same functions twice), and, for
+// Go binaries, those of .gopclntab.
 func loadBinary(f *elf.File, buildID string) (*binaryFile, error) {
 	b := &binaryFile{buildID: buildID}
 	for _, p := range f.Progs {
@@ -47,22 +40,21 @@ func loadBinary(f *elf.File, buildID string) (*binaryFile, error) {
 		}
 	}
 
-	var cands []candidate
-	symtab, err := f.Symbols()
+	syms, err := f.Symbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 		return nil, fmt.Errorf("read .symtab: %w", err)
 	}
-	cands = appendFuncSymbols(cands, symtab)
-	dynsym, err := f.DynamicSymbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, fmt.Errorf("read .dynsym: %w", err)
+	if len(syms) == 0 {
+		if syms, err = f.DynamicSymbols(); err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+			return nil, fmt.Errorf("read .dynsym: %w", err)
+		}
 	}
-	cands = appendFuncSymbols(cands, dynsym)
-	cands, err = appendGoFuncs(cands, f, symtab, dynsym)
+	cands := appendFuncSymbols(nil, syms)
+	cands, err = appendGoFuncs(cands, f, syms)
 	if err != nil {
 		return nil, err
 	}
-	b.tab, _ = buildSymtab(cands)
+	b.tab = buildSymtab(cands)
 	return b, nil
 }
 
@@ -74,14 +66,7 @@ func appendFuncSymbols(cands []candidate, syms []elf.Symbol) []candidate {
 		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 || s.Name == "" {
 			continue
 		}
-		rank := rankLocal
-		switch elf.ST_BIND(s.Info) {
-		case elf.STB_GLOBAL:
-			rank = rankGlobal
-		case elf.STB_WEAK:
-			rank = rankWeak
-		}
-		cands = append(cands, candidate{addr: s.Value, size: s.Size, name: s.Name, rank: rank})
+		cands = append(cands, candidate{addr: s.Value, size: s.Size, name: s.Name, rank: rankELF, bind: elf.ST_BIND(s.Info)})
 	}
 	return cands
 }

@@ -265,6 +265,45 @@ func elfSymbol(t testing.TB, bin, name string) elf.Symbol {
 	return elf.Symbol{}
 }
 
+// dynSymbol returns a function symbol of bin's .dynsym, read independently
+// of the code under test.
+func dynSymbol(t testing.TB, bin, name string) elf.Symbol {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+			return s
+		}
+	}
+	t.Fatalf("%s exports no function %s", bin, name)
+	return elf.Symbol{}
+}
+
+// libcWrite returns the path of the libc that pid maps, and the runtime
+// address of its write function.
+func libcWrite(t testing.TB, pid uint32) (libc string, write uint64) {
+	t.Helper()
+	maps, err := readMapsFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if filepath.Base(m.path) == "libc.so.6" {
+			return m.path, runtimeAddr(t, pid, m.path, dynSymbol(t, m.path, "write").Value)
+		}
+	}
+	t.Skipf("pid %d maps no libc.so.6", pid)
+	return "", 0
+}
+
 // gnuBuildID reads bin's .note.gnu.build-id section directly.
 func gnuBuildID(t testing.TB, bin string) string {
 	t.Helper()

@@ -10,7 +10,7 @@ import (
 // appendGoFuncs appends the functions of a Go binary's .gopclntab, which
 // stripped binaries (-ldflags=-s -w) keep because the runtime needs it.
 // Files without the section are left alone.
-func appendGoFuncs(cands []candidate, f *elf.File, symtab, dynsym []elf.Symbol) ([]candidate, error) {
+func appendGoFuncs(cands []candidate, f *elf.File, syms []elf.Symbol) ([]candidate, error) {
 	sec := f.Section(".gopclntab")
 	if sec == nil {
 		return cands, nil
@@ -28,7 +28,7 @@ func appendGoFuncs(cands []candidate, f *elf.File, symtab, dynsym []elf.Symbol) 
 	}
 	text := uint64(0)
 	if pcOffsets(data) {
-		text = goTextStart(f, symtab, dynsym, tab.Funcs)
+		text = goTextStart(f, syms, tab.Funcs)
 	}
 	for _, fn := range tab.Funcs {
 		if fn.End > fn.Entry {
@@ -53,21 +53,22 @@ func pcOffsets(pclntab []byte) bool {
 	return false
 }
 
-// goTextStart finds the address the .gopclntab offsets count from:
+// goTextStart finds the address the .gopclntab offsets count from, with
+// the ELF symbols syms (from .symtab, else .dynsym):
 //   - the runtime.text symbol, when .symtab is there;
 //   - else a Go function that .dynsym exports (cgo binaries export
 //     crosscall2 and _cgo_topofstack): its address minus its offset;
 //   - else the .text section's address, which is where the Go linker puts
 //     runtime.text when it links alone (external linkers put C start-up
 //     code first, hence the anchors above).
-func goTextStart(f *elf.File, symtab, dynsym []elf.Symbol, funcs []gosym.Func) uint64 {
-	for _, s := range symtab {
+func goTextStart(f *elf.File, syms []elf.Symbol, funcs []gosym.Func) uint64 {
+	for _, s := range syms {
 		if s.Name == "runtime.text" {
 			return s.Value
 		}
 	}
 	exported := make(map[string]uint64)
-	for _, s := range dynsym {
+	for _, s := range syms {
 		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
 			exported[s.Name] = s.Value
 		}

@@ -2,13 +2,14 @@ package symbolize
 
 import (
 	"bufio"
-	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/heatscope/heatscope/sample"
@@ -57,71 +58,185 @@ func LoadKernel(path string) (*Kernel, error) {
 	return k, nil
 }
 
+// kallsymsBufferSize is the read buffer of parseKallsyms: /proc/kallsyms
+// is several MiB, and every read of it costs a system call.
+const kallsymsBufferSize = 256 << 10
+
+// ksym is a kallsyms text symbol while the file is parsed.
+type ksym struct {
+	addr uint64
+	// name is names[nameStart:nameStart+nameLen] in parseKallsyms.
+	nameStart, nameLen uint32
+	// module indexes the module names; 0 is the kernel image.
+	module uint32
+}
+
 // parseKallsyms parses lines of the form "ADDR TYPE NAME [\t[MODULE]]",
 // keeping the text symbols (types t, T, w and W) but for the "__pfx_" and
 // "__cfi_" ones: they mark the padding and the CFI preamble in front of
 // functions (about half the symbols of a kernel built with call padding),
 // never run, and an address there belongs to the function before.
+//
+// Of the symbols at one address, the last one listed is kept, as perf
+// does: perf gives a kallsyms symbol the distance to the next one as its
+// size, so that all aliases but the last have size 0, and a sized symbol
+// beats the others whatever their type or name (see alias.beats).
+//
+// The file has some 100,000 lines: they are parsed in place, the names
+// appended to one buffer and the module names interned, without an
+// allocation per line.
 func parseKallsyms(r io.Reader) (*Kernel, error) {
 	var (
-		cands  []candidate
-		zeroes int
-		line   int
+		syms      []ksym
+		names     []byte
+		modules   = []string{sample.KernelModule}
+		moduleIDs = map[string]uint32{}
+		zeroes    int
+		line      int
 	)
 	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, kallsymsBufferSize), kallsymsBufferSize)
 	for sc.Scan() {
 		line++
-		fields := bytes.Fields(sc.Bytes())
-		if len(fields) == 0 {
+		addrField, rest := nextField(sc.Bytes())
+		if len(addrField) == 0 {
 			continue
 		}
-		if len(fields) < 3 || len(fields[1]) != 1 {
+		typ, rest := nextField(rest)
+		name, rest := nextField(rest)
+		if len(name) == 0 || len(typ) != 1 {
 			return nil, fmt.Errorf("line %d: want \"address type name [module]\", got %q", line, sc.Bytes())
 		}
-		rank := 0
-		switch fields[1][0] {
-		case 'T', 't':
-			rank = 2
-		case 'W', 'w':
-			rank = 1
+		switch typ[0] {
+		case 'T', 't', 'W', 'w':
 		default:
 			continue
 		}
-		if bytes.HasPrefix(fields[2], []byte("__pfx_")) || bytes.HasPrefix(fields[2], []byte("__cfi_")) {
+		if hasPrefix(name, "__pfx_") || hasPrefix(name, "__cfi_") {
 			continue
 		}
-		addr, err := strconv.ParseUint(string(fields[0]), 16, 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: address: %w", line, err)
+		addr, ok := parseHexBytes(addrField)
+		if !ok {
+			return nil, fmt.Errorf("line %d: address %q is not a 64-bit hexadecimal number", line, addrField)
 		}
 		if addr == 0 {
 			zeroes++
 			continue
 		}
-		module := sample.KernelModule
-		if len(fields) > 3 {
-			module = string(fields[3])
+		module := uint32(0)
+		if field, _ := nextField(rest); len(field) > 0 {
+			var known bool
+			if module, known = moduleIDs[string(field)]; !known {
+				module = uint32(len(modules))
+				modules = append(modules, string(field))
+				moduleIDs[modules[module]] = module
+			}
 		}
-		cands = append(cands, candidate{addr: addr, name: string(fields[2]), rank: rank, module: module})
+		// Doubling, where append grows large slices by a quarter,
+		// halves the memory allocated and copied on the way.
+		if len(syms) == cap(syms) {
+			syms = slices.Grow(syms, max(len(syms), 1024))
+		}
+		if len(names)+len(name) > cap(names) {
+			names = slices.Grow(names, max(len(names), len(name), 16<<10))
+		}
+		syms = append(syms, ksym{addr: addr, nameStart: uint32(len(names)), nameLen: uint32(len(name)), module: module})
+		names = append(names, name...)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("line %d: %w", line+1, err)
 	}
-	if len(cands) == 0 {
+	if len(syms) == 0 {
 		if zeroes > 0 {
 			return nil, fmt.Errorf("%d text symbols: %w", zeroes, ErrAddressesHidden)
 		}
 		return nil, errors.New("no text symbols")
 	}
+	if uint64(len(names)) > math.MaxUint32 {
+		return nil, fmt.Errorf("%d bytes of symbol names, more than a table holds", len(names))
+	}
 
-	tab, kept := buildSymtab(cands)
-	k := &Kernel{tab: tab}
-	for i, c := range kept {
-		if module := cands[c].module; len(k.modules) == 0 || k.modules[len(k.modules)-1].module != module {
+	// The kernel image's symbols are listed in address order, modules
+	// and BPF programs after them; a stable sort keeps aliases in the
+	// order listed.
+	byAddr := func(a, b ksym) int { return cmp.Compare(a.addr, b.addr) }
+	if !slices.IsSortedFunc(syms, byAddr) {
+		slices.SortStableFunc(syms, byAddr)
+	}
+	kept, total := syms[:0], 0 // overwrites only symbols already read
+	for i, s := range syms {
+		if i+1 < len(syms) && syms[i+1].addr == s.addr {
+			continue // an alias listed later wins
+		}
+		kept = append(kept, s)
+		total += int(s.nameLen)
+	}
+
+	var packed strings.Builder
+	packed.Grow(total)
+	k := &Kernel{tab: symtab{syms: make([]symbol, len(kept))}}
+	for i, s := range kept {
+		next, last := uint64(0), i+1 == len(kept)
+		if !last {
+			next = kept[i+1].addr
+		}
+		packed.Write(names[s.nameStart : s.nameStart+s.nameLen])
+		k.tab.syms[i] = symbol{addr: s.addr, size: symbolSize(s.addr, 0, next, last), nameEnd: uint32(packed.Len())}
+		if module := modules[s.module]; len(k.modules) == 0 || k.modules[len(k.modules)-1].module != module {
 			k.modules = append(k.modules, moduleRun{first: i, module: module})
 		}
 	}
+	k.tab.names = packed.String()
 	return k, nil
+}
+
+// nextField returns the first field of b, delimited by spaces or tabs,
+// and what follows it.
+func nextField(b []byte) (field, rest []byte) {
+	start := 0
+	for start < len(b) && blank[b[start]] {
+		start++
+	}
+	end := start
+	for end < len(b) && !blank[b[end]] {
+		end++
+	}
+	return b[start:end], b[end:]
+}
+
+// blank marks the ASCII white space bytes, which separate fields.
+var blank = [256]bool{' ': true, '\t': true, '\n': true, '\v': true, '\f': true, '\r': true}
+
+func hasPrefix(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
+}
+
+// parseHexBytes parses a non-empty hexadecimal number that fits 64 bits,
+// without a "0x" prefix, as strconv.ParseUint(string(b), 16, 64) does but
+// without converting b to a string.
+func parseHexBytes(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		if v>>60 != 0 {
+			return 0, false // the next digit overflows
+		}
+		v = v<<4 | uint64(d)
+	}
+	return v, true
 }
 
 // Resolve returns the kernel frame of addr: the symbol containing it, or

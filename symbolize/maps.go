@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // mapping is one line of /proc/PID/maps.
@@ -14,7 +16,9 @@ type mapping struct {
 	// offset is the file offset mapped at start.
 	offset uint64
 	exec   bool
-	inode  uint64
+	// dev and inode identify the mapped file; dev is encoded as
+	// stat(2)'s st_dev.
+	dev, inode uint64
 	// path is the pathname column without a " (deleted)" suffix: a file
 	// path, a pseudo name such as "[vdso]", or empty for anonymous memory.
 	path    string
@@ -83,9 +87,19 @@ func parseMapsLine(s string) (mapping, error) {
 	if m.offset, err = strconv.ParseUint(fields[2], 16, 64); err != nil {
 		return m, fmt.Errorf("offset: %w", err)
 	}
-	if _, _, ok := strings.Cut(fields[3], ":"); !ok {
+	major, minor, ok := strings.Cut(fields[3], ":")
+	if !ok {
 		return m, fmt.Errorf("device %q: no ':'", fields[3])
 	}
+	maj, err := strconv.ParseUint(major, 16, 32)
+	if err != nil {
+		return m, fmt.Errorf("device major: %w", err)
+	}
+	mnr, err := strconv.ParseUint(minor, 16, 32)
+	if err != nil {
+		return m, fmt.Errorf("device minor: %w", err)
+	}
+	m.dev = unix.Mkdev(uint32(maj), uint32(mnr))
 	if m.inode, err = strconv.ParseUint(fields[4], 10, 64); err != nil {
 		return m, fmt.Errorf("inode: %w", err)
 	}

@@ -2,8 +2,12 @@ package symbolize
 
 import (
 	"bytes"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 const mapsText = `55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 1048602                    /usr/bin/cat
@@ -27,13 +31,13 @@ func TestParseMaps(t *testing.T) {
 		m     mapping
 		class mappingClass
 	}{
-		{mapping{start: 0x55d0c0a00000, end: 0x55d0c0a01000, inode: 1048602, path: "/usr/bin/cat"}, classFile},
-		{mapping{start: 0x55d0c0a01000, end: 0x55d0c0a05000, offset: 0x1000, exec: true, inode: 1048602, path: "/usr/bin/cat"}, classFile},
+		{mapping{start: 0x55d0c0a00000, end: 0x55d0c0a01000, dev: unix.Mkdev(0xfe, 0x01), inode: 1048602, path: "/usr/bin/cat"}, classFile},
+		{mapping{start: 0x55d0c0a01000, end: 0x55d0c0a05000, offset: 0x1000, exec: true, dev: unix.Mkdev(0xfe, 0x01), inode: 1048602, path: "/usr/bin/cat"}, classFile},
 		{mapping{start: 0x55d0c1e2a000, end: 0x55d0c1e4b000, path: "[heap]"}, classAnon},
 		{mapping{start: 0x7f3a1c000000, end: 0x7f3a1c021000, exec: true}, classAnon},
-		{mapping{start: 0x7f3a1c400000, end: 0x7f3a1c428000, offset: 0x28000, exec: true, inode: 1054345, path: "/opt/my app/lib with spaces.so"}, classFile},
-		{mapping{start: 0x7f3a1c500000, end: 0x7f3a1c501000, exec: true, inode: 77, path: "/tmp/fixture", deleted: true}, classFile},
-		{mapping{start: 0x7f3a1c600000, end: 0x7f3a1c601000, exec: true, inode: 2048, path: "/memfd:jit-code", deleted: true}, classAnon},
+		{mapping{start: 0x7f3a1c400000, end: 0x7f3a1c428000, offset: 0x28000, exec: true, dev: unix.Mkdev(0xfe, 0x01), inode: 1054345, path: "/opt/my app/lib with spaces.so"}, classFile},
+		{mapping{start: 0x7f3a1c500000, end: 0x7f3a1c501000, exec: true, dev: unix.Mkdev(0, 0x19), inode: 77, path: "/tmp/fixture", deleted: true}, classFile},
+		{mapping{start: 0x7f3a1c600000, end: 0x7f3a1c601000, exec: true, dev: unix.Mkdev(0, 0x01), inode: 2048, path: "/memfd:jit-code", deleted: true}, classAnon},
 		{mapping{start: 0x7f3a1c700000, end: 0x7f3a1c701000, exec: true, path: "[anon:v8 code]"}, classAnon},
 		{mapping{start: 0x7ffd4e1f3000, end: 0x7ffd4e1f5000, exec: true, path: "[vdso]"}, classPseudo},
 		{mapping{start: 0xffffffffff600000, end: 0xffffffffff601000, exec: true, path: "[vsyscall]"}, classPseudo},
@@ -58,6 +62,8 @@ func TestParseMapsErrors(t *testing.T) {
 		"55d0c0a00000-55d0c0a01000 r-p 00000000 fe:01 1 /x",
 		"55d0c0a00000-55d0c0a01000 r--p zz fe:01 1 /x",
 		"55d0c0a00000-55d0c0a01000 r--p 00000000 fe01 1 /x",
+		"55d0c0a00000-55d0c0a01000 r--p 00000000 fe:0g 1 /x",
+		"55d0c0a00000-55d0c0a01000 r--p 00000000 :01 1 /x",
 		"55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 inode /x",
 		"55d0c0a00000-55d0c0a01000",
 	} {
@@ -82,4 +88,32 @@ func FuzzMaps(f *testing.F) {
 			m.class()
 		}
 	})
+}
+
+// TestMapsDeviceMatchesStat checks that the device and inode read from
+// the maps are those stat reports for the file, as openMapped compares
+// them.
+func TestMapsDeviceMatchesStat(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	maps, err := readMapsFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if m.path == exe && m.exec {
+			if m.dev != sys.Dev || m.inode != sys.Ino {
+				t.Errorf("maps: device %#x inode %d; stat: %#x, %d", m.dev, m.inode, sys.Dev, sys.Ino)
+			}
+			return
+		}
+	}
+	t.Fatalf("no executable mapping of %s", exe)
 }

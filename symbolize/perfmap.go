@@ -80,8 +80,7 @@ func parsePerfMap(r io.Reader) (symtab, error) {
 	if err := sc.Err(); err != nil {
 		return symtab{}, fmt.Errorf("read perf map: %w", err)
 	}
-	tab, _ := buildSymtab(cands)
-	return tab, nil
+	return buildSymtab(cands), nil
 }
 
 // parseHex parses a hex number with an optional "0x" prefix.

@@ -16,8 +16,9 @@ import (
 // an address falls outside them (after a dlopen or an exec).
 const mapsRefreshInterval = time.Second
 
-// process is what is known of one process: its executable mappings with
-// their binaries, read when the process was first seen, and its perf map.
+// process is what is known of one process: its executable mappings, read
+// when the process was first seen, with the binaries loaded so far, and
+// its perf map.
 type process struct {
 	mu  sync.Mutex
 	pid uint32
@@ -29,17 +30,21 @@ type process struct {
 	perf *perfMap
 }
 
-// userMapping is an executable mapping with, for a file, its binary (nil
-// when the file could not be read).
+// userMapping is an executable mapping with, for a file, its binary,
+// loaded the first time an address falls in the mapping.
 type userMapping struct {
 	mapping
+	// loaded is set once the file was read, or tried.
+	loaded bool
+	// bin is the file's symbol table; nil before it is loaded or when the
+	// file could not be read.
 	bin *binaryFile
 }
 
-// readMaps (re-)reads the process's executable mappings and loads their
-// binaries. Mappings unchanged since the last read keep their binary. If
-// the maps cannot be read, as when the process has exited, the old ones
-// stay. p.mu must be held.
+// readMaps (re-)reads the process's executable mappings. Mappings
+// unchanged since the last read keep their binary. If the maps cannot be
+// read, as when the process has exited, the old ones stay. p.mu must be
+// held.
 func (s *Symbolizer) readMaps(p *process) {
 	p.readAt = time.Now()
 	s.stats.mapsReads.Add(1)
@@ -55,12 +60,8 @@ func (s *Symbolizer) readMaps(p *process) {
 			continue
 		}
 		um := userMapping{mapping: m}
-		if m.class() == classFile {
-			if old := p.find(m.start); old != nil && old.mapping == m {
-				um.bin = old.bin
-			} else {
-				um.bin = s.binary(p.pid, &m)
-			}
+		if old := p.find(m.start); old != nil && old.mapping == m {
+			um = *old
 		}
 		exec = append(exec, um)
 	}
@@ -126,6 +127,9 @@ func (s *Symbolizer) resolveUser(p *process, addr, lookup uint64) (sample.Frame,
 
 	off := addr - m.start + m.offset
 	f := sample.Frame{Module: m.path, Address: off, Kind: sample.KindUser}
+	if !m.loaded {
+		m.bin, m.loaded = s.binary(p.pid, &m.mapping), true
+	}
 	if m.bin == nil {
 		f.Function = unknownName(m.path, off)
 		return f, false

@@ -73,9 +73,11 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 }
 
 // Observe records the address space of a process the first time it is
-// seen: it reads /proc/PID/maps and loads the symbol tables of the
-// executable mappings, so that the process can be symbolized even after it
-// exits. For a process already known it is a map lookup.
+// seen: it reads /proc/PID/maps and keeps the identity of the executable
+// mappings (path, device, inode, offset), so that the process can be
+// symbolized even after it exits. The symbol tables are loaded later, the
+// first time an address falls in a mapping. For a process already known
+// it is a map lookup.
 func (s *Symbolizer) Observe(pid uint32) { s.process(pid) }
 
 // process returns the state of pid, reading it on first sight.

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -319,38 +320,148 @@ func TestMapsRefresh(t *testing.T) {
 	}
 }
 
-// TestBinaryCache checks that a second process running a copy of a binary
-// shares the cached symbols (same build id), and that a process keeps the
-// binaries the bounded cache evicted.
+// TestBinaryCache checks that binaries are loaded when a frame first
+// falls in them, not when the process is observed; that a second process
+// running a copy of a binary shares the cached symbols (same build id);
+// and that a process keeps the binaries the bounded cache evicted.
 func TestBinaryCache(t *testing.T) {
 	a := startC(t)
 	b := startC(t) // another path, the same build id
+	libc, write := libcWrite(t, a.pid)
+	stack, _, _ := cChain(t, a)
+
 	s := New(nil, Options{MaxBinaries: 1})
 	s.Observe(a.pid)
-	st := s.Stats()
-	if st.BinaryMisses < 2 || st.Binaries != 1 {
-		t.Fatalf("after the first process: %+v, want at least 2 binaries loaded (the fixture and libc) and 1 cached", st)
+	if st := s.Stats(); st.BinaryMisses != 0 || st.BinaryHits != 0 || st.BinaryErrors != 0 {
+		t.Fatalf("after Observe: %+v, want no binary read yet", st)
 	}
-	stack, _, _ := cChain(t, a)
-	if f := s.Symbolize(a.pid, nil, stack)[0]; f.Function != "hot_c_function" {
+	if f := s.Symbolize(a.pid, nil, stack[:1])[0]; f.Function != "hot_c_function" {
+		t.Errorf("fixture: got %+v, want hot_c_function", f)
+	}
+	if f := s.Symbolize(a.pid, nil, []uint64{write})[0]; f.Function != "write" || f.Module != libc {
+		t.Errorf("libc: got %+v, want write in %s", f, libc)
+	}
+	if st := s.Stats(); st.BinaryMisses != 2 || st.Binaries != 1 {
+		t.Fatalf("after frames in the fixture and libc: %+v, want 2 binaries loaded, 1 cached", st)
+	}
+	if f := s.Symbolize(a.pid, nil, stack[:1])[0]; f.Function != "hot_c_function" {
 		t.Errorf("evicted binary: got %+v, want hot_c_function", f)
+	}
+	if st := s.Stats(); st.BinaryMisses != 2 || st.BinaryHits != 0 {
+		t.Errorf("the evicted binary was looked up again: %+v", st)
 	}
 
 	s = New(nil, Options{})
-	s.Observe(a.pid)
-	loaded := s.Stats().BinaryMisses
-	s.Observe(b.pid)
-	st = s.Stats()
-	if st.BinaryMisses != loaded || st.BinaryHits < loaded {
-		t.Errorf("second process of the same binaries: %+v, want %d hits and no more misses", st, loaded)
+	s.Symbolize(a.pid, nil, stack)
+	stack, _, _ = cChain(t, b)
+	if f := s.Symbolize(b.pid, nil, stack)[0]; f.Function != "hot_c_function" || f.Module != b.bin {
+		t.Errorf("second process: got %+v, want hot_c_function in %s", f, b.bin)
+	}
+	if st := s.Stats(); st.BinaryMisses != 1 || st.BinaryHits != 1 {
+		t.Errorf("two processes of copies of one binary: %+v, want 1 miss and 1 hit", st)
 	}
 	s.Observe(b.pid)
 	if got := s.Stats(); got.MapsReads != 2 {
 		t.Errorf("observing a known pid read its maps again: %d reads, want 2", got.MapsReads)
 	}
-	stack, _, _ = cChain(t, b)
-	if f := s.Symbolize(b.pid, nil, stack)[0]; f.Function != "hot_c_function" || f.Module != b.bin {
-		t.Errorf("second process: got %+v, want hot_c_function in %s", f, b.bin)
+}
+
+// TestSymbolizeLazilyAfterExit checks that binaries first needed after the
+// process exited are still found: Observe keeps only the mappings, and the
+// files are then opened by their plain path, being the same device and
+// inode.
+func TestSymbolizeLazilyAfterExit(t *testing.T) {
+	fx := startC(t)
+	libc, write := libcWrite(t, fx.pid)
+	stack, vaddrs, _ := cChain(t, fx)
+	s := New(nil, Options{})
+	s.Observe(fx.pid)
+	fx.kill()
+	waitGone(t, fx.pid)
+	if st := s.Stats(); st.BinaryMisses != 0 {
+		t.Fatalf("Observe loaded %d binaries, want none", st.BinaryMisses)
+	}
+
+	// A leaf in libc's write, called from inner.
+	frames := s.Symbolize(fx.pid, nil, []uint64{write + 1, stack[1]})
+	want := []sample.Frame{
+		{Function: "write", Module: libc, BuildID: gnuBuildID(t, libc), Address: dynSymbol(t, libc, "write").Value + 1, Kind: sample.KindUser},
+		{Function: "inner", Module: fx.bin, BuildID: gnuBuildID(t, fx.bin), Address: vaddrs[1], Kind: sample.KindUser},
+	}
+	for i := range want {
+		if frames[i] != want[i] {
+			t.Errorf("frame %d = %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+	if st := s.Stats(); st.BinaryMisses != 2 || st.BinaryErrors != 0 {
+		t.Errorf("stats %+v: want 2 binaries loaded, no errors", st)
+	}
+}
+
+// TestSymbolizeLazilyReplacedFile checks that after the process exited, a
+// file replaced at the mapped path (another inode) is not taken for the
+// mapped one.
+func TestSymbolizeLazilyReplacedFile(t *testing.T) {
+	fx := startC(t)
+	stack, _, _ := cChain(t, fx)
+	s := New(nil, Options{})
+	s.Observe(fx.pid)
+	fx.kill()
+	waitGone(t, fx.pid)
+	data, err := os.ReadFile(fx.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same bytes in another inode, made while the old one exists.
+	writeFile(t, fx.bin+".new", string(data))
+	if err := os.Rename(fx.bin+".new", fx.bin); err != nil {
+		t.Fatal(err)
+	}
+
+	f := s.Symbolize(fx.pid, nil, stack[:1])[0]
+	if !strings.HasPrefix(f.Function, "[fixture+0x") || f.Module != fx.bin {
+		t.Errorf("got %+v, want an unresolved frame in %s", f, fx.bin)
+	}
+	if st := s.Stats(); st.BinaryErrors != 1 {
+		t.Errorf("BinaryErrors = %d, want 1", st.BinaryErrors)
+	}
+}
+
+// TestLibcAliasesLikePerf resolves libc functions that have aliases to the
+// name perf report shows for them when it reads the same file (perf 6.1,
+// "perf report --symfs" with only libc.so.6, so that libc6-dbg's symbols
+// are not used): glibc exports write as the weak __write and write, free
+// as __libc_free, cfree and free, and so on.
+func TestLibcAliasesLikePerf(t *testing.T) {
+	const path = "/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Skipf("no glibc for x86-64 here: %v", err)
+	}
+	defer f.Close()
+	bin, err := loadBinary(f, readBuildID(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ function, perf string }{
+		{"write", "write"},
+		{"read", "read"},
+		{"malloc", "malloc"},
+		{"free", "cfree"},
+		{"getpid", "__getpid"},
+		{"nanosleep", "__nanosleep"},
+		{"close", "__close"},
+		{"open", "open64"},
+		{"clock_gettime", "clock_gettime"},
+	} {
+		sym := dynSymbol(t, path, tc.function)
+		if dynSymbol(t, path, tc.perf).Value != sym.Value {
+			t.Errorf("%s: this libc has no alias %s, the expectations are for glibc 2.36", tc.function, tc.perf)
+			continue
+		}
+		if got, ok := bin.lookup(sym.Value); got != tc.perf {
+			t.Errorf("lookup(%s at %#x) = %q, %v; perf shows %s", tc.function, sym.Value, got, ok, tc.perf)
+		}
 	}
 }
 

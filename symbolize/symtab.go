@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"cmp"
+	"debug/elf"
 	"math"
 	"slices"
 	"sort"
@@ -34,57 +35,126 @@ type candidate struct {
 	// size 0 means unknown: the symbol then reaches the next symbol.
 	size uint64
 	name string
-	// rank decides between symbols at the same address: the highest
-	// rank wins, then the one added first.
+	// rank decides first between symbols at the same address: the
+	// highest wins (a .gopclntab function over ELF symbols, a later perf
+	// map line over an earlier one). Between equal ranks, perf's rule
+	// decides (see alias.beats), then the symbol added first.
 	rank int
-	// module is carried through for the kernel's module names.
-	module string
+	// bind is the ELF binding (local for symbols that have none).
+	bind elf.SymBind
 }
 
-// buildSymtab sorts the candidates by address, keeps one per address, gives
-// unsized symbols the distance to the next one, and packs the result. It
-// also returns the indexes in cands of the kept candidates, in table order.
-func buildSymtab(cands []candidate) (symtab, []int32) {
+// Ranks of ELF symbols and of Go functions from .gopclntab.
+const (
+	rankELF = iota
+	rankGo
+)
+
+// alias is what perf looks at to choose between symbols at one address.
+type alias struct {
+	name string
+	// sized is whether the symbol has a size as perf sees it: an ELF
+	// symbol without one is given the distance to the next symbol, which
+	// is 0 when an alias follows it at the same address.
+	sized bool
+	bind  elf.SymBind
+}
+
+// beats reports whether perf prefers b to a, a symbol at the same address
+// listed before it, as choose_best_symbol (tools/perf/util/symbol.c) does:
+// a sized symbol over an unsized one, then non-weak over weak, then global
+// over non-global, then fewer leading underscores, then the longer name.
+// On a tie the symbol listed first stays, so that folding a run of
+// aliases with beats, first to last, keeps the one perf keeps.
+func (b alias) beats(a alias) bool {
+	if a.sized != b.sized {
+		return b.sized
+	}
+	if aWeak, bWeak := a.bind == elf.STB_WEAK, b.bind == elf.STB_WEAK; aWeak != bWeak {
+		return aWeak
+	}
+	if aGlobal, bGlobal := a.bind == elf.STB_GLOBAL, b.bind == elf.STB_GLOBAL; aGlobal != bGlobal {
+		return bGlobal
+	}
+	if ua, ub := leadingUnderscores(a.name), leadingUnderscores(b.name); ua != ub {
+		return ub < ua
+	}
+	return len(b.name) > len(a.name)
+}
+
+func leadingUnderscores(s string) int { return len(s) - len(strings.TrimLeft(s, "_")) }
+
+// buildSymtab sorts the candidates by address, keeps one per address (the
+// highest rank, then the one perf would show), gives unsized symbols the
+// distance to the next one, and packs the result.
+func buildSymtab(cands []candidate) symtab {
 	// Sorting indexes rather than the candidates moves 4 bytes instead of
-	// a struct holding pointers; the index also breaks ties.
+	// a struct holding pointers; the index keeps the order of aliases.
 	order := make([]int32, len(cands))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(i, j int32) int {
-		a, b := &cands[i], &cands[j]
-		if c := cmp.Compare(a.addr, b.addr); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.rank, a.rank); c != 0 {
+		if c := cmp.Compare(cands[i].addr, cands[j].addr); c != 0 {
 			return c
 		}
 		return cmp.Compare(i, j)
 	})
-	kept := order[:0]
-	for _, i := range order {
-		if len(kept) > 0 && cands[kept[len(kept)-1]].addr == cands[i].addr {
-			continue
+	kept := order[:0] // overwrites only runs already read
+	for start := 0; start < len(order); {
+		end := start + 1
+		for end < len(order) && cands[order[end]].addr == cands[order[start]].addr {
+			end++
 		}
-		kept = append(kept, i)
+		best := start
+		for k := start + 1; k < end; k++ {
+			if cands[order[k]].beats(&cands[order[best]], k == end-1, best == end-1) {
+				best = k
+			}
+		}
+		kept = append(kept, order[best])
+		start = end
 	}
 
 	var names strings.Builder
+	total := 0
 	for _, i := range kept {
-		names.WriteString(cands[i].name)
+		total += len(cands[i].name)
 	}
-	t := symtab{syms: make([]symbol, len(kept)), names: names.String()}
-	end := 0
+	names.Grow(total)
+	t := symtab{syms: make([]symbol, len(kept))}
 	for k, i := range kept {
 		c := &cands[i]
-		size := c.size
-		if size == 0 && k+1 < len(kept) {
-			size = cands[kept[k+1]].addr - c.addr
+		next, last := uint64(0), k+1 == len(kept)
+		if !last {
+			next = cands[kept[k+1]].addr
 		}
-		end += len(c.name)
-		t.syms[k] = symbol{addr: c.addr, size: uint32(min(size, math.MaxUint32)), nameEnd: uint32(end)}
+		names.WriteString(c.name)
+		t.syms[k] = symbol{addr: c.addr, size: symbolSize(c.addr, c.size, next, last), nameEnd: uint32(names.Len())}
 	}
-	return t, kept
+	t.names = names.String()
+	return t
+}
+
+// beats reports whether c is kept rather than a, listed before it at the
+// same address; cLast and aLast say whether each is the last listed there,
+// which gives an unsized symbol a size in perf's eyes.
+func (c *candidate) beats(a *candidate, cLast, aLast bool) bool {
+	if c.rank != a.rank {
+		return c.rank > a.rank
+	}
+	return alias{c.name, c.size != 0 || cLast, c.bind}.beats(alias{a.name, a.size != 0 || aLast, a.bind})
+}
+
+// symbolSize returns the size to store for a symbol at addr: its own, or
+// when it has none the distance to next, the following symbol's address,
+// unless it is the last symbol, which is left open-ended (0). Sizes are
+// clamped to 4 GiB.
+func symbolSize(addr, size, next uint64, last bool) uint32 {
+	if size == 0 && !last {
+		size = next - addr
+	}
+	return uint32(min(size, math.MaxUint32))
 }
 
 // lookup returns the index of the symbol containing addr: the last one
