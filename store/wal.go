@@ -27,10 +27,14 @@ import (
 // samples of the page being written (pages are written at least every
 // second).
 const (
-	walDir             = "wal"
-	walPageHeader      = 8
-	maxWALPage         = 64 << 20
-	recString     byte = iota + 1
+	walDir        = "wal"
+	walPageHeader = 8
+	maxWALPage    = 64 << 20
+)
+
+// WAL record types.
+const (
+	recString byte = iota + 1
 	recFrame
 	recStack
 	recThread
