@@ -44,7 +44,10 @@ type part struct {
 // of fn, and cached; fn is called from one goroutine. Data that cannot be
 // read is skipped and named in the returned Warnings.
 func (db *DB) Select(ctx context.Context, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
-	parts := db.plan(r, f)
+	return db.selectParts(ctx, db.plan(r, f, true), r, f, fn)
+}
+
+func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
 	type result struct {
 		batch *Batch
 		err   error
@@ -95,12 +98,16 @@ func (db *DB) Select(ctx context.Context, r Range, f *Filter, fn func(*Batch) er
 	return warnings, nil
 }
 
-// plan lists the chunks and heads that may hold samples in r.
-func (db *DB) plan(r Range, f *Filter) []part {
+// plan lists the heads, and the block chunks if withBlocks, that may hold
+// samples in r.
+func (db *DB) plan(r Range, f *Filter, withBlocks bool) []part {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
 	var parts []part
 	for _, b := range db.blocks {
+		if !withBlocks {
+			break
+		}
 		if !f.keepsSource(b.Meta.Source) || !r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
 			continue
 		}

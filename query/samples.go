@@ -1,0 +1,50 @@
+package query
+
+import (
+	"context"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/profileio"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+// Samples calls fn with every sample in r that passes f, rebuilt as a
+// sample.Sample with the frames the filter's stack part keeps. Samples come
+// a chunk at a time, chunks in time order (within a chunk, CPU by CPU).
+func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, fn func(*sample.Sample) error) (store.Warnings, error) {
+	return db.Select(ctx, r, f, func(b *store.Batch) error {
+		for _, i := range b.Rows {
+			s := b.T.Sample(int(i))
+			if b.KeepFrame != nil {
+				ids := b.T.StackOf(b.T.Stack[i])
+				kept := s.Stack[:0]
+				for j, id := range ids {
+					if b.KeepFrame[id] {
+						kept = append(kept, s.Stack[j])
+					}
+				}
+				s.Stack = kept
+			}
+			if err := fn(&s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// PprofOf builds a pprof profile of the samples in r that pass f, sampled
+// every periodNs nanoseconds of CPU time.
+func PprofOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, periodNs int64) (*profile.Profile, store.Warnings, error) {
+	b := profileio.NewPprofBuilder(periodNs)
+	warnings, err := Samples(ctx, db, r, f, func(s *sample.Sample) error {
+		b.Add(s)
+		return nil
+	})
+	if err != nil {
+		return nil, warnings, err
+	}
+	return b.Profile(), warnings, nil
+}
