@@ -69,6 +69,8 @@ type Meta struct {
 	ImportedAt int64 `json:"importedAt,omitempty"`
 	// Bytes is the size of the data file.
 	Bytes int64 `json:"bytes"`
+	// PeriodNs is the sampling period, when known (0 otherwise).
+	PeriodNs int64 `json:"periodNs,omitempty"`
 }
 
 // chunkRef locates one chunk in the data file.

@@ -88,6 +88,7 @@ func (db *DB) merge(blocks []*Block) error {
 		meta.Parents = append(meta.Parents, b.Meta.ID)
 		meta.WALSegment = max(meta.WALSegment, b.Meta.WALSegment)
 		meta.ImportedAt = max(meta.ImportedAt, b.Meta.ImportedAt)
+		meta.PeriodNs = max(meta.PeriodNs, b.Meta.PeriodNs)
 	}
 	meta.Level = min(meta.Level, len(levelFactors))
 	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), meta, func(w *blockWriter) error {

@@ -21,6 +21,9 @@ import (
 type Options struct {
 	// Source names the data this process records (usually the hostname).
 	Source string
+	// PeriodNs is the recording's sampling period (1e9 / frequency),
+	// kept in each block's meta so exports know what a sample weighs.
+	PeriodNs int64
 	// BlockDuration is how much time the head covers before it is cut
 	// into a block (default 2 minutes).
 	BlockDuration time.Duration
@@ -79,7 +82,7 @@ type DB struct {
 	done chan struct{}
 
 	appended, lost, walDropped, cuts, compactions, dropped, corrupt atomic.Uint64
-	diskFull                                                        atomic.Bool
+	diskFull, closed                                                atomic.Bool
 }
 
 // sealingHead is a head that has been cut and is being written as a block;
@@ -343,7 +346,7 @@ func (db *DB) writeHead(t *Table, walSeq uint64) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
 	for {
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: walSeq}, t)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: walSeq, PeriodNs: db.opts.PeriodNs}, t)
 		if err == nil {
 			return db.addBlock(meta)
 		}
@@ -445,8 +448,11 @@ func (db *DB) Flush() {
 }
 
 // Close stops background work, writes the head as a block, and releases
-// the directory. A clean close loses nothing.
+// the directory. A clean close loses nothing. Closing twice is harmless.
 func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
 	if db.stop != nil {
 		close(db.stop)
 		<-db.done

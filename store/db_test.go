@@ -278,7 +278,7 @@ func TestImportIsAllOrNothing(t *testing.T) {
 	defer db.Close()
 	g := synth.New(synth.Config{CPUs: 4, Hz: 999, Start: 1e15, Seconds: 1200, Stacks: 100})
 	var n int
-	_, err = db.Import("bad", func(fn func(*sample.Sample) error) error {
+	_, err = db.Import("bad", 0, func(fn func(*sample.Sample) error) error {
 		var s sample.Sample
 		for g.Next(&s) {
 			if n++; n == importBlockSamples+10 {

@@ -22,6 +22,8 @@ type SourceInfo struct {
 	Samples int   `json:"samples"`
 	// Imported is true for data brought in by heatscope import.
 	Imported bool `json:"imported"`
+	// PeriodNs is the sampling period, when known.
+	PeriodNs int64 `json:"periodNs,omitempty"`
 }
 
 // Sources lists the sources in the store, by name.
@@ -29,16 +31,17 @@ func (db *DB) Sources() []SourceInfo {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
 	bySource := map[string]*SourceInfo{}
-	add := func(name string, first, last int64, n int, imported bool) {
+	add := func(name string, first, last int64, n int, imported bool, period int64) {
 		s, ok := bySource[name]
 		if !ok {
 			s = &SourceInfo{Name: name, First: first, Last: last, Imported: imported}
 			bySource[name] = s
 		}
 		s.First, s.Last, s.Samples = min(s.First, first), max(s.Last, last), s.Samples+n
+		s.PeriodNs = max(s.PeriodNs, period)
 	}
 	for _, b := range db.blocks {
-		add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0)
+		add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0, b.Meta.PeriodNs)
 	}
 	heads := []*Table{}
 	for _, s := range db.sealing {
@@ -49,7 +52,7 @@ func (db *DB) Sources() []SourceInfo {
 	}
 	for _, h := range heads {
 		if h.Len() > 0 {
-			add(db.opts.Source, slices.Min(h.Time), slices.Max(h.Time), h.Len(), false)
+			add(db.opts.Source, slices.Min(h.Time), slices.Max(h.Time), h.Len(), false, db.opts.PeriodNs)
 		}
 	}
 	out := make([]SourceInfo, 0, len(bySource))
@@ -74,7 +77,9 @@ type ImportStats struct {
 // Import stores the samples read calls fn with as source, in blocks
 // written directly (imports bypass the head and WAL). It is all or nothing:
 // when read or a write fails, the blocks already written are removed.
-func (db *DB) Import(source string, read func(fn func(*sample.Sample) error) error) (st ImportStats, err error) {
+//
+// periodNs is the sampling period of the imported data, 0 when unknown.
+func (db *DB) Import(source string, periodNs int64, read func(fn func(*sample.Sample) error) error) (st ImportStats, err error) {
 	if db.opts.ReadOnly {
 		return st, errors.New("import: data directory opened read-only")
 	}
@@ -97,7 +102,7 @@ func (db *DB) Import(source string, read func(fn func(*sample.Sample) error) err
 		t := &b.T
 		first, last := slices.Min(t.Time), slices.Max(t.Time)
 		db.writeMu.Lock()
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, ImportedAt: importedAt}, t)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, ImportedAt: importedAt, PeriodNs: periodNs}, t)
 		if err == nil {
 			written = append(written, meta.ID)
 			err = db.addBlock(meta)

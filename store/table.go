@@ -38,7 +38,7 @@ type Table struct {
 	Threads     []Thread
 
 	// Sample columns, one entry per sample.
-	Time   []int64 // wall-clock Unix ns
+	Time   []int64 // wall-clock Unix ns, to the microsecond
 	CPU    []uint32
 	Thread []uint32 // index into Threads
 	Stack  []uint32 // index into stacks
@@ -210,8 +210,11 @@ func (b *Builder) Append(s *sample.Sample) {
 	b.appendRow(s.Time, s.CPU, thread, stack)
 }
 
+// appendRow adds a sample row. Times are kept to the microsecond, the
+// precision blocks store, so a sample reads back the same from the head, the
+// WAL and a block.
 func (b *Builder) appendRow(time int64, cpu, thread, stack uint32) {
-	b.T.Time = append(b.T.Time, time)
+	b.T.Time = append(b.T.Time, micros(time)*1000)
 	b.T.CPU = append(b.T.CPU, cpu)
 	b.T.Thread = append(b.T.Thread, thread)
 	b.T.Stack = append(b.T.Stack, stack)

@@ -1,0 +1,176 @@
+package query
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/store"
+)
+
+// ParamError is a bad value for a named parameter (a flag or a URL query
+// parameter: both use the same names).
+type ParamError struct {
+	Param string
+	Err   error
+}
+
+func (e *ParamError) Error() string { return fmt.Sprintf("%s: %v", e.Param, e.Err) }
+func (e *ParamError) Unwrap() error { return e.Err }
+
+func paramErr(param string, format string, args ...any) error {
+	return &ParamError{Param: param, Err: fmt.Errorf(format, args...)}
+}
+
+// ParseTime parses a time given as RFC 3339 ("2026-11-21T14:03:07.42Z"),
+// Unix seconds with decimals ("1795237387.42"), or a duration before now
+// ("-5m", "-1h30m"). It returns Unix nanoseconds.
+func ParseTime(param, s string, now time.Time) (int64, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return 0, paramErr(param, "empty time")
+	case strings.HasPrefix(s, "-") && !isNumber(s):
+		d, err := time.ParseDuration(s[1:])
+		if err != nil {
+			return 0, paramErr(param, "%q is not a duration ago like -5m", s)
+		}
+		return now.Add(-d).UnixNano(), nil
+	case isNumber(s):
+		return parseSeconds(param, s)
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, paramErr(param, "%q is not RFC 3339, Unix seconds or a duration ago like -5m", s)
+	}
+	return t.UnixNano(), nil
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
+}
+
+// parseSeconds turns decimal seconds into nanoseconds exactly (no float
+// rounding: "1795237387.420001" keeps its microsecond).
+func parseSeconds(param, s string) (int64, error) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" {
+		whole = "0"
+	}
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || sec > math.MaxInt64/int64(time.Second)-1 {
+		return 0, paramErr(param, "%q is out of range", s)
+	}
+	if len(frac) > 9 {
+		frac = frac[:9]
+	}
+	ns := int64(0)
+	if frac != "" {
+		if ns, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil {
+			return 0, paramErr(param, "%q is not a number", s)
+		}
+	}
+	v := sec*1e9 + ns
+	if neg {
+		v = -v
+	}
+	return v, nil
+}
+
+// FilterParams are the names of the filter parameters, the same as flags
+// and as URL query parameters.
+var FilterParams = []string{"source", "comm", "pid", "tid", "cpu", "cgroup", "frame", "stack", "idle"}
+
+// ParseFilter builds a filter from parameters looked up by name (missing
+// ones are ""). comm is an exact command name, or a regular expression when
+// it starts with "~" ("~^kube"); pid, tid, cpu and cgroup are comma
+// separated lists (cpu also takes ranges, "0-3,8"; cgroup also takes a
+// cgroup v2 path on this host); frame is a regular expression matched
+// against function names; stack is all, kernel or user; idle is exclude
+// (the default) or include.
+func ParseFilter(get func(name string) string) (store.Filter, error) {
+	var f store.Filter
+	if v := get("source"); v != "" {
+		f.Sources = strings.Split(v, ",")
+	}
+	if v := get("comm"); strings.HasPrefix(v, "~") {
+		re, err := regexp.Compile(v[1:])
+		if err != nil {
+			return f, paramErr("comm", "bad regular expression: %v", err)
+		}
+		f.CommRegex = re
+	} else {
+		f.Comm = v
+	}
+	var err error
+	if f.PIDs, err = parseIDs("pid", get("pid")); err != nil {
+		return f, err
+	}
+	if f.TIDs, err = parseIDs("tid", get("tid")); err != nil {
+		return f, err
+	}
+	if v := get("cpu"); v != "" {
+		cpus, err := profiler.ParseCPUList(v)
+		if err != nil {
+			return f, paramErr("cpu", "%q is not a CPU list like 0-3,8", v)
+		}
+		for _, c := range cpus {
+			f.CPUs = append(f.CPUs, uint32(c))
+		}
+	}
+	if v := get("cgroup"); v != "" {
+		for _, c := range strings.Split(v, ",") {
+			id, err := profiler.ParseCgroup(c)
+			if err != nil {
+				return f, &ParamError{Param: "cgroup", Err: err}
+			}
+			f.Cgroups = append(f.Cgroups, id)
+		}
+	}
+	if v := get("frame"); v != "" {
+		re, err := regexp.Compile(v)
+		if err != nil {
+			return f, paramErr("frame", "bad regular expression: %v", err)
+		}
+		f.Frame = re
+	}
+	switch v := get("stack"); v {
+	case "", "all":
+	case "kernel":
+		f.Stack = store.KernelFrames
+	case "user":
+		f.Stack = store.UserFrames
+	default:
+		return f, paramErr("stack", "%q: want all, kernel or user", v)
+	}
+	switch v := get("idle"); v {
+	case "", "exclude":
+	case "include":
+		f.IncludeIdle = true
+	default:
+		return f, paramErr("idle", "%q: want exclude or include", v)
+	}
+	return f, nil
+}
+
+func parseIDs(param, v string) ([]uint32, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var ids []uint32
+	for _, s := range strings.Split(v, ",") {
+		id, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+		if err != nil {
+			return nil, paramErr(param, "%q is not a number", s)
+		}
+		ids = append(ids, uint32(id))
+	}
+	return ids, nil
+}

@@ -1,0 +1,60 @@
+package query
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/store"
+)
+
+func TestParseTime(t *testing.T) {
+	now := time.Date(2026, 11, 21, 14, 3, 7, 420_000_000, time.UTC)
+	for in, want := range map[string]int64{
+		"1795237387.420001":              1795237387_420001000,
+		"1795237387":                     1795237387_000000000,
+		"0.5":                            500_000_000,
+		"2026-11-21T14:03:07.42Z":        now.UnixNano(),
+		"2026-11-21T15:03:07.42+01:00":   now.UnixNano(),
+		"-5m":                            now.Add(-5 * time.Minute).UnixNano(),
+		"-1h30m":                         now.Add(-90 * time.Minute).UnixNano(),
+		"1795237387.4200011119999999999": 1795237387_420001111,
+	} {
+		got, err := ParseTime("from", in, now)
+		if err != nil || got != want {
+			t.Errorf("ParseTime(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "yesterday", "-5 minutes", "2026-13-01", "99999999999999999999"} {
+		_, err := ParseTime("to", bad, now)
+		var pe *ParamError
+		if !errors.As(err, &pe) || pe.Param != "to" {
+			t.Errorf("ParseTime(%q) = %v, want an error naming to", bad, err)
+		}
+	}
+}
+
+func TestParseFilter(t *testing.T) {
+	params := map[string]string{"comm": "~^kube", "pid": "1,2", "cpu": "0-2,5", "frame": "mem_cgroup", "stack": "kernel", "idle": "include", "source": "a,b"}
+	f, err := ParseFilter(func(n string) string { return params[n] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.CommRegex == nil || !f.CommRegex.MatchString("kubelet") || len(f.PIDs) != 2 || len(f.CPUs) != 4 ||
+		f.Frame == nil || f.Stack != store.KernelFrames || !f.IncludeIdle || len(f.Sources) != 2 {
+		t.Fatalf("filter %+v", f)
+	}
+	for param, bad := range map[string]string{"comm": "~(", "pid": "x", "tid": "-1", "cpu": "3-1", "frame": "[",
+		"stack": "both", "idle": "yes", "cgroup": "/no/such/cgroup"} {
+		_, err := ParseFilter(func(n string) string {
+			if n == param {
+				return bad
+			}
+			return ""
+		})
+		var pe *ParamError
+		if !errors.As(err, &pe) || pe.Param != param {
+			t.Errorf("%s=%q: %v, want an error naming %s", param, bad, err, param)
+		}
+	}
+}
