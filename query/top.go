@@ -29,7 +29,8 @@ type Top struct {
 // sorted by self count, then total, then name.
 func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*Top, store.Warnings, error) {
 	type key struct{ name, kind string }
-	byFunc := map[key]*Function{}
+	index := map[key]int{}
+	var funcs []Function
 	top := &Top{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		t := b.T
@@ -37,29 +38,35 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*
 		for _, i := range b.Rows {
 			perStack[t.Stack[i]]++
 		}
-		seen := map[key]bool{}
+		funcOf := make([]int, len(t.Frames)) // index in funcs + 1, 0 not known yet
+		var seen []int                        // funcs counted for this stack
 		for stack, n := range perStack {
 			top.Samples += n
-			clear(seen)
+			seen = seen[:0]
 			leaf := true
 			for _, id := range t.StackOf(stack) {
 				if b.KeepFrame != nil && !b.KeepFrame[id] {
 					continue
 				}
-				fr := t.Frames[id]
-				k := key{t.Strings[fr.Function], fr.Kind.String()}
-				fn := byFunc[k]
-				if fn == nil {
-					fn = &Function{Name: k.name, Kind: k.kind}
-					byFunc[k] = fn
+				if funcOf[id] == 0 {
+					fr := t.Frames[id]
+					k := key{t.Strings[fr.Function], fr.Kind.String()}
+					fi, ok := index[k]
+					if !ok {
+						fi = len(funcs)
+						funcs = append(funcs, Function{Name: k.name, Kind: k.kind})
+						index[k] = fi
+					}
+					funcOf[id] = fi + 1
 				}
+				fi := funcOf[id] - 1
 				if leaf {
-					fn.Self += n
+					funcs[fi].Self += n
 					leaf = false
 				}
-				if !seen[k] {
-					seen[k] = true
-					fn.Total += n
+				if !slices.Contains(seen, fi) {
+					seen = append(seen, fi)
+					funcs[fi].Total += n
 				}
 			}
 		}
@@ -68,9 +75,7 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*
 	if err != nil {
 		return nil, warnings, err
 	}
-	for _, fn := range byFunc {
-		top.Functions = append(top.Functions, *fn)
-	}
+	top.Functions = funcs
 	slices.SortFunc(top.Functions, func(a, b Function) int {
 		return cmp.Or(cmp.Compare(b.Self, a.Self), cmp.Compare(b.Total, a.Total), cmp.Compare(a.Name, b.Name))
 	})

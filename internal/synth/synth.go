@@ -64,8 +64,9 @@ func New(cfg Config) *Generator {
 	}
 	kernelPath := []string{"entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_read", "ksys_read", "vfs_read",
 		"seq_read_iter", "memory_stat_show", "mem_cgroup_flush_stats", "cgroup_rstat_flush", "tcp_sendmsg", "ext4_file_read_iter"}
+	const maxDepth = 30
 	for s := range cfg.Stacks {
-		depth := 8 + s%22
+		depth := 8 + s%(maxDepth-8)
 		var st []sample.Frame
 		if s%3 == 0 {
 			for k := range 2 + s%5 {
@@ -74,10 +75,16 @@ func New(cfg Config) *Generator {
 					Address: 0xffffffff81000000 + uint64(k*4096+s%4096), Kind: sample.KindKernel})
 			}
 		}
-		mod := fmt.Sprintf("/usr/bin/app%d", s%13)
-		for d := range depth {
-			st = append(st, sample.Frame{Function: fmt.Sprintf("app%d::fn_%d_%d", s%13, d, (s/7+d)%300), Module: mod,
-				BuildID: fmt.Sprintf("%040x", s%13), Address: uint64(0x401000 + d*64 + s%64), Kind: sample.KindUser})
+		// Stacks are paths through one call tree per binary, branching a
+		// little at every level, as real programs' call graphs do: stack
+		// k of a binary shares its first levels with stacks k±1, k±2...
+		// A shorter stack is a prefix of longer ones.
+		app, k := s%13, s/13
+		mod := fmt.Sprintf("/usr/bin/app%d", app)
+		for d := depth - 1; d >= 0; d-- { // the leaf first
+			branch := k >> max(0, 9-9*d/maxDepth)
+			st = append(st, sample.Frame{Function: fmt.Sprintf("app%d::fn_%d_%d", app, d, branch), Module: mod,
+				BuildID: fmt.Sprintf("%040x", app), Address: uint64(0x401000 + d*64 + int(branch)%64), Kind: sample.KindUser})
 		}
 		g.stacks = append(g.stacks, st)
 	}
