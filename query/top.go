@@ -39,7 +39,7 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*
 			perStack[t.Stack[i]]++
 		}
 		funcOf := make([]int, len(t.Frames)) // index in funcs + 1, 0 not known yet
-		var seen []int                        // funcs counted for this stack
+		var seen []int                       // funcs counted for this stack
 		for stack, n := range perStack {
 			top.Samples += n
 			seen = seen[:0]
