@@ -103,7 +103,9 @@ func writeBlock(dir string, meta Meta, t *Table) (Meta, error) {
 	for i := range order {
 		order[i] = int32(i)
 	}
-	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(t.Time[a], t.Time[b]) })
+	// Heads arrive almost in time order; pdqsort with the index as a tie
+	// break is fast on that and deterministic.
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Or(cmp.Compare(t.Time[a], t.Time[b]), cmp.Compare(a, b)) })
 	m := newRemap(t)
 	return writeBlockFrom(dir, meta, func(w *blockWriter) error {
 		for _, i := range order {
@@ -291,16 +293,38 @@ func (w *blockWriter) flushChunk() {
 		return
 	}
 	ref := chunkRef{minTime: micros(c.Time[0]), maxTime: micros(c.Time[c.Len()-1]), count: c.Len()}
-	rows := w.rows[:0]
-	for i := range c.Len() {
-		rows = append(rows, int32(i))
-	}
-	slices.SortStableFunc(rows, func(a, b int32) int { return cmp.Compare(c.CPU[a], c.CPU[b]) })
+	rows := groupByCPU(w.rows[:0], c.CPU)
 	w.rows = rows
 	w.buf = encodeChunk(w.buf[:0], c, rows, ref.minTime)
 	ref.section = w.d.section(w.buf)
 	w.chunks = append(w.chunks, ref)
 	c.Time, c.CPU, c.Thread, c.Stack = c.Time[:0], c.CPU[:0], c.Thread[:0], c.Stack[:0]
+}
+
+// groupByCPU returns the row indices of cpus grouped by CPU, ascending,
+// each group in row order: a counting sort, since CPUs are few.
+func groupByCPU(rows []int32, cpus []uint32) []int32 {
+	var counts map[uint32]int32 = map[uint32]int32{}
+	for _, c := range cpus {
+		counts[c]++
+	}
+	keys := make([]uint32, 0, len(counts))
+	for c := range counts {
+		keys = append(keys, c)
+	}
+	slices.Sort(keys)
+	next := make(map[uint32]int32, len(keys))
+	pos := int32(0)
+	for _, c := range keys {
+		next[c] = pos
+		pos += counts[c]
+	}
+	rows = slices.Grow(rows[:0], len(cpus))[:len(cpus)]
+	for i, c := range cpus {
+		rows[next[c]] = int32(i)
+		next[c]++
+	}
+	return rows
 }
 
 // finish writes the last chunk, the tables, the table of contents and the

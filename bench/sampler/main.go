@@ -91,8 +91,9 @@ func run(duration time.Duration, hz int) error {
 	time.Sleep(time.Second)
 
 	hsOut := filepath.Join(dir, "heatscope.pb.gz")
+	hsData := filepath.Join(dir, "data")
 	hs := exec.Command(bin, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
-		"--output", hsOut, "--bpf-stats", "--progress", "0", "--top", "0")
+		"--data", hsData, "--output", hsOut, "--bpf-stats", "--progress", "0", "--top", "0")
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
 	perfData := filepath.Join(dir, "perf.data")
@@ -145,6 +146,22 @@ func run(duration time.Duration, hz int) error {
 	fmt.Printf("| perf record peak RSS | %.1f MB | |\n", float64(perfUse.maxRSS)/1e6)
 	fmt.Printf("| CPU ratio heatscope (incl. BPF) / perf | %.2f | <= 0.5 |\n\n", hsCPU/perfUse.cpu.Seconds())
 
+	storeBytes, err := dirSize(hsData)
+	if err != nil {
+		return err
+	}
+	perfInfo, err := os.Stat(perfData)
+	if err != nil {
+		return err
+	}
+	perfSamples, err := perfSampleCount(perfData)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("### On disk\n\n| recorder | bytes | samples | bytes/sample |\n|---|---|---|---|\n")
+	fmt.Printf("| heatscope data directory | %d | %d | %.2f |\n", storeBytes, received, float64(storeBytes)/float64(received))
+	fmt.Printf("| perf record -g perf.data | %d | %d | %.1f |\n\n", perfInfo.Size(), perfSamples, float64(perfInfo.Size())/float64(perfSamples))
+
 	fmt.Printf("### Top-10 leaf functions (self %% of all samples)\n\n")
 	fmt.Printf("| heatscope leaf | heatscope | perf | difference |\n|---|---|---|---|\n")
 	worst := 0.0
@@ -159,6 +176,34 @@ func run(duration time.Duration, hz int) error {
 		fmt.Printf("| `%s` | %.2f%% |\n", l.name, l.pct)
 	}
 	return nil
+}
+
+// dirSize adds up the sizes of the files under dir.
+func dirSize(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			total += info.Size()
+		}
+		return nil
+	})
+	return total, err
+}
+
+// perfSampleCount counts the samples in a perf.data file.
+func perfSampleCount(path string) (int, error) {
+	out, err := exec.Command("perf", "script", "-i", path, "-F", "time").Output()
+	if err != nil {
+		return 0, fmt.Errorf("perf script: %w", err)
+	}
+	return bytes.Count(out, []byte("\n")), nil
 }
 
 type leaf struct {
