@@ -1,0 +1,221 @@
+package profileio
+
+import (
+	"fmt"
+	"io"
+	"math/bits"
+	"strconv"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// timestampLabel is the numeric label, in nanoseconds, that carries a pprof
+// sample's own time (PprofBuilder.KeepTimestamps).
+const timestampLabel = "timestamp_ns"
+
+// ReadPprof reads a pprof profile (profile.proto, gzipped or not, or one of
+// the legacy formats github.com/google/pprof/profile parses) and calls fn
+// once per sample it stands for. A pprof file is one message, so it is read
+// whole; the samples it expands to are not kept. fn may keep each sample,
+// whose Stack is its own.
+//
+// A pprof sample stands for n samples: its samples/count value, or, without
+// that sample type, its cpu/nanoseconds value divided by the profile's
+// period (at least 1). Samples whose value is zero or negative, as in diff
+// profiles, stand for none and are skipped. The n samples are at the
+// sample's numeric label "timestamp_ns" when it has one (PprofBuilder with
+// KeepTimestamps writes it), else spread evenly over the profile's window
+// [TimeNanos, TimeNanos+DurationNanos).
+//
+// The labels heatscope's PprofBuilder writes are read back: comm, and pid,
+// tid and cpu as string or numeric labels. Frames come from each
+// location's lines, innermost inlined function first, so the stack is leaf
+// first. Module and BuildID come from the location's mapping, Address is
+// the location's address. A frame is KindKernel in a "[kernel.kallsyms]"
+// mapping or at a kernel address, KindJIT in a perf map or heatscope's
+// "[jit]" mapping, KindUnknown when it has no function name (Function is
+// then "[module+0xoffset]") or a bracketed one, KindUser otherwise.
+func ReadPprof(r io.Reader, fn func(*sample.Sample) error) error {
+	in, err := openInput(r)
+	if err != nil {
+		return fmt.Errorf("pprof: %w", err)
+	}
+	data, err := io.ReadAll(in)
+	if err != nil {
+		return fmt.Errorf("pprof: read: %w", err)
+	}
+	p, err := profile.ParseData(data)
+	if err != nil {
+		return fmt.Errorf("pprof: %w", err)
+	}
+	if err := p.CheckValid(); err != nil {
+		return fmt.Errorf("pprof: invalid profile: %w", err)
+	}
+	count, err := sampleCounter(p)
+	if err != nil {
+		return fmt.Errorf("pprof: %w", err)
+	}
+	rd := pprofReader{names: interner{}, frames: map[*profile.Location][]sample.Frame{}}
+	for _, ps := range p.Sample {
+		n := count(ps)
+		if n <= 0 {
+			continue
+		}
+		head := pprofHead(ps)
+		stack := rd.stack(ps)
+		ts, hasTime := numLabel(ps, timestampLabel)
+		for k := range uint64(n) {
+			s := new(sample.Sample)
+			*s = head
+			switch {
+			case hasTime:
+				s.Time = ts
+			case p.DurationNanos > 0:
+				hi, lo := bits.Mul64(uint64(p.DurationNanos), k)
+				offset, _ := bits.Div64(hi, lo, uint64(n)) // k < n, so it fits
+				s.Time = p.TimeNanos + int64(offset)
+			default:
+				s.Time = p.TimeNanos
+			}
+			if len(stack) > 0 {
+				s.Stack = make([]sample.Frame, len(stack))
+				copy(s.Stack, stack)
+			}
+			if err := fn(s); err != nil {
+				return fmt.Errorf("pprof: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// sampleCounter returns how to tell the number of samples a pprof sample
+// stands for.
+func sampleCounter(p *profile.Profile) (func(*profile.Sample) int64, error) {
+	ns := -1
+	for i, st := range p.SampleType {
+		if st.Type == "samples" && st.Unit == "count" {
+			return func(s *profile.Sample) int64 { return s.Value[i] }, nil
+		}
+		if st.Type == "cpu" && st.Unit == "nanoseconds" && ns < 0 {
+			ns = i
+		}
+	}
+	if ns < 0 {
+		return nil, fmt.Errorf("no samples/count or cpu/nanoseconds sample type among %d types", len(p.SampleType))
+	}
+	period := p.Period
+	if p.PeriodType != nil && p.PeriodType.Unit != "nanoseconds" {
+		period = 0
+	}
+	return func(s *profile.Sample) int64 {
+		v := s.Value[ns]
+		if v <= 0 {
+			return 0
+		}
+		if period > 0 {
+			v /= period
+		}
+		return max(v, 1)
+	}, nil
+}
+
+// pprofHead returns a sample with the fields pprof labels carry.
+func pprofHead(ps *profile.Sample) sample.Sample {
+	var s sample.Sample
+	if v := ps.Label["comm"]; len(v) > 0 {
+		s.Comm = v[0]
+	}
+	s.PID = uint32Label(ps, "pid")
+	s.TID = uint32Label(ps, "tid")
+	s.CPU = uint32Label(ps, "cpu")
+	return s
+}
+
+// uint32Label reads a label written as a string or as a number.
+func uint32Label(ps *profile.Sample, key string) uint32 {
+	if v, ok := numLabel(ps, key); ok && v >= 0 && v <= 1<<32-1 {
+		return uint32(v)
+	}
+	if v := ps.Label[key]; len(v) > 0 {
+		if n, err := strconv.ParseUint(v[0], 10, 32); err == nil {
+			return uint32(n)
+		}
+	}
+	return 0
+}
+
+func numLabel(ps *profile.Sample, key string) (int64, bool) {
+	if v := ps.NumLabel[key]; len(v) > 0 {
+		return v[0], true
+	}
+	return 0, false
+}
+
+// pprofReader turns pprof locations into frames, each location once.
+type pprofReader struct {
+	names   interner
+	frames  map[*profile.Location][]sample.Frame
+	stackTo []sample.Frame
+	scratch []byte
+}
+
+// stack returns ps's frames, leaf first, in a buffer reused by the next call.
+func (rd *pprofReader) stack(ps *profile.Sample) []sample.Frame {
+	st := rd.stackTo[:0]
+	for _, loc := range ps.Location {
+		fs, ok := rd.frames[loc]
+		if !ok {
+			fs = rd.locationFrames(loc)
+			rd.frames[loc] = fs
+		}
+		st = append(st, fs...)
+	}
+	rd.stackTo = st
+	return st
+}
+
+// locationFrames returns a location's frames: one per line, innermost
+// inlined function first, or one unnamed frame when it has no lines.
+func (rd *pprofReader) locationFrames(loc *profile.Location) []sample.Frame {
+	var module, buildID string
+	offset := loc.Address
+	if m := loc.Mapping; m != nil {
+		module, buildID = m.File, m.BuildID
+		if loc.Address >= m.Start {
+			offset = loc.Address - m.Start + m.Offset
+		}
+	}
+	class := classify(module)
+	frame := func(name string) sample.Frame {
+		resolved := !isUnresolvedName(name)
+		if name == "" || name == "[unknown]" {
+			rd.scratch = appendUnknownName(rd.scratch[:0], module, offset)
+			name = rd.names.get(rd.scratch)
+		}
+		return sample.Frame{
+			Function: name,
+			Module:   module,
+			BuildID:  buildID,
+			Address:  loc.Address,
+			Kind:     frameKind(class, loc.Address, resolved),
+		}
+	}
+	if len(loc.Line) == 0 {
+		return []sample.Frame{frame("")}
+	}
+	fs := make([]sample.Frame, len(loc.Line))
+	for i, line := range loc.Line {
+		var name string
+		if fn := line.Function; fn != nil {
+			name = fn.Name
+			if name == "" {
+				name = fn.SystemName
+			}
+		}
+		fs[i] = frame(name)
+	}
+	return fs
+}
