@@ -1,6 +1,8 @@
 // Command heatscope is an always-on eBPF CPU profiler.
 //
-//	heatscope record [flags]   sample every CPU and write a profile
+//	heatscope record [flags]   sample every CPU into the data directory
+//	heatscope export [flags]   write a time range as pprof, folded or perf script
+//	heatscope import [flags] FILE...  store perf script, folded or pprof files
 //
 // Run "heatscope COMMAND --help" for a command's flags.
 package main
@@ -21,7 +23,9 @@ type command struct {
 }
 
 var commands = []command{
-	{"record", "sample every CPU and write a pprof or folded profile", runRecord},
+	{"record", "sample every CPU into the data directory (and optionally one profile file)", runRecord},
+	{"export", "write a time range of the data directory as pprof, folded stacks or perf script", runExport},
+	{"import", "store perf script, folded or pprof files in the data directory as sources", runImport},
 }
 
 func main() {

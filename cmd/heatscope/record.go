@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,18 +13,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/recorder"
 	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/symbolize"
 )
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("record", "record [flags]", stderr)
 	duration := fs.Duration("duration", 0, "how long to record; 0 records until SIGINT or SIGTERM")
-	output := fs.String("output", "profile.pb.gz", "file to write the profile to")
-	format := fs.String("format", "pprof", "output format: pprof or folded")
+	data := fs.String("data", "./heatscope-data", "data directory to record into ('' for none)")
+	source := fs.String("source", "", "source name of the recorded samples (default: the hostname)")
+	retention := fs.String("retention", "7d", "drop data older than this (0 keeps everything)")
+	retentionSize := fs.String("retention-size", "10GB", "drop the oldest data while the blocks take more than this (0: no limit)")
+	blockDuration := fs.Duration("block-duration", 2*time.Minute, "how much time the in-memory head covers before it is written as a block")
+	output := fs.String("output", "", "also write this run's samples to this file")
+	format := fs.String("format", "pprof", "format of --output: pprof or folded")
 	frequency := fs.Int("frequency", 99, fmt.Sprintf("samples per second per CPU (1 to %d)", profiler.MaxFrequency))
 	pids := fs.String("pid", "", "only sample these processes (comma-separated pids)")
 	cgroup := fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
@@ -58,12 +67,34 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.BTFPath = *btfPath
 	cfg.BPFStats = *bpfStats
-
-	out, err := os.Create(*output)
-	if err != nil {
-		return fmt.Errorf("create output: %w", err)
+	storeOpts := store.Options{Source: *source, BlockDuration: *blockDuration, PeriodNs: int64(time.Second) / int64(*frequency), Logger: slog.Default()}
+	if storeOpts.Retention, err = parseDays(*retention); err != nil {
+		return usageError{fmt.Errorf("--retention: %w", err)}
 	}
-	defer out.Close()
+	if storeOpts.RetentionSize, err = parseSize(*retentionSize); err != nil {
+		return usageError{fmt.Errorf("--retention-size: %w", err)}
+	}
+	if *blockDuration < time.Second {
+		return usageError{fmt.Errorf("--block-duration %v: at least 1s", *blockDuration)}
+	}
+	if *data == "" && *output == "" {
+		return usageError{errors.New("nothing to write: give --data or --output")}
+	}
+
+	var out *os.File
+	if *output != "" {
+		if out, err = os.Create(*output); err != nil {
+			return fmt.Errorf("create output: %w", err)
+		}
+		defer out.Close()
+	}
+	var db *store.DB
+	if *data != "" {
+		if db, err = store.Open(*data, storeOpts); err != nil {
+			return err
+		}
+		defer db.Close()
+	}
 
 	rec, err := recorder.Open(cfg, symbolize.Options{}, slog.Default())
 	if err != nil {
@@ -81,11 +112,23 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	stopProgress := reportProgress(rec, start, *progress, stderr)
 
-	pprofOut := profileio.NewPprofBuilder(rec.PeriodNs())
-	foldedOut := profileio.NewFoldedBuilder()
+	// The run's own profile is kept when it is written out or summarised.
+	var pprofOut *profileio.PprofBuilder
+	if *output != "" || *top > 0 {
+		pprofOut = profileio.NewPprofBuilder(rec.PeriodNs())
+	}
+	var foldedOut *profileio.FoldedBuilder
+	if *output != "" && *format == "folded" {
+		foldedOut = profileio.NewFoldedBuilder()
+	}
 	err = rec.Run(ctx, func(s *sample.Sample) {
-		pprofOut.Add(s)
-		if *format == "folded" {
+		if db != nil {
+			db.Append(s)
+		}
+		if pprofOut != nil {
+			pprofOut.Add(s)
+		}
+		if foldedOut != nil {
 			foldedOut.Add(s)
 		}
 	})
@@ -94,20 +137,31 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	printSummary(rec, time.Since(start), stderr)
-
-	prof := pprofOut.Profile()
-	if *format == "folded" {
-		_, err = foldedOut.WriteTo(out)
-	} else {
-		err = profileio.WritePprof(out, prof)
+	if db != nil {
+		if err := db.Close(); err != nil {
+			return fmt.Errorf("close data directory: %w", err)
+		}
+		st := db.Stats()
+		fmt.Fprintf(stderr, "data directory %s: %d blocks, %d bytes, %d samples lost\n", *data, st.Blocks, st.BlockBytes, st.Lost)
 	}
-	if err == nil {
-		err = out.Close()
+	var prof *profile.Profile
+	if pprofOut != nil {
+		prof = pprofOut.Profile()
 	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", *output, err)
+	if out != nil {
+		if *format == "folded" {
+			_, err = foldedOut.WriteTo(out)
+		} else {
+			err = profileio.WritePprof(out, prof)
+		}
+		if err == nil {
+			err = out.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", *output, err)
+		}
+		fmt.Fprintf(stderr, "wrote %s (%s)\n", *output, *format)
 	}
-	fmt.Fprintf(stderr, "wrote %s (%s)\n", *output, *format)
 	if *top > 0 {
 		printTop(stdout, profileio.TopFunctions(prof), *top)
 	}

@@ -104,7 +104,8 @@ func TestRecordFixtures(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // let them exec and warm up
 
 	out := filepath.Join(dir, "profile.pb.gz")
-	stdout, stderr, err := runHeatscope(bin, "record", "--duration", "5s", "--output", out, "--top", "5")
+	data := filepath.Join(dir, "data")
+	stdout, stderr, err := runHeatscope(bin, "record", "--duration", "5s", "--data", data, "--output", out, "--top", "5")
 	if err != nil {
 		t.Fatalf("heatscope record: %v\n%s", err, stderr)
 	}
@@ -194,6 +195,36 @@ func TestRecordFixtures(t *testing.T) {
 		}
 	})
 
+	t.Run("the data directory holds the same samples", func(t *testing.T) {
+		exported := filepath.Join(dir, "exported.pb.gz")
+		if _, stderr, err := runHeatscope(bin, "export", "--data", data, "--idle", "include", "-o", exported); err != nil {
+			t.Fatalf("export: %v\n%s", err, stderr)
+		}
+		ef, err := os.Open(exported)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ef.Close()
+		ep, err := profile.Parse(ef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := func(p *profile.Profile, pid int) (n int64) {
+			for _, s := range p.Sample {
+				if pid == 0 || s.Label["pid"][0] == fmt.Sprint(pid) {
+					n += s.Value[0]
+				}
+			}
+			return n
+		}
+		if got, want := total(ep, 0), total(p, 0); got != want || want == 0 {
+			t.Fatalf("exported %d samples, the run recorded %d", got, want)
+		}
+		if got, want := total(ep, c.Process.Pid), total(p, c.Process.Pid); got != want {
+			t.Fatalf("exported %d samples of hotc, the run recorded %d", got, want)
+		}
+	})
+
 	t.Run("go tool pprof reads it", func(t *testing.T) {
 		out, err := exec.Command("go", "tool", "pprof", "-top", out).CombinedOutput()
 		if err != nil {
@@ -215,7 +246,7 @@ func TestRecordFolded(t *testing.T) {
 	hotc, _ := buildFixtures(t, dir)
 	c := start(t, hotc)
 	out := filepath.Join(dir, "stacks.folded")
-	if _, stderr, err := runHeatscope(bin, "record", "--duration", "2s", "--pid", fmt.Sprint(c.Process.Pid),
+	if _, stderr, err := runHeatscope(bin, "record", "--duration", "2s", "--data", "", "--pid", fmt.Sprint(c.Process.Pid),
 		"--format", "folded", "--output", out, "--top", "0"); err != nil {
 		t.Fatalf("record: %v\n%s", err, stderr)
 	}
@@ -251,7 +282,7 @@ func TestShortLivedProcesses(t *testing.T) {
 	bin := buildHeatscope(t, dir)
 	hotc, _ := buildFixtures(t, dir)
 	out := filepath.Join(dir, "profile.pb.gz")
-	rec := exec.Command(bin, "record", "--duration", "4s", "--output", out, "--top", "0", "--progress", "0")
+	rec := exec.Command(bin, "record", "--duration", "4s", "--data", "", "--output", out, "--top", "0", "--progress", "0")
 	var stderr bytes.Buffer
 	rec.Stderr = &stderr
 	if err := rec.Start(); err != nil {
@@ -331,7 +362,7 @@ func TestRecordWithoutPrivileges(t *testing.T) {
 	bin := buildHeatscope(t, dir)
 	_, stderr, err := runHeatscope(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", bin, "record", "--duration", "1s",
-		"--output", filepath.Join(dir, "p.pb.gz"))
+		"--data", filepath.Join(dir, "data"), "--output", filepath.Join(dir, "p.pb.gz"))
 	if err == nil {
 		t.Fatal("record without privileges succeeded")
 	}
@@ -350,7 +381,7 @@ func TestRecordWithoutBTF(t *testing.T) {
 	bin := buildHeatscope(t, dir)
 	bad := filepath.Join(dir, "vmlinux.btf")
 	os.WriteFile(bad, []byte("garbage"), 0o644)
-	_, stderr, err := runHeatscope(bin, "record", "--duration", "1s", "--btf", bad, "--output", filepath.Join(dir, "p.pb.gz"))
+	_, stderr, err := runHeatscope(bin, "record", "--duration", "1s", "--btf", bad, "--data", "", "--output", filepath.Join(dir, "p.pb.gz"))
 	if err == nil || !strings.Contains(stderr, "BTF") || !strings.Contains(stderr, bad) {
 		t.Fatalf("record with bad BTF: %v\n%s", err, stderr)
 	}
