@@ -20,9 +20,9 @@ test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) test $(TESTFLAGS) ./...
 
+# Every benchmark (as root, ~20 minutes); figures land in bench/results/.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./... | tee bench/go-bench.txt
-	bash bench/sampler.sh
+	bash bench/run.sh
 
 run: build
 	$(BIN) record --duration 30s --output profile.pb.gz --top 20

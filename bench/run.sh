@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every heatscope benchmark; `make bench` runs it as root. Results go to
+# bench/results/ (markdown), from which docs/benchmarks.md is updated.
+#
+#   bench/run.sh            everything (about 20 minutes: the size run records 10 minutes)
+#   QUICK=1 bench/run.sh    skip the 10-minute size run and use a 2-hour synthetic store
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+out=bench/results
+mkdir -p "$out"
+machine() { echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r), $(go version | cut -d' ' -f3), $(date -u +%F)"; }
+
+echo "== Go benchmarks"
+go test -run '^$' -bench . -benchmem -count 5 ./... | tee "$out/go-bench.txt"
+
+echo "== Sampler vs perf, 30 s"
+{ machine; go run ./bench/sampler -duration 30s; } | tee "$out/sampler-30s.md"
+
+if [ -z "${QUICK:-}" ]; then
+  echo "== Sampler vs perf, 10 minutes (bytes per sample on disk)"
+  { machine; go run ./bench/sampler -duration 10m; } | tee "$out/sampler-10m.md"
+fi
+
+echo "== Synthetic 64-CPU store"
+store=/var/tmp/heatscope-bench-store
+hours=24; [ -n "${QUICK:-}" ] && hours=2 && store=/var/tmp/heatscope-bench-store-quick
+if [ ! -d "$store/blocks" ]; then
+  go run ./bench/store gen -dir "$store" -hours "$hours" | tee "$out/store-gen.md"
+fi
+{ machine; go run ./bench/store query -dir "$store"; } | tee "$out/store-queries.md"
+
+echo "== perf script import (10 x a 30 s perf record -F 999 -a -g)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null || true' EXIT
+gcc -O0 -fno-omit-frame-pointer -o "$tmp/hotc" cmd/heatscope/testdata/hotc.c
+go build -o "$tmp/hotgo" ./cmd/heatscope/testdata/hotgo
+"$tmp/hotc" & "$tmp/hotgo" & dd if=/dev/zero of=/dev/null bs=1 2>/dev/null &
+perf record -q -F 999 -a -g -o "$tmp/perf.data" -- sleep 30 2>/dev/null
+kill $(jobs -p) 2>/dev/null || true
+perf script -i "$tmp/perf.data" > "$tmp/one.perf" 2>/dev/null
+go run ./bench/store perfscript-make -in "$tmp/one.perf" -out "$tmp/ten.perf" -copies 10
+{ machine; go run ./bench/store perfscript -dir "$tmp/store" -file "$tmp/ten.perf"; } | tee "$out/perfscript.md"
