@@ -25,7 +25,7 @@ bench: build
 	bash bench/run.sh
 
 run: build
-	$(BIN) record --duration 30s --output profile.pb.gz --top 20
+	$(BIN) record --duration 30s --data ./heatscope-data --output profile.pb.gz --top 20
 
 # Short fuzzing runs of every fuzz target (FUZZTIME each).
 FUZZTIME ?= 20s
