@@ -60,6 +60,21 @@ func runHeatscope(bin string, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
+// readProfile parses the pprof file at path.
+func readProfile(t *testing.T, path string) *profile.Profile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	return p
+}
+
 // stackNames returns a sample's function names, leaf first.
 func stackNames(s *profile.Sample) []string {
 	var names []string
@@ -116,15 +131,7 @@ func TestRecordFixtures(t *testing.T) {
 		t.Errorf("no top-functions table on stdout:\n%s", stdout)
 	}
 
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatalf("parse %s: %v", out, err)
-	}
+	p := readProfile(t, out)
 	if err := p.CheckValid(); err != nil {
 		t.Fatalf("CheckValid: %v", err)
 	}
@@ -200,15 +207,7 @@ func TestRecordFixtures(t *testing.T) {
 		if _, stderr, err := runHeatscope(bin, "export", "--data", data, "--idle", "include", "-o", exported); err != nil {
 			t.Fatalf("export: %v\n%s", err, stderr)
 		}
-		ef, err := os.Open(exported)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ef.Close()
-		ep, err := profile.Parse(ef)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ep := readProfile(t, exported)
 		total := func(p *profile.Profile, pid int) (n int64) {
 			for _, s := range p.Sample {
 				if pid == 0 || s.Label["pid"][0] == fmt.Sprint(pid) {
@@ -300,15 +299,7 @@ func TestShortLivedProcesses(t *testing.T) {
 	if err := rec.Wait(); err != nil {
 		t.Fatalf("record: %v\n%s", err, stderr.String())
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := readProfile(t, out)
 	var resolved, total int64
 	for _, s := range p.Sample {
 		if !pids[s.Label["pid"][0]] {
