@@ -3,6 +3,7 @@ package symbolize
 import (
 	"debug/elf"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 )
@@ -40,8 +41,9 @@ func BenchmarkSymbolize(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(kernel)+len(user))), "ns/frame")
 }
 
-// BenchmarkLoadBinary loads the symbol table of this test binary (a Go
-// binary: .symtab and .gopclntab) and of libc, as a cache miss does.
+// BenchmarkLoadBinary loads the symbol table of this test binary (a
+// stripped Go binary: .gopclntab only), of the Go compiler (a large Go
+// binary with .symtab) and of libc (.dynsym), as a cache miss does.
 func BenchmarkLoadBinary(b *testing.B) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -49,6 +51,7 @@ func BenchmarkLoadBinary(b *testing.B) {
 	}
 	for _, bc := range []struct{ name, path string }{
 		{"go-test-binary", exe},
+		{"go-compiler", filepath.Join(runtime.GOROOT(), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH, "compile")},
 		{"libc", "/lib/x86_64-linux-gnu/libc.so.6"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

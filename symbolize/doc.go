@@ -9,26 +9,48 @@
 // sizes, so an address belongs to the closest symbol below it. The
 // "__pfx_" and "__cfi_" symbols that mark the padding in front of every
 // function (half the symbols of a kernel built with call padding) are left
-// out.
+// out. The file, some 100,000 lines, is parsed without an allocation per
+// line.
 //
 // # User space
 //
 // A process's address space is read from /proc/PID/maps the moment its pid
 // is first seen (Symbolizer.Observe), not when its frames are first
-// symbolized: a short-lived process is gone by then. The binaries of its
-// executable mappings are opened at the same time, through
-// /proc/PID/root/<path> so that container files are found (then the plain
-// path, then /proc/PID/map_files/<start>-<end>, the only way to a deleted
-// file), and their symbol tables are loaded.
+// symbolized: a short-lived process is gone by then. Only the executable
+// mappings' identity is kept then: path, device, inode and offset. A
+// binary's symbol table is loaded the first time a frame falls in its
+// mapping, which for the first sample of a process is right after Observe,
+// and libraries no frame lands in are never read. The file is opened
+// through /proc/PID/root/<path>, so that container files are found, then
+// by the plain path if it is the same device and inode (how the files of a
+// process that has exited since are found), then through
+// /proc/PID/map_files/<start>-<end>, the only way to a deleted file.
 //
 // An address is translated from the mapping to a file offset, then through
 // the ELF PT_LOAD segments to the ELF virtual address, the one addr2line and
-// nm use, which is the frame's Address. Names come from .symtab, .dynsym
-// (function and IFUNC symbols) and, for Go binaries, .gopclntab, which
-// stripped Go binaries keep; a symbol without a size reaches the next one.
-// C++ and Rust names are demangled without parameter lists
-// ("ns::Class::method", "ns::twice<int>", "crate::module::function"), the
-// first time a symbol is hit.
+// nm use, which is the frame's Address. Names come from the function and
+// IFUNC symbols of .symtab or, when there is none, of .dynsym, as perf
+// reads them, and, for Go binaries, from .gopclntab, which stripped Go
+// binaries keep and which names Go functions as the Go runtime does (no
+// ".abi0" suffix); a symbol without a size reaches the next one. C++ and
+// Rust names are demangled without parameter lists ("ns::Class::method",
+// "ns::twice<int>", "crate::module::function"), the first time a symbol is
+// hit.
+//
+// # Aliases
+//
+// Of several symbols at one address, the one perf report shows is kept, so
+// that both tools name functions alike (choose_best_symbol in perf's
+// tools/perf/util/symbol.c): a symbol with a size over one without, then
+// non-weak over weak, then global over local, then fewer leading
+// underscores, then the longer name, then the one listed first. perf gives
+// a symbol without a size the distance to the next symbol, so that the
+// last of unsized aliases counts as sized. glibc's write, exported as the
+// weak __write and write, is "write"; free, exported as __libc_free, cfree
+// and free, is "cfree". In kallsyms, where no symbol has a size, that
+// makes the last alias listed win: __x86_indirect_thunk_rax rather than
+// __pi___x86_indirect_thunk_rax, __x64_sys_getpid rather than
+// __ia32_sys_getpid.
 //
 // A frame that cannot be named is kept as "[module+0xoffset]":
 //   - in a binary that was read: the base name and the ELF virtual address;
@@ -60,10 +82,12 @@
 // containers' paths is loaded once. A stripped and an unstripped copy share
 // their build id: whichever is read first serves both. Symbol tables are
 // compact: one sorted slice of 16-byte entries (address, size, end of the
-// name) and one string holding every name. The binary cache and the
-// process cache are LRU-bounded (Options). A cached process keeps its
-// binaries alive even when the binary cache has evicted them, since it may
-// have exited and cannot be read again.
+// name) and one string holding every name. Loading one reads the symbol
+// and string tables, and of a .gopclntab only the function names and
+// records, not its line tables. The binary cache and the process cache are
+// LRU-bounded (Options). A cached process keeps the binaries it loaded
+// alive even when the binary cache has evicted them, since it may have
+// exited and cannot be read again.
 //
 // # Return addresses
 //
@@ -79,7 +103,14 @@
 // code built without them (Debian's libc, many distribution binaries) gives
 // short or wrong user stacks, whatever the symbolizer does. Unwinding with
 // .eh_frame is later work, as are separate debug files
-// (/usr/lib/debug/.build-id) and MiniDebugInfo (.gnu_debugdata).
+// (/usr/lib/debug/.build-id) and MiniDebugInfo (.gnu_debugdata): where
+// perf finds a debug file it shows its local symbols (glibc's write is then
+// "__GI___libc_write"), which heatscope does not read.
+// A binary first needed after its process exited is found only by its
+// plain path: not when it lived in a container's mount namespace, had been
+// deleted, or sits on a file system whose stat(2) device differs from the
+// one in /proc/PID/maps (btrfs subvolumes). Such frames stay
+// "[file+0xoffset]".
 // A process that execs keeps its pid, and a pid is eventually reused: the
 // old mappings are used until the pid is forgotten (call Forget when a
 // process exits) or its addresses miss them. Perf maps are read from PerfMapDir

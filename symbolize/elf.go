@@ -2,8 +2,8 @@ package symbolize
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -40,35 +40,92 @@ func loadBinary(f *elf.File, buildID string) (*binaryFile, error) {
 		}
 	}
 
-	syms, err := f.Symbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+	cands, err := readFuncSymbols(f, elf.SHT_SYMTAB)
+	if err != nil {
 		return nil, fmt.Errorf("read .symtab: %w", err)
 	}
-	if len(syms) == 0 {
-		if syms, err = f.DynamicSymbols(); err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+	if len(cands) == 0 {
+		if cands, err = readFuncSymbols(f, elf.SHT_DYNSYM); err != nil {
 			return nil, fmt.Errorf("read .dynsym: %w", err)
 		}
 	}
-	cands := appendFuncSymbols(nil, syms)
-	cands, err = appendGoFuncs(cands, f, syms)
-	if err != nil {
+	if cands, err = addGoFuncs(cands, f); err != nil {
 		return nil, err
 	}
 	b.tab = buildSymtab(cands)
 	return b, nil
 }
 
-// appendFuncSymbols appends the defined function symbols (STT_FUNC and
-// STT_GNU_IFUNC) of syms.
-func appendFuncSymbols(cands []candidate, syms []elf.Symbol) []candidate {
-	for _, s := range syms {
-		typ := elf.ST_TYPE(s.Info)
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 || s.Name == "" {
+// readFuncSymbols returns the defined function symbols (STT_FUNC and
+// STT_GNU_IFUNC) of the file's symbol table of type typ, SHT_SYMTAB or
+// SHT_DYNSYM, or none when it has no such table. The table is read in
+// place: unlike elf.File.Symbols, no elf.Symbol is built, nor string
+// allocated, for each of its symbols, most of which are not functions.
+func readFuncSymbols(f *elf.File, typ elf.SectionType) ([]candidate, error) {
+	i := slices.IndexFunc(f.Sections, func(s *elf.Section) bool { return s.Type == typ })
+	if i < 0 {
+		return nil, nil
+	}
+	sec := f.Sections[i]
+	if sec.Link == 0 || int(sec.Link) >= len(f.Sections) {
+		return nil, fmt.Errorf("section %s links to no string table (%d)", sec.Name, sec.Link)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", sec.Name, err)
+	}
+	strs, err := f.Sections[sec.Link].Data()
+	if err != nil {
+		return nil, fmt.Errorf("string table of %s: %w", sec.Name, err)
+	}
+	names := string(strs) // one string that all names share
+
+	// An entry is Elf64_Sym (name, info, other, section, value, size) or
+	// Elf32_Sym (name, value, size, info, other, section); the first one
+	// is the undefined symbol.
+	order, entSize, infoAt := f.ByteOrder, 24, 4
+	if f.Class == elf.ELFCLASS32 {
+		entSize, infoAt = 16, 12
+	}
+	isFunc := func(info byte) bool {
+		t := elf.ST_TYPE(info)
+		return t == elf.STT_FUNC || t == elf.STT_GNU_IFUNC
+	}
+	entries := data[min(entSize, len(data)):]
+	funcs := 0 // to allocate the candidates once
+	for e := entries; len(e) >= entSize; e = e[entSize:] {
+		if isFunc(e[infoAt]) {
+			funcs++
+		}
+	}
+	cands := make([]candidate, 0, funcs)
+	for e := entries; len(e) >= entSize; e = e[entSize:] {
+		var (
+			nameOff     = uint64(order.Uint32(e))
+			info        byte
+			section     elf.SectionIndex
+			value, size uint64
+		)
+		if f.Class == elf.ELFCLASS32 {
+			value, size = uint64(order.Uint32(e[4:])), uint64(order.Uint32(e[8:]))
+			info, section = e[12], elf.SectionIndex(order.Uint16(e[14:]))
+		} else {
+			info, section = e[4], elf.SectionIndex(order.Uint16(e[6:]))
+			value, size = order.Uint64(e[8:]), order.Uint64(e[16:])
+		}
+		if !isFunc(info) || section == elf.SHN_UNDEF || value == 0 {
 			continue
 		}
-		cands = append(cands, candidate{addr: s.Value, size: s.Size, name: s.Name, rank: rankELF, bind: elf.ST_BIND(s.Info)})
+		if nameOff >= uint64(len(names)) {
+			continue
+		}
+		name, _, terminated := strings.Cut(names[nameOff:], "\x00")
+		if name == "" || !terminated {
+			continue
+		}
+		cands = append(cands, candidate{addr: value, size: size, name: name, rank: rankELF, bind: elf.ST_BIND(info)})
 	}
-	return cands
+	return cands, nil
 }
 
 // vaddr translates a file offset to the ELF virtual address through the

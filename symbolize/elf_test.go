@@ -2,6 +2,9 @@ package symbolize
 
 import (
 	"debug/elf"
+	"errors"
+	"os"
+	"slices"
 	"testing"
 )
 
@@ -46,5 +49,54 @@ func TestLoadBinaryVaddr(t *testing.T) {
 	}
 	if name, ok := b.lookup(sym.Value + sym.Size - 1); !ok || name != "hot_c_function" {
 		t.Errorf("lookup(last byte of hot_c_function) = %q, %v", name, ok)
+	}
+}
+
+// TestReadFuncSymbols compares readFuncSymbols with debug/elf's reading
+// of the symbol tables of a Go binary, a C binary and libc, the 32-bit one
+// too when it is installed.
+func TestReadFuncSymbols(t *testing.T) {
+	files := []string{buildGo(t, false), buildC(t, "gcc", cSource, "fixture.c")}
+	for _, libc := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib32/libc.so.6"} {
+		if _, err := os.Stat(libc); err == nil {
+			files = append(files, libc)
+		}
+	}
+	for _, path := range files {
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		funcs := 0
+		for _, table := range []struct {
+			typ  elf.SectionType
+			read func() ([]elf.Symbol, error)
+		}{{elf.SHT_SYMTAB, f.Symbols}, {elf.SHT_DYNSYM, f.DynamicSymbols}} {
+			syms, err := table.read()
+			if errors.Is(err, elf.ErrNoSymbols) {
+				syms = nil
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			var want []candidate
+			for _, s := range syms {
+				typ := elf.ST_TYPE(s.Info)
+				if (typ == elf.STT_FUNC || typ == elf.STT_GNU_IFUNC) && s.Section != elf.SHN_UNDEF && s.Value != 0 && s.Name != "" {
+					want = append(want, candidate{addr: s.Value, size: s.Size, name: s.Name, bind: elf.ST_BIND(s.Info)})
+				}
+			}
+			got, err := readFuncSymbols(f, table.typ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s %s: %d functions, debug/elf reads %d, or they differ", path, table.typ, len(got), len(want))
+			}
+			funcs += len(want)
+		}
+		if funcs == 0 {
+			t.Errorf("%s: no function symbols to compare", path)
+		}
 	}
 }

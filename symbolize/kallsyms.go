@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/heatscope/heatscope/sample"
@@ -27,7 +28,8 @@ var ErrAddressesHidden = errors.New("kernel symbol addresses are all zero: readi
 // concurrent use. A nil *Kernel resolves every address to an unknown frame.
 //
 // kallsyms has no symbol sizes: an address belongs to the closest symbol
-// at or below it. Padding symbols ("__pfx_", "__cfi_") are left out.
+// at or below it. Padding symbols ("__pfx_", "__cfi_") are left out. Of
+// the symbols at one address, the one perf shows is kept: the last listed.
 type Kernel struct {
 	tab symtab
 	// modules says which module each run of symbols belongs to, sorted by
@@ -190,7 +192,7 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 	return k, nil
 }
 
-// nextField returns the first field of b, delimited by spaces or tabs,
+// nextField returns the first field of b, delimited by ASCII white space,
 // and what follows it.
 func nextField(b []byte) (field, rest []byte) {
 	start := 0
@@ -220,24 +222,31 @@ func parseHexBytes(b []byte) (uint64, bool) {
 	}
 	var v uint64
 	for _, c := range b {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
+		d := hexDigits[c]
+		if d == notHex || v>>60 != 0 { // not a digit, or the digit overflows
 			return 0, false
-		}
-		if v>>60 != 0 {
-			return 0, false // the next digit overflows
 		}
 		v = v<<4 | uint64(d)
 	}
 	return v, true
 }
+
+// hexDigits holds the value of each hexadecimal digit, and notHex for the
+// other bytes.
+var hexDigits = func() (t [256]byte) {
+	for i := range t {
+		t[i] = notHex
+	}
+	for i := range byte(10) {
+		t['0'+i] = i
+	}
+	for i := range byte(6) {
+		t['a'+i], t['A'+i] = 10+i, 10+i
+	}
+	return t
+}()
+
+const notHex = 0xff
 
 // Resolve returns the kernel frame of addr: the symbol containing it, or
 // "[kernel.kallsyms+0xADDR]" (the absolute address) when none does.
@@ -275,5 +284,10 @@ func unknownName(module string, offset uint64) string {
 	} else if i := strings.LastIndexByte(module, '/'); i >= 0 && i+1 < len(module) {
 		module = module[i+1:]
 	}
-	return sample.UnknownName(module, offset)
+	// sample.UnknownName's format, without fmt: this runs for every
+	// unresolved frame of every sample.
+	var buf [64]byte
+	b := append(append(append(buf[:0], '['), module...), "+0x"...)
+	b = strconv.AppendUint(b, offset, 16)
+	return string(append(b, ']'))
 }

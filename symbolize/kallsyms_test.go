@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -255,4 +256,23 @@ func FuzzKallsyms(f *testing.F) {
 		}
 		checkKernel(t, k, want)
 	})
+}
+
+// TestUnknownName checks unknownName against sample.UnknownName, whose
+// format it reproduces.
+func TestUnknownName(t *testing.T) {
+	for _, tc := range []struct {
+		module, base string
+		offset       uint64
+	}{
+		{sample.KernelModule, "kernel.kallsyms", 0xffffffff81000000},
+		{"/usr/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6", 0x2724a},
+		{"[vdso]", "vdso", 0},
+		{"/opt/my app/" + strings.Repeat("long name ", 10), strings.Repeat("long name ", 10), math.MaxUint64},
+		{"/trailing/", "/trailing/", 0x10},
+	} {
+		if got, want := unknownName(tc.module, tc.offset), sample.UnknownName(tc.base, tc.offset); got != want {
+			t.Errorf("unknownName(%q, %#x) = %q, want %q", tc.module, tc.offset, got, want)
+		}
+	}
 }

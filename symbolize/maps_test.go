@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"strings"
 	"syscall"
@@ -116,4 +117,23 @@ func TestMapsDeviceMatchesStat(t *testing.T) {
 		}
 	}
 	t.Fatalf("no executable mapping of %s", exe)
+}
+
+func TestProcessFind(t *testing.T) {
+	p := &process{maps: []userMapping{
+		{mapping: mapping{start: 0x1000, end: 0x2000, path: "/a"}},
+		{mapping: mapping{start: 0x3000, end: 0x4000, path: "/b"}},
+	}}
+	for addr, want := range map[uint64]string{
+		0: "", 0xfff: "", 0x1000: "/a", 0x1fff: "/a", 0x2000: "", 0x2fff: "",
+		0x3000: "/b", 0x3fff: "/b", 0x4000: "", math.MaxUint64: "",
+	} {
+		got := ""
+		if m := p.find(addr); m != nil {
+			got = m.path
+		}
+		if got != want {
+			t.Errorf("find(%#x) = %q, want %q", addr, got, want)
+		}
+	}
 }

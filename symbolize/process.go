@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -83,16 +83,9 @@ func readMapsFile(path string) ([]mapping, error) {
 
 // find returns the executable mapping containing addr, or nil.
 func (p *process) find(addr uint64) *userMapping {
-	i, found := slices.BinarySearchFunc(p.maps, addr, func(m userMapping, a uint64) int {
-		switch {
-		case a < m.start:
-			return 1
-		case a >= m.end:
-			return -1
-		}
-		return 0
-	})
-	if !found {
+	// By index: a userMapping is too large to be copied for each probe.
+	i := sort.Search(len(p.maps), func(i int) bool { return p.maps[i].end > addr })
+	if i == len(p.maps) || addr < p.maps[i].start {
 		return nil
 	}
 	return &p.maps[i]

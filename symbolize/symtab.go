@@ -82,37 +82,44 @@ func (b alias) beats(a alias) bool {
 	return len(b.name) > len(a.name)
 }
 
+// leadingUnderscores counts the underscores s starts with.
+// leadingUnderscores counts the underscores s starts with.
 func leadingUnderscores(s string) int { return len(s) - len(strings.TrimLeft(s, "_")) }
 
 // buildSymtab sorts the candidates by address, keeps one per address (the
 // highest rank, then the one perf would show), gives unsized symbols the
 // distance to the next one, and packs the result.
 func buildSymtab(cands []candidate) symtab {
-	// Sorting indexes rather than the candidates moves 4 bytes instead of
-	// a struct holding pointers; the index keeps the order of aliases.
-	order := make([]int32, len(cands))
-	for i := range order {
-		order[i] = int32(i)
+	// Sorting addresses and indexes rather than the candidates moves 16
+	// bytes instead of a struct holding pointers, and compares without
+	// following the index; the index keeps the order of aliases.
+	type key struct {
+		addr uint64
+		i    int32
 	}
-	slices.SortFunc(order, func(i, j int32) int {
-		if c := cmp.Compare(cands[i].addr, cands[j].addr); c != 0 {
+	order := make([]key, len(cands))
+	for i := range order {
+		order[i] = key{cands[i].addr, int32(i)}
+	}
+	slices.SortFunc(order, func(a, b key) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c
 		}
-		return cmp.Compare(i, j)
+		return cmp.Compare(a.i, b.i)
 	})
-	kept := order[:0] // overwrites only runs already read
+	kept := make([]int32, 0, len(order))
 	for start := 0; start < len(order); {
 		end := start + 1
-		for end < len(order) && cands[order[end]].addr == cands[order[start]].addr {
+		for end < len(order) && order[end].addr == order[start].addr {
 			end++
 		}
 		best := start
 		for k := start + 1; k < end; k++ {
-			if cands[order[k]].beats(&cands[order[best]], k == end-1, best == end-1) {
+			if cands[order[k].i].beats(&cands[order[best].i], k == end-1) {
 				best = k
 			}
 		}
-		kept = append(kept, order[best])
+		kept = append(kept, order[best].i)
 		start = end
 	}
 
@@ -137,13 +144,13 @@ func buildSymtab(cands []candidate) symtab {
 }
 
 // beats reports whether c is kept rather than a, listed before it at the
-// same address; cLast and aLast say whether each is the last listed there,
-// which gives an unsized symbol a size in perf's eyes.
-func (c *candidate) beats(a *candidate, cLast, aLast bool) bool {
+// same address; last says whether c is the last listed there, which gives
+// an unsized symbol a size in perf's eyes (a, followed by c, is not).
+func (c *candidate) beats(a *candidate, last bool) bool {
 	if c.rank != a.rank {
 		return c.rank > a.rank
 	}
-	return alias{c.name, c.size != 0 || cLast, c.bind}.beats(alias{a.name, a.size != 0 || aLast, a.bind})
+	return alias{c.name, c.size != 0 || last, c.bind}.beats(alias{a.name, a.size != 0, a.bind})
 }
 
 // symbolSize returns the size to store for a symbol at addr: its own, or
