@@ -13,6 +13,6 @@
 // lives (short-lived processes would otherwise be gone before the next poll).
 //
 // Kernel time (CLOCK_MONOTONIC, from bpf_ktime_get_ns) is converted to wall
-// time with an offset measured at start and re-measured on every poll, so a
-// clock step (NTP) shows up within one poll interval.
+// time with an offset measured at start and re-measured every 10 s, so a
+// clock step (NTP) shows up within 10 s.
 package profiler

@@ -13,7 +13,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -124,7 +123,7 @@ type Profiler struct {
 	cfg          Config
 	objs         bpf.ProfileObjects
 	events       []*perfEvent
-	reader       *ringbuf.Reader
+	ring         *ring
 	waiter       *ringWaiter
 	clock        *WallClock
 	statsEnabled interface{ Close() error }
@@ -276,11 +275,10 @@ func boolByte(b bool) uint8 {
 }
 
 func (p *Profiler) openEvents() error {
-	reader, err := ringbuf.NewReader(p.objs.Events)
-	if err != nil {
-		return fmt.Errorf("open ring buffer reader: %w", err)
+	var err error
+	if p.ring, err = openRing(p.objs.Events.FD(), p.cfg.RingBufferSize); err != nil {
+		return err
 	}
-	p.reader = reader
 	if p.waiter, err = newRingWaiter(p.objs.Events.FD()); err != nil {
 		return err
 	}
@@ -304,45 +302,50 @@ func (p *Profiler) openEvents() error {
 // wall-clock time. The Record is reused: handle must copy what it keeps.
 // When ctx is done, Run stops the sampling events and drains what is left in
 // the ring before it returns, so a clean stop loses no sample.
+//
+// The ring is read every PollInterval on a steady ticker, and at once when
+// the BPF program forces a wakeup (a new process): a goroutine waits for
+// that in the netpoller. Neither path makes a syscall per poll.
 func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)) error {
-	stop := context.AfterFunc(ctx, p.waiter.interrupt)
-	defer stop()
-	var raw ringbuf.Record
+	wake := make(chan struct{}, 1)
+	waitDone := make(chan struct{})
+	go func() {
+		defer close(waitDone)
+		for p.waiter.wait() == nil {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	defer func() { p.waiter.close(); <-waitDone }()
+	ticker := time.NewTicker(p.cfg.PollInterval)
+	defer ticker.Stop()
 	var rec Record
 	for {
-		if err := p.waiter.wait(time.Now().Add(p.cfg.PollInterval)); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			p.closeEvents()
-			return p.drain(&raw, &rec, handle)
+			p.drain(&rec, handle)
+			return nil
+		case <-ticker.C:
+		case <-wake:
 		}
-		if err := p.drain(&raw, &rec, handle); err != nil {
-			return err
-		}
+		p.drain(&rec, handle)
 	}
 }
 
-// drain reads every record in the ring without blocking.
-func (p *Profiler) drain(raw *ringbuf.Record, rec *Record, handle func(*Record, int64)) error {
-	p.clock.Measure()
-	p.reader.SetDeadline(time.Now())
-	for {
-		err := p.reader.ReadInto(raw)
-		switch {
-		case err == nil:
-			p.received.Add(1)
-			if derr := rec.Decode(raw.RawSample); derr != nil {
-				p.decodeErrors.Add(1)
-				continue
-			}
-			handle(rec, p.clock.Wall(rec.KernelTime))
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return nil
-		default:
-			return fmt.Errorf("read ring buffer: %w", err)
+// drain reads every complete record in the ring.
+func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
+	p.clock.MaybeMeasure()
+	n := p.ring.read(func(b []byte) {
+		if err := rec.Decode(b); err != nil {
+			p.decodeErrors.Add(1)
+			return
 		}
-	}
+		handle(rec, p.clock.Wall(rec.KernelTime))
+	})
+	p.received.Add(uint64(n))
 }
 
 // Stats returns the program's counters and the agent's read counters.
@@ -355,8 +358,8 @@ func (p *Profiler) Stats() (Stats, error) {
 		PerCPU:         make(map[int]Counters, len(p.cfg.CPUs)),
 		Received:       p.received.Load(),
 		DecodeErrors:   p.decodeErrors.Load(),
-		RingBufferSize: p.reader.BufferSize(),
-		RingBufferUsed: p.reader.AvailableBytes(),
+		RingBufferSize: p.cfg.RingBufferSize,
+		RingBufferUsed: p.ring.used(),
 	}
 	for _, cpu := range p.cfg.CPUs {
 		if cpu >= len(perCPU) {
@@ -397,9 +400,9 @@ func (p *Profiler) Close() error {
 		p.waiter.close()
 		p.waiter = nil
 	}
-	if p.reader != nil {
-		p.reader.Close()
-		p.reader = nil
+	if p.ring != nil {
+		p.ring.close()
+		p.ring = nil
 	}
 	if p.statsEnabled != nil {
 		p.statsEnabled.Close()

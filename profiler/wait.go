@@ -1,7 +1,6 @@
 package profiler
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -10,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ringWaiter waits for the ring buffer to become readable in Go's network
-// poller rather than in a blocking epoll_wait.
+// ringWaiter waits for the ring buffer to signal a forced wakeup in Go's
+// network poller rather than in a blocking epoll_wait.
 //
 // Why: a goroutine blocked in a syscall keeps the Go runtime's sysmon thread
 // waking every few milliseconds to retake its P. Measured here, sysmon was
@@ -48,25 +47,20 @@ func newRingWaiter(ringFD int) (*ringWaiter, error) {
 	return &ringWaiter{file: file, conn: conn}, nil
 }
 
-// wait returns when the ring signals readable, the deadline passes, or
-// interrupt is called, whichever is first.
-func (w *ringWaiter) wait(deadline time.Time) error {
-	if err := w.file.SetReadDeadline(deadline); err != nil {
-		return fmt.Errorf("wait for ring buffer: %w", err)
-	}
+// wait returns when the ring signals readable (a record written with
+// BPF_RB_FORCE_WAKEUP), or with an error once close has been called.
+func (w *ringWaiter) wait() error {
 	waited := false
 	err := w.conn.Read(func(uintptr) bool {
 		done := waited
 		waited = true
 		return done // false the first time: wait for readiness
 	})
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+	if err != nil {
 		return fmt.Errorf("wait for ring buffer: %w", err)
 	}
 	return nil
 }
 
-// interrupt ends a wait in progress (safe from another goroutine).
-func (w *ringWaiter) interrupt() { w.file.SetReadDeadline(time.Now()) }
-
+// close ends a wait in progress and releases the fd. Safe to call twice.
 func (w *ringWaiter) close() error { return w.file.Close() }

@@ -92,8 +92,10 @@ func run(duration time.Duration, hz int) error {
 
 	hsOut := filepath.Join(dir, "heatscope.pb.gz")
 	hsData := filepath.Join(dir, "data")
+	// The agent runs as deployed: recording into its data directory only.
+	// Its profile for the leaf comparison is exported afterwards.
 	hs := exec.Command(bin, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
-		"--data", hsData, "--output", hsOut, "--bpf-stats", "--progress", "0", "--top", "0")
+		"--data", hsData, "--bpf-stats", "--progress", "0", "--top", "0")
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
 	perfData := filepath.Join(dir, "perf.data")
@@ -114,6 +116,7 @@ func run(duration time.Duration, hz int) error {
 		return fmt.Errorf("perf record: %v\n%s", err, perfErr.String())
 	}
 	hsUse, perfUse := usageOf(hs.ProcessState), usageOf(perf.ProcessState)
+	must(exec.Command(bin, "export", "--data", hsData, "--idle", "include", "-o", hsOut))
 
 	summary := hsErr.String()
 	received := intAfter(summary, `recorded [0-9.]+s: (\d+) samples`)
