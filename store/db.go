@@ -42,7 +42,7 @@ type Options struct {
 	// Logger receives warnings (skipped corrupt files, disk full).
 	Logger *slog.Logger
 	// ChunkCacheSamples bounds the cache of decoded chunks queries share
-	// (default 4 M samples, about 80 MB).
+	// (default 2 M samples, about 40 MB).
 	ChunkCacheSamples int
 }
 
