@@ -13,7 +13,6 @@ import (
 // Linux capability numbers (include/uapi/linux/capability.h).
 const (
 	capSysAdmin = 21
-	capSyslog   = 34
 	capPerfmon  = 38
 	capBPF      = 39
 )
@@ -60,13 +59,6 @@ func missingCapabilities() []string {
 		missing = append(missing, "CAP_PERFMON")
 	}
 	return missing
-}
-
-// HasSyslogCapability reports whether this process may read kernel
-// addresses from /proc/kallsyms (CAP_SYSLOG, or CAP_SYS_ADMIN).
-func HasSyslogCapability() bool {
-	caps, err := effectiveCapabilities()
-	return err == nil && caps&(1<<capSyslog|1<<capSysAdmin) != 0
 }
 
 // permissionError explains an EPERM or EACCES from a BPF or perf syscall

@@ -382,9 +382,6 @@ func (p *Profiler) Stats() (Stats, error) {
 // Frequency returns the sampling frequency in Hz.
 func (p *Profiler) Frequency() int { return p.cfg.Frequency }
 
-// CPUs returns the CPUs being sampled.
-func (p *Profiler) CPUs() []int { return p.cfg.CPUs }
-
 func (p *Profiler) closeEvents() {
 	for _, e := range p.events {
 		_ = e.close()

@@ -23,15 +23,6 @@ type Node struct {
 	Children []*Node `json:"children,omitempty"`
 }
 
-// Count returns the number of nodes in the tree below and including n.
-func (n *Node) Count() int {
-	total := 1
-	for _, c := range n.Children {
-		total += c.Count()
-	}
-	return total
-}
-
 // kindProcess and kindRoot extend sample.Kind for the tree's top levels.
 const (
 	kindProcess = sample.KindJIT + 1 + iota

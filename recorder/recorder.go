@@ -69,9 +69,6 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 // Stats returns the sampler's counters.
 func (r *Recorder) Stats() (profiler.Stats, error) { return r.prof.Stats() }
 
-// SymbolStats returns the symbolizer's counters.
-func (r *Recorder) SymbolStats() symbolize.Stats { return r.sym.Stats() }
-
 // PeriodNs is the sampling period in nanoseconds of CPU time.
 func (r *Recorder) PeriodNs() int64 { return int64(1e9) / int64(r.prof.Frequency()) }
 

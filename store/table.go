@@ -75,8 +75,9 @@ func (t *Table) FrameOf(id uint32) sample.Frame {
 		BuildID: t.Strings[f.BuildID], Address: f.Address, Kind: f.Kind}
 }
 
-// snapshot returns a view of t's first n samples and current tables that
-// later appends do not change: every column is append-only.
+// snapshot returns a view of t's samples and tables as they are now. Later
+// appends do not change it: every column is append-only, so they write past
+// the view's lengths or into new arrays.
 func (t *Table) snapshot() *Table {
 	c := *t
 	return &c
