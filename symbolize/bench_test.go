@@ -65,7 +65,7 @@ func BenchmarkLoadBinary(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				bin, err := loadBinary(f, readBuildID(f))
+				bin, err := loadBinary(f, readBuildID(f), "")
 				f.Close()
 				if err != nil {
 					b.Fatal(err)

@@ -66,7 +66,7 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 		return e.bin
 	}
 	s.stats.binaryMisses.Add(1)
-	if e.bin, err = loadBinary(ef, key.buildID); err != nil {
+	if e.bin, err = loadBinary(ef, key.buildID, s.opts.DebugDir); err != nil {
 		fail(err)
 	}
 	close(e.done)

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"debug/elf"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -29,10 +30,12 @@ type segment struct {
 }
 
 // loadBinary reads the load segments and the function symbols of an ELF
-// file: those of .symtab or, when it has none, of .dynsym (perf does the
-// same, and the two would only list the same functions twice), and, for
-// Go binaries, those of .gopclntab.
-func loadBinary(f *elf.File, buildID string) (*binaryFile, error) {
+// file: those of .symtab; when it has none (a stripped distribution
+// binary), those of the .symtab of its separate debug file found by build id
+// under debugDir, if installed; else those of .dynsym. perf does the same,
+// so both name functions alike (libc's write is __GI___libc_write with its
+// debug file, write without). Go binaries add those of .gopclntab.
+func loadBinary(f *elf.File, buildID, debugDir string) (*binaryFile, error) {
 	b := &binaryFile{buildID: buildID}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -45,6 +48,9 @@ func loadBinary(f *elf.File, buildID string) (*binaryFile, error) {
 		return nil, fmt.Errorf("read .symtab: %w", err)
 	}
 	if len(cands) == 0 {
+		cands = debugFileSymbols(debugDir, buildID)
+	}
+	if len(cands) == 0 {
 		if cands, err = readFuncSymbols(f, elf.SHT_DYNSYM); err != nil {
 			return nil, fmt.Errorf("read .dynsym: %w", err)
 		}
@@ -54,6 +60,25 @@ func loadBinary(f *elf.File, buildID string) (*binaryFile, error) {
 	}
 	b.tab = buildSymtab(cands)
 	return b, nil
+}
+
+// debugFileSymbols returns the function symbols of the separate debug file
+// of the binary with this GNU build id, or none when it is not installed or
+// unreadable. A separate debug file keeps the binary's virtual addresses.
+func debugFileSymbols(debugDir, buildID string) []candidate {
+	if debugDir == "" || len(buildID) < 3 || strings.ContainsRune(buildID, '/') {
+		return nil
+	}
+	df, err := elf.Open(filepath.Join(debugDir, ".build-id", buildID[:2], buildID[2:]+".debug"))
+	if err != nil {
+		return nil
+	}
+	defer df.Close()
+	cands, err := readFuncSymbols(df, elf.SHT_SYMTAB)
+	if err != nil {
+		return nil
+	}
+	return cands
 }
 
 // readFuncSymbols returns the defined function symbols (STT_FUNC and

@@ -35,7 +35,7 @@ func TestLoadBinaryVaddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b, err := loadBinary(f, "")
+	b, err := loadBinary(f, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

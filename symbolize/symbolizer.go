@@ -25,6 +25,11 @@ type Options struct {
 	// Logger receives debug messages about the maps and binaries that
 	// could not be read; nil discards them.
 	Logger *slog.Logger
+	// DebugDir holds separate debug files by build id,
+	// DebugDir/.build-id/ab/cdef….debug, as distributions' -dbg and
+	// -dbgsym packages install them; "/usr/lib/debug" by default. A
+	// binary without a .symtab takes its symbols from there, as perf does.
+	DebugDir string
 }
 
 // Symbolizer turns the raw addresses of samples into frames. It is safe for
@@ -54,6 +59,9 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 	}
 	if opts.PerfMapDir == "" {
 		opts.PerfMapDir = "/tmp"
+	}
+	if opts.DebugDir == "" {
+		opts.DebugDir = "/usr/lib/debug"
 	}
 	if opts.MaxBinaries <= 0 {
 		opts.MaxBinaries = 256

@@ -374,7 +374,7 @@ func TestSymbolizeLazilyAfterExit(t *testing.T) {
 	fx := startC(t)
 	libc, write := libcWrite(t, fx.pid)
 	stack, vaddrs, _ := cChain(t, fx)
-	s := New(nil, Options{})
+	s := New(nil, Options{DebugDir: t.TempDir()}) // names from libc.so.6 itself, whatever -dbg packages are installed
 	s.Observe(fx.pid)
 	fx.kill()
 	waitGone(t, fx.pid)
@@ -439,7 +439,7 @@ func TestLibcAliasesLikePerf(t *testing.T) {
 		t.Skipf("no glibc for x86-64 here: %v", err)
 	}
 	defer f.Close()
-	bin, err := loadBinary(f, readBuildID(f))
+	bin, err := loadBinary(f, readBuildID(f), "")
 	if err != nil {
 		t.Fatal(err)
 	}
