@@ -330,7 +330,7 @@ func TestBinaryCache(t *testing.T) {
 	libc, write := libcWrite(t, a.pid)
 	stack, _, _ := cChain(t, a)
 
-	s := New(nil, Options{MaxBinaries: 1})
+	s := New(nil, Options{MaxBinaries: 1, DebugDir: t.TempDir()}) // libc.so.6 names, whatever -dbg packages are installed
 	s.Observe(a.pid)
 	if st := s.Stats(); st.BinaryMisses != 0 || st.BinaryHits != 0 || st.BinaryErrors != 0 {
 		t.Fatalf("after Observe: %+v, want no binary read yet", st)
