@@ -507,3 +507,72 @@ func (db *DB) Stats() Stats {
 	}
 	return s
 }
+
+// Refresh brings a read-only DB up to date with the directory: it opens
+// blocks written since Open (or the last Refresh) and forgets blocks that
+// were deleted or compacted away. A reader beside a running recorder calls
+// it every few seconds; data still in the recorder's head shows up once the
+// head is cut into a block (record's own server shows it at once).
+func (db *DB) Refresh() error {
+	if !db.opts.ReadOnly {
+		return nil
+	}
+	root := filepath.Join(db.dir, blocksDir)
+	entries, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("refresh blocks: %w", err)
+	}
+	onDisk := map[string]bool{}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
+			onDisk[e.Name()] = true
+		}
+	}
+	db.mu.RLock()
+	known := map[string]bool{}
+	var gone []*Block
+	for _, b := range db.blocks {
+		known[b.Meta.ID] = true
+		if !onDisk[b.Meta.ID] {
+			gone = append(gone, b)
+		}
+	}
+	db.mu.RUnlock()
+	var added []*Block
+	for name := range onDisk {
+		if known[name] {
+			continue
+		}
+		b, err := openBlock(filepath.Join(root, name))
+		if err != nil {
+			continue // being written or damaged: next time, or never
+		}
+		added = append(added, b)
+	}
+	if len(added) == 0 && len(gone) == 0 {
+		return nil
+	}
+	// A compacted block replaces its parents even before they are deleted.
+	replaced := map[string]bool{}
+	for _, b := range added {
+		for _, p := range b.Meta.Parents {
+			replaced[p] = true
+		}
+	}
+	db.mu.Lock()
+	db.blocks = append(db.blocks, added...)
+	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
+		if slices.Contains(gone, b) || replaced[b.Meta.ID] {
+			gone = append(gone, b)
+			return true
+		}
+		return false
+	})
+	db.sortBlocks()
+	db.mu.Unlock()
+	for _, b := range gone {
+		db.cache.forget(b)
+		b.Close()
+	}
+	return nil
+}

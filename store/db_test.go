@@ -435,3 +435,47 @@ func TestCrashLosesAtMostOneSecond(t *testing.T) {
 	}
 	t.Logf("recovered %d samples; the newest is %v older than the SIGKILL", len(got), time.Duration(killedAt-newest))
 }
+
+func TestReaderRefreshSeesTheWriter(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	start := time.Now().Add(-time.Hour).UnixNano()
+	appendSynth(t, w, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 30, Stacks: 50})
+	w.mu.Lock()
+	w.cutLocked()
+	w.mu.Unlock()
+	waitSealed(t, w)
+
+	r, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := len(all(t, r, Filter{}))
+	more := appendSynth(t, w, synth.Config{CPUs: 2, Hz: 99, Start: start + 40e9, Seconds: 30, Stacks: 50, Seed: 3})
+	w.mu.Lock()
+	w.cutLocked()
+	w.mu.Unlock()
+	waitSealed(t, w)
+	if got := len(all(t, r, Filter{})); got != before {
+		t.Fatalf("the reader saw new blocks before Refresh: %d -> %d", before, got)
+	}
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(all(t, r, Filter{})); got != before+len(more) {
+		t.Fatalf("after Refresh: %d samples, want %d", got, before+len(more))
+	}
+	// The writer compacts: the reader follows without double counting.
+	w.Maintain()
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(all(t, r, Filter{})); got != before+len(more) {
+		t.Fatalf("after compaction and Refresh: %d samples, want %d", got, before+len(more))
+	}
+}
