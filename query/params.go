@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,9 @@ func ParseTime(param, s string, now time.Time) (int64, error) {
 	if err != nil {
 		return 0, paramErr(param, "%q is not RFC 3339, Unix seconds or a duration ago like -5m", s)
 	}
+	if t.Year() < 1678 || t.Year() > 2261 { // outside what int64 nanoseconds hold
+		return 0, paramErr(param, "%q is out of range (years 1678 to 2261)", s)
+	}
 	return t.UnixNano(), nil
 }
 
@@ -84,6 +88,10 @@ func parseSeconds(param, s string) (int64, error) {
 	return v, nil
 }
 
+// MaxCPU is the highest CPU number a filter accepts (the kernel's limit is
+// 8191 on x86-64; the filter keeps a mask as long as the highest CPU).
+const MaxCPU = 65535
+
 // FilterParams are the names of the filter parameters, the same as flags
 // and as URL query parameters.
 var FilterParams = []string{"source", "comm", "pid", "tid", "cpu", "cgroup", "frame", "stack", "idle"}
@@ -120,6 +128,9 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 		cpus, err := profiler.ParseCPUList(v)
 		if err != nil {
 			return f, paramErr("cpu", "%q is not a CPU list like 0-3,8", v)
+		}
+		if len(cpus) > 0 && slices.Max(cpus) > MaxCPU {
+			return f, paramErr("cpu", "CPU %d is above %d", slices.Max(cpus), MaxCPU)
 		}
 		for _, c := range cpus {
 			f.CPUs = append(f.CPUs, uint32(c))

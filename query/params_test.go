@@ -25,7 +25,7 @@ func TestParseTime(t *testing.T) {
 			t.Errorf("ParseTime(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "yesterday", "-5 minutes", "2026-13-01", "99999999999999999999"} {
+	for _, bad := range []string{"", "yesterday", "-5 minutes", "2026-13-01", "99999999999999999999", "2300-01-01T00:00:00Z"} {
 		_, err := ParseTime("to", bad, now)
 		var pe *ParamError
 		if !errors.As(err, &pe) || pe.Param != "to" {
@@ -44,8 +44,11 @@ func TestParseFilter(t *testing.T) {
 		f.Frame == nil || f.Stack != store.KernelFrames || !f.IncludeIdle || len(f.Sources) != 2 {
 		t.Fatalf("filter %+v", f)
 	}
-	for param, bad := range map[string]string{"comm": "~(", "pid": "x", "tid": "-1", "cpu": "3-1", "frame": "[",
-		"stack": "both", "idle": "yes", "cgroup": "/no/such/cgroup"} {
+	for _, tc := range []struct{ param, bad string }{
+		{"comm", "~("}, {"pid", "x"}, {"tid", "-1"}, {"cpu", "3-1"}, {"cpu", "4000000000"}, {"frame", "["},
+		{"stack", "both"}, {"idle", "yes"}, {"cgroup", "/no/such/cgroup"},
+	} {
+		param, bad := tc.param, tc.bad
 		_, err := ParseFilter(func(n string) string {
 			if n == param {
 				return bad

@@ -1,6 +1,7 @@
 // Command heatscope is an always-on eBPF CPU profiler.
 //
-//	heatscope record [flags]   sample every CPU into the data directory
+//	heatscope record [flags]   sample every CPU into the data directory, serving the UI and API
+//	heatscope serve [flags]    serve the UI and API over a data directory (no privileges needed)
 //	heatscope export [flags]   write a time range as pprof, folded or perf script
 //	heatscope import [flags] FILE...  store perf script, folded or pprof files
 //
@@ -23,7 +24,8 @@ type command struct {
 }
 
 var commands = []command{
-	{"record", "sample every CPU into the data directory (and optionally one profile file)", runRecord},
+	{"record", "sample every CPU into the data directory (and optionally one profile file), serving the UI and API", runRecord},
+	{"serve", "serve the UI and HTTP API over a data directory (no privileges needed)", runServe},
 	{"export", "write a time range of the data directory as pprof, folded stacks or perf script", runExport},
 	{"import", "store perf script, folded or pprof files in the data directory as sources", runImport},
 }

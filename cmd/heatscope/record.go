@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,9 +42,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	top := fs.Int("top", 10, "print this many top functions by self samples when done (0: none)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
+	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	listenSet := false
+	fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "listen" })
 
 	cfg := profiler.Config{Frequency: *frequency}
 	var err error
@@ -80,6 +84,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *data == "" && *output == "" {
 		return usageError{errors.New("nothing to write: give --data or --output")}
 	}
+	if *data == "" && listenSet && *wf.listen != "" {
+		return usageError{errors.New("--listen serves the data directory: give --data too")}
+	}
 
 	var out *os.File
 	if *output != "" {
@@ -101,6 +108,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rec.Close()
+	// Deferred after db.Close, so it runs first: no request outlives the DB.
+	stopServer, err := serveWhileRecording(db, wf, listenSet)
+	if err != nil {
+		return err
+	}
+	defer stopServer()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,6 +146,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 	})
 	stopProgress()
+	stopServer()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/heatscope/heatscope/store"
+	"github.com/heatscope/heatscope/web"
+)
+
+// defaultListen is where record and serve answer by default: this machine
+// only.
+const defaultListen = "127.0.0.1:7070"
+
+// tokenEnv names the environment variable that can carry the auth token,
+// which on the command line any user can read in ps.
+const tokenEnv = "HEATSCOPE_AUTH_TOKEN"
+
+// webFlags are the flags of the commands that serve the UI and API.
+type webFlags struct{ listen, token *string }
+
+func addWebFlags(fs *flag.FlagSet, listenHelp string) webFlags {
+	return webFlags{
+		listen: fs.String("listen", defaultListen, listenHelp),
+		token: fs.String("auth-token", "", "require this token on every request (default: $"+tokenEnv+
+			"); give one to serve beyond this machine"),
+	}
+}
+
+// server returns the web server for db, with the flags' token.
+func (wf webFlags) server(db *store.DB) (*web.Server, error) {
+	token := *wf.token
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	srv, err := web.New(db, web.Options{AuthToken: token, Logger: slog.Default()})
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--auth-token: %w", err)}
+	}
+	return srv, nil
+}
+
+func runServe(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", "serve [--data DIR] [--listen ADDR] [--auth-token TOKEN]", stderr)
+	data := fs.String("data", "./heatscope-data", "data directory to serve (opened read-only: no privileges needed)")
+	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *wf.listen == "" {
+		return usageError{errors.New("--listen: give an address like " + defaultListen)}
+	}
+	db, err := store.Open(*data, store.Options{ReadOnly: true, Logger: slog.Default()})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	srv, err := wf.server(db)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go refreshEvery(ctx, db, refreshInterval)
+	defer stop()
+	return srv.ListenAndServe(ctx, *wf.listen)
+}
+
+// serveWhileRecording serves db on the --listen address until the returned
+// function is called (it waits for the requests under way). When the
+// address was not given and the default one is taken, it only warns:
+// recording matters more than the UI.
+func serveWhileRecording(db *store.DB, wf webFlags, explicit bool) (stop func(), err error) {
+	if db == nil || *wf.listen == "" {
+		return func() {}, nil
+	}
+	srv, err := wf.server(db)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", *wf.listen)
+	if err != nil {
+		if explicit {
+			return nil, fmt.Errorf("--listen: %w", err)
+		}
+		slog.Warn("not serving the UI and API; choose another address with --listen", "err", err)
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			slog.Error("the UI and API stopped", "err", err)
+		}
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done }), nil
+}
+
+// refreshInterval is how often serve picks up the blocks a recorder writes.
+const refreshInterval = 5 * time.Second
+
+// refreshEvery keeps a read-only store in step with the recorder writing it:
+// new blocks appear, compacted and expired ones go.
+func refreshEvery(ctx context.Context, db *store.DB, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := db.Refresh(); err != nil {
+				slog.Warn("refresh data directory", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/heatscope/heatscope/profileio"
+	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/store"
+)
+
+// endpoint is one API path: the parameters it takes and how it answers.
+type endpoint struct {
+	params []string
+	run    func(ctx context.Context, p *params, rep *reply) (store.Warnings, error)
+}
+
+// Limits of the API's answers.
+const (
+	// defaultTimelinePoints is the most points a timeline has when no
+	// step is given; maxTimelinePoints the most with any step.
+	defaultTimelinePoints = 1000
+	maxTimelinePoints     = 100_000
+	// summaryStep is the store's timeline summary granularity: steps and
+	// ranges that are multiples of it are answered without reading samples.
+	summaryStep = int64(10 * time.Second)
+	// maxHeatmapCells bounds rows × columns: 100 000 columns of the
+	// default 50 rows.
+	maxHeatmapCells = query.MaxColumns * 50
+	defaultRows     = 50
+	defaultTopLimit = 200
+	maxTopLimit     = 10_000
+)
+
+func (s *Server) endpoints() map[string]endpoint {
+	with := func(names ...string) []string { return append(names, query.FilterParams...) }
+	return map[string]endpoint{
+		"/api/sources":    {nil, s.sources},
+		"/api/timeline":   {with("from", "to", "step"), s.timeline},
+		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
+		"/api/flamegraph": {with("from", "to"), s.flameGraph},
+		"/api/diff":       {with("from", "to", "from2", "to2"), s.diff},
+		"/api/top":        {with("from", "to", "limit"), s.top},
+		"/api/pprof":      {with("from", "to"), s.pprof},
+	}
+}
+
+// selection is a request's filter and time range.
+type selection struct {
+	f store.Filter
+	r store.Range
+	// periodNs is the selected sources' sampling period, 0 if unknown.
+	periodNs int64
+}
+
+// parseSelection parses the filter and the from and to parameters. When
+// optional, missing ends default to the span of the selected sources.
+func (s *Server) parseSelection(p *params, optional bool) (*selection, error) {
+	sources := s.db.Sources()
+	f, err := p.filter(sources)
+	if err != nil {
+		return nil, err
+	}
+	whole, period, ok := span(sources, &f)
+	r, err := p.timeRange("from", "to", whole, ok, optional)
+	if err != nil {
+		return nil, err
+	}
+	return &selection{f: f, r: r, periodNs: period}, nil
+}
+
+func seconds(ns int64) float64 { return float64(ns) / 1e9 }
+
+// sourceJSON is one entry of /api/sources.
+type sourceJSON struct {
+	Name string `json:"name"`
+	// First and Last are the times of the first and last samples, Unix
+	// seconds.
+	First    float64 `json:"first"`
+	Last     float64 `json:"last"`
+	Samples  int     `json:"samples"`
+	Imported bool    `json:"imported"`
+	PeriodNs int64   `json:"periodNs"`
+}
+
+func (s *Server) sources(_ context.Context, _ *params, rep *reply) (store.Warnings, error) {
+	list := s.db.Sources()
+	out := make([]sourceJSON, len(list))
+	for i, src := range list {
+		out[i] = sourceJSON{Name: src.Name, First: seconds(src.First), Last: seconds(src.Last), Samples: src.Samples,
+			Imported: src.Imported, PeriodNs: src.PeriodNs}
+	}
+	return nil, rep.json(out)
+}
+
+// timelineJSON is the answer of /api/timeline.
+type timelineJSON struct {
+	// Start is the time of the first step, Unix seconds; Step is each
+	// step's length in seconds.
+	Start  float64 `json:"start"`
+	Step   float64 `json:"step"`
+	Counts []int64 `json:"counts"`
+}
+
+func (s *Server) timeline(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, true)
+	if err != nil {
+		return nil, err
+	}
+	step, given, err := p.step()
+	if err != nil {
+		return nil, err
+	}
+	if !given {
+		step = defaultStep(width(sel.r))
+	}
+	r := alignRange(sel.r, step)
+	for !given && steps(r, step) > defaultTimelinePoints {
+		// Aligning added up to a step at each end.
+		step += summaryStep
+		r = alignRange(sel.r, step)
+	}
+	if n := steps(r, step); n > maxTimelinePoints {
+		return nil, paramErr("step", "%v over this range is %d points, at most %d", time.Duration(step), n, maxTimelinePoints)
+	}
+	counts, warnings, err := s.db.Timeline(ctx, r, step, &sel.f)
+	if err != nil {
+		return warnings, fmt.Errorf("timeline: %w", err)
+	}
+	return warnings, rep.json(timelineJSON{Start: seconds(r.From), Step: seconds(step), Counts: counts})
+}
+
+// width is r's length in ns (r.To > r.From, both in [0, maxTime]).
+func width(r store.Range) int64 { return r.To - r.From }
+
+// steps is how many steps of step cover r, the last maybe partial.
+func steps(r store.Range, step int64) int64 { return (width(r) + step - 1) / step }
+
+// defaultStep picks a step giving at most defaultTimelinePoints over
+// width: 1, 2 or 5 times a power of ten from 1 ms to 5 s, else a
+// multiple of 10 s, so that the store's summaries answer.
+func defaultStep(width int64) int64 {
+	raw := (width + defaultTimelinePoints - 1) / defaultTimelinePoints
+	for step := int64(time.Millisecond); step < summaryStep; step *= 10 {
+		for _, m := range []int64{1, 2, 5} {
+			if m*step >= raw {
+				return m * step
+			}
+		}
+	}
+	return (raw + summaryStep - 1) / summaryStep * summaryStep
+}
+
+// alignRange widens r to whole steps (from down, to up) when step is a
+// multiple of 10 s, so that the store's summaries answer; other steps
+// leave r as it is. The bounds on times and steps keep it from
+// overflowing.
+func alignRange(r store.Range, step int64) store.Range {
+	if step%summaryStep != 0 {
+		return r
+	}
+	return store.Range{From: r.From / step * step, To: (r.To + step - 1) / step * step}
+}
+
+func (s *Server) heatmap(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, true)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := p.int("rows", defaultRows, 1, query.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	// As query.HeatmapOf counts them: one column per second touched.
+	cols := int(math.Ceil(seconds(sel.r.To)) - math.Floor(seconds(sel.r.From)))
+	if cols > query.MaxColumns {
+		if p.get("from") == "" {
+			return nil, paramErr("from", "the selected samples span %d seconds, and a heatmap has at most %d columns (one a second): give from and to, or a source", cols, query.MaxColumns)
+		}
+		return nil, paramErr("to", "the range covers %d seconds, and a heatmap has at most %d columns (one a second)", cols, query.MaxColumns)
+	}
+	if cols*rows > maxHeatmapCells {
+		return nil, paramErr("rows", "%d rows of %d columns are %d cells, at most %d: use fewer rows or a shorter range", rows, cols, cols*rows, maxHeatmapCells)
+	}
+	h, warnings, err := query.HeatmapOf(ctx, s.db, sel.r, &sel.f, rows)
+	if err != nil {
+		return warnings, fmt.Errorf("heatmap: %w", err)
+	}
+	return warnings, rep.json(h)
+}
+
+func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, false)
+	if err != nil {
+		return nil, err
+	}
+	root, warnings, err := query.FlameGraphOf(ctx, s.db, sel.r, &sel.f)
+	if err != nil {
+		return warnings, fmt.Errorf("flame graph: %w", err)
+	}
+	return warnings, rep.encoded(node(nil, root, rep.limit))
+}
+
+func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, false)
+	if err != nil {
+		return nil, err
+	}
+	baseline, err := p.timeRange("from2", "to2", store.Range{}, false, false)
+	if err != nil {
+		return nil, err
+	}
+	d, warnings, err := query.DiffOf(ctx, s.db, sel.r, baseline, &sel.f)
+	if err != nil {
+		return warnings, fmt.Errorf("diff: %w", err)
+	}
+	return warnings, rep.encoded(diff(nil, d, rep.limit))
+}
+
+func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, false)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := p.int("limit", defaultTopLimit, 1, maxTopLimit)
+	if err != nil {
+		return nil, err
+	}
+	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f)
+	if err != nil {
+		return warnings, fmt.Errorf("top: %w", err)
+	}
+	top.Functions = top.Functions[:min(limit, len(top.Functions))]
+	return warnings, rep.json(top)
+}
+
+func (s *Server) pprof(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, false)
+	if err != nil {
+		return nil, err
+	}
+	period := sel.periodNs
+	if period == 0 {
+		period = s.opts.PeriodNs
+	}
+	prof, warnings, err := query.PprofOf(ctx, s.db, sel.r, &sel.f, period)
+	if err != nil {
+		return warnings, fmt.Errorf("pprof: %w", err)
+	}
+	if err := profileio.WritePprof(rep, prof); err != nil {
+		return warnings, fmt.Errorf("pprof: %w", err)
+	}
+	rep.contentType = "application/octet-stream"
+	rep.filename = fmt.Sprintf("heatscope-%s-%s.pb.gz", secondsText(sel.r.From), secondsText(sel.r.To))
+	return warnings, nil
+}
+
+// secondsText writes ns (not negative) as Unix seconds with only the
+// decimals needed, as the time parameters take them.
+func secondsText(ns int64) string {
+	s := fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9)
+	return strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
+}

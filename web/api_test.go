@@ -1,0 +1,170 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/profileio"
+	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/store"
+)
+
+// filterCases pair each filter parameter with the filter it must give.
+var filterCases = []struct {
+	name, query string
+	f           store.Filter
+}{
+	{"default", "", store.Filter{}},
+	{"source", "source=capture", store.Filter{Sources: []string{"capture"}}},
+	{"sources", "source=host,capture", store.Filter{Sources: []string{"host", "capture"}}},
+	{"comm", "comm=kubelet", store.Filter{Comm: "kubelet"}},
+	{"comm regex", "comm=" + url.QueryEscape("~^(java|Web)"), store.Filter{CommRegex: regexp.MustCompile(`^(java|Web)`)}},
+	{"pid", "pid=1000,1300,777", store.Filter{PIDs: []uint32{1000, 1300, 777}}},
+	{"tid", "tid=1101,4243", store.Filter{TIDs: []uint32{1101, 4243}}},
+	{"cpu", "cpu=1-2", store.Filter{CPUs: []uint32{1, 2}}},
+	{"cgroup", "cgroup=5003,5005", store.Filter{Cgroups: []uint64{5003, 5005}}},
+	{"frame", "frame=" + url.QueryEscape("mem_cgroup|naïve_3"), store.Filter{Frame: regexp.MustCompile(`mem_cgroup|naïve_3`)}},
+	{"stack kernel", "stack=kernel", store.Filter{Stack: store.KernelFrames}},
+	{"stack user", "stack=user", store.Filter{Stack: store.UserFrames}},
+	{"idle", "idle=include", store.Filter{IncludeIdle: true}},
+	{"all at once", "source=capture&comm=java&cpu=0&stack=kernel&idle=include&frame=vfs",
+		store.Filter{Sources: []string{"capture"}, Comm: "java", CPUs: []uint32{0}, Stack: store.KernelFrames,
+			IncludeIdle: true, Frame: regexp.MustCompile(`vfs`)}},
+}
+
+// rangeA covers most of the recording and all of the capture; rangeB, the
+// baseline, a few seconds before.
+var (
+	rangeA = store.Range{From: (base + 10) * 1e9, To: (base + 80) * 1e9}
+	rangeB = store.Range{From: (base*1000 + 2500) * 1e6, To: (base*1000 + 9750) * 1e6}
+)
+
+const queryA = "from=1795237390&to=1795237460"
+
+func withQuery(path string, parts ...string) string {
+	var kept []string
+	for _, p := range parts {
+		if p != "" {
+			kept = append(kept, p)
+		}
+	}
+	return path + "?" + strings.Join(kept, "&")
+}
+
+// wantJSON fails unless body is exactly encoding/json's encoding of v.
+func wantJSON(t *testing.T, what string, body []byte, v any) {
+	t.Helper()
+	want, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(body, want) {
+		i := 0
+		for i < len(body) && i < len(want) && body[i] == want[i] {
+			i++
+		}
+		lo := max(0, i-80)
+		t.Fatalf("%s: the JSON differs from the query package's at byte %d:\n got ...%s\nwant ...%s", what, i,
+			body[lo:min(len(body), i+80)], want[lo:min(len(want), i+80)])
+	}
+}
+
+func mustOK(t *testing.T, what string, resp *http.Response, body []byte) {
+	t.Helper()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: status %d: %s", what, resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); what != "pprof" && ct != "application/json; charset=utf-8" {
+		t.Fatalf("%s: Content-Type %q", what, ct)
+	}
+}
+
+// TestEndpointsMatchQueryPackage asks every endpoint with every filter
+// parameter and compares the answer with the query package's own.
+func TestEndpointsMatchQueryPackage(t *testing.T) {
+	db := testStore(t)
+	fx := newFixture(t, db, Options{})
+	ctx := context.Background()
+	for _, tc := range filterCases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.f
+			resp, body := fx.get(t, withQuery("/api/heatmap", queryA, "rows=7", tc.query))
+			mustOK(t, "heatmap", resp, body)
+			h, _, err := query.HeatmapOf(ctx, db, rangeA, &f, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "heatmap", body, h)
+
+			resp, body = fx.get(t, withQuery("/api/timeline", queryA, "step=10s", tc.query))
+			mustOK(t, "timeline", resp, body)
+			counts, _, err := db.Timeline(ctx, rangeA, 10e9, &f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "timeline 10s", body, timelineJSON{Start: base + 10, Step: 10, Counts: counts})
+
+			// A step that is no multiple of 10 s: the range is kept as given.
+			resp, body = fx.get(t, withQuery("/api/timeline", "from=1795237390.25&to=1795237459&step=2.5", tc.query))
+			mustOK(t, "timeline", resp, body)
+			r := store.Range{From: (base+10)*1e9 + 250e6, To: (base + 79) * 1e9}
+			if counts, _, err = db.Timeline(ctx, r, 2500e6, &f); err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "timeline 2.5 s", body, timelineJSON{Start: seconds(r.From), Step: 2.5, Counts: counts})
+
+			resp, body = fx.get(t, withQuery("/api/flamegraph", queryA, tc.query))
+			mustOK(t, "flamegraph", resp, body)
+			root, _, err := query.FlameGraphOf(ctx, db, rangeA, &f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "flamegraph", body, root)
+
+			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75", tc.query))
+			mustOK(t, "diff", resp, body)
+			d, _, err := query.DiffOf(ctx, db, rangeA, rangeB, &f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "diff", body, d)
+
+			resp, body = fx.get(t, withQuery("/api/top", queryA, "limit=20", tc.query))
+			mustOK(t, "top", resp, body)
+			top, _, err := query.TopOf(ctx, db, rangeA, &f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if top.Samples == 0 {
+				t.Fatal("the filter selects nothing: the comparison proves nothing")
+			}
+			top.Functions = top.Functions[:min(20, len(top.Functions))]
+			wantJSON(t, "top", body, top)
+
+			resp, body = fx.get(t, withQuery("/api/pprof", queryA, tc.query))
+			mustOK(t, "pprof", resp, body)
+			period := hostPeriod
+			if len(f.Sources) == 1 && f.Sources[0] == "capture" {
+				period = int64(time.Second) / 99 // the server's default
+			}
+			p, _, err := query.PprofOf(ctx, db, rangeA, &f, period)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := profileio.WritePprof(&want, p); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(body, want.Bytes()) {
+				t.Fatalf("pprof download differs from query.PprofOf's profile (%d vs %d bytes)", len(body), want.Len())
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/heatscope/heatscope/query"
+)
+
+// errTooLarge is a response that would pass Options.MaxResponseBytes.
+var errTooLarge = errors.New("response too large")
+
+// reply is an endpoint's answer, encoded in full before anything is sent.
+type reply struct {
+	limit       int
+	body        []byte
+	contentType string
+	// filename, when set, makes the response a download of that name.
+	filename string
+}
+
+// json encodes v as the body. Values whose size the parameters bound are
+// encoded by encoding/json; flame graph trees, whose size only the data
+// bounds, use node and diffNode.
+func (rep *reply) json(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	if len(b) > rep.limit {
+		return errTooLarge
+	}
+	rep.body, rep.contentType = b, jsonType
+	return nil
+}
+
+// encoded takes the output of node or diff as the body.
+func (rep *reply) encoded(b []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(b) > rep.limit {
+		return errTooLarge
+	}
+	rep.body, rep.contentType = b, jsonType
+	return nil
+}
+
+// Write appends to the body, failing once it would pass the limit.
+func (rep *reply) Write(p []byte) (int, error) {
+	if len(rep.body)+len(p) > rep.limit {
+		return 0, errTooLarge
+	}
+	rep.body = append(rep.body, p...)
+	return len(p), nil
+}
+
+// node appends n as encoding/json encodes a query.Node, node by node, and
+// stops with errTooLarge as soon as out passes limit: a tree of millions
+// of nodes never costs more memory than the limit.
+func node(out []byte, n *query.Node, limit int) ([]byte, error) {
+	out = append(out, `{"name":`...)
+	out = appendString(out, n.Name)
+	out = append(out, `,"kind":`...)
+	out = appendString(out, n.Kind)
+	out = append(out, `,"value":`...)
+	out = strconv.AppendInt(out, n.Value, 10)
+	out = append(out, `,"self":`...)
+	out = strconv.AppendInt(out, n.Self, 10)
+	if len(out) > limit {
+		return out, errTooLarge
+	}
+	if len(n.Children) > 0 {
+		out = append(out, `,"children":[`...)
+		for i, c := range n.Children {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			var err error
+			if out, err = node(out, c, limit); err != nil {
+				return out, err
+			}
+		}
+		out = append(out, ']')
+	}
+	return append(out, '}'), nil
+}
+
+// diffNode is node for a query.DiffNode.
+func diffNode(out []byte, n *query.DiffNode, limit int) ([]byte, error) {
+	out = append(out, `{"name":`...)
+	out = appendString(out, n.Name)
+	out = append(out, `,"kind":`...)
+	out = appendString(out, n.Kind)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"a", n.A}, {"b", n.B}, {"selfA", n.SelfA}, {"selfB", n.SelfB}, {"delta", n.Delta}, {"deltaTotal", n.DeltaTotal}} {
+		out = append(append(append(out, ",\""...), f.name...), "\":"...)
+		out = strconv.AppendInt(out, f.v, 10)
+	}
+	if len(out) > limit {
+		return out, errTooLarge
+	}
+	if len(n.Children) > 0 {
+		out = append(out, `,"children":[`...)
+		for i, c := range n.Children {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			var err error
+			if out, err = diffNode(out, c, limit); err != nil {
+				return out, err
+			}
+		}
+		out = append(out, ']')
+	}
+	return append(out, '}'), nil
+}
+
+// diff appends d as encoding/json encodes a query.Diff.
+func diff(out []byte, d *query.Diff, limit int) ([]byte, error) {
+	out = append(out, `{"totalA":`...)
+	out = strconv.AppendInt(out, d.TotalA, 10)
+	out = append(out, `,"totalB":`...)
+	out = strconv.AppendInt(out, d.TotalB, 10)
+	out = append(out, `,"root":`...)
+	if d.Root == nil {
+		return append(out, "null}"...), nil
+	}
+	out, err := diffNode(out, d.Root, limit)
+	if err != nil {
+		return out, err
+	}
+	return append(out, '}'), nil
+}
+
+// appendString appends s as a JSON string exactly as encoding/json does.
+// Plain printable ASCII, the usual function name, is copied as is; the
+// rest (escapes, HTML characters, invalid UTF-8) goes to encoding/json.
+func appendString(out []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(out, b...)
+		}
+	}
+	out = append(out, '"')
+	out = append(out, s...)
+	return append(out, '"')
+}

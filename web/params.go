@@ -1,0 +1,253 @@
+package web
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/store"
+)
+
+// Bounds on parameters. Times are limited to [0, maxTime] and steps to
+// maxStep so that no range or step arithmetic (widths, alignment, step
+// counts) can overflow int64; maxTime is in the year 2116.
+const (
+	maxTime = int64(1) << 62
+	maxStep = int64(1) << 60
+	// maxListItems bounds the comma-separated lists (pid, tid, cpu,
+	// cgroup, source): filters test each thread against every item.
+	maxListItems = 1024
+	// maxCPU bounds CPU numbers: a filter allocates a flag per CPU up to
+	// the highest one named (Linux's NR_CPUS is at most 8192).
+	maxCPU = 65535
+)
+
+func paramErr(param, format string, args ...any) error {
+	return &query.ParamError{Param: param, Err: fmt.Errorf(format, args...)}
+}
+
+// params are the query parameters of one request.
+type params struct {
+	vals url.Values
+	now  time.Time
+}
+
+// parseParams parses r's query string. It refuses parameters not in
+// accepted and parameters given more than once, naming them.
+func parseParams(r *http.Request, accepted []string, now time.Time) (*params, error) {
+	vals, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &query.ParamError{Param: "query", Err: err}
+	}
+	names := make([]string, 0, len(vals))
+	for name := range vals {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		switch {
+		case name == "":
+			return nil, paramErr("query", "a parameter without a name")
+		case !slices.Contains(accepted, name) && len(accepted) == 0:
+			return nil, paramErr(clip(name), "unknown parameter (this endpoint takes none)")
+		case !slices.Contains(accepted, name):
+			return nil, paramErr(clip(name), "unknown parameter (this endpoint takes %s)", strings.Join(accepted, ", "))
+		case len(vals[name]) > 1:
+			return nil, paramErr(name, "given %d times, want at most once", len(vals[name]))
+		}
+	}
+	return &params{vals: vals, now: now}, nil
+}
+
+// clip shortens a parameter name echoed in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// get returns a parameter's value; missing and empty are both "".
+func (p *params) get(name string) string { return p.vals.Get(name) }
+
+// time parses a time parameter; ok is false when it is missing.
+func (p *params) time(name string) (t int64, ok bool, err error) {
+	v := p.get(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	if t, err = query.ParseTime(name, v, p.now); err != nil {
+		return 0, false, err
+	}
+	if t < 0 || t > maxTime {
+		return 0, false, paramErr(name, "%q is out of range (1970 to 2116)", v)
+	}
+	return t, true, nil
+}
+
+// timeRange reads a range from the parameters named from and to. Missing
+// ends default to whole, the span of the selected data, when there is one
+// (hasWhole); without it they are required.
+func (p *params) timeRange(from, to string, whole store.Range, hasWhole, optional bool) (store.Range, error) {
+	var r store.Range
+	var hasFrom, hasTo bool
+	var err error
+	if r.From, hasFrom, err = p.time(from); err != nil {
+		return r, err
+	}
+	if r.To, hasTo, err = p.time(to); err != nil {
+		return r, err
+	}
+	for _, end := range []struct {
+		name  string
+		given bool
+		t     *int64
+		def   int64
+	}{{from, hasFrom, &r.From, whole.From}, {to, hasTo, &r.To, whole.To}} {
+		switch {
+		case end.given:
+		case !optional:
+			return r, paramErr(end.name, "required")
+		case !hasWhole:
+			return r, paramErr(end.name, "required: the selected sources hold no samples to default to")
+		default:
+			*end.t = end.def
+		}
+	}
+	if r.To <= r.From {
+		return r, paramErr(to, "must be after %s", from)
+	}
+	return r, nil
+}
+
+// int parses an integer parameter in [lo, hi], def when missing.
+func (p *params) int(name string, def, lo, hi int) (int, error) {
+	v := p.get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, paramErr(name, "%q is not a whole number", v)
+	}
+	if n < lo || n > hi {
+		return 0, paramErr(name, "%d is out of range: want %d to %d", n, lo, hi)
+	}
+	return n, nil
+}
+
+// step parses the timeline step, a Go duration ("10s") or seconds ("2.5");
+// ok is false when it is missing.
+func (p *params) step() (ns int64, ok bool, err error) {
+	v := p.get("step")
+	if v == "" {
+		return 0, false, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		ns = int64(d)
+	} else if sec, err := strconv.ParseFloat(v, 64); err == nil && sec > 0 && sec*1e9 <= float64(maxStep) {
+		ns = int64(math.Round(sec * 1e9))
+	} else {
+		return 0, false, paramErr("step", "%q is not a duration like 10s or a number of seconds", v)
+	}
+	if ns <= 0 || ns > maxStep {
+		return 0, false, paramErr("step", "%q is out of range: want 1ns to %v", v, time.Duration(maxStep))
+	}
+	return ns, true, nil
+}
+
+// filter parses the filter parameters and checks the sources named exist.
+// Lists, CPU numbers and cgroup paths are checked before query.ParseFilter
+// sees them, so a request cannot make a filter allocate gigabytes or probe
+// files outside the cgroup v2 hierarchy.
+func (p *params) filter(sources []store.SourceInfo) (store.Filter, error) {
+	for _, name := range []string{"source", "pid", "tid", "cpu", "cgroup"} {
+		if n := strings.Count(p.get(name), ",") + 1; n > maxListItems {
+			return store.Filter{}, paramErr(name, "%d items, at most %d", n, maxListItems)
+		}
+	}
+	if err := checkCPUs(p.get("cpu")); err != nil {
+		return store.Filter{}, err
+	}
+	if err := checkCgroups(p.get("cgroup")); err != nil {
+		return store.Filter{}, err
+	}
+	f, err := query.ParseFilter(p.get)
+	if err != nil {
+		return f, err
+	}
+	for _, name := range f.Sources {
+		if !slices.ContainsFunc(sources, func(s store.SourceInfo) bool { return s.Name == name }) {
+			return f, paramErr("source", "no source named %q (see /api/sources)", name)
+		}
+	}
+	return f, nil
+}
+
+// checkCPUs refuses CPU numbers above maxCPU. Malformed lists are left
+// for query.ParseFilter to report.
+func checkCPUs(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		lo, hi, _ := strings.Cut(part, "-")
+		for _, n := range []string{lo, hi} {
+			if c, err := strconv.Atoi(n); err == nil && c > maxCPU {
+				return paramErr("cpu", "CPU %d is out of range: at most %d", c, maxCPU)
+			}
+		}
+	}
+	return nil
+}
+
+// checkCgroups accepts cgroup ids and paths inside the cgroup v2
+// hierarchy: no "..", and absolute paths only under its mount point.
+func checkCgroups(v string) error {
+	if v == "" {
+		return nil
+	}
+	for _, c := range strings.Split(v, ",") {
+		if _, err := strconv.ParseUint(c, 10, 64); err == nil {
+			continue
+		}
+		if slices.Contains(strings.Split(c, "/"), "..") {
+			return paramErr("cgroup", "%q: a cgroup path must not contain ..", c)
+		}
+		if !filepath.IsAbs(c) {
+			continue
+		}
+		root, err := profiler.CgroupV2Root()
+		if err != nil {
+			return &query.ParamError{Param: "cgroup", Err: err}
+		}
+		if rel, err := filepath.Rel(root, c); err != nil || strings.HasPrefix(rel, "..") {
+			return paramErr("cgroup", "%q is not under the cgroup v2 mount %s", c, root)
+		}
+	}
+	return nil
+}
+
+// span is the time range of the sources f selects, from the first sample
+// to just after the last (within the times parameters may name), and their
+// sampling period (0 when none records one); ok is false when they hold no
+// samples.
+func span(sources []store.SourceInfo, f *store.Filter) (r store.Range, periodNs int64, ok bool) {
+	for _, s := range sources {
+		if len(f.Sources) > 0 && !slices.Contains(f.Sources, s.Name) {
+			continue
+		}
+		if !ok {
+			r, ok = store.Range{From: s.First, To: s.Last + 1}, true
+		}
+		r.From, r.To = min(r.From, s.First), max(r.To, s.Last+1)
+		periodNs = max(periodNs, s.PeriodNs)
+	}
+	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
+	return r, periodNs, ok
+}
