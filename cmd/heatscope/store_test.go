@@ -170,3 +170,49 @@ func TestSecondRecorderRefused(t *testing.T) {
 		t.Fatalf("second recorder: %v\n%s", err, stderr)
 	}
 }
+
+// TestRecorderKilled SIGKILLs a recording `heatscope record` and checks
+// that what it recorded up to a second before the kill is in the data
+// directory, and that nothing there is corrupt.
+func TestRecorderKilled(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	busy := start(t, hotc) // samples flow all the time
+	data := filepath.Join(dir, "data")
+	rec := exec.Command(bin, "record", "--data", data, "--listen", "", "--progress", "0", "--top", "0", "--block-duration", "3s")
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5*time.Second + time.Duration(time.Now().UnixNano()%1e9)) // across a block cut, anywhere between WAL syncs
+	rec.Process.Kill()
+	rec.Wait()
+	killed := time.Now()
+
+	folded := filepath.Join(dir, "after.perf")
+	_, stderr, err := runHeatscope(bin, "export", "--data", data, "--pid", fmt.Sprint(busy.Process.Pid), "--format", "perf-script", "-o", folded)
+	if err != nil {
+		t.Fatalf("export after SIGKILL: %v\n%s", err, stderr)
+	}
+	if strings.Contains(stderr, "unreadable block") {
+		t.Fatalf("a block is corrupt after SIGKILL:\n%s", stderr)
+	}
+	b, _ := os.ReadFile(folded)
+	var last float64
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.Index(line, ": "); i > 0 && strings.Contains(line, "cpu-clock") {
+			f := strings.Fields(line[:i])
+			var ts float64
+			fmt.Sscan(f[len(f)-1], &ts)
+			last = max(last, ts)
+			n++
+		}
+	}
+	lost := killed.Sub(time.Unix(0, int64(last*1e9)))
+	if n < 300 || lost > 1100*time.Millisecond {
+		t.Fatalf("%d samples survived; the newest is %v older than the SIGKILL (want <= 1 s)", n, lost)
+	}
+	t.Logf("%d samples survived the SIGKILL; the newest is %v older than the kill", n, lost)
+}
