@@ -57,29 +57,23 @@ func (rep *reply) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// node appends n as encoding/json encodes a query.Node, node by node, and
-// stops with errTooLarge as soon as out passes limit: a tree of millions
-// of nodes never costs more memory than the limit.
-func node(out []byte, n *query.Node, limit int) ([]byte, error) {
-	out = append(out, `{"name":`...)
-	out = appendString(out, n.Name)
-	out = append(out, `,"kind":`...)
-	out = appendString(out, n.Kind)
-	out = append(out, `,"value":`...)
-	out = strconv.AppendInt(out, n.Value, 10)
-	out = append(out, `,"self":`...)
-	out = strconv.AppendInt(out, n.Self, 10)
+// tree appends a tree as encoding/json would encode it, node by node, and
+// stops with errTooLarge as soon as out passes limit: a tree of millions of
+// nodes never costs more memory than the limit. fields appends a node's own
+// fields (without braces), kids lists its children.
+func tree[T any](out []byte, n T, limit int, fields func([]byte, T) []byte, kids func(T) []T) ([]byte, error) {
+	out = fields(append(out, '{'), n)
 	if len(out) > limit {
 		return out, errTooLarge
 	}
-	if len(n.Children) > 0 {
+	if children := kids(n); len(children) > 0 {
 		out = append(out, `,"children":[`...)
-		for i, c := range n.Children {
+		for i, c := range children {
 			if i > 0 {
 				out = append(out, ',')
 			}
 			var err error
-			if out, err = node(out, c, limit); err != nil {
+			if out, err = tree(out, c, limit, fields, kids); err != nil {
 				return out, err
 			}
 		}
@@ -88,36 +82,36 @@ func node(out []byte, n *query.Node, limit int) ([]byte, error) {
 	return append(out, '}'), nil
 }
 
-// diffNode is node for a query.DiffNode.
+// node appends a flame graph tree.
+func node(out []byte, n *query.Node, limit int) ([]byte, error) {
+	return tree(out, n, limit, func(out []byte, n *query.Node) []byte {
+		out = append(out, `"name":`...)
+		out = appendString(out, n.Name)
+		out = append(out, `,"kind":`...)
+		out = appendString(out, n.Kind)
+		out = append(out, `,"value":`...)
+		out = strconv.AppendInt(out, n.Value, 10)
+		out = append(out, `,"self":`...)
+		return strconv.AppendInt(out, n.Self, 10)
+	}, func(n *query.Node) []*query.Node { return n.Children })
+}
+
+// diffNode appends a differential flame graph tree.
 func diffNode(out []byte, n *query.DiffNode, limit int) ([]byte, error) {
-	out = append(out, `{"name":`...)
-	out = appendString(out, n.Name)
-	out = append(out, `,"kind":`...)
-	out = appendString(out, n.Kind)
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{"a", n.A}, {"b", n.B}, {"selfA", n.SelfA}, {"selfB", n.SelfB}, {"delta", n.Delta}, {"deltaTotal", n.DeltaTotal}} {
-		out = append(append(append(out, ",\""...), f.name...), "\":"...)
-		out = strconv.AppendInt(out, f.v, 10)
-	}
-	if len(out) > limit {
-		return out, errTooLarge
-	}
-	if len(n.Children) > 0 {
-		out = append(out, `,"children":[`...)
-		for i, c := range n.Children {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			var err error
-			if out, err = diffNode(out, c, limit); err != nil {
-				return out, err
-			}
+	return tree(out, n, limit, func(out []byte, n *query.DiffNode) []byte {
+		out = append(out, `"name":`...)
+		out = appendString(out, n.Name)
+		out = append(out, `,"kind":`...)
+		out = appendString(out, n.Kind)
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"a", n.A}, {"b", n.B}, {"selfA", n.SelfA}, {"selfB", n.SelfB}, {"delta", n.Delta}, {"deltaTotal", n.DeltaTotal}} {
+			out = append(append(append(out, ",\""...), f.name...), "\":"...)
+			out = strconv.AppendInt(out, f.v, 10)
 		}
-		out = append(out, ']')
-	}
-	return append(out, '}'), nil
+		return out
+	}, func(n *query.DiffNode) []*query.DiffNode { return n.Children })
 }
 
 // diff appends d as encoding/json encodes a query.Diff.
