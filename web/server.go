@@ -15,13 +15,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -67,8 +68,46 @@ const (
 		"object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
 )
 
-//go:embed ui/index.html
-var indexHTML []byte
+// uiFS holds the UI: index.html, served at /, and the scripts and style
+// sheet it loads, served under /ui/.
+//
+//go:embed ui
+var uiFS embed.FS
+
+var indexHTML = mustReadUI("index.html")
+
+func mustReadUI(name string) []byte {
+	b, err := uiFS.ReadFile("ui/" + name)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// uiTypes are the Content-Types of the static files under /ui/; other
+// files are not served. ES modules must be text/javascript.
+var uiTypes = map[string]string{
+	".js":  "text/javascript; charset=utf-8",
+	".css": "text/css; charset=utf-8",
+	".svg": "image/svg+xml",
+}
+
+// uiFile returns the static file at a /ui/ path and its Content-Type.
+func uiFile(urlPath string) ([]byte, string, bool) {
+	name, ok := strings.CutPrefix(urlPath, "/ui/")
+	if !ok || name == "" || strings.Contains(name, "..") || strings.Contains(name, "//") || strings.HasSuffix(name, "/") {
+		return nil, "", false
+	}
+	ctype, ok := uiTypes[path.Ext(name)]
+	if !ok {
+		return nil, "", false
+	}
+	b, err := uiFS.ReadFile("ui/" + name)
+	if err != nil {
+		return nil, "", false
+	}
+	return b, ctype, true
+}
 
 // Server answers the API over one store. It is safe for concurrent use.
 type Server struct {
@@ -156,16 +195,22 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.Path
 	ep, isAPI := s.api[path]
+	static, staticType, isStatic := uiFile(path)
 	switch {
 	case strings.HasPrefix(path, "/api/") && !isAPI:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %q (see docs/api.md)", path), "")
-	case !isAPI && path != "/":
+	case !isAPI && !isStatic && path != "/":
 		writeError(w, http.StatusNotFound, fmt.Sprintf("not found: %q", path), "")
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: use GET", r.Method), "")
 	case isAPI:
 		s.serveAPI(w, r, ep)
+	case isStatic:
+		w.Header().Set("Content-Type", staticType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(static)))
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Write(static)
 	default:
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Length", strconv.Itoa(len(indexHTML)))

@@ -231,7 +231,7 @@ func TestMethodsAndUnknownPaths(t *testing.T) {
 	}
 	resp, body = fx.get(t, "/")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" ||
-		!bytes.Contains(body, []byte("docs/api.md")) || bytes.Contains(body, []byte("<script")) || bytes.Contains(body, []byte("style=")) {
+		!bytes.Contains(body, []byte("docs/api.md")) || bytes.Contains(body, []byte("<script>")) || bytes.Contains(body, []byte("<style")) || bytes.Contains(body, []byte("style=")) {
 		t.Errorf("GET /: %d %q\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 }

@@ -1,0 +1,304 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/profileio"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+// xssName is a function name that would run script if the UI inserted
+// names as HTML.
+const xssName = `<img src=x onerror=alert(1)>`
+
+// uiPerfScript is the browser tests' capture: 3 s of samples 5 ms apart.
+// "hotapp" runs hot_fixture_function all the time; "xssapp", whose leaf
+// function is xssName, runs only in the first half of each second, so
+// that filtering on the command changes the heatmap.
+func uiPerfScript() string {
+	var b strings.Builder
+	for i := range 600 {
+		t := float64(base) + 0.3 + float64(i)*0.005
+		frac := t - float64(int64(t))
+		comm, pid, fn := "hotapp", 100, "hot_fixture_function"
+		if i%2 == 1 && frac < 0.5 {
+			comm, pid, fn = "xssapp", 200, xssName
+		}
+		fmt.Fprintf(&b, "%s %d/%d [%03d] %.6f: 10101010 cpu-clock:\n", comm, pid, pid, i%2, t)
+		fmt.Fprintf(&b, "\t    400100 %s (/usr/bin/%s)\n\t    400000 main (/usr/bin/%s)\n\n", fn, comm, comm)
+	}
+	return b.String()
+}
+
+func uiStore(t *testing.T) *store.DB {
+	t.Helper()
+	db, err := store.Open(t.TempDir(), store.Options{Source: "host", Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Import("fixture", 0, func(fn func(*sample.Sample) error) error {
+		return profileio.ReadPerfScript(strings.NewReader(uiPerfScript()), fn)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestUIStaticFiles checks the page and the files it loads, with their
+// types (ES modules must be text/javascript) and no inline script or style.
+func TestUIStaticFiles(t *testing.T) {
+	fx := newFixture(t, uiStore(t), Options{})
+	resp, body := fx.get(t, "/")
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`<script type="module" src="/ui/app.js"></script>`)) ||
+		bytes.Contains(body, []byte("<script>")) || bytes.Contains(body, []byte("style=")) {
+		t.Fatalf("GET /: %d\n%s", resp.StatusCode, body)
+	}
+	for path, ctype := range map[string]string{
+		"/ui/app.js": "text/javascript; charset=utf-8", "/ui/util.js": "text/javascript; charset=utf-8",
+		"/ui/heatmap.js": "text/javascript; charset=utf-8", "/ui/flame.js": "text/javascript; charset=utf-8",
+		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
+	} {
+		resp, body := fx.get(t, path)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != ctype || len(body) == 0 {
+			t.Errorf("GET %s: %d %q", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		wantSecurityHeaders(t, path, resp)
+		if bytes.Contains(body, []byte("innerHTML")) || bytes.Contains(body, []byte("insertAdjacentHTML")) {
+			t.Errorf("%s inserts HTML", path)
+		}
+	}
+	for _, path := range []string{"/ui/", "/ui/index.html", "/ui/nope.js", "/ui/../server.go", "/ui//app.js", "/ui/app.js/"} {
+		if resp, _ := fx.get(t, path); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+	if resp, _ := fx.do(t, http.MethodPost, "/ui/app.js"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /ui/app.js: %d", resp.StatusCode)
+	}
+}
+
+// chromium finds Debian's chromium: the test is skipped without it, but
+// fails when HEATSCOPE_REQUIRE_BPF=1 (CI, which installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
+		t.Fatal("chromium is not installed (apt-get install chromium) and HEATSCOPE_REQUIRE_BPF=1 requires the browser tests")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium): skipping the browser test")
+	return ""
+}
+
+// TestBrowserUI drives the UI in headless chromium: the heatmap draws, two
+// clicked cells select a range whose flame graph shows the hot function, a
+// command filter changes the heatmap, the state survives a reload, a
+// function name made of HTML stays text, and the pprof link downloads a
+// profile of the selection.
+func TestBrowserUI(t *testing.T) {
+	exe := chromium(t)
+	fx := newFixture(t, uiStore(t), Options{})
+
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1400))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+
+	var dialogs atomic.Int32
+	var jsErrors atomic.Value
+	jsErrors.Store("")
+	if err := chromedp.Do(ctx); err != nil { // start the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
+			dialogs.Add(1)
+			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		case *runtime.EventExceptionThrown:
+			msg := ev.ExceptionDetails.Text
+			if ev.ExceptionDetails.Exception != nil {
+				msg += " " + ev.ExceptionDetails.Exception.Description
+			}
+			jsErrors.Store(jsErrors.Load().(string) + msg + "\n")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, jsErrors.Load())
+		}
+	}
+	// settled waits until the page has loaded and no request is under way.
+	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
+		chromedp.WithPollingTimeout(30*time.Second))
+	shotDir := t.TempDir()
+	if dir := os.Getenv("HEATSCOPE_SCREENSHOT_DIR"); dir != "" {
+		shotDir = dir
+	}
+	screenshot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(shotDir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+
+	run("open the page", chromedp.Navigate(fx.url+"/"), settled)
+
+	type heatmapJSON struct {
+		Start    float64     `json:"start"`
+		Columns  []int       `json:"columns"`
+		Rows     []float64   `json:"rows"`
+		Values   [][]float64 `json:"values"`
+		MaxValue float64     `json:"maxvalue"`
+	}
+	type layout struct {
+		X, Y, CellW, CellH, Left, Top float64
+		Cols, Rows                    int
+	}
+	before := eval[heatmapJSON](t, ctx, `window.heatscope.heatmap()`)
+	run("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap")))
+	lay := eval[layout](t, ctx, `(() => { const c = document.getElementById('heatmap'), r = c.getBoundingClientRect(), d = c.dataset;
+			return {X: r.left, Y: r.top, CellW: +d.cellW, CellH: +d.cellH, Left: +d.left, Top: +d.top, Cols: +d.cols, Rows: +d.rows}; })()`)
+	if lay.Cols < 3 || lay.Rows != 50 || len(before.Columns) != lay.Cols || before.MaxValue <= 0 || lay.CellW < 1 || lay.CellH < 1 {
+		t.Fatalf("heatmap: layout %+v, data %+v", lay, before)
+	}
+	cell := func(c, r int) (float64, float64) {
+		return lay.X + lay.Left + (float64(c)+0.5)*lay.CellW, lay.Y + lay.Top + (float64(r)+0.5)*lay.CellH
+	}
+	// From the bottom cell of second 1 (its first 20 ms) to the top cell of
+	// second 2 (its last 20 ms): the whole of seconds 1 and 2.
+	x0, y0 := cell(1, lay.Rows-1)
+	x1, y1 := cell(2, 0)
+	run("click two cells", chromedp.MouseClickXY(x0, y0), chromedp.MouseClickXY(x1, y1), settled)
+	selJS := `[window.heatscope.state.selFrom, window.heatscope.state.selTo]`
+	sel := eval[[]float64](t, ctx, selJS)
+	if len(sel) != 2 || sel[0] != before.Start+1 || sel[1] != before.Start+3 {
+		t.Fatalf("selection %v, want [%v %v]", sel, before.Start+1, before.Start+3)
+	}
+	names := eval[[]string](t, ctx, `window.heatscope.flameNames()`)
+	if !slices.Contains(names, "hot_fixture_function") || !slices.Contains(names, xssName) || !slices.Contains(names, "hotapp") {
+		t.Fatalf("flame graph frames %q", names)
+	}
+	topText := eval[string](t, ctx, `document.querySelector('#top tbody').textContent`)
+	if !strings.Contains(topText, "hot_fixture_function") || !strings.Contains(topText, xssName) {
+		t.Fatalf("top functions: %q", topText)
+	}
+	screenshot("ui-heatmap.png")
+
+	// The pprof link downloads the selection.
+	href := eval[string](t, ctx, `document.getElementById('pprof-link').href`)
+	resp, err := http.Get(href)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	prof, err := profile.Parse(bytes.NewReader(raw))
+	if resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("pprof %s: %d %v", href, resp.StatusCode, err)
+	}
+	var hot, total int64
+	for _, s := range prof.Sample {
+		total += s.Value[0]
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if l.Function.Name == "hot_fixture_function" {
+					hot += s.Value[0]
+				}
+			}
+		}
+	}
+	if total != 400 || hot == 0 || hot == total {
+		t.Fatalf("pprof %s: %d samples, %d in hot_fixture_function", href, total, hot)
+	}
+
+	// A command filter changes the heatmap and the flame graph.
+	run("filter on the command", chromedp.SetValue(chromedp.CSS("#f-comm"), "hotapp"),
+		chromedp.Click(chromedp.CSS("#f-apply")), chromedp.Sleep(100*time.Millisecond), settled)
+	after := eval[heatmapJSON](t, ctx, `window.heatscope.heatmap()`)
+	names = eval[[]string](t, ctx, `window.heatscope.flameNames()`)
+	sum := func(h heatmapJSON) (n float64) {
+		for _, col := range h.Values {
+			for _, v := range col {
+				n += v
+			}
+		}
+		return n
+	}
+	if sum(before) != 600 || sum(after) != 450 || slices.Contains(names, xssName) || !slices.Contains(names, "hot_fixture_function") {
+		t.Fatalf("comm filter: %v samples before, %v after; frames %q", sum(before), sum(after), names)
+	}
+
+	// The URL holds the state: a reload shows the same view.
+	loc := eval[string](t, ctx, `location.href`)
+	run("reload", chromedp.Reload(), settled)
+	sel = eval[[]float64](t, ctx, selJS)
+	names = eval[[]string](t, ctx, `window.heatscope.flameNames()`)
+	comm := eval[string](t, ctx, `document.getElementById('f-comm').value`)
+	if !strings.Contains(loc, "comm=hotapp") || !strings.Contains(loc, "sf=") || comm != "hotapp" ||
+		len(sel) != 2 || sel[0] != before.Start+1 || sel[1] != before.Start+3 || slices.Contains(names, xssName) {
+		t.Fatalf("after reload of %s: comm %q, selection %v, frames %q", loc, comm, sel, names)
+	}
+
+	// Escape clears the selection.
+	run("escape", chromedp.KeyEvent("\x1b"), settled)
+	if cleared := eval[bool](t, ctx, `window.heatscope.state.selFrom === null && !location.hash.includes('sf=')`); !cleared {
+		t.Fatalf("Escape left the selection: %v", eval[[]float64](t, ctx, selJS))
+	}
+
+	imgs := eval[int](t, ctx, `document.querySelectorAll('img').length`)
+	if imgs != 0 || dialogs.Load() != 0 {
+		t.Fatalf("the HTML function name ran: %d <img> elements, %d dialogs", imgs, dialogs.Load())
+	}
+	if e := jsErrors.Load().(string); e != "" {
+		t.Fatalf("JavaScript errors: %s", e)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page and decodes its value.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}

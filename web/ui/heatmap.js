@@ -1,0 +1,174 @@
+// The subsecond heatmap (FlameScope semantics): one column per second, one
+// row per slice of the second, row 0 at the top (the highest offset).
+// Clicking a start cell then an end cell selects the time from the start
+// cell's start to the end cell's end; time runs bottom to top within a
+// column, then on to the next column.
+import { sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
+
+const LEFT = 44; // room for the offset labels
+const TOP = 4;
+const BOTTOM = 18; // room for the second labels
+const EPS = 1e-7;
+
+export class Heatmap {
+  constructor(canvas, onSelect) {
+    this.canvas = canvas;
+    this.onSelect = onSelect; // called with [from, to] in Unix seconds, or null
+    this.data = null;
+    this.enhanced = false;
+    this.selection = null;
+    this.pending = null; // the start cell [column, row] of a selection being made
+    this.hover = null;
+    canvas.addEventListener('mousemove', (ev) => this.move(ev));
+    canvas.addEventListener('mouseleave', () => { this.hover = null; hideTooltip(); this.draw(); });
+    canvas.addEventListener('click', (ev) => this.click(ev));
+    window.addEventListener('resize', () => this.draw());
+  }
+
+  set(data, selection) {
+    this.data = data;
+    this.selection = selection;
+    this.pending = null;
+    this.draw();
+  }
+
+  // layout gives the cell size, computed from the box's width; the canvas
+  // publishes it as data attributes (tests click cells with them).
+  layout() {
+    const d = this.data;
+    const cols = d.columns.length;
+    const rows = d.rows.length;
+    const avail = Math.max(200, this.canvas.parentElement.clientWidth - 2) - LEFT - 8;
+    const cellW = Math.max(1, Math.min(24, Math.floor(avail / Math.max(1, cols))));
+    const cellH = Math.max(3, Math.min(16, Math.floor(400 / rows)));
+    return { cols, rows, cellW, cellH, left: LEFT, top: TOP, width: LEFT + cols * cellW + 8, height: TOP + rows * cellH + BOTTOM };
+  }
+
+  // cellRange is a cell's [start, end) in Unix seconds.
+  cellRange(c, r) {
+    const d = this.data;
+    const slice = 1000 / d.rows.length;
+    const start = d.start + d.columns[c] + d.rows[r] / 1000;
+    return [start, start + slice / 1000];
+  }
+
+  colour(v, max) {
+    if (v <= 0) return '#ffffff';
+    let t = v / max;
+    if (this.enhanced) t = Math.max(0.3, Math.sqrt(t));
+    // white to a deep red, linear in t
+    const r = Math.round(255 - t * (255 - 178));
+    const g = Math.round(255 - t * (255 - 24));
+    const b = Math.round(255 - t * (255 - 24));
+    return `rgb(${r},${g},${b})`;
+  }
+
+  selected(c, r) {
+    const s = this.selection;
+    if (!s) return false;
+    const [a, b] = this.cellRange(c, r);
+    return a >= s[0] - EPS && b <= s[1] + EPS;
+  }
+
+  draw() {
+    const d = this.data;
+    if (!d) return;
+    const L = this.layout();
+    const cv = this.canvas;
+    Object.assign(cv.dataset, { cols: L.cols, rows: L.rows, cellW: L.cellW, cellH: L.cellH, left: L.left, top: L.top });
+    const ctx = sizeCanvas(cv, L.width, L.height);
+    ctx.clearRect(0, 0, L.width, L.height);
+    const max = Math.max(1, d.maxvalue);
+    for (let c = 0; c < L.cols; c++) {
+      const col = d.values[c];
+      for (let r = 0; r < L.rows; r++) {
+        ctx.fillStyle = this.colour(col[r], max);
+        ctx.fillRect(L.left + c * L.cellW, L.top + r * L.cellH, L.cellW, L.cellH);
+      }
+    }
+    // the selection: a translucent blue over its cells
+    if (this.selection) {
+      ctx.fillStyle = 'rgba(40, 100, 220, 0.45)';
+      for (let c = 0; c < L.cols; c++) {
+        for (let r = 0; r < L.rows; r++) {
+          if (this.selected(c, r)) ctx.fillRect(L.left + c * L.cellW, L.top + r * L.cellH, L.cellW, L.cellH);
+        }
+      }
+    }
+    const outline = (cell, colour) => {
+      ctx.strokeStyle = colour;
+      ctx.lineWidth = 2;
+      ctx.strokeRect(L.left + cell[0] * L.cellW + 1, L.top + cell[1] * L.cellH + 1, Math.max(1, L.cellW - 2), Math.max(1, L.cellH - 2));
+    };
+    if (this.pending) outline(this.pending, '#1a5fd0');
+    if (this.hover) outline(this.hover, '#000');
+    // axes: offsets on the left, seconds below
+    ctx.fillStyle = '#555';
+    ctx.font = '10px sans-serif';
+    ctx.textBaseline = 'middle';
+    ctx.textAlign = 'right';
+    const labelEvery = Math.max(1, Math.ceil(12 / L.cellH));
+    for (let r = 0; r < L.rows; r += labelEvery) {
+      ctx.fillText(Math.round(d.rows[r]) + ' ms', L.left - 4, L.top + r * L.cellH + L.cellH / 2);
+    }
+    ctx.textAlign = 'left';
+    ctx.textBaseline = 'top';
+    const colEvery = Math.max(1, Math.ceil(40 / L.cellW));
+    for (let c = 0; c < L.cols; c += colEvery) {
+      ctx.fillText(String(d.columns[c]) + 's', L.left + c * L.cellW, L.top + L.rows * L.cellH + 3);
+    }
+    cv.dataset.draws = String(Number(cv.dataset.draws || 0) + 1);
+  }
+
+  cellAt(ev) {
+    if (!this.data) return null;
+    const L = this.layout();
+    const rect = this.canvas.getBoundingClientRect();
+    const x = ev.clientX - rect.left - L.left;
+    const y = ev.clientY - rect.top - L.top;
+    const c = Math.floor(x / L.cellW);
+    const r = Math.floor(y / L.cellH);
+    if (x < 0 || y < 0 || c >= L.cols || r >= L.rows) return null;
+    return [c, r];
+  }
+
+  move(ev) {
+    const cell = this.cellAt(ev);
+    const same = cell && this.hover && cell[0] === this.hover[0] && cell[1] === this.hover[1];
+    if (!same) {
+      this.hover = cell;
+      this.draw();
+    }
+    if (!cell) return hideTooltip();
+    const [c, r] = cell;
+    const d = this.data;
+    const [a] = this.cellRange(c, r);
+    const slice = 1000 / d.rows.length;
+    showTooltip(ev, `time: ${formatTime(a)} (second ${d.columns[c]})\n` +
+      `offset: ${d.rows[r].toFixed(1)}–${(d.rows[r] + slice).toFixed(1)} ms\ncount: ${d.values[c][r]}`);
+  }
+
+  click(ev) {
+    const cell = this.cellAt(ev);
+    if (!cell) return;
+    if (!this.pending) {
+      this.pending = cell;
+      this.draw();
+      return;
+    }
+    let [a0, a1] = this.cellRange(...this.pending);
+    let [b0, b1] = this.cellRange(...cell);
+    this.pending = null;
+    this.selection = [Math.min(a0, b0), Math.max(a1, b1)];
+    this.draw();
+    this.onSelect(this.selection);
+  }
+
+  clear() {
+    const had = this.selection || this.pending;
+    this.pending = null;
+    this.selection = null;
+    this.draw();
+    if (had) this.onSelect(null);
+  }
+}

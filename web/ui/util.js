@@ -1,0 +1,72 @@
+// Shared helpers: API requests, canvas set-up, the tooltip, formatting.
+
+// getJSON fetches an API path and returns its JSON, or throws an Error
+// carrying the API's error message.
+export async function getJSON(path, params, signal) {
+  const url = params ? path + '?' + params.toString() : path;
+  const resp = await fetch(url, { signal, headers: { Accept: 'application/json' } });
+  let body;
+  try {
+    body = await resp.json();
+  } catch (e) {
+    throw new Error(`${path}: ${resp.status} ${resp.statusText}`);
+  }
+  if (!resp.ok) {
+    throw new Error(body && body.error ? body.error : `${path}: ${resp.status}`);
+  }
+  return body;
+}
+
+// sizeCanvas gives a canvas a size in CSS pixels, backed by device pixels,
+// and returns its 2D context scaled to CSS pixels.
+export function sizeCanvas(canvas, width, height) {
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.max(1, Math.round(width * dpr));
+  canvas.height = Math.max(1, Math.round(height * dpr));
+  canvas.style.width = width + 'px';
+  canvas.style.height = height + 'px';
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return ctx;
+}
+
+const tooltip = () => document.getElementById('tooltip');
+
+// showTooltip shows text (untrusted: set as text only) near the pointer.
+export function showTooltip(ev, text) {
+  const tip = tooltip();
+  tip.textContent = text;
+  tip.hidden = false;
+  const pad = 14;
+  let x = ev.clientX + pad;
+  let y = ev.clientY + pad;
+  const r = tip.getBoundingClientRect();
+  if (x + r.width > window.innerWidth) x = Math.max(0, ev.clientX - r.width - pad);
+  if (y + r.height > window.innerHeight) y = Math.max(0, ev.clientY - r.height - pad);
+  tip.style.left = x + 'px';
+  tip.style.top = y + 'px';
+}
+
+export function hideTooltip() {
+  tooltip().hidden = true;
+}
+
+// formatTime formats Unix seconds as a UTC date and time with milliseconds.
+export function formatTime(sec) {
+  if (!Number.isFinite(sec)) return '';
+  return new Date(sec * 1000).toISOString().replace('T', ' ').replace('Z', ' UTC');
+}
+
+export function pct(n, total) {
+  return total > 0 ? (100 * n / total).toFixed(2) + '%' : '0%';
+}
+
+// trimText shortens text with an ellipsis to fit width pixels.
+export function trimText(ctx, text, width) {
+  if (width < 12) return '';
+  if (ctx.measureText(text).width <= width) return text;
+  const avg = ctx.measureText('m').width * 0.8;
+  let n = Math.floor(width / avg);
+  while (n > 1 && ctx.measureText(text.slice(0, n) + '…').width > width) n--;
+  return n > 1 ? text.slice(0, n) + '…' : '';
+}
