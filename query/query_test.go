@@ -272,3 +272,55 @@ func TestTimelineFastPathMatchesScan(t *testing.T) {
 		}
 	}
 }
+
+func TestPerCPUMatchesBruteForce(t *testing.T) {
+	start := time.Now().Add(-time.Hour).UnixNano() + 123_456_000
+	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 45, Stacks: 300})
+	r := store.Range{From: start + 2_250_000_000, To: start + 41_700_000_000}
+	for name, f := range filters {
+		t.Run(name, func(t *testing.T) {
+			for _, step := range []int64{10e6, 333e6, 1e9, 7e9, 100e9} {
+				p, warnings, err := PerCPUOf(context.Background(), db, r, &f, step)
+				if err != nil || len(warnings) > 0 {
+					t.Fatal(err, warnings)
+				}
+				n := int((r.To - r.From + step - 1) / step)
+				want := map[uint32][]int{}
+				total := 0
+				for i := range all {
+					s := &all[i]
+					if s.Time < r.From || s.Time >= r.To || !keeps(&f, s) {
+						continue
+					}
+					if want[s.CPU] == nil {
+						want[s.CPU] = make([]int, n)
+					}
+					want[s.CPU][(s.Time-r.From)/step]++
+					total++
+				}
+				if total == 0 && name != "kernel+comm" {
+					t.Fatal("filter selects nothing: the test proves nothing")
+				}
+				if p.Start != float64(r.From)/1e9 || p.Step != float64(step)/1e9 || len(p.CPUs) != len(want) || len(p.Counts) != len(want) {
+					t.Fatalf("step %d: start %v step %v cpus %v, want %d CPUs", step, p.Start, p.Step, p.CPUs, len(want))
+				}
+				if !slices.IsSorted(p.CPUs) {
+					t.Fatalf("CPUs not sorted: %v", p.CPUs)
+				}
+				for i, cpu := range p.CPUs {
+					if !slices.Equal(p.Counts[i], want[cpu]) {
+						t.Fatalf("step %d CPU %d: %v, want %v", step, cpu, p.Counts[i], want[cpu])
+					}
+				}
+				if name == "cpu" && !slices.Equal(p.CPUs, []uint32{3}) {
+					t.Fatalf("cpu filter: CPUs %v", p.CPUs)
+				}
+			}
+		})
+	}
+	for _, step := range []int64{0, -1, 1e6} { // 1 ms: 39 450 steps
+		if _, _, err := PerCPUOf(context.Background(), db, r, &store.Filter{}, step); err == nil {
+			t.Errorf("step %d accepted", step)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -31,8 +32,12 @@ const (
 	// default 50 rows.
 	maxHeatmapCells = query.MaxColumns * 50
 	defaultRows     = 50
-	defaultTopLimit = 200
-	maxTopLimit     = 10_000
+	// defaultPerCPUSteps is the most columns a per-CPU view has when no
+	// step is given, minPerCPUStep its shortest default step.
+	defaultPerCPUSteps = 600
+	minPerCPUStep      = int64(10 * time.Millisecond)
+	defaultTopLimit    = 200
+	maxTopLimit        = 10_000
 )
 
 func (s *Server) endpoints() map[string]endpoint {
@@ -43,6 +48,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
 		"/api/flamegraph": {with("from", "to"), s.flameGraph},
 		"/api/diff":       {with("from", "to", "from2", "to2"), s.diff},
+		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
 		"/api/top":        {with("from", "to", "limit"), s.top},
 		"/api/pprof":      {with("from", "to"), s.pprof},
 	}
@@ -190,6 +196,45 @@ func (s *Server) heatmap(ctx context.Context, p *params, rep *reply) (store.Warn
 		return warnings, fmt.Errorf("heatmap: %w", err)
 	}
 	return warnings, rep.json(h)
+}
+
+func (s *Server) perCPU(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, err := s.parseSelection(p, true)
+	if err != nil {
+		return nil, err
+	}
+	step, given, err := p.step()
+	if err != nil {
+		return nil, err
+	}
+	if !given {
+		step = defaultPerCPUStep(width(sel.r))
+	}
+	// The default step gives at most defaultPerCPUSteps.
+	if n := steps(sel.r, step); n > query.MaxPerCPUSteps {
+		return nil, paramErr("step", "%v over this range is %d steps, at most %d", time.Duration(step), n, query.MaxPerCPUSteps)
+	}
+	pc, warnings, err := query.PerCPUOf(ctx, s.db, sel.r, &sel.f, step)
+	if errors.Is(err, query.ErrTooManyCPUs) {
+		return warnings, paramErr("cpu", "the samples come from more than %d CPUs: choose some with cpu", query.MaxPerCPUs)
+	}
+	if err != nil {
+		return warnings, fmt.Errorf("per-CPU: %w", err)
+	}
+	return warnings, rep.json(pc)
+}
+
+// defaultPerCPUStep picks a step giving at most defaultPerCPUSteps over
+// width: 1, 2 or 5 times a power of ten, at least minPerCPUStep.
+func defaultPerCPUStep(width int64) int64 {
+	raw := (width + defaultPerCPUSteps - 1) / defaultPerCPUSteps
+	for step := minPerCPUStep; ; step *= 10 {
+		for _, m := range []int64{1, 2, 5} {
+			if m*step >= raw {
+				return m * step
+			}
+		}
+	}
 }
 
 func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {

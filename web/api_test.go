@@ -123,6 +123,25 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			}
 			wantJSON(t, "timeline 2.5 s", body, timelineJSON{Start: seconds(r.From), Step: 2.5, Counts: counts})
 
+			resp, body = fx.get(t, withQuery("/api/percpu", "from=1795237390.25&to=1795237459", "step=0.5", tc.query))
+			mustOK(t, "percpu", resp, body)
+			pc, _, err := query.PerCPUOf(ctx, db, r, &f, 500e6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pc.CPUs) == 0 {
+				t.Fatal("per-CPU: the filter selects nothing: the comparison proves nothing")
+			}
+			wantJSON(t, "percpu 0.5 s", body, pc)
+
+			// The default step: 70 s / 600 columns rounds up to 200 ms.
+			resp, body = fx.get(t, withQuery("/api/percpu", queryA, tc.query))
+			mustOK(t, "percpu", resp, body)
+			if pc, _, err = query.PerCPUOf(ctx, db, rangeA, &f, 200e6); err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "percpu default step", body, pc)
+
 			resp, body = fx.get(t, withQuery("/api/flamegraph", queryA, tc.query))
 			mustOK(t, "flamegraph", resp, body)
 			root, _, err := query.FlameGraphOf(ctx, db, rangeA, &f)
@@ -188,4 +207,16 @@ func pprofSamples(p *profile.Profile) map[string]int64 {
 		out[key] += s.Value[0]
 	}
 	return out
+}
+
+func TestDefaultPerCPUStep(t *testing.T) {
+	for _, tc := range []struct{ width, want int64 }{
+		{1, 10e6}, {int64(time.Second), 10e6}, {6e9, 10e6}, {6e9 + 1, 20e6}, {70e9, 200e6},
+		{int64(time.Hour), 10e9}, {maxTime, 10e15},
+	} {
+		got := defaultPerCPUStep(tc.width)
+		if got != tc.want || (tc.width+got-1)/got > defaultPerCPUSteps {
+			t.Errorf("defaultPerCPUStep(%d) = %d, want %d", tc.width, got, tc.want)
+		}
+	}
 }

@@ -3,13 +3,16 @@ package web
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -75,7 +78,7 @@ func TestUIStaticFiles(t *testing.T) {
 	for path, ctype := range map[string]string{
 		"/ui/app.js": "text/javascript; charset=utf-8", "/ui/util.js": "text/javascript; charset=utf-8",
 		"/ui/heatmap.js": "text/javascript; charset=utf-8", "/ui/flame.js": "text/javascript; charset=utf-8",
-		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
+		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/percpu.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
 	} {
 		resp, body := fx.get(t, path)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != ctype || len(body) == 0 {
@@ -115,8 +118,9 @@ func chromium(t *testing.T) string {
 // TestBrowserUI drives the UI in headless chromium: the heatmap draws, two
 // clicked cells select a range whose flame graph shows the hot function, a
 // command filter changes the heatmap, the state survives a reload, a
-// function name made of HTML stays text, and the pprof link downloads a
-// profile of the selection.
+// function name made of HTML stays text, the pprof link downloads a
+// profile of the selection, the per-CPU view draws /api/percpu's answer,
+// and compare mode shows /api/diff's differential flame graph.
 func TestBrowserUI(t *testing.T) {
 	exe := chromium(t)
 	fx := newFixture(t, uiStore(t), Options{})
@@ -195,11 +199,14 @@ func TestBrowserUI(t *testing.T) {
 	}
 	before := eval[heatmapJSON](t, ctx, `window.heatscope.heatmap()`)
 	run("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap")))
-	lay := eval[layout](t, ctx, `(() => { const c = document.getElementById('heatmap'), r = c.getBoundingClientRect(), d = c.dataset;
-			return {X: r.left, Y: r.top, CellW: +d.cellW, CellH: +d.cellH, Left: +d.left, Top: +d.top, Cols: +d.cols, Rows: +d.rows}; })()`)
+	layoutJS := `(() => { const c = document.getElementById('heatmap'), r = c.getBoundingClientRect(), d = c.dataset;
+			return {X: r.left, Y: r.top, CellW: +d.cellW, CellH: +d.cellH, Left: +d.left, Top: +d.top, Cols: +d.cols, Rows: +d.rows}; })()`
+	lay := eval[layout](t, ctx, layoutJS)
 	if lay.Cols < 3 || lay.Rows != 50 || len(before.Columns) != lay.Cols || before.MaxValue <= 0 || lay.CellW < 1 || lay.CellH < 1 {
 		t.Fatalf("heatmap: layout %+v, data %+v", lay, before)
 	}
+	checkPerCPU(t, ctx, fx)
+
 	cell := func(c, r int) (float64, float64) {
 		return lay.X + lay.Left + (float64(c)+0.5)*lay.CellW, lay.Y + lay.Top + (float64(r)+0.5)*lay.CellH
 	}
@@ -288,10 +295,130 @@ func TestBrowserUI(t *testing.T) {
 	if imgs != 0 || dialogs.Load() != 0 {
 		t.Fatalf("the HTML function name ran: %d <img> elements, %d dialogs", imgs, dialogs.Load())
 	}
+
+	// Compare mode: select A (second 1), press compare, select B (second
+	// 2): the flame graph is /api/diff's.
+	run("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap")))
+	lay = eval[layout](t, ctx, layoutJS)
+	x0, y0 = cell(1, lay.Rows-1)
+	x1, y1 = cell(1, 0)
+	run("select A", chromedp.MouseClickXY(x0, y0), chromedp.MouseClickXY(x1, y1), settled)
+	run("compare", chromedp.Click(chromedp.CSS("#compare")), settled)
+	run("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap")))
+	lay = eval[layout](t, ctx, layoutJS)
+	x0, y0 = cell(2, lay.Rows-1)
+	x1, y1 = cell(2, 0)
+	run("select B", chromedp.MouseClickXY(x0, y0), chromedp.MouseClickXY(x1, y1), settled)
+	type compareState struct {
+		SelFrom, SelTo, BFrom, BTo float64
+		Compare                    bool
+		Hash                       string
+	}
+	stateJS := `(() => { const s = window.heatscope.state;
+			return {SelFrom: s.selFrom, SelTo: s.selTo, BFrom: s.bFrom, BTo: s.bTo, Compare: s.compare, Hash: location.hash}; })()`
+	st := eval[compareState](t, ctx, stateJS)
+	if !st.Compare || st.SelFrom != before.Start+1 || st.SelTo != before.Start+2 || st.BFrom != before.Start+2 || st.BTo != before.Start+3 ||
+		!strings.Contains(st.Hash, "cmp=1") || !strings.Contains(st.Hash, "bf=") {
+		t.Fatalf("compare state %+v", st)
+	}
+	checkDiff := func(what string) {
+		t.Helper()
+		type counts struct{ A, B, TotalA, TotalB int64 }
+		got := eval[*counts](t, ctx, `window.heatscope.diffRoot()`)
+		var want struct {
+			TotalA int64 `json:"totalA"`
+			TotalB int64 `json:"totalB"`
+			Root   struct {
+				A int64 `json:"a"`
+				B int64 `json:"b"`
+			} `json:"root"`
+		}
+		getJSON(t, fmt.Sprintf("%s/api/diff?source=fixture&comm=hotapp&from=%s&to=%s&from2=%s&to2=%s", fx.url,
+			ftoa(st.SelFrom), ftoa(st.SelTo), ftoa(st.BFrom), ftoa(st.BTo)), &want)
+		if got == nil || want.TotalA != 150 || want.TotalB != 150 || got.A != want.Root.A || got.B != want.Root.B ||
+			got.A != want.TotalA || got.B != want.TotalB || got.TotalA != want.TotalA || got.TotalB != want.TotalB {
+			t.Fatalf("%s: diff root %+v, /api/diff %+v", what, got, want)
+		}
+		names := eval[[]string](t, ctx, `window.heatscope.flameNames()`)
+		legend := eval[bool](t, ctx, `!document.getElementById('diff-legend').hidden`)
+		if !slices.Contains(names, "hot_fixture_function") || !legend {
+			t.Fatalf("%s: differential flame graph frames %q, legend shown %v", what, names, legend)
+		}
+	}
+	checkDiff("compare")
+	screenshot("ui-percpu-diff.png")
+	run("reload in compare mode", chromedp.Reload(), settled)
+	if st2 := eval[compareState](t, ctx, stateJS); st2 != st {
+		t.Fatalf("after reload: %+v, want %+v", st2, st)
+	}
+	checkDiff("compare after reload")
+
+	run("exit compare", chromedp.Click(chromedp.CSS("#compare")), settled)
+	st = eval[compareState](t, ctx, stateJS)
+	names = eval[[]string](t, ctx, `window.heatscope.flameNames()`)
+	if exited := eval[bool](t, ctx, `window.heatscope.diffRoot() === null && document.getElementById('diff-legend').hidden`); !exited ||
+		st.Compare || strings.Contains(st.Hash, "cmp=") || st.SelFrom != before.Start+1 || !slices.Contains(names, "hot_fixture_function") {
+		t.Fatalf("exit compare: still a diff (%v), state %+v, frames %q", !exited, st, names)
+	}
 	if e := jsErrors.Load().(string); e != "" {
 		t.Fatalf("JavaScript errors: %s", e)
 	}
 }
+
+// checkPerCPU checks that the per-CPU view holds /api/percpu's answer for
+// the heatmap's span and draws it: its busiest cell is dark.
+func checkPerCPU(t *testing.T, ctx context.Context, fx *fixture) {
+	t.Helper()
+	type perCPU struct {
+		Start  float64   `json:"start"`
+		Step   float64   `json:"step"`
+		CPUs   []int     `json:"cpus"`
+		Counts [][]int64 `json:"counts"`
+	}
+	got := eval[perCPU](t, ctx, `window.heatscope.percpu()`)
+	span := eval[[]float64](t, ctx, `[window.heatscope.state.from, window.heatscope.state.to]`)
+	var want perCPU
+	getJSON(t, fmt.Sprintf("%s/api/percpu?source=fixture&from=%s&to=%s", fx.url, ftoa(span[0]), ftoa(span[1])), &want)
+	var total int64
+	for _, row := range want.Counts {
+		for _, v := range row {
+			total += v
+		}
+	}
+	if !reflect.DeepEqual(got, want) || total != 600 || !slices.Equal(want.CPUs, []int{0, 1}) || want.Step != 0.01 {
+		t.Fatalf("per-CPU view %+v, /api/percpu %+v (%d samples)", got, want, total)
+	}
+	px := eval[[]float64](t, ctx, `(() => { const c = document.getElementById('percpu'), d = c.dataset, dpr = window.devicePixelRatio || 1;
+			const data = window.heatscope.percpu();
+			let bi = 0, bj = 0, bv = -1;
+			data.counts.forEach((row, i) => row.forEach((v, j) => { if (v > bv) { bv = v; bi = i; bj = j; } }));
+			const p = c.getContext('2d').getImageData(Math.floor((+d.left + (bj + 0.5) * +d.cellW) * dpr),
+				Math.floor((+d.top + (bi + 0.5) * +d.cellH) * dpr), 1, 1).data;
+			return [bv, p[0], p[1], p[2], +d.draws, +d.cpus]; })()`)
+	if len(px) != 6 || px[0] <= 0 || px[1] < 150 || px[2] > 60 || px[3] > 60 || px[4] < 1 || px[5] != 2 {
+		t.Fatalf("per-CPU canvas: busiest cell, colour, draws, CPUs: %v", px)
+	}
+}
+
+// getJSON decodes the JSON answer of an API URL into v.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// ftoa formats Unix seconds for a query string.
+func ftoa(sec float64) string { return strconv.FormatFloat(sec, 'f', -1, 64) }
 
 // eval evaluates a JavaScript expression in the page and decodes its value.
 func eval[T any](t *testing.T, ctx context.Context, expr string) T {

@@ -167,6 +167,13 @@ func TestBadParameters(t *testing.T) {
 		{"/api/diff", queryA + "&from2=1795237382", "to2"},
 		{"/api/diff", queryA + "&from2=1795237389&to2=1795237382", "to2"},
 		{"/api/diff", queryA + "&from2=1795237382&to2=later", "to2"},
+		{"/api/percpu", queryA + "&step=1ms", "step"},
+		{"/api/percpu", queryA + "&step=abc", "step"},
+		{"/api/percpu", queryA + "&step=0", "step"},
+		{"/api/percpu", queryA + "&rows=5", "rows"},
+		{"/api/percpu", "from=x", "from"},
+		{"/api/percpu", "from=1795237460&to=1795237390", "to"},
+		{"/api/percpu", queryA + "&cpu=70000", "cpu"},
 		{"/api/timeline", "step=0", "step"},
 		{"/api/timeline", "step=abc", "step"},
 		{"/api/timeline", "step=-1s", "step"},
@@ -207,7 +214,7 @@ func TestBadParameters(t *testing.T) {
 
 func TestMethodsAndUnknownPaths(t *testing.T) {
 	fx := newFixture(t, testStore(t), Options{})
-	for _, path := range []string{"/", "/api/sources", "/api/timeline", "/api/heatmap", "/api/flamegraph", "/api/diff", "/api/top", "/api/pprof"} {
+	for _, path := range []string{"/", "/api/sources", "/api/timeline", "/api/heatmap", "/api/flamegraph", "/api/diff", "/api/percpu", "/api/top", "/api/pprof"} {
 		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
 			resp, body := fx.do(t, method, path+"?"+queryA)
 			var e errorBody
@@ -328,7 +335,7 @@ func TestAuthToken(t *testing.T) {
 func TestResponseTooLarge(t *testing.T) {
 	fx := newFixture(t, testStore(t), Options{MaxResponseBytes: 300})
 	for _, target := range []string{"/api/flamegraph?" + queryA, "/api/diff?" + queryA + "&from2=1795237382.5&to2=1795237389.75",
-		"/api/heatmap?" + queryA, "/api/top?" + queryA, "/api/pprof?" + queryA, "/api/timeline"} {
+		"/api/heatmap?" + queryA, "/api/percpu?" + queryA, "/api/top?" + queryA, "/api/pprof?" + queryA, "/api/timeline"} {
 		resp, body := fx.get(t, target)
 		var e errorBody
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(body, &e) != nil ||

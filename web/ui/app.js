@@ -1,12 +1,14 @@
 // heatscope's UI: a filter bar, the overview timeline, the subsecond
-// heatmap of a span, and the flame graph, top functions and pprof download
-// of the selection. The whole state lives in the URL's hash, so a link
+// heatmap and the per-CPU view of a span, and the flame graph, top
+// functions and pprof download of the selection. In compare mode a second
+// selection, the baseline, turns the flame graph into a differential one. The whole state lives in the URL's hash, so a link
 // reproduces the view. Names from the data (functions, commands) are only
 // ever set as text (textContent, canvas fillText).
-import { getJSON, pct } from './util.js';
+import { getJSON, pct, formatTime } from './util.js';
 import { Timeline } from './timeline.js';
 import { Heatmap } from './heatmap.js';
 import { FlameGraph } from './flame.js';
+import { PerCPU } from './percpu.js';
 
 const $ = (id) => document.getElementById(id);
 const FILTERS = ['comm', 'pid', 'cpu', 'frame', 'stack'];
@@ -16,6 +18,7 @@ const ROW_CHOICES = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
 // state is everything the URL holds.
 const state = {
   source: '', from: null, to: null, rows: 50, selFrom: null, selTo: null,
+  compare: false, bFrom: null, bTo: null, // compare mode and its baseline
   comm: '', pid: '', cpu: '', frame: '', stack: 'all', enhanced: false, icicle: false, search: '',
 };
 let sources = [];
@@ -42,6 +45,9 @@ function readURL() {
   state.rows = rows && rows >= 1 && rows <= 1000 ? Math.round(rows) : 50;
   state.selFrom = num(p.get('sf'));
   state.selTo = num(p.get('st'));
+  state.compare = p.get('cmp') === '1' && state.selFrom !== null && state.selTo !== null;
+  state.bFrom = state.compare ? num(p.get('bf')) : null;
+  state.bTo = state.compare ? num(p.get('bt')) : null;
   for (const f of FILTERS) state[f] = p.get(f) || '';
   if (!['all', 'kernel', 'user'].includes(state.stack)) state.stack = 'all';
   state.enhanced = p.get('enhanced') === '1';
@@ -61,6 +67,13 @@ function writeURL() {
     p.set('sf', secs(state.selFrom));
     p.set('st', secs(state.selTo));
   }
+  if (state.compare) {
+    p.set('cmp', '1');
+    if (hasBaseline()) {
+      p.set('bf', secs(state.bFrom));
+      p.set('bt', secs(state.bTo));
+    }
+  }
   for (const f of FILTERS) if (state[f] && !(f === 'stack' && state[f] === 'all')) p.set(f, state[f]);
   if (state.enhanced) p.set('enhanced', '1');
   if (state.icicle) p.set('icicle', '1');
@@ -75,6 +88,10 @@ function filterParams() {
   if (state.source) p.set('source', state.source);
   for (const f of FILTERS) if (state[f] && !(f === 'stack' && state[f] === 'all')) p.set(f, state[f]);
   return p;
+}
+
+function hasBaseline() {
+  return state.compare && state.bFrom !== null && state.bTo !== null && state.bTo > state.bFrom;
 }
 
 // range is the selection, or the whole span without one.
@@ -117,17 +134,44 @@ const timeline = new Timeline($('timeline'), (from, to) => {
   state.from = from;
   state.to = to;
   state.selFrom = state.selTo = null;
+  setCompare(false);
   writeURL();
   loadHeatmap();
+  loadPerCPU();
   loadSelection();
 });
 
-const heatmap = new Heatmap($('heatmap'), (sel) => {
-  state.selFrom = sel ? sel[0] : null;
-  state.selTo = sel ? sel[1] : null;
+const heatmap = new Heatmap($('heatmap'), (sel, which) => {
+  if (which === 'b') {
+    state.bFrom = sel[0];
+    state.bTo = sel[1];
+  } else {
+    state.selFrom = sel ? sel[0] : null;
+    state.selTo = sel ? sel[1] : null;
+    if (!sel) setCompare(false);
+  }
   writeURL();
   loadSelection();
 });
+
+const perCPU = new PerCPU($('percpu'));
+
+// setCompare enters or leaves compare mode; leaving drops the baseline.
+function setCompare(on) {
+  state.compare = on && state.selFrom !== null;
+  if (!state.compare) state.bFrom = state.bTo = null;
+  heatmap.mode = state.compare ? 'b' : 'a';
+  heatmap.selection2 = hasBaseline() ? [state.bFrom, state.bTo] : null;
+  heatmap.pending = null;
+  heatmap.draw();
+  const btn = $('compare');
+  btn.textContent = state.compare ? 'exit compare' : 'compare';
+  btn.disabled = !state.compare && state.selFrom === null;
+  $('compare-label').textContent = !state.compare ? ''
+    : hasBaseline() ? `baseline B ${formatTime(state.bFrom)} + ${(state.bTo - state.bFrom).toFixed(3)} s (click two cells to change it)`
+      : 'click a start cell, then an end cell, to select the baseline B';
+  $('diff-legend').hidden = !hasBaseline();
+}
 
 const flame = new FlameGraph($('flame'), $('flame-names'), () => updateMatch());
 
@@ -166,12 +210,25 @@ async function loadHeatmap() {
   const data = await request('heatmap', '/api/heatmap', p);
   if (data) {
     heatmap.enhanced = state.enhanced;
-    heatmap.set(data, state.selFrom !== null ? [state.selFrom, state.selTo] : null);
+    heatmap.set(data, state.selFrom !== null ? [state.selFrom, state.selTo] : null, hasBaseline() ? [state.bFrom, state.bTo] : null);
     setStatus(`heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} samples`);
   }
 }
 
+// loadPerCPU draws the per-CPU view of the heatmap's span.
+async function loadPerCPU() {
+  const p = filterParams();
+  p.set('from', secs(state.from));
+  p.set('to', secs(state.to));
+  const data = await request('percpu', '/api/percpu', p);
+  if (data) {
+    perCPU.enhanced = state.enhanced;
+    perCPU.set(data);
+  }
+}
+
 async function loadSelection() {
+  setCompare(state.compare);
   const [from, to] = range();
   const p = filterParams();
   p.set('from', secs(from));
@@ -184,8 +241,17 @@ async function loadSelection() {
   $('pprof-link').href = '/api/pprof?' + p.toString();
   const tp = new URLSearchParams(p);
   tp.set('limit', '100');
-  const [fg, top] = await Promise.all([request('flame', '/api/flamegraph', p), request('top', '/api/top', tp)]);
-  if (fg) flame.set(fg);
+  let flamePath = '/api/flamegraph';
+  const fp = new URLSearchParams(p);
+  if (hasBaseline()) {
+    flamePath = '/api/diff';
+    fp.set('from2', secs(state.bFrom));
+    fp.set('to2', secs(state.bTo));
+    $('flame-label').textContent = label + ` (A) against baseline B ${new Date(state.bFrom * 1000).toISOString()} + ${(state.bTo - state.bFrom).toFixed(3)} s`;
+  }
+  const [fg, top] = await Promise.all([request('flame', flamePath, fp), request('top', '/api/top', tp)]);
+  if (fg && fg.root) flame.setDiff(fg);
+  else if (fg) flame.set(fg);
   if (top) showTop(top);
 }
 
@@ -246,6 +312,7 @@ async function loadAll() {
   if (state.from === null || state.to === null || !(state.to > state.from)) {
     defaultSpan();
     state.selFrom = state.selTo = null;
+    state.compare = false;
   }
   fillControls();
   writeURL();
@@ -253,7 +320,7 @@ async function loadAll() {
     setStatus('No samples yet: record or import some, then reload.');
     return;
   }
-  await Promise.all([loadTimeline(), loadHeatmap(), loadSelection()]);
+  await Promise.all([loadTimeline(), loadHeatmap(), loadPerCPU(), loadSelection()]);
 }
 
 function wire() {
@@ -278,11 +345,17 @@ function wire() {
     loadHeatmap();
   });
   $('enhanced').addEventListener('change', () => {
-    state.enhanced = heatmap.enhanced = $('enhanced').checked;
+    state.enhanced = heatmap.enhanced = perCPU.enhanced = $('enhanced').checked;
     writeURL();
     heatmap.draw();
+    perCPU.draw();
   });
   $('clear-selection').addEventListener('click', () => heatmap.clear());
+  $('compare').addEventListener('click', () => {
+    setCompare(!state.compare);
+    writeURL();
+    loadSelection();
+  });
   document.addEventListener('keydown', (ev) => {
     if (ev.key === 'Escape') heatmap.clear();
   });
@@ -326,6 +399,9 @@ window.heatscope = {
   state,
   flameNames: () => [...$('flame-names').children].map((li) => li.textContent),
   heatmap: () => heatmap.data,
+  percpu: () => perCPU.data,
+  // the differential flame graph's root counts, null when not comparing
+  diffRoot: () => (flame.diff && flame.root ? { a: flame.root.a, b: flame.root.b, totalA: flame.diff.totalA, totalB: flame.diff.totalB } : null),
 };
 
 main();

@@ -1,6 +1,8 @@
 // The flame graph on canvas: click a frame to zoom into it, search with a
 // regular expression (matches highlighted, their share of samples shown),
-// flame (root at the bottom) or icicle (root at the top).
+// flame (root at the bottom) or icicle (root at the top). A differential
+// flame graph (from /api/diff) is drawn with A's counts as widths and
+// coloured by the normalised change against B.
 import { sizeCanvas, showTooltip, hideTooltip, pct, trimText } from './util.js';
 
 const ROW = 17;
@@ -20,6 +22,17 @@ function colour(node) {
   }
 }
 
+// diffColour is red for frames with more samples in A than B (scaled to
+// A's total), blue for fewer, white for none, stronger as the change
+// grows relative to the frame.
+function diffColour(node) {
+  const t = Math.min(1, Math.abs(node.deltaTotal) / Math.max(1, node.value));
+  const fade = Math.round(255 - t * 200);
+  if (node.deltaTotal > 0) return `rgb(255,${fade},${fade})`;
+  if (node.deltaTotal < 0) return `rgb(${fade},${fade},255)`;
+  return '#f4f4f4';
+}
+
 export class FlameGraph {
   constructor(canvas, namesList, onChange) {
     this.canvas = canvas;
@@ -29,6 +42,7 @@ export class FlameGraph {
     this.zoom = null;
     this.search = null;
     this.icicle = false;
+    this.diff = null; // {totalA, totalB} when the graph is a differential
     this.rects = [];
     canvas.addEventListener('mousemove', (ev) => this.move(ev));
     canvas.addEventListener('mouseleave', () => hideTooltip());
@@ -37,6 +51,24 @@ export class FlameGraph {
   }
 
   set(root) {
+    this.diff = null;
+    this.show(root);
+  }
+
+  // setDiff shows a differential flame graph, /api/diff's answer: widths
+  // are A's counts.
+  setDiff(d) {
+    const prep = (n) => {
+      n.value = n.a;
+      n.self = n.selfA;
+      for (const c of n.children || []) prep(c);
+    };
+    prep(d.root);
+    this.diff = { totalA: d.totalA, totalB: d.totalB };
+    this.show(d.root);
+  }
+
+  show(root) {
     this.root = root;
     link(root, null, 0);
     this.zoom = null;
@@ -86,7 +118,7 @@ export class FlameGraph {
     const box = (n, x, w) => {
       const y = yOf(n.depth);
       const hit = this.search && n.kind !== 'root' && this.search.test(n.name);
-      ctx.fillStyle = hit ? '#e040fb' : colour(n);
+      ctx.fillStyle = hit ? '#e040fb' : this.diff ? diffColour(n) : colour(n);
       ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
       const label = trimText(ctx, n.name, w - 6);
       if (label) {
@@ -136,6 +168,11 @@ export class FlameGraph {
     const n = this.at(ev);
     if (!n) return hideTooltip();
     const total = this.root.value;
+    if (this.diff) {
+      const sign = (v) => (v > 0 ? '+' + v : String(v));
+      return showTooltip(ev, `${n.name}\n${n.kind}: A ${n.a} (${pct(n.a, this.diff.totalA)}), B ${n.b} (${pct(n.b, this.diff.totalB)})\n` +
+        `delta ${sign(n.deltaTotal)} (self: A ${n.selfA}, B ${n.selfB}, delta ${sign(n.delta)})`);
+    }
     showTooltip(ev, `${n.name}\n${n.kind}: ${n.value} samples (${pct(n.value, total)}), self ${n.self}`);
   }
 

@@ -2,8 +2,9 @@
 // row per slice of the second, row 0 at the top (the highest offset).
 // Clicking a start cell then an end cell selects the time from the start
 // cell's start to the end cell's end; time runs bottom to top within a
-// column, then on to the next column.
-import { sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
+// column, then on to the next column. In compare mode ('b') the clicks
+// select the baseline, drawn in orange, instead.
+import { sizeCanvas, showTooltip, hideTooltip, formatTime, heatColour } from './util.js';
 
 const LEFT = 44; // room for the offset labels
 const TOP = 4;
@@ -13,10 +14,12 @@ const EPS = 1e-7;
 export class Heatmap {
   constructor(canvas, onSelect) {
     this.canvas = canvas;
-    this.onSelect = onSelect; // called with [from, to] in Unix seconds, or null
+    this.onSelect = onSelect; // called with [from, to] in Unix seconds, or null, and 'a' or 'b'
     this.data = null;
     this.enhanced = false;
     this.selection = null;
+    this.selection2 = null; // the baseline in compare mode
+    this.mode = 'a'; // which selection clicks make
     this.pending = null; // the start cell [column, row] of a selection being made
     this.hover = null;
     canvas.addEventListener('mousemove', (ev) => this.move(ev));
@@ -25,9 +28,10 @@ export class Heatmap {
     window.addEventListener('resize', () => this.draw());
   }
 
-  set(data, selection) {
+  set(data, selection, selection2) {
     this.data = data;
     this.selection = selection;
+    this.selection2 = selection2 || null;
     this.pending = null;
     this.draw();
   }
@@ -53,18 +57,10 @@ export class Heatmap {
   }
 
   colour(v, max) {
-    if (v <= 0) return '#ffffff';
-    let t = v / max;
-    if (this.enhanced) t = Math.max(0.3, Math.sqrt(t));
-    // white to a deep red, linear in t
-    const r = Math.round(255 - t * (255 - 178));
-    const g = Math.round(255 - t * (255 - 24));
-    const b = Math.round(255 - t * (255 - 24));
-    return `rgb(${r},${g},${b})`;
+    return heatColour(v, max, this.enhanced);
   }
 
-  selected(c, r) {
-    const s = this.selection;
+  selected(c, r, s) {
     if (!s) return false;
     const [a, b] = this.cellRange(c, r);
     return a >= s[0] - EPS && b <= s[1] + EPS;
@@ -86,12 +82,13 @@ export class Heatmap {
         ctx.fillRect(L.left + c * L.cellW, L.top + r * L.cellH, L.cellW, L.cellH);
       }
     }
-    // the selection: a translucent blue over its cells
-    if (this.selection) {
-      ctx.fillStyle = 'rgba(40, 100, 220, 0.45)';
+    // the selection: a translucent blue over its cells; the baseline orange
+    for (const [sel, fill] of [[this.selection, 'rgba(40, 100, 220, 0.45)'], [this.selection2, 'rgba(240, 150, 20, 0.5)']]) {
+      if (!sel) continue;
+      ctx.fillStyle = fill;
       for (let c = 0; c < L.cols; c++) {
         for (let r = 0; r < L.rows; r++) {
-          if (this.selected(c, r)) ctx.fillRect(L.left + c * L.cellW, L.top + r * L.cellH, L.cellW, L.cellH);
+          if (this.selected(c, r, sel)) ctx.fillRect(L.left + c * L.cellW, L.top + r * L.cellH, L.cellW, L.cellH);
         }
       }
     }
@@ -159,16 +156,18 @@ export class Heatmap {
     let [a0, a1] = this.cellRange(...this.pending);
     let [b0, b1] = this.cellRange(...cell);
     this.pending = null;
-    this.selection = [Math.min(a0, b0), Math.max(a1, b1)];
+    const sel = [Math.min(a0, b0), Math.max(a1, b1)];
+    if (this.mode === 'b') this.selection2 = sel;
+    else this.selection = sel;
     this.draw();
-    this.onSelect(this.selection);
+    this.onSelect(sel, this.mode);
   }
 
   clear() {
-    const had = this.selection || this.pending;
+    const had = this.selection || this.selection2 || this.pending;
     this.pending = null;
-    this.selection = null;
+    this.selection = this.selection2 = null;
     this.draw();
-    if (had) this.onSelect(null);
+    if (had) this.onSelect(null, 'a');
   }
 }

@@ -70,3 +70,16 @@ export function trimText(ctx, text, width) {
   while (n > 1 && ctx.measureText(text.slice(0, n) + '…').width > width) n--;
   return n > 1 ? text.slice(0, n) + '…' : '';
 }
+
+// heatColour is the heatmap's colour scale, shared by the per-CPU view:
+// white for none, then white to a deep red, linear in v/max; enhanced
+// makes small counts (1 to 3 samples) visible.
+export function heatColour(v, max, enhanced) {
+  if (v <= 0) return '#ffffff';
+  let t = v / max;
+  if (enhanced) t = Math.max(0.3, Math.sqrt(t));
+  const r = Math.round(255 - t * (255 - 178));
+  const g = Math.round(255 - t * (255 - 24));
+  const b = Math.round(255 - t * (255 - 24));
+  return `rgb(${r},${g},${b})`;
+}
