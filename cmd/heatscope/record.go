@@ -39,7 +39,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	cgroup := fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
 	stacks := fs.String("stacks", "all", "which stacks to walk: all, kernel or user")
 	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
-	top := fs.Int("top", 10, "print this many top functions by self samples when done (0: none)")
+	top := fs.Int("top", 0, "when done, print this many top functions by self samples (keeps the run's profile in memory: for bounded runs)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
