@@ -120,17 +120,8 @@ func readFoldedLines(lines *lineReader) (*foldedFile, error) {
 
 // parsePositive parses a decimal integer above zero.
 func parsePositive(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 19 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if !isDigit(c) {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return n, n > 0
+	n, ok := parseDecimal(b, 19)
+	return n, ok && n > 0
 }
 
 // emit calls fn for every sample, spread over span nanoseconds from base.

@@ -203,3 +203,19 @@ func appendUnknownName(dst []byte, module string, offset uint64) []byte {
 	dst = strconv.AppendUint(dst, offset, 16)
 	return append(dst, ']')
 }
+
+// parseDecimal parses 1 to maxDigits (at most 19, so no overflow) decimal
+// digits without allocating.
+func parseDecimal(b []byte, maxDigits int) (uint64, bool) {
+	if len(b) == 0 || len(b) > maxDigits {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}

@@ -275,17 +275,8 @@ func parseTaskID(b []byte) (pid, tid uint32, ok bool) {
 
 // parseUint32 parses a non-empty decimal number that fits 32 bits.
 func parseUint32(b []byte) (uint32, bool) {
-	if len(b) == 0 || len(b) > 10 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if !isDigit(c) {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	return uint32(n), n <= math.MaxUint32
+	n, ok := parseDecimal(b, 10)
+	return uint32(n), ok && n <= math.MaxUint32
 }
 
 // afterEventName skips the optional period and the event name following
