@@ -111,17 +111,39 @@ type timelineJSON struct {
 	Counts []int64 `json:"counts"`
 }
 
-func (s *Server) timeline(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
-	sel, err := s.parseSelection(p, true)
-	if err != nil {
-		return nil, err
+// selectionWithStep parses an endpoint's range (optional: the whole span
+// of the sources by default), filters and step, which defaults to
+// defaultFor the range's width. given says whether the step was given.
+func (s *Server) selectionWithStep(p *params, defaultFor func(width int64) int64) (sel *selection, step int64, given bool, err error) {
+	if sel, err = s.parseSelection(p, true); err != nil {
+		return nil, 0, false, err
 	}
-	step, given, err := p.step()
-	if err != nil {
-		return nil, err
+	if step, given, err = p.step(); err != nil {
+		return nil, 0, false, err
 	}
 	if !given {
-		step = defaultStep(width(sel.r))
+		step = defaultFor(width(sel.r))
+	}
+	return sel, step, given, nil
+}
+
+// niceStep returns the first of 1, 2 or 5 times a power of ten, from min
+// up, that is at least raw; false when that reaches limit (0: no limit).
+func niceStep(raw, min, limit int64) (int64, bool) {
+	for step := min; limit == 0 || step < limit; step *= 10 {
+		for _, m := range []int64{1, 2, 5} {
+			if m*step >= raw {
+				return m * step, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func (s *Server) timeline(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
+	sel, step, given, err := s.selectionWithStep(p, defaultStep)
+	if err != nil {
+		return nil, err
 	}
 	r := alignRange(sel.r, step)
 	for !given && steps(r, step) > defaultTimelinePoints {
@@ -150,12 +172,8 @@ func steps(r store.Range, step int64) int64 { return (width(r) + step - 1) / ste
 // multiple of 10 s, so that the store's summaries answer.
 func defaultStep(width int64) int64 {
 	raw := (width + defaultTimelinePoints - 1) / defaultTimelinePoints
-	for step := int64(time.Millisecond); step < summaryStep; step *= 10 {
-		for _, m := range []int64{1, 2, 5} {
-			if m*step >= raw {
-				return m * step
-			}
-		}
+	if step, ok := niceStep(raw, int64(time.Millisecond), summaryStep); ok {
+		return step
 	}
 	return (raw + summaryStep - 1) / summaryStep * summaryStep
 }
@@ -199,16 +217,9 @@ func (s *Server) heatmap(ctx context.Context, p *params, rep *reply) (store.Warn
 }
 
 func (s *Server) perCPU(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
-	sel, err := s.parseSelection(p, true)
+	sel, step, _, err := s.selectionWithStep(p, defaultPerCPUStep)
 	if err != nil {
 		return nil, err
-	}
-	step, given, err := p.step()
-	if err != nil {
-		return nil, err
-	}
-	if !given {
-		step = defaultPerCPUStep(width(sel.r))
 	}
 	// The default step gives at most defaultPerCPUSteps.
 	if n := steps(sel.r, step); n > query.MaxPerCPUSteps {
@@ -227,14 +238,8 @@ func (s *Server) perCPU(ctx context.Context, p *params, rep *reply) (store.Warni
 // defaultPerCPUStep picks a step giving at most defaultPerCPUSteps over
 // width: 1, 2 or 5 times a power of ten, at least minPerCPUStep.
 func defaultPerCPUStep(width int64) int64 {
-	raw := (width + defaultPerCPUSteps - 1) / defaultPerCPUSteps
-	for step := minPerCPUStep; ; step *= 10 {
-		for _, m := range []int64{1, 2, 5} {
-			if m*step >= raw {
-				return m * step
-			}
-		}
-	}
+	step, _ := niceStep((width+defaultPerCPUSteps-1)/defaultPerCPUSteps, minPerCPUStep, 0)
+	return step
 }
 
 func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
