@@ -126,14 +126,7 @@ type sourceInfo struct {
 // TestServe imports a perf script, serves the data directory and reads
 // its sources and its heatmap over HTTP.
 func TestServe(t *testing.T) {
-	dir := t.TempDir()
-	bin := buildHeatscope(t, dir)
-	data := filepath.Join(dir, "data")
-	script := filepath.Join(dir, "capture.perf")
-	writePerfScript(t, script, 3000) // 1 ms apart from 5000 s, for 3 s
-	if _, stderr, err := runHeatscope(bin, "import", "--data", data, script); err != nil {
-		t.Fatalf("import: %v\n%s", err, stderr)
-	}
+	bin, _, data := importedDataDir(t, 3000) // 1 ms apart from 5000 s, for 3 s
 	addr := "127.0.0.1:" + freePort(t)
 	d := startDaemon(t, bin, "serve", "--data", data, "--listen", addr)
 	url := "http://" + addr
@@ -186,14 +179,7 @@ func TestServe(t *testing.T) {
 // TestServeOffLoopback serves on every address: without a token it warns
 // loudly; with one it asks for it.
 func TestServeOffLoopback(t *testing.T) {
-	dir := t.TempDir()
-	bin := buildHeatscope(t, dir)
-	data := filepath.Join(dir, "data")
-	script := filepath.Join(dir, "capture.perf")
-	writePerfScript(t, script, 10)
-	if _, stderr, err := runHeatscope(bin, "import", "--data", data, script); err != nil {
-		t.Fatalf("import: %v\n%s", err, stderr)
-	}
+	bin, _, data := importedDataDir(t, 10)
 
 	port := freePort(t)
 	d := startDaemon(t, bin, "serve", "--data", data, "--listen", "0.0.0.0:"+port)

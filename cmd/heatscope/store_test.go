@@ -38,6 +38,22 @@ func writePerfScript(t *testing.T, path string, n int) {
 	f.Close()
 }
 
+// importedDataDir builds heatscope into a temporary directory and imports
+// a perf script of n samples (writePerfScript's, as source "capture") into a
+// data directory there.
+func importedDataDir(t *testing.T, n int) (bin, dir, data string) {
+	t.Helper()
+	dir = t.TempDir()
+	bin = buildHeatscope(t, dir)
+	data = filepath.Join(dir, "data")
+	script := filepath.Join(dir, "capture.perf")
+	writePerfScript(t, script, n)
+	if _, stderr, err := runHeatscope(bin, "import", "--data", data, script); err != nil {
+		t.Fatalf("import: %v\n%s", err, stderr)
+	}
+	return bin, dir, data
+}
+
 func TestImportExportRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildHeatscope(t, dir)
@@ -96,14 +112,7 @@ func TestImportExportRoundTrip(t *testing.T) {
 }
 
 func TestImportGarbageNamesFileAndLine(t *testing.T) {
-	dir := t.TempDir()
-	bin := buildHeatscope(t, dir)
-	data := filepath.Join(dir, "data")
-	good := filepath.Join(dir, "good.perf")
-	writePerfScript(t, good, 10)
-	if _, stderr, err := runHeatscope(bin, "import", "--data", data, good); err != nil {
-		t.Fatalf("import: %v\n%s", err, stderr)
-	}
+	bin, dir, data := importedDataDir(t, 10)
 	bad := filepath.Join(dir, "bad.perf")
 	os.WriteFile(bad, []byte("java 1 [000] 1.000000: cpu-clock:\n\tffff foo (bar)\n\njava 1 [000] 1.000100: cpu-clock:\nthis is not perf script\n"), 0o644)
 	garbage := filepath.Join(dir, "garbage.bin")
@@ -129,12 +138,7 @@ func TestImportGarbageNamesFileAndLine(t *testing.T) {
 }
 
 func TestExportBadFlags(t *testing.T) {
-	dir := t.TempDir()
-	bin := buildHeatscope(t, dir)
-	data := filepath.Join(dir, "data")
-	good := filepath.Join(dir, "good.perf")
-	writePerfScript(t, good, 10)
-	runHeatscope(bin, "import", "--data", data, good)
+	bin, dir, data := importedDataDir(t, 10)
 	for _, tc := range []struct{ args, want string }{
 		{"--from yesterday", "--from"},
 		{"--to x", "--to"},
