@@ -4,7 +4,7 @@
 // selection, the baseline, turns the flame graph into a differential one. The whole state lives in the URL's hash, so a link
 // reproduces the view. Names from the data (functions, commands) are only
 // ever set as text (textContent, canvas fillText).
-import { getJSON, pct, formatTime } from './util.js';
+import { getJSON, pct, formatTime, measureDraw } from './util.js';
 import { Timeline } from './timeline.js';
 import { Heatmap } from './heatmap.js';
 import { FlameGraph } from './flame.js';
@@ -14,10 +14,12 @@ const $ = (id) => document.getElementById(id);
 const FILTERS = ['comm', 'pid', 'cpu', 'frame', 'stack'];
 const DEFAULT_SPAN = 120; // seconds: the last 2 minutes of a source
 const ROW_CHOICES = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
+const MIN_VIEW = 10; // seconds: the narrowest the timeline zooms
 
 // state is everything the URL holds.
 const state = {
   source: '', from: null, to: null, rows: 50, selFrom: null, selTo: null,
+  viewFrom: null, viewTo: null, // the timeline's zoomed view (null: everything)
   compare: false, bFrom: null, bTo: null, // compare mode and its baseline
   comm: '', pid: '', cpu: '', frame: '', stack: 'all', enhanced: false, icicle: false, search: '',
 };
@@ -41,6 +43,9 @@ function readURL() {
   state.source = p.get('source') || '';
   state.from = num(p.get('from'));
   state.to = num(p.get('to'));
+  state.viewFrom = num(p.get('vf'));
+  state.viewTo = num(p.get('vt'));
+  if (state.viewFrom === null || state.viewTo === null || !(state.viewTo > state.viewFrom)) state.viewFrom = state.viewTo = null;
   const rows = num(p.get('rows'));
   state.rows = rows && rows >= 1 && rows <= 1000 ? Math.round(rows) : 50;
   state.selFrom = num(p.get('sf'));
@@ -61,6 +66,10 @@ function writeURL() {
   if (state.from !== null && state.to !== null) {
     p.set('from', secs(state.from));
     p.set('to', secs(state.to));
+  }
+  if (state.viewFrom !== null) {
+    p.set('vf', secs(state.viewFrom));
+    p.set('vt', secs(state.viewTo));
   }
   p.set('rows', String(state.rows));
   if (state.selFrom !== null && state.selTo !== null) {
@@ -139,7 +148,26 @@ const timeline = new Timeline($('timeline'), (from, to) => {
   loadHeatmap();
   loadPerCPU();
   loadSelection();
-});
+}, (view) => setView(view));
+
+// setView zooms or pans the timeline to view ([from, to], Unix seconds),
+// kept within the source and at least MIN_VIEW wide; null, or a view as
+// wide as the source, shows everything.
+function setView(view) {
+  const src = currentSource();
+  if (!src) return;
+  const lo = Math.floor(src.first);
+  const hi = Math.floor(src.last) + 1;
+  let v = null;
+  if (view && view[1] - view[0] < hi - lo) {
+    const w = Math.max(MIN_VIEW, view[1] - view[0]);
+    const from = Math.min(Math.max(view[0], lo), hi - w);
+    v = [from, from + w];
+  }
+  [state.viewFrom, state.viewTo] = v || [null, null];
+  writeURL();
+  loadTimeline();
+}
 
 const heatmap = new Heatmap($('heatmap'), (sel, which) => {
   if (which === 'b') {
@@ -196,8 +224,19 @@ function showSpan() {
 }
 
 async function loadTimeline() {
-  const data = await request('timeline', '/api/timeline', filterParams());
-  if (data) timeline.set(data, [state.from, state.to]);
+  const p = filterParams();
+  if (state.viewFrom !== null) {
+    p.set('from', secs(state.viewFrom));
+    p.set('to', secs(state.viewTo));
+  }
+  const data = await request('timeline', '/api/timeline', p);
+  if (data) {
+    timeline.set(data, [state.from, state.to], state.viewFrom !== null ? [state.viewFrom, state.viewTo] : null);
+    $('view-label').textContent = state.viewFrom !== null
+      ? `view ${formatTime(state.viewFrom)} + ${state.viewTo - state.viewFrom} s, ${data.step} s a bar`
+      : `everything retained, ${data.step} s a bar`;
+    measureDraw('timeline', '/api/timeline');
+  }
 }
 
 async function loadHeatmap() {
@@ -211,6 +250,7 @@ async function loadHeatmap() {
   if (data) {
     heatmap.enhanced = state.enhanced;
     heatmap.set(data, state.selFrom !== null ? [state.selFrom, state.selTo] : null, hasBaseline() ? [state.bFrom, state.bTo] : null);
+    measureDraw('heatmap', '/api/heatmap');
     setStatus(`heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} samples`);
   }
 }
@@ -252,6 +292,7 @@ async function loadSelection() {
   const [fg, top] = await Promise.all([request('flame', flamePath, fp), request('top', '/api/top', tp)]);
   if (fg && fg.root) flame.setDiff(fg);
   else if (fg) flame.set(fg);
+  if (fg) measureDraw('flame', flamePath);
   if (top) showTop(top);
 }
 
@@ -286,7 +327,7 @@ function updateMatch() {
     return;
   }
   const n = flame.matched();
-  m.textContent = `matched: ${n} of ${flame.root.value} samples (${pct(n, flame.root.value)})`;
+  m.textContent = `matched: ${n} of ${flame.total()} samples (${pct(n, flame.total())})`;
 }
 
 function fillControls() {
@@ -332,7 +373,7 @@ function wire() {
     const newSource = $('f-source').value;
     if (newSource !== state.source) {
       state.source = newSource;
-      state.from = state.to = state.selFrom = state.selTo = null;
+      state.from = state.to = state.selFrom = state.selTo = state.viewFrom = state.viewTo = null;
     }
     for (const f of FILTERS) state[f] = $('f-' + f).value.trim();
     loadAll();
@@ -351,6 +392,9 @@ function wire() {
     perCPU.draw();
   });
   $('clear-selection').addEventListener('click', () => heatmap.clear());
+  $('timeline-in').addEventListener('click', () => timeline.zoom(1 / 2));
+  $('timeline-out').addEventListener('click', () => timeline.zoom(2));
+  $('timeline-all').addEventListener('click', () => setView(null));
   $('compare').addEventListener('click', () => {
     setCompare(!state.compare);
     writeURL();
@@ -402,6 +446,12 @@ window.heatscope = {
   percpu: () => perCPU.data,
   // the differential flame graph's root counts, null when not comparing
   diffRoot: () => (flame.diff && flame.root ? { a: flame.root.a, b: flame.root.b, totalA: flame.diff.totalA, totalB: flame.diff.totalB } : null),
+  timeline: () => ({ data: timeline.data, view: timeline.view() }),
+  // the drawn frames named name: their boxes in CSS pixels of the canvas
+  flameBoxes: (name) => flame.rects.filter((b) => b.node.name === name).map((b) => ({ x: b.x, y: b.y, w: b.w, value: flame.value(b.node) })),
+  flameZoom: () => (flame.zoom ? flame.zoom.name : null),
+  // reload one view as a user action would (the UI benchmark times them)
+  load: { heatmap: loadHeatmap, selection: loadSelection },
 };
 
 main();

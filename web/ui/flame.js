@@ -3,6 +3,11 @@
 // flame (root at the bottom) or icicle (root at the top). A differential
 // flame graph (from /api/diff) is drawn with A's counts as widths and
 // coloured by the normalised change against B.
+//
+// Trees run to hundreds of thousands of nodes (50 000 distinct stacks are
+// about 300 000), so the nodes are left as JSON.parse made them, never
+// extended (adding properties to that many objects costs more than the
+// parse), and a draw visits only the frames wide enough to see.
 import { sizeCanvas, showTooltip, hideTooltip, pct, trimText } from './util.js';
 
 const ROW = 17;
@@ -26,7 +31,7 @@ function colour(node) {
 // A's total), blue for fewer, white for none, stronger as the change
 // grows relative to the frame.
 function diffColour(node) {
-  const t = Math.min(1, Math.abs(node.deltaTotal) / Math.max(1, node.value));
+  const t = Math.min(1, Math.abs(node.deltaTotal) / Math.max(1, node.a));
   const fade = Math.round(255 - t * 200);
   if (node.deltaTotal > 0) return `rgb(255,${fade},${fade})`;
   if (node.deltaTotal < 0) return `rgb(${fade},${fade},255)`;
@@ -39,7 +44,9 @@ export class FlameGraph {
     this.namesList = namesList; // a hidden list of the drawn frame names, for tests
     this.onChange = onChange; // called after zoom or search changes
     this.root = null;
-    this.zoom = null;
+    this.depth = 0; // the tree's depth, the root's 0
+    this.zoom = null; // the zoomed frame, or null
+    this.zoomPath = []; // the zoomed frame's ancestors, root first
     this.search = null;
     this.icicle = false;
     this.diff = null; // {totalA, totalB} when the graph is a differential
@@ -58,21 +65,26 @@ export class FlameGraph {
   // setDiff shows a differential flame graph, /api/diff's answer: widths
   // are A's counts.
   setDiff(d) {
-    const prep = (n) => {
-      n.value = n.a;
-      n.self = n.selfA;
-      for (const c of n.children || []) prep(c);
-    };
-    prep(d.root);
     this.diff = { totalA: d.totalA, totalB: d.totalB };
     this.show(d.root);
   }
 
   show(root) {
     this.root = root;
-    link(root, null, 0);
+    this.depth = maxDepth(root);
     this.zoom = null;
+    this.zoomPath = [];
     this.draw();
+  }
+
+  // value is a node's width in samples: A's in a differential graph.
+  value(n) {
+    return this.diff ? n.a : n.value;
+  }
+
+  // total is the samples of the whole graph.
+  total() {
+    return this.root ? this.value(this.root) : 0;
   }
 
   setSearch(re) {
@@ -82,6 +94,7 @@ export class FlameGraph {
 
   reset() {
     this.zoom = null;
+    this.zoomPath = [];
     this.draw();
   }
 
@@ -90,7 +103,7 @@ export class FlameGraph {
   matched() {
     if (!this.root || !this.search) return 0;
     const walk = (n) => {
-      if (n.kind !== 'root' && this.search.test(n.name)) return n.value;
+      if (n.kind !== 'root' && this.search.test(n.name)) return this.value(n);
       let s = 0;
       for (const c of n.children || []) s += walk(c);
       return s;
@@ -106,8 +119,7 @@ export class FlameGraph {
       return;
     }
     const zoom = this.zoom || root;
-    const depth = maxDepth(root);
-    const height = (depth + 1) * ROW;
+    const height = (this.depth + 1) * ROW;
     const ctx = sizeCanvas(this.canvas, width, height);
     ctx.clearRect(0, 0, width, height);
     ctx.font = '11px ui-monospace, monospace';
@@ -115,8 +127,9 @@ export class FlameGraph {
     this.rects = [];
     const names = new Set();
     const yOf = (d) => (this.icicle ? d * ROW : height - (d + 1) * ROW);
-    const box = (n, x, w) => {
-      const y = yOf(n.depth);
+    // box draws node n at depth d; parent is the index of its parent's box
+    const box = (n, d, x, w, parent) => {
+      const y = yOf(d);
       const hit = this.search && n.kind !== 'root' && this.search.test(n.name);
       ctx.fillStyle = hit ? '#e040fb' : this.diff ? diffColour(n) : colour(n);
       ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
@@ -125,23 +138,25 @@ export class FlameGraph {
         ctx.fillStyle = '#111';
         ctx.fillText(label, x + 3, y + ROW / 2);
       }
-      this.rects.push({ x, y, w, node: n });
+      this.rects.push({ x, y, w, node: n, parent });
       names.add(n.name);
+      return this.rects.length - 1;
     };
     // the zoomed frame's ancestors span the whole width
-    for (let a = zoom.parent; a; a = a.parent) box(a, 0, width);
-    const scale = width / Math.max(1, zoom.value);
-    const walk = (n, x) => {
-      const w = n.value * scale;
+    let parent = -1;
+    this.zoomPath.forEach((a, d) => { parent = box(a, d, 0, width, parent); });
+    const scale = width / Math.max(1, this.value(zoom));
+    const walk = (n, d, x, p) => {
+      const w = this.value(n) * scale;
       if (w < 0.3) return;
-      box(n, x, w);
+      const i = box(n, d, x, w, p);
       let cx = x;
       for (const c of n.children || []) {
-        walk(c, cx);
-        cx += c.value * scale;
+        walk(c, d + 1, cx, i);
+        cx += this.value(c) * scale;
       }
     };
-    walk(zoom, 0);
+    walk(zoom, this.zoomPath.length, 0, parent);
     // the frame names drawn, as text, for tests and assistive tools
     const items = [...names].sort().map((name) => {
       const li = document.createElement('li');
@@ -153,21 +168,23 @@ export class FlameGraph {
     if (this.onChange) this.onChange();
   }
 
-  at(ev) {
+  // boxAt returns the index of the box under the pointer, or -1.
+  boxAt(ev) {
     const r = this.canvas.getBoundingClientRect();
     const x = ev.clientX - r.left;
     const y = ev.clientY - r.top;
     for (let i = this.rects.length - 1; i >= 0; i--) {
       const b = this.rects[i];
-      if (x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + ROW) return b.node;
+      if (x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + ROW) return i;
     }
-    return null;
+    return -1;
   }
 
   move(ev) {
-    const n = this.at(ev);
-    if (!n) return hideTooltip();
-    const total = this.root.value;
+    const i = this.boxAt(ev);
+    if (i < 0) return hideTooltip();
+    const n = this.rects[i].node;
+    const total = this.total();
     if (this.diff) {
       const sign = (v) => (v > 0 ? '+' + v : String(v));
       return showTooltip(ev, `${n.name}\n${n.kind}: A ${n.a} (${pct(n.a, this.diff.totalA)}), B ${n.b} (${pct(n.b, this.diff.totalB)})\n` +
@@ -177,21 +194,20 @@ export class FlameGraph {
   }
 
   click(ev) {
-    const n = this.at(ev);
-    if (!n) return;
+    const i = this.boxAt(ev);
+    if (i < 0) return;
+    const path = [];
+    for (let j = i; j >= 0; j = this.rects[j].parent) path.unshift(this.rects[j].node);
+    const n = path.pop();
     this.zoom = n.kind === 'root' ? null : n;
+    this.zoomPath = this.zoom ? path : [];
     this.draw();
   }
 }
 
-function link(n, parent, depth) {
-  n.parent = parent;
-  n.depth = depth;
-  for (const c of n.children || []) link(c, n, depth + 1);
-}
-
+// maxDepth is the depth of the tree under n (0 for a leaf).
 function maxDepth(n) {
-  let d = n.depth;
-  for (const c of n.children || []) d = Math.max(d, maxDepth(c));
+  let d = 0;
+  for (const c of n.children || []) d = Math.max(d, 1 + maxDepth(c));
   return d;
 }

@@ -1,14 +1,19 @@
 // Shared helpers: API requests, canvas set-up, the tooltip, formatting.
 
 // getJSON fetches an API path and returns its JSON, or throws an Error
-// carrying the API's error message.
+// carrying the API's error message. Once the body has arrived, before it is
+// parsed, it sets the performance mark "received PATH", from which
+// measureDraw times the drawing.
 export async function getJSON(path, params, signal) {
   const url = params ? path + '?' + params.toString() : path;
   const resp = await fetch(url, { signal, headers: { Accept: 'application/json' } });
   let body;
   try {
-    body = await resp.json();
+    const text = await resp.text();
+    performance.mark('received ' + path);
+    body = JSON.parse(text);
   } catch (e) {
+    if (e.name === 'AbortError') throw e;
     throw new Error(`${path}: ${resp.status} ${resp.statusText}`);
   }
   if (!resp.ok) {
@@ -82,4 +87,14 @@ export function heatColour(v, max, enhanced) {
   const g = Math.round(255 - t * (255 - 24));
   const b = Math.round(255 - t * (255 - 24));
   return `rgb(${r},${g},${b})`;
+}
+
+// measureDraw records how long a view took from the arrival of path's
+// response to its drawing: the performance measures "NAME:draw" (the
+// JavaScript done) and "NAME:paint" (the next frame painted). The UI
+// benchmark (bench/ui) reads them.
+export function measureDraw(name, path) {
+  const start = 'received ' + path;
+  performance.measure(name + ':draw', start);
+  requestAnimationFrame(() => setTimeout(() => performance.measure(name + ':paint', start), 0));
 }

@@ -1,0 +1,281 @@
+// Command ui measures how fast the web UI draws, in headless chromium,
+// against the issue's targets: the heatmap of a 10-minute span drawn within
+// 1 s of its response arriving, and the flame graph of 50 000 distinct
+// stacks within 500 ms.
+//
+//	go run ./bench/ui [-dir /var/tmp/heatscope-bench-ui] [-runs 9] [-minutes 60]
+//
+// It builds (once) a store of synthetic samples (internal/synth: 64 CPUs at
+// 99 Hz, 60 000 distinct stacks), serves it with package web, opens the UI
+// and reloads each view -runs times as a user action would
+// (window.heatscope.load), reading the UI's own performance measures: from
+// the response's last byte to the JavaScript drawing done (":draw") and to
+// the next frame painted (":paint"). It prints the medians (and min/max)
+// as markdown; figures from a noisy machine vary, so compare medians.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+	"github.com/heatscope/heatscope/web"
+)
+
+const (
+	cpus = 64
+	hz   = 99
+	// distinctStacks is the flame graph target's size.
+	distinctStacks = 50_000
+	heatmapSpan    = 600 // seconds: the heatmap target's span
+)
+
+func main() {
+	log.SetFlags(0)
+	dir := flag.String("dir", "/var/tmp/heatscope-bench-ui", "data directory (built on first use)")
+	runs := flag.Int("runs", 9, "draws per view")
+	minutes := flag.Float64("minutes", 60, "minutes of samples to generate when building the store")
+	chromium := flag.String("chromium", "chromium", "the browser to drive")
+	flag.Parse()
+	if err := run(*dir, *runs, *minutes, *chromium); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func run(dir string, runs int, minutes float64, chromium string) error {
+	if _, err := os.Stat(filepath.Join(dir, "blocks")); err != nil {
+		if err := generate(dir, minutes); err != nil {
+			return fmt.Errorf("generate the store: %w", err)
+		}
+	}
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var src store.SourceInfo
+	for _, s := range db.Sources() {
+		if s.Name == "synthetic" {
+			src = s
+		}
+	}
+	if src.Samples == 0 {
+		return fmt.Errorf("%s holds no synthetic samples: remove it to rebuild", dir)
+	}
+	first := float64(src.First/1e9 + 1)
+	if float64(src.Last)/1e9-first < heatmapSpan {
+		return fmt.Errorf("%s holds less than %d s of samples: remove it to rebuild", dir, heatmapSpan)
+	}
+	flameTo, stacks, err := flameWindow(db, src)
+	if err != nil {
+		return err
+	}
+
+	srv, err := web.New(db, web.Options{Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() { stop(); <-served }()
+
+	exe, err := exec.LookPath(chromium)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "heatscope-bench-ui-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(exe), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.UserDataDir(tmp), chromedp.WindowSize(1300, 1000))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 30*time.Minute)
+	defer cancelTimeout()
+
+	fmt.Printf("UI drawing in headless %s, medians of %d draws (min-max), from the response's last byte:\n\n", filepath.Base(exe), runs)
+	fmt.Println("| view | size | response | drawn (JS) | painted | target |")
+	fmt.Println("|---|---|---|---|---|---|")
+	base := "http://" + ln.Addr().String() + "/#source=synthetic"
+
+	// The heatmap of 10 minutes; the selection is one second, so that the
+	// flame graph loading with the page stays small.
+	url := fmt.Sprintf("%s&from=%.0f&to=%.0f&rows=50&sf=%.0f&st=%.0f", base, first, first+heatmapSpan, first, first+1)
+	res, err := measure(bctx, url, "heatmap", "window.heatscope.load.heatmap()", runs)
+	if err != nil {
+		return err
+	}
+	shape, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](`(() => { const h = window.heatscope.heatmap();
+		return [h.columns.length, h.rows.length, h.values.flat().reduce((a, b) => a + b, 0)]; })()`))
+	if err != nil {
+		return err
+	}
+	res.print("heatmap, 10 min span", fmt.Sprintf("%d columns × %d rows, %d samples", shape[0], shape[1], shape[2]), "≤ 1000 ms")
+
+	// The flame graph of a selection holding distinctStacks distinct stacks.
+	url = fmt.Sprintf("%s&from=%.0f&to=%.0f&rows=50&sf=%.0f&st=%.0f", base, first, first+60, first, flameTo)
+	res, err = measure(bctx, url, "flame", "window.heatscope.load.selection()", runs)
+	if err != nil {
+		return err
+	}
+	res.print(fmt.Sprintf("flame graph, %.0f s selection", flameTo-first), fmt.Sprintf("%d distinct stacks", stacks), "≤ 500 ms")
+	fmt.Printf("\nstore: %s, %d samples of %d CPUs at %d Hz\n", dir, src.Samples, cpus, hz)
+	return nil
+}
+
+// generate builds the store: minutes of synth samples ending at the last
+// whole hour (recent, so that no retention drops them).
+func generate(dir string, minutes float64) error {
+	db, err := store.Open(dir, store.Options{Source: "bench-ui", Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	end := time.Now().Truncate(time.Hour)
+	start := end.Add(-time.Duration(minutes * float64(time.Minute)))
+	g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: start.UnixNano(), Seconds: minutes * 60, Stacks: 60_000, Seed: 7})
+	st, err := db.Import("synthetic", int64(time.Second)/hz, func(fn func(*sample.Sample) error) error {
+		var s sample.Sample
+		for g.Next(&s) {
+			if err := fn(&s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	db.Maintain()
+	fmt.Fprintf(os.Stderr, "generated %d samples in %s\n", st.Samples, dir)
+	return nil
+}
+
+// flameWindow finds the shortest whole-second selection from the source's
+// first whole second whose flame graph holds at least distinctStacks
+// distinct stacks (nodes where samples end), doubling then bisecting.
+func flameWindow(db *store.DB, src store.SourceInfo) (to float64, stacks int, err error) {
+	first := src.First/1e9 + 1
+	count := func(secs int64) (int, error) {
+		r := store.Range{From: first * 1e9, To: (first + secs) * 1e9}
+		root, _, err := query.FlameGraphOf(context.Background(), db, r, &store.Filter{})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		var walk func(*query.Node)
+		walk = func(nd *query.Node) {
+			if nd.Self > 0 {
+				n++
+			}
+			for _, c := range nd.Children {
+				walk(c)
+			}
+		}
+		walk(root)
+		return n, nil
+	}
+	lo, hi := int64(0), int64(1)
+	for {
+		n, err := count(hi)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n >= distinctStacks {
+			stacks = n
+			break
+		}
+		if (first+hi*2)*1e9 > src.Last {
+			return 0, 0, fmt.Errorf("the store holds only %d distinct stacks: remove it and build a longer one (-minutes)", n)
+		}
+		lo, hi = hi, hi*2
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		n, err := count(mid)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n >= distinctStacks {
+			hi, stacks = mid, n
+		} else {
+			lo = mid
+		}
+	}
+	return float64(first + hi), stacks, nil
+}
+
+// result holds one view's timings in milliseconds.
+type result struct {
+	response, draw, paint []float64
+}
+
+func (r result) print(view, size, target string) {
+	fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", view, size, stat(r.response), stat(r.draw), stat(r.paint), target)
+}
+
+func stat(ms []float64) string {
+	s := slices.Sorted(slices.Values(ms))
+	return fmt.Sprintf("%.0f ms (%.0f-%.0f)", s[len(s)/2], s[0], s[len(s)-1])
+}
+
+// measure opens url, then reloads the view runs times with load (a
+// promise), reading the performance measures name+":draw" and
+// name+":paint" and the response time of the view's last request.
+func measure(ctx context.Context, url, name, load string, runs int) (result, error) {
+	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
+		chromedp.WithPollingTimeout(10*time.Minute))
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), settled); err != nil {
+		return result{}, fmt.Errorf("open %s: %w", url, err)
+	}
+	if msg, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').classList.contains('error') ? document.getElementById('status').textContent : ''`)); err != nil || msg != "" {
+		return result{}, fmt.Errorf("the UI failed: %q %v", msg, err)
+	}
+	var res result
+	for range runs {
+		// wait for the paint measure, set after the next frame
+		js := fmt.Sprintf(`(async () => {
+			performance.clearResourceTimings();
+			const n = performance.getEntriesByName(%[1]q).length;
+			await %[2]s;
+			while (performance.getEntriesByName(%[1]q).length === n) await new Promise((r) => setTimeout(r, 5));
+			const last = (name) => performance.getEntriesByName(name).at(-1);
+			const req = performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/' + (%[3]q === 'heatmap' ? 'heatmap' : 'flamegraph'))).at(-1);
+			return [req.responseEnd - req.requestStart, last(%[3]q + ':draw').duration, last(%[1]q).duration];
+		})()`, name+":paint", load, name)
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](js, chromedp.EvalAwaitPromise))
+		if err != nil {
+			return res, fmt.Errorf("draw %s: %w", name, err)
+		}
+		res.response = append(res.response, v[0])
+		res.draw = append(res.draw, v[1])
+		res.paint = append(res.paint, v[2])
+	}
+	return res, nil
+}
