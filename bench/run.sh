@@ -41,3 +41,6 @@ kill $(jobs -p) 2>/dev/null || true
 perf script -i "$tmp/perf.data" > "$tmp/one.perf" 2>/dev/null
 go run ./bench/store perfscript-make -in "$tmp/one.perf" -out "$tmp/ten.perf" -copies 10
 { machine; go run ./bench/store perfscript -dir "$tmp/store" -file "$tmp/ten.perf"; } | tee "$out/perfscript.md"
+
+echo "== Web UI drawing in headless chromium (heatmap of 10 minutes, flame graph of 50k stacks)"
+{ machine; go run ./bench/ui; } | tee "$out/ui.md"

@@ -563,3 +563,45 @@ func TestBrowserFlameGraph(t *testing.T) {
 		t.Fatalf("after reload: %q (was %q), search %q, root %+v, selection from %q", again, match, search, root, b.hashParam("sf"))
 	}
 }
+
+// TestBrowserFilterBar applies a command and a frame filter from the
+// filter bar and checks that every view follows: the timeline, heatmap,
+// per-CPU view, flame graph and top functions count only the matching
+// samples, in the cells where they ran, and the pprof link carries them.
+func TestBrowserFilterBar(t *testing.T) {
+	fx := newFixture(t, viewsStore(t), Options{})
+	b := newBrowser(t)
+	b.run("open the page", chromedp.Navigate(fx.url+"/"), settled)
+	// xssapp runs its one function, xssName, only in the first half of
+	// each second: 150 of the capture's 600 samples.
+	b.run("filter", chromedp.SetValue(chromedp.CSS("#f-comm"), "xssapp"), chromedp.SetValue(chromedp.CSS("#f-frame"), "^<img"),
+		chromedp.Click(chromedp.CSS("#f-apply")), chromedp.Sleep(100*time.Millisecond), settled)
+	if b.hashParam("comm") != "xssapp" || b.hashParam("frame") != "^<img" {
+		t.Fatalf("URL hash: comm %q, frame %q", b.hashParam("comm"), b.hashParam("frame"))
+	}
+	type counts struct{ Timeline, PerCPU, Heatmap, Flame, Top int }
+	got := eval[counts](t, b.ctx, `(() => { const sum = (a) => a.flat().reduce((x, y) => x + y, 0), h = window.heatscope;
+		const rows = [...document.querySelectorAll('#top tbody tr')];
+		return {Timeline: sum(h.timeline().data.counts), PerCPU: sum(h.percpu().counts), Heatmap: sum(h.heatmap().values),
+			Flame: h.flameBoxes('root')[0].value, Top: +rows.find((r) => r.cells[0].textContent === 'main').cells[4].textContent}; })()`)
+	if got != (counts{150, 150, 150, 150, 150}) {
+		t.Fatalf("samples per view with comm=xssapp frame=^<img: %+v, want 150 each", got)
+	}
+	h := eval[heatmapData](t, b.ctx, `window.heatscope.heatmap()`)
+	var want heatmapData
+	getJSON(t, fx.url+"/api/heatmap?source=fixture&comm=xssapp&frame="+url.QueryEscape("^<img")+"&from="+b.hashParam("from")+"&to="+b.hashParam("to"), &want)
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("heatmap differs from /api/heatmap with the filters")
+	}
+	for c, col := range h.Values {
+		for r, v := range col {
+			if v > 0 && h.Rows[r] >= 500 {
+				t.Fatalf("cell (%d, %d) at %v ms holds %d samples: xssapp runs only in the first 500 ms", c, r, h.Rows[r], v)
+			}
+		}
+	}
+	href := eval[string](t, b.ctx, `document.getElementById('pprof-link').href`)
+	if u, err := url.Parse(href); err != nil || u.Query().Get("comm") != "xssapp" || u.Query().Get("frame") != "^<img" {
+		t.Fatalf("pprof link %q lacks the filters", href)
+	}
+}

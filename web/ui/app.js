@@ -251,7 +251,7 @@ async function loadHeatmap() {
     heatmap.enhanced = state.enhanced;
     heatmap.set(data, state.selFrom !== null ? [state.selFrom, state.selTo] : null, hasBaseline() ? [state.bFrom, state.bTo] : null);
     measureDraw('heatmap', '/api/heatmap');
-    setStatus(`heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} samples`);
+    setStatus(`heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} sample${data.maxvalue === 1 ? '' : 's'}`);
   }
 }
 
