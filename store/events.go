@@ -433,6 +433,9 @@ func (db *DB) Events(r Range, sources []string, limit int) (evs []events.Event, 
 	return db.events.query(r, sources, limit)
 }
 
+// ReadOnly reports whether the DB was opened read-only.
+func (db *DB) ReadOnly() bool { return db.opts.ReadOnly }
+
 // LatestEvent returns the time (Unix ns) of the newest event from an
 // event source; ok is false when there is none.
 func (db *DB) LatestEvent(source string) (t int64, ok bool) { return db.events.latest(source) }
