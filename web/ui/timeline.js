@@ -1,6 +1,7 @@
 // The overview timeline: samples per step over the source's whole range,
 // drawn as bars; dragging picks the span the heatmap shows.
 import { sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
+import { MARKER_COLOUR } from './events.js';
 
 const HEIGHT = 70;
 
@@ -11,6 +12,7 @@ export class Timeline {
     this.data = null;
     this.span = null;
     this.drag = null;
+    this.events = []; // event times (Unix seconds), drawn as markers
     canvas.addEventListener('mousedown', (ev) => this.down(ev));
     window.addEventListener('mousemove', (ev) => this.move(ev));
     window.addEventListener('mouseup', (ev) => this.up(ev));
@@ -21,6 +23,11 @@ export class Timeline {
   set(data, span) {
     this.data = data;
     this.span = span;
+    this.draw();
+  }
+
+  setEvents(times) {
+    this.events = times;
     this.draw();
   }
 
@@ -62,6 +69,20 @@ export class Timeline {
       const h = Math.max(1, (c / max) * (HEIGHT - 4));
       ctx.fillRect(i * bw, HEIGHT - h, Math.max(1, bw - (bw > 3 ? 1 : 0)), h);
     });
+    // event markers: a line with a triangle on top
+    ctx.fillStyle = MARKER_COLOUR;
+    const [t0, t1] = this.range();
+    for (const t of this.events) {
+      if (t < t0 || t >= t1) continue;
+      const x = Math.round(this.xOf(t)) + 0.5;
+      ctx.fillRect(x - 0.5, 0, 1.5, HEIGHT);
+      ctx.beginPath();
+      ctx.moveTo(x - 5, 0);
+      ctx.lineTo(x + 5, 0);
+      ctx.lineTo(x, 7);
+      ctx.fill();
+    }
+    this.canvas.dataset.markers = String(this.events.filter((t) => t >= t0 && t < t1).length);
     let sel = this.span;
     if (this.drag && this.drag.moved) sel = [this.timeAt(Math.min(this.drag.x0, this.drag.x1)), this.timeAt(Math.max(this.drag.x0, this.drag.x1))];
     if (sel) {
