@@ -19,9 +19,10 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// screenshotDir is where the walk saves its screenshots: docs/screenshots,
-// which docs/walkthrough.md shows.
-const screenshotDir = "../../docs/screenshots"
+// screenshotEnv names the directory the walk saves its screenshots in
+// (a temporary one by default); docs/walkthrough.md shows those saved with
+// HEATSCOPE_SCREENSHOT_DIR=$PWD/docs/screenshots.
+const screenshotEnv = "HEATSCOPE_SCREENSHOT_DIR"
 
 // walkUI walks the UI in headless chromium as a user would: the event
 // markers, one event's pre-event window against the window before it,
@@ -66,6 +67,10 @@ func walkUI(t *testing.T, r *scenarioRun) {
 	}
 	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
 		chromedp.WithPollingTimeout(30*time.Second))
+	screenshotDir := t.TempDir()
+	if dir := os.Getenv(screenshotEnv); dir != "" {
+		screenshotDir = dir
+	}
 	eval := func(expr string, v any) {
 		t.Helper()
 		res, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
@@ -92,6 +97,7 @@ func walkUI(t *testing.T, r *scenarioRun) {
 		if err := os.WriteFile(filepath.Join(screenshotDir, name), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("screenshot: %s", filepath.Join(screenshotDir, name))
 	}
 
 	// 1. The span of the run: the resets are marks on the timeline and
