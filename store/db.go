@@ -44,6 +44,9 @@ type Options struct {
 	// ChunkCacheSamples bounds the cache of decoded chunks queries share
 	// (default 2 M samples, about 40 MB).
 	ChunkCacheSamples int
+	// MaxEvents bounds the system events kept (default 200 000); past it
+	// the oldest go first.
+	MaxEvents int
 }
 
 // Stats counts what the DB did and lost.
@@ -59,6 +62,8 @@ type Stats struct {
 	Compactions   uint64
 	RetentionDrop uint64 // blocks deleted by retention or to free space
 	CorruptSkips  uint64 // corrupt blocks or WAL segments skipped
+	Events        int    // system events kept
+	EventsDropped uint64 // system events deleted by retention
 }
 
 // DB is a data directory: sealed blocks plus, for the recording source, an
@@ -74,6 +79,7 @@ type DB struct {
 	head    *Builder // nil when read-only with no WAL data
 	wal     *walWriter
 	sealing []*sealingHead
+	events  *eventLog
 
 	writeMu sync.Mutex // serialises block writes, compaction and retention
 	cache   chunkCache
@@ -136,6 +142,11 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	if err := db.loadWAL(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	var err error
+	if db.events, err = openEventLog(dir, opts.ReadOnly, opts.MaxEvents, db.log); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -409,6 +420,7 @@ func (db *DB) background() {
 		case <-db.stop:
 			return
 		case now := <-tick.C:
+			db.events.sync()
 			db.mu.Lock()
 			db.flushWALLocked()
 			if h := db.head; h.T.Len() > 0 && now.UnixNano()-h.T.Time[0] >= int64(db.opts.BlockDuration) {
@@ -477,6 +489,9 @@ func (db *DB) Close() error {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	if db.events != nil {
+		db.events.close()
+	}
 	db.mu.Lock()
 	for _, b := range db.blocks {
 		b.Close()
@@ -505,6 +520,9 @@ func (db *DB) Stats() Stats {
 	if db.wal != nil {
 		s.WALBytes = db.wal.size
 	}
+	db.events.mu.Lock()
+	s.Events, s.EventsDropped = db.events.total, db.events.dropped
+	db.events.mu.Unlock()
 	return s
 }
 
@@ -516,6 +534,9 @@ func (db *DB) Stats() Stats {
 func (db *DB) Refresh() error {
 	if !db.opts.ReadOnly {
 		return nil
+	}
+	if err := db.events.refresh(); err != nil {
+		return err
 	}
 	root := filepath.Join(db.dir, blocksDir)
 	entries, err := os.ReadDir(root)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -15,6 +16,7 @@ func (db *DB) applyRetention(now time.Time) {
 	defer db.writeMu.Unlock()
 	db.mu.Lock()
 	var doomed []*Block
+	sizeDropped := false
 	if db.opts.Retention > 0 {
 		cutoff := now.Add(-db.opts.Retention).UnixNano()
 		for _, b := range db.blocks {
@@ -39,14 +41,29 @@ func (db *DB) applyRetention(now time.Time) {
 			if !slices.Contains(doomed, b) {
 				doomed = append(doomed, b)
 				total -= b.Meta.Bytes
+				sizeDropped = sizeDropped || b.Meta.ImportedAt == 0
 			}
 		}
 	}
 	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool { return slices.Contains(doomed, b) })
+	// Events go with the samples: past the age limit, and older than the
+	// oldest recorded sample left when the size limit deleted recorded
+	// blocks.
+	eventCutoff := int64(math.MinInt64)
+	if db.opts.Retention > 0 {
+		eventCutoff = now.Add(-db.opts.Retention).UnixNano()
+	}
+	for _, b := range db.blocks {
+		if sizeDropped && b.Meta.ImportedAt == 0 {
+			eventCutoff = max(eventCutoff, b.Meta.MinTime)
+			break // sorted by MinTime
+		}
+	}
 	db.mu.Unlock()
 	for _, b := range doomed {
 		db.removeBlock(b, "retention")
 	}
+	db.events.retain(eventCutoff)
 }
 
 // blockAge is the time retention measures a block's age from (Unix ns).

@@ -49,7 +49,8 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/flamegraph": {with("from", "to"), s.flameGraph},
 		"/api/diff":       {with("from", "to", "from2", "to2"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
-		"/api/top":        {with("from", "to", "limit"), s.top},
+		"/api/top":        {with("from", "to", "from2", "to2", "limit"), s.top},
+		eventsPath:        {[]string{"from", "to", "source", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
 	}
 }
@@ -278,6 +279,18 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 	limit, err := p.int("limit", defaultTopLimit, 1, maxTopLimit)
 	if err != nil {
 		return nil, err
+	}
+	if p.get("from2") != "" || p.get("to2") != "" {
+		baseline, err := p.timeRange("from2", "to2", store.Range{}, false, false)
+		if err != nil {
+			return nil, err
+		}
+		g, warnings, err := query.GrowthOf(ctx, s.db, sel.r, baseline, &sel.f)
+		if err != nil {
+			return warnings, fmt.Errorf("top: %w", err)
+		}
+		g.Functions = g.Functions[:min(limit, len(g.Functions))]
+		return warnings, rep.json(g)
 	}
 	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f)
 	if err != nil {

@@ -78,7 +78,7 @@ func TestUIStaticFiles(t *testing.T) {
 	for path, ctype := range map[string]string{
 		"/ui/app.js": "text/javascript; charset=utf-8", "/ui/util.js": "text/javascript; charset=utf-8",
 		"/ui/heatmap.js": "text/javascript; charset=utf-8", "/ui/flame.js": "text/javascript; charset=utf-8",
-		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/percpu.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
+		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/percpu.js": "text/javascript; charset=utf-8", "/ui/events.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
 	} {
 		resp, body := fx.get(t, path)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != ctype || len(body) == 0 {

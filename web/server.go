@@ -116,6 +116,7 @@ type Server struct {
 	log       *slog.Logger
 	tokenHash [sha256.Size]byte
 	api       map[string]endpoint
+	postLimit *tokenBucket // POST /api/events
 }
 
 // New returns a server for db. The token, if any, must be printable ASCII
@@ -144,6 +145,7 @@ func New(db *store.DB, opts Options) (*Server, error) {
 	}
 	s := &Server{db: db, opts: opts, log: opts.Logger, tokenHash: sha256.Sum256([]byte(opts.AuthToken))}
 	s.api = s.endpoints()
+	s.postLimit = newTokenBucket(postRate, postBurst)
 	return s, nil
 }
 
@@ -201,6 +203,11 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %q (see docs/api.md)", path), "")
 	case !isAPI && !isStatic && path != "/":
 		writeError(w, http.StatusNotFound, fmt.Sprintf("not found: %q", path), "")
+	case path == eventsPath && r.Method == http.MethodPost:
+		s.postEvent(w, r)
+	case path == eventsPath && r.Method != http.MethodGet && r.Method != http.MethodHead:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: use GET or POST", r.Method), "")
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: use GET", r.Method), "")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/recorder"
@@ -43,6 +44,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
+	ef := addEventFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -80,6 +82,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	if *blockDuration < time.Second {
 		return usageError{fmt.Errorf("--block-duration %v: at least 1s", *blockDuration)}
+	}
+	patterns, err := ef.compile()
+	if err != nil {
+		return err
 	}
 	if *data == "" && *output == "" {
 		return usageError{errors.New("nothing to write: give --data or --output")}
@@ -124,6 +130,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	stopProgress := reportProgress(rec, start, *progress, stderr)
+	// kmsg's Status tells whether kernel log events are being recorded.
+	kmsg := events.NewKmsgSource(*ef.kmsg, patterns, slog.Default())
+	stopEvents := func() {}
+	if db != nil && *ef.kmsg != "" {
+		stopEvents = recordKernelEvents(db, kmsg, start)
+	}
 
 	// The run's own profile is kept when it is written out or summarised.
 	var pprofOut *profileio.PprofBuilder
@@ -146,11 +158,15 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 	})
 	stopProgress()
+	stopEvents()
 	stopServer()
 	if err != nil {
 		return err
 	}
 	printSummary(rec, time.Since(start), stderr)
+	if db != nil && *ef.kmsg != "" {
+		printEventSummary(kmsg.Status(), stderr)
+	}
 	if db != nil {
 		if err := db.Close(); err != nil {
 			return fmt.Errorf("close data directory: %w", err)

@@ -326,6 +326,8 @@ func TestRecordBadFlags(t *testing.T) {
 		{"--duration -1s", "--duration"},
 		{"--cgroup /no/such/cgroup", "--cgroup"},
 		{"--no-such-flag", "no-such-flag"},
+		{"--event-pattern reset=(unclosed", "reset=(unclosed"},
+		{"--event-pattern-file /no/such/patterns", "/no/such/patterns"},
 	} {
 		_, stderr, err := runHeatscope(bin, append([]string{"record"}, strings.Fields(tc.args)...)...)
 		var exit *exec.ExitError

@@ -9,6 +9,7 @@ import { Timeline } from './timeline.js';
 import { Heatmap } from './heatmap.js';
 import { FlameGraph } from './flame.js';
 import { PerCPU } from './percpu.js';
+import { EventList } from './events.js';
 
 const $ = (id) => document.getElementById(id);
 const FILTERS = ['comm', 'pid', 'cpu', 'frame', 'stack'];
@@ -24,6 +25,7 @@ const state = {
   comm: '', pid: '', cpu: '', frame: '', stack: 'all', enhanced: false, icicle: false, search: '',
 };
 let sources = [];
+let allEvents = []; // every event (up to the API's default limit), by time
 let busy = 0;
 const inflight = {};
 
@@ -148,6 +150,7 @@ const timeline = new Timeline($('timeline'), (from, to) => {
   loadHeatmap();
   loadPerCPU();
   loadSelection();
+  showEvents();
 }, (view) => setView(view));
 
 // setView zooms or pans the timeline to view ([from, to], Unix seconds),
@@ -183,6 +186,49 @@ const heatmap = new Heatmap($('heatmap'), (sel, which) => {
 });
 
 const perCPU = new PerCPU($('percpu'));
+
+const eventList = new EventList($('events'), (e) => pickEvent(e));
+
+// pickEvent selects the window before an event (A) and the same length
+// just before it (B), widening the heatmap's span to show both.
+function pickEvent(e) {
+  let n = Number($('event-window').value);
+  if (!(n > 0)) n = 5;
+  n = Math.min(n, 3600);
+  const t = e.time;
+  if (!(state.from <= t - 2 * n && t <= state.to)) {
+    state.from = Math.floor(t - 2 * n) - 5;
+    state.to = Math.ceil(t) + 5;
+  }
+  state.selFrom = t - n;
+  state.selTo = t;
+  state.compare = true;
+  state.bFrom = t - 2 * n;
+  state.bTo = t - n;
+  eventList.picked = t;
+  writeURL();
+  loadHeatmap();
+  loadPerCPU();
+  loadSelection();
+  showEvents();
+}
+
+// loadEvents fetches the events and marks them on the timeline and the
+// heatmap.
+async function loadEvents() {
+  const data = await request('events', '/api/events', null);
+  if (!data) return;
+  allEvents = data.events;
+  showEvents();
+}
+
+function showEvents() {
+  const times = allEvents.map((e) => e.time);
+  timeline.setEvents(times);
+  heatmap.events = times;
+  heatmap.draw();
+  eventList.set(allEvents, state.from, state.to);
+}
 
 // setCompare enters or leaves compare mode; leaving drops the baseline.
 function setCompare(on) {
@@ -289,11 +335,38 @@ async function loadSelection() {
     fp.set('to2', secs(state.bTo));
     $('flame-label').textContent = label + ` (A) against baseline B ${new Date(state.bFrom * 1000).toISOString()} + ${(state.bTo - state.bFrom).toFixed(3)} s`;
   }
-  const [fg, top] = await Promise.all([request('flame', flamePath, fp), request('top', '/api/top', tp)]);
+  const growthReq = hasBaseline() ? request('growth', '/api/top', (() => {
+    const gp = new URLSearchParams(tp);
+    gp.set('from2', secs(state.bFrom));
+    gp.set('to2', secs(state.bTo));
+    return gp;
+  })()) : null;
+  const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp), request('top', '/api/top', tp), growthReq]);
   if (fg && fg.root) flame.setDiff(fg);
   else if (fg) flame.set(fg);
   if (fg) measureDraw('flame', flamePath);
   if (top) showTop(top);
+  showGrowth(growth);
+}
+
+// showGrowth fills the table of functions that grew from B to A, or hides
+// it without a baseline.
+function showGrowth(g) {
+  $('growth-box').hidden = !g;
+  if (!g) return;
+  $('growth-label').textContent = `A: ${g.samples} samples, B: ${g.samples2} (B scaled to A's length)`;
+  const rows = g.functions.filter((f) => f.deltaTotal > 0).slice(0, 30).map((f) => {
+    const tr = document.createElement('tr');
+    for (const [text, cls] of [[f.name], [f.kind], [f.total, 'num'], [f.total2, 'num'], ['+' + f.deltaTotal, 'num'],
+      [(f.deltaSelf > 0 ? '+' : '') + f.deltaSelf, 'num']]) {
+      const td = document.createElement('td');
+      td.textContent = String(text);
+      if (cls) td.className = cls;
+      tr.append(td);
+    }
+    return tr;
+  });
+  $('growth').tBodies[0].replaceChildren(...rows);
 }
 
 function showTop(top) {
@@ -361,7 +434,7 @@ async function loadAll() {
     setStatus('No samples yet: record or import some, then reload.');
     return;
   }
-  await Promise.all([loadTimeline(), loadHeatmap(), loadPerCPU(), loadSelection()]);
+  await Promise.all([loadTimeline(), loadHeatmap(), loadPerCPU(), loadSelection(), loadEvents()]);
 }
 
 function wire() {
@@ -444,6 +517,8 @@ window.heatscope = {
   flameNames: () => [...$('flame-names').children].map((li) => li.textContent),
   heatmap: () => heatmap.data,
   percpu: () => perCPU.data,
+  events: () => eventList.events,
+  growth: () => [...$('growth').tBodies[0].rows].map((r) => r.cells[0].textContent),
   // the differential flame graph's root counts, null when not comparing
   diffRoot: () => (flame.diff && flame.root ? { a: flame.root.a, b: flame.root.b, totalA: flame.diff.totalA, totalB: flame.diff.totalB } : null),
   timeline: () => ({ data: timeline.data, view: timeline.view() }),

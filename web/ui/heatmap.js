@@ -5,6 +5,7 @@
 // column, then on to the next column. In compare mode ('b') the clicks
 // select the baseline, drawn in orange, instead.
 import { sizeCanvas, showTooltip, hideTooltip, formatTime, heatColour } from './util.js';
+import { MARKER_COLOUR } from './events.js';
 
 const LEFT = 44; // room for the offset labels
 const TOP = 4;
@@ -22,6 +23,7 @@ export class Heatmap {
     this.mode = 'a'; // which selection clicks make
     this.pending = null; // the start cell [column, row] of a selection being made
     this.hover = null;
+    this.events = []; // event times (Unix seconds): a line down the event's column, a mark at its row
     canvas.addEventListener('mousemove', (ev) => this.move(ev));
     canvas.addEventListener('mouseleave', () => { this.hover = null; hideTooltip(); this.draw(); });
     canvas.addEventListener('click', (ev) => this.click(ev));
@@ -97,6 +99,19 @@ export class Heatmap {
       ctx.lineWidth = 2;
       ctx.strokeRect(L.left + cell[0] * L.cellW + 1, L.top + cell[1] * L.cellH + 1, Math.max(1, L.cellW - 2), Math.max(1, L.cellH - 2));
     };
+    let markers = 0;
+    for (const t of this.events) {
+      const cell = this.cellOf(t);
+      if (!cell) continue;
+      markers++;
+      const x = L.left + cell[0] * L.cellW;
+      ctx.fillStyle = MARKER_COLOUR;
+      ctx.fillRect(x + Math.floor(L.cellW / 2) - 1, L.top, 2, L.rows * L.cellH);
+      ctx.strokeStyle = MARKER_COLOUR;
+      ctx.lineWidth = 2;
+      ctx.strokeRect(x - 1, L.top + cell[1] * L.cellH - 1, L.cellW + 2, L.cellH + 2);
+    }
+    cv.dataset.markers = String(markers);
     if (this.pending) outline(this.pending, '#1a5fd0');
     if (this.hover) outline(this.hover, '#000');
     // axes: offsets on the left, seconds below
@@ -115,6 +130,17 @@ export class Heatmap {
       ctx.fillText(String(d.columns[c]) + 's', L.left + c * L.cellW, L.top + L.rows * L.cellH + 3);
     }
     cv.dataset.draws = String(Number(cv.dataset.draws || 0) + 1);
+  }
+
+  // cellOf returns the [column, row] of the cell holding time t, or null.
+  cellOf(t) {
+    const d = this.data;
+    const c = d.columns.indexOf(Math.floor(t - d.start));
+    if (c < 0) return null;
+    const offset = (t - Math.floor(t)) * 1000;
+    const slice = 1000 / d.rows.length;
+    const r = d.rows.findIndex((ms) => offset >= ms - 1e-6 && offset < ms + slice - 1e-6);
+    return r < 0 ? null : [c, r];
   }
 
   cellAt(ev) {

@@ -3,6 +3,7 @@
 // heatmap shows; the wheel zooms around the pointer and a shift-drag pans
 // (both ask the app for a new view, which it fetches at a finer step).
 import { sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
+import { MARKER_COLOUR } from './events.js';
 
 const HEIGHT = 70;
 const WHEEL_ZOOM = 1.5; // view width factor per wheel notch
@@ -16,6 +17,7 @@ export class Timeline {
     this.span = null;
     this.shown = null; // the view asked for, or null for the data's range
     this.drag = null;
+    this.events = []; // event times (Unix seconds), drawn as markers
     canvas.addEventListener('mousedown', (ev) => this.down(ev));
     canvas.addEventListener('wheel', (ev) => this.wheel(ev), { passive: false });
     window.addEventListener('mousemove', (ev) => this.move(ev));
@@ -28,6 +30,11 @@ export class Timeline {
     this.data = data;
     this.span = span;
     this.shown = view || null;
+    this.draw();
+  }
+
+  setEvents(times) {
+    this.events = times;
     this.draw();
   }
 
@@ -75,6 +82,20 @@ export class Timeline {
       const h = Math.max(1, (c / max) * (HEIGHT - 4));
       ctx.fillRect(this.xOf(d.start + i * d.step) + dx, HEIGHT - h, Math.max(1, bw - (bw > 3 ? 1 : 0)), h);
     });
+    // event markers: a line with a triangle on top
+    ctx.fillStyle = MARKER_COLOUR;
+    const [t0, t1] = this.range();
+    for (const t of this.events) {
+      if (t < t0 || t >= t1) continue;
+      const x = Math.round(this.xOf(t)) + 0.5;
+      ctx.fillRect(x - 0.5, 0, 1.5, HEIGHT);
+      ctx.beginPath();
+      ctx.moveTo(x - 5, 0);
+      ctx.lineTo(x + 5, 0);
+      ctx.lineTo(x, 7);
+      ctx.fill();
+    }
+    this.canvas.dataset.markers = String(this.events.filter((t) => t >= t0 && t < t1).length);
     let sel = this.span;
     if (this.drag && this.drag.moved && !this.drag.pan) {
       sel = [this.timeAt(Math.min(this.drag.x0, this.drag.x1)), this.timeAt(Math.max(this.drag.x0, this.drag.x1))];

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/store"
+)
+
+// stringList is a flag that may be given more than once.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// eventFlags are record's flags for kernel log events.
+type eventFlags struct {
+	kmsg        *string
+	patterns    *stringList
+	patternFile *string
+	defaults    *bool
+}
+
+func addEventFlags(fs *flag.FlagSet) eventFlags {
+	ef := eventFlags{patterns: &stringList{}}
+	ef.kmsg = fs.String("kmsg", events.KmsgPath, "kernel log to read events from ('' for none)")
+	fs.Var(ef.patterns, "event-pattern", "keep kernel log lines matching this regular expression as events, as NAME=REGEXP or REGEXP (repeatable)")
+	ef.patternFile = fs.String("event-pattern-file", "", "file of more --event-pattern values, one per line (# comments)")
+	ef.defaults = fs.Bool("default-event-patterns", true, "also keep the built-in patterns: network device resets and timeouts, OOM kills, lockups, hung tasks, RCU stalls, segfaults")
+	return ef
+}
+
+// patterns compiles the configured patterns; an invalid one is a usage
+// error that quotes it.
+func (ef eventFlags) compile() ([]events.Pattern, error) {
+	var ps []events.Pattern
+	if *ef.defaults {
+		ps = events.DefaultPatterns()
+	}
+	for i, spec := range *ef.patterns {
+		p, err := events.ParsePattern(spec, i+1)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--event-pattern: %w", err)}
+		}
+		ps = append(ps, p)
+	}
+	if *ef.patternFile != "" {
+		more, err := events.ReadPatternFile(*ef.patternFile, len(*ef.patterns))
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--event-pattern-file: %w", err)}
+		}
+		ps = append(ps, more...)
+	}
+	return ps, nil
+}
+
+// recordKernelEvents reads the kernel log into db until the returned
+// function is called, keeping records newer than the newest kernel event
+// db holds, or than start on a store without one (see events.KmsgSource).
+// When the kernel log cannot be read it warns and records without events;
+// the source's Status says so.
+func recordKernelEvents(db *store.DB, src *events.KmsgSource, start time.Time) (stop func()) {
+	f, err := src.Open()
+	if err != nil {
+		return func() {}
+	}
+	since := start.UnixNano()
+	if last, ok := db.LatestEvent(events.KmsgSourceName); ok {
+		since = last
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		src.Run(ctx, f, since, func(e events.Event) {
+			if err := db.AppendEvent(e); err != nil {
+				slog.Warn("store a kernel log event", "err", err)
+				return
+			}
+			slog.Info("kernel log event", "pattern", e.Labels["pattern"], "text", e.Text)
+		})
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done })
+}
+
+// printEventSummary says what the kernel log gave, or why it gave nothing.
+func printEventSummary(st events.KmsgStatus, w io.Writer) {
+	if st.Records == 0 && st.Reason != "" && st.Reason != "stopped" {
+		fmt.Fprintf(w, "kernel log events: off (%s)\n", st.Reason)
+		return
+	}
+	fmt.Fprintf(w, "kernel log events: %d of %d records kept, %d missed\n", st.Matched, st.Records, st.Missed)
+}

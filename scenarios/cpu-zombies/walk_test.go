@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// screenshotEnv names the directory the walk saves its screenshots in
+// (a temporary one by default); docs/walkthrough.md shows those saved with
+// HEATSCOPE_SCREENSHOT_DIR=$PWD/docs/screenshots.
+const screenshotEnv = "HEATSCOPE_SCREENSHOT_DIR"
+
+// walkUI walks the UI in headless chromium as a user would: the event
+// markers, one event's pre-event window against the window before it,
+// kubelet-sim in the memcg stats functions, the one busy CPU in the
+// per-CPU view, and the pprof download, read by go tool pprof.
+func walkUI(t *testing.T, r *scenarioRun) {
+	exe := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			exe = path
+			break
+		}
+	}
+	if exe == "" {
+		t.Fatal("chromium is not installed (apt-get install chromium): the scenario's browser walk needs it")
+	}
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	var jsErrors atomic.Value
+	jsErrors.Store("")
+	chromedp.Listen(ctx, func(ev any) {
+		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
+			jsErrors.Store(jsErrors.Load().(string) + ev.ExceptionDetails.Text + "\n")
+		}
+	})
+	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, jsErrors.Load())
+		}
+	}
+	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
+		chromedp.WithPollingTimeout(30*time.Second))
+	screenshotDir := t.TempDir()
+	if dir := os.Getenv(screenshotEnv); dir != "" {
+		screenshotDir = dir
+	}
+	eval := func(expr string, v any) {
+		t.Helper()
+		res, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		b, _ := jsonMarshal(res)
+		if err := jsonUnmarshal(b, v); err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+	}
+	shoot := func(name string, sel string) {
+		t.Helper()
+		var png []byte
+		var err error
+		if sel == "" {
+			png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		} else {
+			png, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+		}
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(screenshotDir, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", filepath.Join(screenshotDir, name))
+	}
+
+	// 1. The span of the run: the resets are marks on the timeline and
+	// lines on the heatmap, and listed.
+	from, to := math.Floor(r.from)-2, math.Ceil(r.to)+2
+	do("open the UI", chromedp.Navigate(fmt.Sprintf("%s/#from=%.0f&to=%.0f", r.url, from, to)), settled)
+	var markers []int
+	eval(`[+document.getElementById('timeline').dataset.markers, +document.getElementById('heatmap').dataset.markers,
+		window.heatscope.events().filter((e) => e.text.includes('[injected]')).length]`, &markers)
+	if len(markers) != 3 || markers[0] < 4 || markers[1] < 4 || markers[2] < 4 {
+		t.Fatalf("timeline markers, heatmap markers, listed resets: %v", markers)
+	}
+	do("scroll to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
+	shoot("walkthrough-1-events.png", "")
+
+	// 2. The window before the third reset (2 s: the scenario's bursts are
+	// 4 s apart), against the 2 s before it.
+	b := r.bursts[2]
+	do("set the window", chromedp.SetValue(chromedp.CSS("#event-window"), "2"))
+	do("mark the event", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
+		`[...document.querySelectorAll('#events button.event')].find((b) => b.textContent.includes(%q)).id = 'picked-event'`, b.Line)))
+	do("click the event", chromedp.Click(chromedp.CSS("#picked-event")), chromedp.Sleep(100*time.Millisecond), settled)
+	var st struct {
+		SelFrom, SelTo, BFrom, BTo float64
+		Compare                    bool
+	}
+	eval(`(() => { const s = window.heatscope.state; return {SelFrom: s.selFrom, SelTo: s.selTo, BFrom: s.bFrom, BTo: s.bTo, Compare: s.compare}; })()`, &st)
+	ev := float64(b.Injected) / 1e9
+	if !st.Compare || math.Abs(st.SelTo-ev) > 0.05 || math.Abs(st.SelFrom-(st.SelTo-2)) > 1e-3 ||
+		math.Abs(st.BTo-st.SelFrom) > 1e-3 || math.Abs(st.BFrom-(st.SelTo-4)) > 1e-3 {
+		t.Fatalf("after clicking the event at %.3f: state %+v", ev, st)
+	}
+	var growers []string
+	eval(`window.heatscope.growth()`, &growers)
+	if !slices.ContainsFunc(growers, memcgStats.MatchString) {
+		t.Errorf("machine-wide growers after clicking the event lack a memcg stats function: %q", growers)
+	}
+	do("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap-section")))
+	shoot("walkthrough-2-pre-event.png", "")
+
+	// 3. Only kubelet-sim: its kernel time in the memcg stats functions.
+	do("filter kubelet-sim", chromedp.SetValue(chromedp.CSS("#f-comm"), "kubelet-sim"),
+		chromedp.Click(chromedp.CSS("#f-apply")), chromedp.Sleep(100*time.Millisecond), settled)
+	var names []string
+	eval(`window.heatscope.flameNames()`, &names)
+	eval(`window.heatscope.growth()`, &growers)
+	if !slices.Contains(names, "kubelet-sim") || !slices.ContainsFunc(names, memcgStats.MatchString) ||
+		!slices.ContainsFunc(growers[:min(10, len(growers))], memcgStats.MatchString) && !slices.ContainsFunc(growers, memcgStats.MatchString) {
+		t.Fatalf("kubelet-sim's pre-event flame graph %q, growers %q: no memcg stats function", names, growers)
+	}
+	do("search the flame graph", chromedp.SetValue(chromedp.CSS("#flame-search"), "memory_stat|memcg|mem_cgroup"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('flame-search').dispatchEvent(new Event('input'))`), settled)
+	do("scroll to the flame graph", chromedp.ScrollIntoView(chromedp.CSS("#flame-section")))
+	shoot("walkthrough-3-kubelet-sim.png", "#flame-section")
+
+	// 4. The per-CPU view: kubelet-sim on CPU 1 only.
+	var pc struct {
+		CPUs   []int     `json:"cpus"`
+		Counts [][]int64 `json:"counts"`
+	}
+	eval(`window.heatscope.percpu()`, &pc)
+	var total, pinned int64
+	for i, row := range pc.Counts {
+		for _, v := range row {
+			total += v
+			if pc.CPUs[i] == pinnedCPU {
+				pinned += v
+			}
+		}
+	}
+	if total == 0 || pinned != total {
+		t.Fatalf("per-CPU view: %d of %d samples on CPU %d", pinned, total, pinnedCPU)
+	}
+	do("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap-section")))
+	shoot("walkthrough-4-percpu.png", "")
+	do("scroll to the growers", chromedp.ScrollIntoView(chromedp.CSS("#growth-box")))
+	shoot("walkthrough-5-growth.png", "#growth-box")
+
+	// 5. The pprof download of the selection, read by go tool pprof.
+	var href string
+	eval(`document.getElementById('pprof-link').href`, &href)
+	resp, err := http.Get(href)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(href, "comm=kubelet-sim") {
+		t.Fatalf("pprof %s: %d", href, resp.StatusCode)
+	}
+	file := filepath.Join(t.TempDir(), "kubelet-sim.pb.gz")
+	os.WriteFile(file, raw, 0o644)
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", file).CombinedOutput()
+	if err != nil || !memcgInText(string(out)) {
+		t.Fatalf("go tool pprof -top: %v\n%s", err, out)
+	}
+	t.Logf("go tool pprof -top -cum of the download:\n%s", out)
+	if e := jsErrors.Load().(string); e != "" {
+		t.Fatalf("JavaScript errors: %s", e)
+	}
+}
+
+func memcgInText(s string) bool {
+	for _, f := range strings.Fields(s) {
+		if memcgStats.MatchString(f) {
+			return true
+		}
+	}
+	return false
+}
