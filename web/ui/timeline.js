@@ -84,10 +84,9 @@ export class Timeline {
     });
     // event markers: a line with a triangle on top
     ctx.fillStyle = MARKER_COLOUR;
-    const [t0, t1] = this.range();
     for (const t of this.events) {
       if (t < t0 || t >= t1) continue;
-      const x = Math.round(this.xOf(t)) + 0.5;
+      const x = Math.round(this.xOf(t) + dx) + 0.5;
       ctx.fillRect(x - 0.5, 0, 1.5, HEIGHT);
       ctx.beginPath();
       ctx.moveTo(x - 5, 0);
