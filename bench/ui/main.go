@@ -10,8 +10,11 @@
 // and reloads each view -runs times as a user action would
 // (window.heatscope.load), reading the UI's own performance measures: from
 // the response's last byte to the JavaScript drawing done (":draw") and to
-// the next frame painted (":paint"). It prints the medians (and min/max)
-// as markdown; figures from a noisy machine vary, so compare medians.
+// the next frame painted (":paint"). Then it times, in the same page, the
+// decoding alone of the flame graph's two encodings: JSON.parse of the
+// nested JSON and the UI's decodeTree of encoding=compact. It prints the
+// medians (and min/max) as markdown; figures from a noisy machine vary, so
+// compare medians.
 package main
 
 import (
