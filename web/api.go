@@ -46,8 +46,8 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/sources":    {nil, s.sources},
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
-		"/api/flamegraph": {with("from", "to"), s.flameGraph},
-		"/api/diff":       {with("from", "to", "from2", "to2"), s.diff},
+		"/api/flamegraph": {with("from", "to", "encoding"), s.flameGraph},
+		"/api/diff":       {with("from", "to", "from2", "to2", "encoding"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
 		"/api/top":        {with("from", "to", "from2", "to2", "limit"), s.top},
 		eventsPath:        {[]string{"from", "to", "source", "limit"}, s.listEvents},
@@ -248,9 +248,16 @@ func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.W
 	if err != nil {
 		return nil, err
 	}
+	compact, err := compactEncoding(p)
+	if err != nil {
+		return nil, err
+	}
 	root, warnings, err := query.FlameGraphOf(ctx, s.db, sel.r, &sel.f)
 	if err != nil {
 		return warnings, fmt.Errorf("flame graph: %w", err)
+	}
+	if compact {
+		return warnings, rep.binary(compactNode(root, rep.limit))
 	}
 	return warnings, rep.encoded(node(nil, root, rep.limit))
 }
@@ -264,9 +271,16 @@ func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warning
 	if err != nil {
 		return nil, err
 	}
+	compact, err := compactEncoding(p)
+	if err != nil {
+		return nil, err
+	}
 	d, warnings, err := query.DiffOf(ctx, s.db, sel.r, baseline, &sel.f)
 	if err != nil {
 		return warnings, fmt.Errorf("diff: %w", err)
+	}
+	if compact {
+		return warnings, rep.binary(compactDiff(d, rep.limit))
 	}
 	return warnings, rep.encoded(diff(nil, d, rep.limit))
 }

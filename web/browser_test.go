@@ -344,6 +344,16 @@ func TestBrowserUI(t *testing.T) {
 		if !slices.Contains(names, "hot_fixture_function") || !legend {
 			t.Fatalf("%s: differential flame graph frames %q, legend shown %v", what, names, legend)
 		}
+		// Hovering shows both counts, their shares and the deltas.
+		run("scroll to the flame graph", chromedp.ScrollIntoView(chromedp.CSS("#flame")))
+		hot := eval[[]float64](t, ctx, `(() => { const r = document.getElementById('flame').getBoundingClientRect(),
+			b = window.heatscope.flameBoxes('hot_fixture_function')[0]; return [r.left + b.x + b.w / 2, r.top + b.y + 8]; })()`)
+		run("hover the differential graph", chromedp.MouseEvent(chromedp.MouseMoved, hot[0], hot[1]))
+		tip := eval[string](t, ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
+		if want := "hot_fixture_function\nuser: A 150 (100.00%), B 150 (100.00%)\ndelta 0 (self: A 150, B 150, delta 0)"; tip != want {
+			t.Fatalf("%s: tooltip %q, want %q", what, tip, want)
+		}
+		run("leave the graph", chromedp.MouseEvent(chromedp.MouseMoved, 1, 1))
 	}
 	checkDiff("compare")
 	screenshot("ui-percpu-diff.png")

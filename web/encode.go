@@ -48,6 +48,15 @@ func (rep *reply) encoded(b []byte, err error) error {
 	return nil
 }
 
+// binary takes the output of compactNode or compactDiff as the body.
+func (rep *reply) binary(b []byte, err error) error {
+	if err := rep.encoded(b, err); err != nil {
+		return err
+	}
+	rep.contentType = binaryType
+	return nil
+}
+
 // Write appends to the body, failing once it would pass the limit.
 func (rep *reply) Write(p []byte) (int, error) {
 	if len(rep.body)+len(p) > rep.limit {

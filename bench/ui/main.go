@@ -10,8 +10,11 @@
 // and reloads each view -runs times as a user action would
 // (window.heatscope.load), reading the UI's own performance measures: from
 // the response's last byte to the JavaScript drawing done (":draw") and to
-// the next frame painted (":paint"). It prints the medians (and min/max)
-// as markdown; figures from a noisy machine vary, so compare medians.
+// the next frame painted (":paint"). Then it times, in the same page, the
+// decoding alone of the flame graph's two encodings: JSON.parse of the
+// nested JSON and the UI's decodeTree of encoding=compact. It prints the
+// medians (and min/max) as markdown; figures from a noisy machine vary, so
+// compare medians.
 package main
 
 import (
@@ -145,6 +148,18 @@ func run(dir string, runs int, minutes float64, chromium string) error {
 		return err
 	}
 	res.print(fmt.Sprintf("flame graph, %.0f s selection", flameTo-first), fmt.Sprintf("%d distinct stacks", stacks), "≤ 500 ms")
+
+	// The decoding alone, both encodings of the same tree in the same page.
+	dec, err := measureDecode(bctx, fmt.Sprintf("source=synthetic&from=%.0f&to=%.0f", first, flameTo), runs)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nDecoding the flame graph's answer in the page, medians of %d (min-max):\n\n", runs)
+	fmt.Println("| encoding | bytes | nodes | decode | ratio to nested JSON |")
+	fmt.Println("|---|---|---|---|---|")
+	fmt.Printf("| nested JSON, JSON.parse | %.1f MB | %.0f | %s | 1 |\n", dec.jsonBytes/1e6, dec.nodes, stat(dec.json))
+	fmt.Printf("| compact, decodeTree | %.1f MB | %.0f | %s | %.3f |\n", dec.compactBytes/1e6, dec.nodes, stat(dec.compact),
+		median(dec.compact)/median(dec.json))
 	fmt.Printf("\nstore: %s, %d samples of %d CPUs at %d Hz\n", dir, src.Samples, cpus, hz)
 	return nil
 }
@@ -234,15 +249,60 @@ func flameWindow(db *store.DB, src store.SourceInfo) (to float64, stacks int, er
 // result holds one view's timings in milliseconds.
 type result struct {
 	response, draw, paint []float64
+	// bytes is the size of the last response's body.
+	bytes float64
 }
 
 func (r result) print(view, size, target string) {
-	fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", view, size, stat(r.response), stat(r.draw), stat(r.paint), target)
+	fmt.Printf("| %s | %s, %.1f MB | %s | %s | %s | %s |\n", view, size, r.bytes/1e6, stat(r.response), stat(r.draw), stat(r.paint), target)
 }
 
 func stat(ms []float64) string {
 	s := slices.Sorted(slices.Values(ms))
-	return fmt.Sprintf("%.0f ms (%.0f-%.0f)", s[len(s)/2], s[0], s[len(s)-1])
+	return fmt.Sprintf("%.*f ms (%.*f-%.*f)", digits(s[0]), s[len(s)/2], digits(s[0]), s[0], digits(s[0]), s[len(s)-1])
+}
+
+// digits shows times under 10 ms with a decimal.
+func digits(ms float64) int {
+	if ms < 10 {
+		return 1
+	}
+	return 0
+}
+
+func median(ms []float64) float64 { return slices.Sorted(slices.Values(ms))[len(ms)/2] }
+
+// decoding holds the decoding times of both encodings of one flame graph.
+type decoding struct {
+	json, compact                  []float64
+	jsonBytes, compactBytes, nodes float64
+}
+
+// measureDecode fetches /api/flamegraph?query in both encodings into the
+// open page and times, runs times each, JSON.parse of the nested JSON
+// (its text already decoded) and the UI's decodeTree of the compact one.
+func measureDecode(ctx context.Context, query string, runs int) (decoding, error) {
+	js := fmt.Sprintf(`(async () => {
+		const m = await import('/ui/flame.js');
+		const text = await (await fetch('/api/flamegraph?%[1]s')).text();
+		const buf = await (await fetch('/api/flamegraph?%[1]s&encoding=compact')).arrayBuffer();
+		const json = [], compact = [];
+		let nodes = 0;
+		for (let i = 0; i < %[2]d; i++) {
+			let t0 = performance.now();
+			JSON.parse(text);
+			json.push(performance.now() - t0);
+			t0 = performance.now();
+			nodes = m.decodeTree(buf).n;
+			compact.push(performance.now() - t0);
+		}
+		return [...json, ...compact, new TextEncoder().encode(text).length, buf.byteLength, nodes];
+	})()`, query, runs)
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		return decoding{}, fmt.Errorf("decode: %w", err)
+	}
+	return decoding{json: v[:runs], compact: v[runs : 2*runs], jsonBytes: v[2*runs], compactBytes: v[2*runs+1], nodes: v[2*runs+2]}, nil
 }
 
 // measure opens url, then reloads the view runs times with load (a
@@ -267,7 +327,7 @@ func measure(ctx context.Context, url, name, load string, runs int) (result, err
 			while (performance.getEntriesByName(%[1]q).length === n) await new Promise((r) => setTimeout(r, 5));
 			const last = (name) => performance.getEntriesByName(name).at(-1);
 			const req = performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/' + (%[3]q === 'heatmap' ? 'heatmap' : 'flamegraph'))).at(-1);
-			return [req.responseEnd - req.requestStart, last(%[3]q + ':draw').duration, last(%[1]q).duration];
+			return [req.responseEnd - req.requestStart, last(%[3]q + ':draw').duration, last(%[1]q).duration, req.encodedBodySize];
 		})()`, name+":paint", load, name)
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](js, chromedp.EvalAwaitPromise))
 		if err != nil {
@@ -276,6 +336,7 @@ func measure(ctx context.Context, url, name, load string, runs int) (result, err
 		res.response = append(res.response, v[0])
 		res.draw = append(res.draw, v[1])
 		res.paint = append(res.paint, v[2])
+		res.bytes = v[3]
 	}
 	return res, nil
 }

@@ -7,7 +7,7 @@
 import { getJSON, pct, formatTime, measureDraw } from './util.js';
 import { Timeline } from './timeline.js';
 import { Heatmap } from './heatmap.js';
-import { FlameGraph } from './flame.js';
+import { FlameGraph, fetchTree } from './flame.js';
 import { PerCPU } from './percpu.js';
 import { EventList } from './events.js';
 
@@ -123,13 +123,14 @@ function setBusy(delta) {
 }
 
 // request runs one named request at a time: a newer one aborts the older.
-async function request(name, path, params) {
+// get fetches and decodes the answer (getJSON unless given).
+async function request(name, path, params, get = getJSON) {
   if (inflight[name]) inflight[name].abort();
   const ctl = new AbortController();
   inflight[name] = ctl;
   setBusy(1);
   try {
-    const data = await getJSON(path, params, ctl.signal);
+    const data = await get(path, params, ctl.signal);
     return ctl.signal.aborted ? null : data;
   } catch (e) {
     if (e.name === 'AbortError' || ctl.signal.aborted) return null;
@@ -341,9 +342,8 @@ async function loadSelection() {
     gp.set('to2', secs(state.bTo));
     return gp;
   })()) : null;
-  const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp), request('top', '/api/top', tp), growthReq]);
-  if (fg && fg.root) flame.setDiff(fg);
-  else if (fg) flame.set(fg);
+  const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp, fetchTree), request('top', '/api/top', tp), growthReq]);
+  if (fg) flame.set(fg);
   if (fg) measureDraw('flame', flamePath);
   if (top) showTop(top);
   showGrowth(growth);
@@ -395,7 +395,7 @@ function searchRegexp(text) {
 
 function updateMatch() {
   const m = $('flame-match');
-  if (!flame.search || !flame.root) {
+  if (!flame.search || !flame.tree) {
     m.textContent = '';
     return;
   }
@@ -520,11 +520,11 @@ window.heatscope = {
   events: () => eventList.events,
   growth: () => [...$('growth').tBodies[0].rows].map((r) => r.cells[0].textContent),
   // the differential flame graph's root counts, null when not comparing
-  diffRoot: () => (flame.diff && flame.root ? { a: flame.root.a, b: flame.root.b, totalA: flame.diff.totalA, totalB: flame.diff.totalB } : null),
+  diffRoot: () => (flame.diff && flame.tree.n > 0 ? { a: flame.tree.a[0], b: flame.tree.b[0], totalA: flame.tree.totalA, totalB: flame.tree.totalB } : null),
   timeline: () => ({ data: timeline.data, view: timeline.view() }),
   // the drawn frames named name: their boxes in CSS pixels of the canvas
-  flameBoxes: (name) => flame.rects.filter((b) => b.node.name === name).map((b) => ({ x: b.x, y: b.y, w: b.w, value: flame.value(b.node) })),
-  flameZoom: () => (flame.zoom ? flame.zoom.name : null),
+  flameBoxes: (name) => flame.rects.filter((b) => flame.name(b.node) === name).map((b) => ({ x: b.x, y: b.y, w: b.w, value: flame.value(b.node) })),
+  flameZoom: () => (flame.zoom !== null ? flame.name(flame.zoom) : null),
   // reload one view as a user action would (the UI benchmark times them)
   load: { heatmap: loadHeatmap, selection: loadSelection },
 };

@@ -5,19 +5,104 @@
 // coloured by the normalised change against B.
 //
 // Trees run to hundreds of thousands of nodes (50 000 distinct stacks are
-// about 300 000), so the nodes are left as JSON.parse made them, never
-// extended (adding properties to that many objects costs more than the
-// parse), and a draw visits only the frames wide enough to see.
+// about 300 000), so they come in the API's compact encoding
+// (encoding=compact, see docs/api.md): a table of names and one column per
+// field, nodes in pre-order, mapped onto typed arrays with no parsing. A
+// node is its index in the columns (the root is 0), its subtree the next
+// size[i] nodes; a draw visits only the frames wide enough to see.
 import { sizeCanvas, showTooltip, hideTooltip, pct, trimText } from './util.js';
 
 const ROW = 17;
 
+// The numeric columns of each kind of tree, in the encoding's order.
+const COLUMNS = {
+  HSF1: ['value', 'self'],
+  HSD1: ['a', 'b', 'selfA', 'selfB', 'delta', 'deltaTotal'],
+};
+const HEADER = 16;
+const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+// column reads n numbers of type T (Float64Array, Uint32Array) at off:
+// in place when native (the machine is little-endian), else converted
+// through a DataView.
+function column(T, buf, off, n, native) {
+  if (native) return new T(buf, off, n);
+  const view = new DataView(buf, off, n * T.BYTES_PER_ELEMENT);
+  const out = new T(n);
+  for (let i = 0; i < n; i++) out[i] = T === Float64Array ? view.getFloat64(i * 8, true) : view.getUint32(i * 4, true);
+  return out;
+}
+
+// decodeTree reads a compact tree (an ArrayBuffer) into
+// {diff, n, names, kinds, totalA, totalB, name, kind, size, and the
+// numeric columns: value and self, or a, b, selfA, selfB, delta and
+// deltaTotal}. It checks every length and index, so that a bad answer is
+// an error, never a wrong drawing. native false reads the columns through
+// a DataView, as on a big-endian machine (the tests use it).
+export function decodeTree(buf, native = littleEndian) {
+  const bad = (why) => new Error('flame graph: bad compact encoding: ' + why);
+  if (buf.byteLength < HEADER) throw bad('too short');
+  const view = new DataView(buf);
+  const magic = String.fromCharCode(...new Uint8Array(buf, 0, 4));
+  const cols = COLUMNS[magic];
+  if (!cols) throw bad('magic ' + JSON.stringify(magic));
+  const n = view.getUint32(4, true);
+  const j = view.getUint32(8, true);
+  if (HEADER + j > buf.byteLength) throw bad('header length');
+  const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, HEADER, j)));
+  let off = (HEADER + j + 7) & ~7;
+  if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF1') throw bad('size');
+  const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB };
+  for (const c of cols) {
+    t[c] = column(Float64Array, buf, off, n, native);
+    off += 8 * n;
+  }
+  t.name = column(Uint32Array, buf, off, n, native);
+  t.size = column(Uint32Array, buf, off + 4 * n, n, native);
+  t.kind = new Uint8Array(buf, off + 8 * n, n);
+  const nn = t.names.length;
+  const nk = t.kinds.length;
+  for (let i = 0; i < n; i++) {
+    if (t.name[i] >= nn || t.kind[i] >= nk || t.size[i] < 1 || i + t.size[i] > n) throw bad('node ' + i);
+  }
+  if (n > 0 && t.size[0] !== n) throw bad('root');
+  return t;
+}
+
+// fetchTree gets path's tree (/api/flamegraph or /api/diff) in the compact
+// encoding, or throws an Error carrying the API's error message. Once the
+// body has arrived, before it is decoded, it sets the performance mark
+// "received PATH", from which measureDraw times the drawing.
+export async function fetchTree(path, params, signal) {
+  const p = new URLSearchParams(params);
+  p.set('encoding', 'compact');
+  const resp = await fetch(path + '?' + p.toString(), { signal, headers: { Accept: 'application/octet-stream' } });
+  let buf;
+  try {
+    buf = await resp.arrayBuffer();
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new Error(`${path}: ${resp.status} ${resp.statusText}`);
+  }
+  performance.mark('received ' + path);
+  if (!resp.ok) {
+    let msg = '';
+    try {
+      msg = JSON.parse(new TextDecoder().decode(buf)).error;
+    } catch {
+      // not JSON: the status says it
+    }
+    throw new Error(msg || `${path}: ${resp.status} ${resp.statusText}`);
+  }
+  return decodeTree(buf);
+}
+
 // hue gives a stable colour per frame name and kind.
-function colour(node) {
+function colour(name, kind) {
   let h = 0;
-  for (let i = 0; i < node.name.length; i++) h = (h * 31 + node.name.charCodeAt(i)) >>> 0;
+  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
   const v = (h % 1000) / 1000;
-  switch (node.kind) {
+  switch (kind) {
     case 'root': return '#c8c8c8';
     case 'process': return `hsl(220, 15%, ${70 + v * 10}%)`;
     case 'kernel': return `hsl(${25 + v * 15}, 80%, ${58 + v * 8}%)`;
@@ -30,11 +115,11 @@ function colour(node) {
 // diffColour is red for frames with more samples in A than B (scaled to
 // A's total), blue for fewer, white for none, stronger as the change
 // grows relative to the frame.
-function diffColour(node) {
-  const t = Math.min(1, Math.abs(node.deltaTotal) / Math.max(1, node.a));
+function diffColour(a, deltaTotal) {
+  const t = Math.min(1, Math.abs(deltaTotal) / Math.max(1, a));
   const fade = Math.round(255 - t * 200);
-  if (node.deltaTotal > 0) return `rgb(255,${fade},${fade})`;
-  if (node.deltaTotal < 0) return `rgb(${fade},${fade},255)`;
+  if (deltaTotal > 0) return `rgb(255,${fade},${fade})`;
+  if (deltaTotal < 0) return `rgb(${fade},${fade},255)`;
   return '#f4f4f4';
 }
 
@@ -43,13 +128,14 @@ export class FlameGraph {
     this.canvas = canvas;
     this.namesList = namesList; // a hidden list of the drawn frame names, for tests
     this.onChange = onChange; // called after zoom or search changes
-    this.root = null;
+    this.tree = null; // decodeTree's answer
     this.depth = 0; // the tree's depth, the root's 0
-    this.zoom = null; // the zoomed frame, or null
-    this.zoomPath = []; // the zoomed frame's ancestors, root first
+    this.zoom = null; // the zoomed node, or null
+    this.zoomPath = []; // the zoomed node's ancestors, root first
     this.search = null;
+    this.hits = null; // per name: 0 not tested yet, 1 no match, 2 match
+    this.colours = new Map(); // name and kind -> colour
     this.icicle = false;
-    this.diff = null; // {totalA, totalB} when the graph is a differential
     this.rects = [];
     canvas.addEventListener('mousemove', (ev) => this.move(ev));
     canvas.addEventListener('mouseleave', () => hideTooltip());
@@ -57,39 +143,53 @@ export class FlameGraph {
     window.addEventListener('resize', () => this.draw());
   }
 
-  set(root) {
-    this.diff = null;
-    this.show(root);
-  }
-
-  // setDiff shows a differential flame graph, /api/diff's answer: widths
+  // set shows a tree: a flame graph, or a differential one whose widths
   // are A's counts.
-  setDiff(d) {
-    this.diff = { totalA: d.totalA, totalB: d.totalB };
-    this.show(d.root);
-  }
-
-  show(root) {
-    this.root = root;
-    this.depth = maxDepth(root);
+  set(tree) {
+    this.tree = tree;
+    this.depth = maxDepth(tree.size);
+    this.hits = new Uint8Array(tree.names.length);
+    this.colours = new Map();
     this.zoom = null;
     this.zoomPath = [];
     this.draw();
   }
 
-  // value is a node's width in samples: A's in a differential graph.
-  value(n) {
-    return this.diff ? n.a : n.value;
+  get diff() {
+    return this.tree !== null && this.tree.diff;
+  }
+
+  name(i) {
+    return this.tree.names[this.tree.name[i]];
+  }
+
+  kind(i) {
+    return this.tree.kinds[this.tree.kind[i]];
+  }
+
+  // value is node i's width in samples: A's in a differential graph.
+  value(i) {
+    return this.diff ? this.tree.a[i] : this.tree.value[i];
   }
 
   // total is the samples of the whole graph.
   total() {
-    return this.root ? this.value(this.root) : 0;
+    return this.tree && this.tree.n > 0 ? this.value(0) : 0;
   }
 
   setSearch(re) {
     this.search = re;
+    if (this.tree) this.hits = new Uint8Array(this.tree.names.length);
     this.draw();
+  }
+
+  // hit says whether node i matches the search (never the root); each
+  // distinct name is tested once.
+  hit(i) {
+    if (!this.search || this.tree.kinds[this.tree.kind[i]] === 'root') return false;
+    const id = this.tree.name[i];
+    if (this.hits[id] === 0) this.hits[id] = this.search.test(this.tree.names[id]) ? 2 : 1;
+    return this.hits[id] === 2;
   }
 
   reset() {
@@ -99,26 +199,44 @@ export class FlameGraph {
   }
 
   // matched counts the samples through frames matching the search, not
-  // counting again a match under another.
+  // counting again a match under another: a match's subtree is skipped.
   matched() {
-    if (!this.root || !this.search) return 0;
-    const walk = (n) => {
-      if (n.kind !== 'root' && this.search.test(n.name)) return this.value(n);
-      let s = 0;
-      for (const c of n.children || []) s += walk(c);
-      return s;
-    };
-    return walk(this.root);
+    if (!this.tree || !this.search) return 0;
+    const { n, size } = this.tree;
+    let s = 0;
+    for (let i = 0; i < n;) {
+      if (this.hit(i)) {
+        s += this.value(i);
+        i += size[i];
+      } else {
+        i++;
+      }
+    }
+    return s;
+  }
+
+  colour(i) {
+    const t = this.tree;
+    if (t.diff) return diffColour(t.a[i], t.deltaTotal[i]);
+    const key = t.name[i] * 256 + t.kind[i];
+    let c = this.colours.get(key);
+    if (c === undefined) {
+      c = colour(t.names[t.name[i]], t.kinds[t.kind[i]]);
+      this.colours.set(key, c);
+    }
+    return c;
   }
 
   draw() {
-    const root = this.root;
+    const t = this.tree;
     const width = Math.max(200, this.canvas.parentElement.clientWidth - 2);
-    if (!root) {
+    if (!t || t.n === 0) {
       sizeCanvas(this.canvas, width, ROW);
+      this.rects = [];
+      this.namesList.replaceChildren();
       return;
     }
-    const zoom = this.zoom || root;
+    const zoom = this.zoom === null ? 0 : this.zoom;
     const height = (this.depth + 1) * ROW;
     const ctx = sizeCanvas(this.canvas, width, height);
     ctx.clearRect(0, 0, width, height);
@@ -127,38 +245,40 @@ export class FlameGraph {
     this.rects = [];
     const names = new Set();
     const yOf = (d) => (this.icicle ? d * ROW : height - (d + 1) * ROW);
-    // box draws node n at depth d; parent is the index of its parent's box
-    const box = (n, d, x, w, parent) => {
+    // box draws node i at depth d; parent is the index of its parent's box
+    const box = (i, d, x, w, parent) => {
       const y = yOf(d);
-      const hit = this.search && n.kind !== 'root' && this.search.test(n.name);
-      ctx.fillStyle = hit ? '#e040fb' : this.diff ? diffColour(n) : colour(n);
+      ctx.fillStyle = this.hit(i) ? '#e040fb' : this.colour(i);
       ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
-      const label = trimText(ctx, n.name, w - 6);
+      const name = this.name(i);
+      const label = trimText(ctx, name, w - 6);
       if (label) {
         ctx.fillStyle = '#111';
         ctx.fillText(label, x + 3, y + ROW / 2);
       }
-      this.rects.push({ x, y, w, node: n, parent });
-      names.add(n.name);
+      this.rects.push({ x, y, w, node: i, parent });
+      names.add(t.name[i]);
       return this.rects.length - 1;
     };
     // the zoomed frame's ancestors span the whole width
     let parent = -1;
     this.zoomPath.forEach((a, d) => { parent = box(a, d, 0, width, parent); });
-    const scale = width / Math.max(1, this.value(zoom));
-    const walk = (n, d, x, p) => {
-      const w = this.value(n) * scale;
+    const vals = t.diff ? t.a : t.value;
+    const size = t.size;
+    const scale = width / Math.max(1, vals[zoom]);
+    const walk = (i, d, x, p) => {
+      const w = vals[i] * scale;
       if (w < 0.3) return;
-      const i = box(n, d, x, w, p);
+      const b = box(i, d, x, w, p);
       let cx = x;
-      for (const c of n.children || []) {
-        walk(c, d + 1, cx, i);
-        cx += this.value(c) * scale;
+      for (let c = i + 1, end = i + size[i]; c < end; c += size[c]) {
+        walk(c, d + 1, cx, b);
+        cx += vals[c] * scale;
       }
     };
     walk(zoom, this.zoomPath.length, 0, parent);
     // the frame names drawn, as text, for tests and assistive tools
-    const items = [...names].sort().map((name) => {
+    const items = [...names].map((id) => t.names[id]).sort().map((name) => {
       const li = document.createElement('li');
       li.textContent = name;
       return li;
@@ -181,33 +301,39 @@ export class FlameGraph {
   }
 
   move(ev) {
-    const i = this.boxAt(ev);
-    if (i < 0) return hideTooltip();
-    const n = this.rects[i].node;
-    const total = this.total();
-    if (this.diff) {
+    const j = this.boxAt(ev);
+    if (j < 0) return hideTooltip();
+    const i = this.rects[j].node;
+    const t = this.tree;
+    if (t.diff) {
       const sign = (v) => (v > 0 ? '+' + v : String(v));
-      return showTooltip(ev, `${n.name}\n${n.kind}: A ${n.a} (${pct(n.a, this.diff.totalA)}), B ${n.b} (${pct(n.b, this.diff.totalB)})\n` +
-        `delta ${sign(n.deltaTotal)} (self: A ${n.selfA}, B ${n.selfB}, delta ${sign(n.delta)})`);
+      return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${t.a[i]} (${pct(t.a[i], t.totalA)}), B ${t.b[i]} (${pct(t.b[i], t.totalB)})\n` +
+        `delta ${sign(t.deltaTotal[i])} (self: A ${t.selfA[i]}, B ${t.selfB[i]}, delta ${sign(t.delta[i])})`);
     }
-    showTooltip(ev, `${n.name}\n${n.kind}: ${n.value} samples (${pct(n.value, total)}), self ${n.self}`);
+    showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: ${t.value[i]} samples (${pct(t.value[i], this.total())}), self ${t.self[i]}`);
   }
 
   click(ev) {
-    const i = this.boxAt(ev);
-    if (i < 0) return;
+    const j = this.boxAt(ev);
+    if (j < 0) return;
     const path = [];
-    for (let j = i; j >= 0; j = this.rects[j].parent) path.unshift(this.rects[j].node);
-    const n = path.pop();
-    this.zoom = n.kind === 'root' ? null : n;
-    this.zoomPath = this.zoom ? path : [];
+    for (let k = j; k >= 0; k = this.rects[k].parent) path.unshift(this.rects[k].node);
+    const i = path.pop();
+    this.zoom = this.kind(i) === 'root' ? null : i;
+    this.zoomPath = this.zoom === null ? [] : path;
     this.draw();
   }
 }
 
-// maxDepth is the depth of the tree under n (0 for a leaf).
-function maxDepth(n) {
-  let d = 0;
-  for (const c of n.children || []) d = Math.max(d, 1 + maxDepth(c));
-  return d;
+// maxDepth is the depth of the deepest node of a pre-order tree given its
+// subtree sizes (0 for a lone root).
+function maxDepth(size) {
+  const ends = []; // the end of each open ancestor's subtree
+  let deepest = 0;
+  for (let i = 0; i < size.length; i++) {
+    while (ends.length > 0 && ends[ends.length - 1] <= i) ends.pop();
+    deepest = Math.max(deepest, ends.length);
+    ends.push(i + size[i]);
+  }
+  return deepest;
 }
