@@ -2,7 +2,7 @@
 # Every heatscope benchmark; `make bench` runs it as root. Results go to
 # bench/results/ (markdown), from which docs/benchmarks.md is updated.
 #
-#   bench/run.sh            everything (about 20 minutes: the size run records 10 minutes)
+#   bench/run.sh            everything (about 30 minutes: the sampler runs 5 x 2 minutes, then 10 minutes)
 #   QUICK=1 bench/run.sh    skip the 10-minute size run and use a 2-hour synthetic store
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,12 +14,12 @@ machine() { echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') Gi
 echo "== Go benchmarks"
 go test -run '^$' -bench . -benchmem -count 5 ./... | tee "$out/go-bench.txt"
 
-echo "== Sampler vs perf, 30 s"
-{ machine; go run ./bench/sampler -duration 30s; } | tee "$out/sampler-30s.md"
+echo "== Sampler vs perf, 5 runs of 30 s, and the workload's throughput under each"
+{ machine; go run ./bench/sampler -duration 30s -runs 5 -throughput 30s; } | tee "$out/sampler-30s.md"
 
 if [ -z "${QUICK:-}" ]; then
-  echo "== Sampler vs perf, 10 minutes (bytes per sample on disk)"
-  { machine; go run ./bench/sampler -duration 10m; } | tee "$out/sampler-10m.md"
+  echo "== Sampler vs perf, 10 minutes (steady state, bytes per sample on disk)"
+  { machine; go run ./bench/sampler -duration 10m -runs 1; } | tee "$out/sampler-10m.md"
 fi
 
 echo "== Synthetic 64-CPU store"

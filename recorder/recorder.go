@@ -26,14 +26,19 @@ type Recorder struct {
 	sym  *symbolize.Symbolizer
 }
 
-// Open loads kernel symbols and starts the sampler. Without kernel symbols
-// (no CAP_SYSLOG, kptr_restrict) it still records, with kernel frames left
-// as addresses, and logs why.
+// Open loads kernel symbols (from symOpts.KernelCacheDir when it holds
+// them for this boot) and starts the sampler. Without kernel symbols (no
+// CAP_SYSLOG, kptr_restrict) it still records, with kernel frames left as
+// addresses, and logs why.
 func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Recorder, error) {
-	kernel, err := symbolize.LoadKernel(KallsymsPath)
+	cache := symbolize.DefaultKernelCache(symOpts.KernelCacheDir)
+	cache.Kallsyms = KallsymsPath
+	kernel, cached, err := cache.Load()
 	if err != nil {
 		log.Warn("kernel frames will not be symbolized", "err", err)
 		kernel = nil
+	} else {
+		log.Debug("kernel symbols", "from cache", cached, "symbols", kernel.Len())
 	}
 	prof, err := profiler.Open(cfg)
 	if err != nil {

@@ -97,3 +97,22 @@ func BenchmarkLoadKernel(b *testing.B) {
 	}
 	b.ReportMetric(float64(syms), "symbols")
 }
+
+// BenchmarkLoadKernelCached loads the running kernel's symbols from a warm
+// KernelCache, as the agent's start-up does after its first run in a boot.
+func BenchmarkLoadKernelCached(b *testing.B) {
+	c := DefaultKernelCache(b.TempDir())
+	if _, _, err := c.Load(); err != nil {
+		b.Skipf("no kernel symbols to cache: %v", err)
+	}
+	var syms int
+	b.ReportAllocs()
+	for b.Loop() {
+		k, hit, err := c.Load()
+		if err != nil || !hit {
+			b.Fatalf("Load: hit %v, err %v", hit, err)
+		}
+		syms = k.Len()
+	}
+	b.ReportMetric(float64(syms), "symbols")
+}

@@ -24,8 +24,10 @@ var ErrAddressesHidden = errors.New("kernel symbol addresses are all zero: readi
 
 // Kernel resolves kernel addresses with the text symbols of /proc/kallsyms:
 // the kernel image's and those of loaded modules (and BPF programs, which
-// the kernel lists as the module "bpf"). It is immutable and safe for
-// concurrent use. A nil *Kernel resolves every address to an unknown frame.
+// the kernel lists as the module "bpf"). It is safe for concurrent use, and
+// immutable but for the whole of kallsyms that a table read from a
+// KernelCache loads when it first needs it. A nil *Kernel resolves every
+// address to an unknown frame.
 //
 // kallsyms has no symbol sizes: an address belongs to the closest symbol
 // at or below it. Padding symbols ("__pfx_", "__cfi_") are left out. Of
@@ -35,6 +37,12 @@ type Kernel struct {
 	// modules says which module each run of symbols belongs to, sorted by
 	// first; the kernel image's runs have module sample.KernelModule.
 	modules []moduleRun
+
+	// static and dynamic are set on a table read from a KernelCache:
+	// addresses outside the static ranges (sorted) are resolved by
+	// dynamic, the whole of kallsyms read when first needed.
+	static  []addrRange
+	dynamic *dynamicKernel
 }
 
 // moduleRun marks that the symbols from index first on belong to module,
@@ -258,6 +266,9 @@ func (k *Kernel) Resolve(addr uint64) sample.Frame {
 // resolve returns the frame of addr, looking up lookup (addr-1 for return
 // addresses), and whether it was named.
 func (k *Kernel) resolve(addr, lookup uint64) (sample.Frame, bool) {
+	if k != nil && k.dynamic != nil && !k.inStatic(lookup) {
+		return k.dynamic.resolve(addr, lookup)
+	}
 	f := sample.Frame{Module: sample.KernelModule, Address: addr, Kind: sample.KindKernel}
 	i, ok := 0, false
 	if k != nil {

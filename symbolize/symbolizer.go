@@ -30,6 +30,10 @@ type Options struct {
 	// -dbgsym packages install them; "/usr/lib/debug" by default. A
 	// binary without a .symtab takes its symbols from there, as perf does.
 	DebugDir string
+	// KernelCacheDir, when set, is where the kernel's symbols are cached
+	// between runs of the agent (see KernelCache). The Symbolizer itself
+	// does not use it: it is for whoever loads the Kernel it is given.
+	KernelCacheDir string
 }
 
 // Symbolizer turns the raw addresses of samples into frames. It is safe for

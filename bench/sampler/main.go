@@ -1,10 +1,19 @@
 // Command sampler benchmarks heatscope's sampler against perf on the same
-// workload, at the same time: a C program, a Go program and a kernel-heavy
-// dd keep both CPUs busy while `heatscope record` and `perf record -F 99 -a
-// -g` both sample them. It prints a markdown report: samples received
-// against expected, ring-buffer drops, each profiler's CPU time (heatscope's
-// including the BPF program's run time), peak RSS, and the top leaf functions
-// of both side by side.
+// workload, at the same time: one process per CPU, pinned, interleaving two
+// hot functions and one-byte reads of /dev/zero at a fine grain
+// (testdata/mixed.c), keeps every CPU busy while `heatscope record` and
+// `perf record -F 99 -a -g` both sample it. It repeats that -runs times and
+// prints a markdown report: samples received against expected, ring-buffer
+// drops, each profiler's CPU time (heatscope's including the BPF program's
+// run time), peak RSS, the top leaf functions of both side by side, and the
+// medians and spread over the runs.
+//
+// perf record's own CPU time leaves out symbolization, which perf does
+// later in perf report or perf script; the report also gives perf record
+// plus `perf script` (every sample's stack symbolized, as heatscope keeps
+// them). With -throughput it also measures what each profiler costs the
+// workload: the work it completes per second alone, under perf record and
+// under heatscope, one after the other.
 //
 // Run it as root from the repository root: go run ./bench/sampler
 package main
@@ -32,11 +41,13 @@ import (
 )
 
 func main() {
-	duration := flag.Duration("duration", 30*time.Second, "how long both profilers record")
+	duration := flag.Duration("duration", 30*time.Second, "how long both profilers record, per run")
 	frequency := flag.Int("frequency", 99, "sampling frequency in Hz")
+	runs := flag.Int("runs", 3, "how many times to measure")
+	throughput := flag.Duration("throughput", 0, "when not 0, also measure the workload's throughput for this long alone, under perf and under heatscope, in each run")
 	flag.Parse()
 	log.SetFlags(0)
-	if err := run(*duration, *frequency); err != nil {
+	if err := run(*duration, *frequency, *runs, *throughput); err != nil {
 		log.Fatalf("sampler benchmark: %v", err)
 	}
 }
@@ -61,124 +72,320 @@ func must(cmd *exec.Cmd) {
 	}
 }
 
-func run(duration time.Duration, hz int) error {
+// binaries are the programs a run starts.
+type binaries struct {
+	heatscope, mixed, cacheDir string
+}
+
+// result is one run's measurements.
+type result struct {
+	received, dropped    int64
+	expected             float64
+	recorded             float64 // seconds
+	bpfRuns              int64
+	bpfTime              float64 // seconds
+	hs, perf, perfScript usage
+	hsCPU                float64 // agent + BPF, seconds
+	storeBytes           int64
+	perfBytes            int64
+	perfSamples          int
+	hsLeaves, perfLeaves []leaf
+	// hsWorkload and perfWorkload are the leaves of the workload's
+	// samples only (comm "mixed").
+	hsWorkload, perfWorkload []leaf
+	// worstLeaf and worstWorkloadLeaf are the largest differences over
+	// heatscope's top 10, in percentage points.
+	worstLeaf, worstWorkloadLeaf float64
+	// throughput is the workload's cycles per second alone, under perf
+	// record and under heatscope (zero without -throughput).
+	throughput [3]float64
+}
+
+func run(duration time.Duration, hz, runs int, throughput time.Duration) error {
 	dir, err := os.MkdirTemp("", "heatscope-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "heatscope")
-	must(exec.Command("go", "build", "-o", bin, "./cmd/heatscope"))
-	hotc := filepath.Join(dir, "hotc")
-	must(exec.Command("gcc", "-O0", "-fno-omit-frame-pointer", "-o", hotc, "cmd/heatscope/testdata/hotc.c"))
-	hotgo := filepath.Join(dir, "hotgo")
-	must(exec.Command("go", "build", "-o", hotgo, "./cmd/heatscope/testdata/hotgo"))
-
-	var workload []*exec.Cmd
-	for _, args := range [][]string{{hotc}, {hotgo}, {"dd", "if=/dev/zero", "of=/dev/null", "bs=1"}} {
-		c := exec.Command(args[0], args[1:]...)
-		if err := c.Start(); err != nil {
-			return err
-		}
-		workload = append(workload, c)
+	b := binaries{
+		heatscope: filepath.Join(dir, "heatscope"),
+		mixed:     filepath.Join(dir, "mixed"),
+		// Fresh for this benchmark: the first run starts with a cold
+		// kernel symbol cache, the others with a warm one.
+		cacheDir: filepath.Join(dir, "cache"),
 	}
-	defer func() {
-		for _, c := range workload {
-			c.Process.Kill()
-			c.Wait()
+	must(exec.Command("go", "build", "-o", b.heatscope, "./cmd/heatscope"))
+	must(exec.Command("gcc", "-O1", "-fno-omit-frame-pointer", "-o", b.mixed, "bench/sampler/testdata/mixed.c"))
+
+	cpus := runtime.NumCPU()
+	fmt.Printf("## Sampler: heatscope vs perf, %d runs of %v at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, kernelRelease())
+	fmt.Printf("Workload: one `bench/sampler/testdata/mixed.c` per CPU, pinned. Run 1 starts with a cold kernel symbol cache.\n\n")
+	fmt.Printf("| run | samples / expected | drops | heatscope agent CPU | BPF | heatscope incl. BPF, %% of one CPU | peak RSS | perf record CPU | ratio | perf record + perf script CPU | ratio | worst leaf difference: all samples, workload |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var results []result
+	for i := range runs {
+		r, err := measure(b, duration, hz, filepath.Join(dir, fmt.Sprintf("run%d", i)))
+		if err != nil {
+			return fmt.Errorf("run %d: %w", i+1, err)
 		}
-	}()
+		if throughput > 0 {
+			if r.throughput, err = measureThroughput(b, throughput, hz, filepath.Join(dir, fmt.Sprintf("tp%d", i))); err != nil {
+				return fmt.Errorf("run %d: throughput: %w", i+1, err)
+			}
+		}
+		results = append(results, r)
+		fmt.Printf("| %d | %d / %.0f = %.1f%% | %d | %.3f s | %.3f s (%.1f µs/run) | %.3f%% | %.1f MB | %.3f s | %.2f | %.3f s | %.2f | %.2f pp, %.2f pp |\n",
+			i+1, r.received, r.expected, 100*float64(r.received)/r.expected, r.dropped, r.hs.cpu.Seconds(),
+			r.bpfTime, 1e6*r.bpfTime/math.Max(1, float64(r.bpfRuns)), 100*r.hsCPU/r.recorded, float64(r.hs.maxRSS)/1e6,
+			r.perf.cpu.Seconds(), r.hsCPU/r.perf.cpu.Seconds(), (r.perf.cpu + r.perfScript.cpu).Seconds(),
+			r.hsCPU/(r.perf.cpu+r.perfScript.cpu).Seconds(), r.worstLeaf, r.worstWorkloadLeaf)
+	}
+	printSummary(results, throughput)
+	return nil
+}
+
+// printSummary prints the medians and ranges over the runs, the leaf table
+// and the throughput table.
+func printSummary(results []result, throughput time.Duration) {
+	stat := func(f func(r result) float64) string {
+		var v []float64
+		for _, r := range results {
+			v = append(v, f(r))
+		}
+		slices.Sort(v)
+		return fmt.Sprintf("%.3f (%.3f-%.3f)", median(v), v[0], v[len(v)-1])
+	}
+	fmt.Printf("\n### Medians over %d runs (range)\n\n| metric | median (min-max) | target |\n|---|---|---|\n", len(results))
+	fmt.Printf("| samples received / expected, %% | %s | >= 97%% |\n", stat(func(r result) float64 { return 100 * float64(r.received) / r.expected }))
+	fmt.Printf("| ring-buffer drops | %s | 0 |\n", stat(func(r result) float64 { return float64(r.dropped) }))
+	fmt.Printf("| BPF program, %% of one CPU | %s | |\n", stat(func(r result) float64 { return 100 * r.bpfTime / r.recorded }))
+	fmt.Printf("| heatscope CPU incl. BPF, %% of one CPU | %s | <= 0.5%% |\n", stat(func(r result) float64 { return 100 * r.hsCPU / r.recorded }))
+	fmt.Printf("| heatscope peak RSS, MB | %s | <= 60 MB |\n", stat(func(r result) float64 { return float64(r.hs.maxRSS) / 1e6 }))
+	fmt.Printf("| perf record CPU, %% of one CPU | %s | |\n", stat(func(r result) float64 { return 100 * r.perf.cpu.Seconds() / r.recorded }))
+	fmt.Printf("| ratio heatscope / perf record | %s | <= 0.5 |\n", stat(func(r result) float64 { return r.hsCPU / r.perf.cpu.Seconds() }))
+	fmt.Printf("| ratio heatscope / (perf record + perf script) | %s | |\n", stat(func(r result) float64 { return r.hsCPU / (r.perf.cpu + r.perfScript.cpu).Seconds() }))
+	fmt.Printf("| bytes per sample, heatscope data directory | %s | |\n", stat(func(r result) float64 { return float64(r.storeBytes) / float64(r.received) }))
+	fmt.Printf("| bytes per sample, perf.data | %s | |\n", stat(func(r result) float64 { return float64(r.perfBytes) / float64(max(1, r.perfSamples)) }))
+	fmt.Printf("| worst top-10 leaf difference, all samples, pp | %s | <= 2 |\n", stat(func(r result) float64 { return r.worstLeaf }))
+	fmt.Printf("| worst top-10 leaf difference, the workload's samples, pp | %s | <= 2 |\n\n", stat(func(r result) float64 { return r.worstWorkloadLeaf }))
+
+	last := results[len(results)-1]
+	printLeaves("all samples", results, last.hsLeaves, func(r result) ([]leaf, []leaf) { return r.hsLeaves, r.perfLeaves })
+	printLeaves("the workload's samples (comm mixed)", results, last.hsWorkload, func(r result) ([]leaf, []leaf) { return r.hsWorkload, r.perfWorkload })
+	fmt.Printf("perf's own top 10 in the last run, for reference:\n\n| perf leaf | perf |\n|---|---|\n")
+	for _, l := range last.perfLeaves[:min(10, len(last.perfLeaves))] {
+		fmt.Printf("| `%s` | %.2f%% |\n", l.name, l.pct)
+	}
+	printThroughput(results, throughput, stat)
+}
+
+// printLeaves prints heatscope's top-10 leaves of the last run with both
+// profilers' shares: medians over the runs and the worst difference.
+func printLeaves(of string, results []result, top []leaf, leaves func(result) (hs, perf []leaf)) {
+	fmt.Printf("### Top-10 leaf functions, self %% of %s, medians over the runs\n\n", of)
+	fmt.Printf("| heatscope leaf | heatscope | perf | difference, median | difference, worst run |\n|---|---|---|---|---|\n")
+	for _, l := range top[:min(10, len(top))] {
+		var hs, pf, diff []float64
+		worst := 0.0
+		for _, r := range results {
+			rh, rp := leaves(r)
+			h, p := leafShare(rh, l.name), leafShare(rp, l.name)
+			hs, pf, diff = append(hs, h), append(pf, p), append(diff, h-p)
+			worst = math.Max(worst, math.Abs(h-p))
+		}
+		slices.Sort(hs)
+		slices.Sort(pf)
+		slices.Sort(diff)
+		fmt.Printf("| `%s` | %.2f%% | %.2f%% | %+.2f pp | %.2f pp |\n", l.name, median(hs), median(pf), median(diff), worst)
+	}
+	fmt.Println()
+}
+
+// printThroughput prints the workload's throughput without and with each
+// profiler.
+func printThroughput(results []result, throughput time.Duration, stat func(func(result) float64) string) {
+	if throughput > 0 {
+		fmt.Printf("\n### Workload throughput, %v per configuration and run (cycles of mixed.c per second, all CPUs)\n\n", throughput)
+		fmt.Printf("| configuration | median (min-max) | slowdown against none, median |\n|---|---|---|\n")
+		for i, name := range []string{"no profiler", "perf record -F 99 -a -g", "heatscope record"} {
+			var slow []float64
+			for _, r := range results {
+				slow = append(slow, 100*(1-r.throughput[i]/r.throughput[0]))
+			}
+			slices.Sort(slow)
+			fmt.Printf("| %s | %s | %.2f%% |\n", name, stat(func(r result) float64 { return r.throughput[i] }), median(slow))
+		}
+	}
+}
+
+// worstDifference is the largest difference between the two profilers'
+// shares of heatscope's top-10 leaves.
+func worstDifference(hs, perf []leaf) float64 {
+	worst := 0.0
+	for _, l := range hs[:min(10, len(hs))] {
+		worst = math.Max(worst, math.Abs(l.pct-leafShare(perf, l.name)))
+	}
+	return worst
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// startWorkload starts one mixed.c per CPU, pinned to it.
+func startWorkload(mixed string) ([]*exec.Cmd, error) {
+	var procs []*exec.Cmd
+	for cpu := range runtime.NumCPU() {
+		c := exec.Command("taskset", "-c", strconv.Itoa(cpu), mixed)
+		c.Stdout = new(bytes.Buffer)
+		if err := c.Start(); err != nil {
+			stopWorkload(procs)
+			return nil, err
+		}
+		procs = append(procs, c)
+	}
+	return procs, nil
+}
+
+// stopWorkload ends the workload and returns the cycles it completed.
+func stopWorkload(procs []*exec.Cmd) int64 {
+	var cycles int64
+	for _, c := range procs {
+		c.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range procs {
+		c.Wait()
+		n, _ := strconv.ParseInt(strings.TrimSpace(c.Stdout.(*bytes.Buffer).String()), 10, 64)
+		cycles += n
+	}
+	return cycles
+}
+
+func heatscopeCmd(b binaries, duration time.Duration, hz int, data string) *exec.Cmd {
+	return exec.Command(b.heatscope, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
+		"--data", data, "--cache-dir", b.cacheDir, "--bpf-stats", "--progress", "0", "--top", "0")
+}
+
+func perfCmd(duration time.Duration, hz int, out string) *exec.Cmd {
+	return exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "-g", "-o", out,
+		"--", "sleep", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
+}
+
+// measure runs both profilers at once on the workload.
+func measure(b binaries, duration time.Duration, hz int, dir string) (result, error) {
+	var r result
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return r, err
+	}
+	workload, err := startWorkload(b.mixed)
+	if err != nil {
+		return r, err
+	}
+	defer stopWorkload(workload)
 	time.Sleep(time.Second)
 
 	hsOut := filepath.Join(dir, "heatscope.pb.gz")
 	hsData := filepath.Join(dir, "data")
 	// The agent runs as deployed: recording into its data directory only.
 	// Its profile for the leaf comparison is exported afterwards.
-	hs := exec.Command(bin, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
-		"--data", hsData, "--bpf-stats", "--progress", "0", "--top", "0")
+	hs := heatscopeCmd(b, duration, hz, hsData)
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
 	perfData := filepath.Join(dir, "perf.data")
-	perf := exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "-g", "-o", perfData,
-		"--", "sleep", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
+	perf := perfCmd(duration, hz, perfData)
 	var perfErr bytes.Buffer
 	perf.Stderr = &perfErr
 	if err := hs.Start(); err != nil {
-		return err
+		return r, err
 	}
 	if err := perf.Start(); err != nil {
-		return err
+		return r, err
 	}
 	if err := hs.Wait(); err != nil {
-		return fmt.Errorf("heatscope record: %v\n%s", err, hsErr.String())
+		return r, fmt.Errorf("heatscope record: %v\n%s", err, hsErr.String())
 	}
 	if err := perf.Wait(); err != nil {
-		return fmt.Errorf("perf record: %v\n%s", err, perfErr.String())
+		return r, fmt.Errorf("perf record: %v\n%s", err, perfErr.String())
 	}
-	hsUse, perfUse := usageOf(hs.ProcessState), usageOf(perf.ProcessState)
-	must(exec.Command(bin, "export", "--data", hsData, "--idle", "include", "-o", hsOut))
+	stopWorkload(workload)
+	r.hs, r.perf = usageOf(hs.ProcessState), usageOf(perf.ProcessState)
+	must(exec.Command(b.heatscope, "export", "--data", hsData, "--idle", "include", "-o", hsOut))
 
 	summary := hsErr.String()
-	received := intAfter(summary, `recorded [0-9.]+s: (\d+) samples`)
-	dropped := intAfter(summary, `(\d+) dropped`)
-	bpfRuns := intAfter(summary, `BPF program: (\d+) runs`)
-	bpfTime := floatAfter(summary, `runs, ([0-9.]+)s`)
-	recorded := floatAfter(summary, `recorded ([0-9.]+)s`)
+	r.received = intAfter(summary, `recorded [0-9.]+s: (\d+) samples`)
+	r.dropped = intAfter(summary, `(\d+) dropped`)
+	r.bpfRuns = intAfter(summary, `BPF program: (\d+) runs`)
+	r.bpfTime = floatAfter(summary, `runs, ([0-9.]+)s`)
+	r.recorded = floatAfter(summary, `recorded ([0-9.]+)s`)
+	r.expected = duration.Seconds() * float64(hz) * float64(runtime.NumCPU())
+	r.hsCPU = r.hs.cpu.Seconds() + r.bpfTime
 
-	hsLeaves, err := heatscopeLeaves(hsOut)
-	if err != nil {
-		return err
+	if r.hsLeaves, err = heatscopeLeaves(hsOut, ""); err != nil {
+		return r, err
 	}
-	perfLeaves, err := perfLeaves(perfData)
-	if err != nil {
-		return err
+	if r.perfLeaves, err = perfLeaves(perfData, ""); err != nil {
+		return r, err
 	}
+	if r.hsWorkload, err = heatscopeLeaves(hsOut, "mixed"); err != nil {
+		return r, err
+	}
+	if r.perfWorkload, err = perfLeaves(perfData, "mixed"); err != nil {
+		return r, err
+	}
+	r.worstLeaf, r.worstWorkloadLeaf = worstDifference(r.hsLeaves, r.perfLeaves), worstDifference(r.hsWorkload, r.perfWorkload)
+	if r.storeBytes, err = dirSize(hsData); err != nil {
+		return r, err
+	}
+	info, err := os.Stat(perfData)
+	if err != nil {
+		return r, err
+	}
+	r.perfBytes = info.Size()
+	r.perfSamples, r.perfScript, err = perfScript(perfData)
+	return r, err
+}
 
-	cpus := runtime.NumCPU()
-	expected := duration.Seconds() * float64(hz) * float64(cpus)
-	hsCPU := hsUse.cpu.Seconds() + bpfTime
-	fmt.Printf("## Sampler: heatscope vs perf, %v at %d Hz on %d busy CPUs (kernel %s)\n\n", duration, hz, cpus, kernelRelease())
-	fmt.Printf("| metric | value | target |\n|---|---|---|\n")
-	fmt.Printf("| samples received / expected | %d / %.0f = %.1f%% | >= 97%% |\n", received, expected, 100*float64(received)/expected)
-	fmt.Printf("| ring-buffer drops | %d | 0 |\n", dropped)
-	fmt.Printf("| heatscope agent CPU (user+sys) | %.3f s | |\n", hsUse.cpu.Seconds())
-	fmt.Printf("| BPF program run time | %.3f s (%d runs, %.1f µs/run) | |\n", bpfTime, bpfRuns, 1e6*bpfTime/math.Max(1, float64(bpfRuns)))
-	fmt.Printf("| heatscope CPU incl. BPF, %% of one CPU | %.3f%% | <= 0.5%% |\n", 100*hsCPU/recorded)
-	fmt.Printf("| heatscope peak RSS | %.1f MB | <= 60 MB |\n", float64(hsUse.maxRSS)/1e6)
-	fmt.Printf("| perf record CPU (user+sys), %% of one CPU | %.3f s, %.3f%% | |\n", perfUse.cpu.Seconds(), 100*perfUse.cpu.Seconds()/duration.Seconds())
-	fmt.Printf("| perf record peak RSS | %.1f MB | |\n", float64(perfUse.maxRSS)/1e6)
-	fmt.Printf("| CPU ratio heatscope (incl. BPF) / perf | %.2f | <= 0.5 |\n\n", hsCPU/perfUse.cpu.Seconds())
-
-	storeBytes, err := dirSize(hsData)
-	if err != nil {
-		return err
+// measureThroughput runs the workload for d alone, under perf record and
+// under heatscope record, and returns its cycles per second in each.
+func measureThroughput(b binaries, d time.Duration, hz int, dir string) ([3]float64, error) {
+	var out [3]float64
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return out, err
 	}
-	perfInfo, err := os.Stat(perfData)
-	if err != nil {
-		return err
+	for i := range out {
+		workload, err := startWorkload(b.mixed)
+		if err != nil {
+			return out, err
+		}
+		var prof *exec.Cmd
+		switch i {
+		case 1:
+			prof = perfCmd(d, hz, filepath.Join(dir, "perf.data"))
+		case 2:
+			prof = heatscopeCmd(b, d, hz, filepath.Join(dir, "data"))
+		}
+		start := time.Now()
+		if prof != nil {
+			if err := prof.Start(); err != nil {
+				stopWorkload(workload)
+				return out, err
+			}
+		}
+		time.Sleep(d)
+		cycles := stopWorkload(workload)
+		elapsed := time.Since(start)
+		if prof != nil {
+			if err := prof.Wait(); err != nil {
+				return out, fmt.Errorf("%s: %w", prof.Args[0], err)
+			}
+		}
+		out[i] = float64(cycles) / elapsed.Seconds()
 	}
-	perfSamples, err := perfSampleCount(perfData)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("### On disk\n\n| recorder | bytes | samples | bytes/sample |\n|---|---|---|---|\n")
-	fmt.Printf("| heatscope data directory | %d | %d | %.2f |\n", storeBytes, received, float64(storeBytes)/float64(received))
-	fmt.Printf("| perf record -g perf.data | %d | %d | %.1f |\n\n", perfInfo.Size(), perfSamples, float64(perfInfo.Size())/float64(perfSamples))
-
-	fmt.Printf("### Top-10 leaf functions (self %% of all samples)\n\n")
-	fmt.Printf("| heatscope leaf | heatscope | perf | difference |\n|---|---|---|---|\n")
-	worst := 0.0
-	for _, l := range hsLeaves[:min(10, len(hsLeaves))] {
-		p := perfLeafShare(perfLeaves, l.name)
-		worst = math.Max(worst, math.Abs(l.pct-p))
-		fmt.Printf("| `%s` | %.2f%% | %.2f%% | %+.2f pp |\n", l.name, l.pct, p, l.pct-p)
-	}
-	fmt.Printf("\nLargest difference: %.2f percentage points (target <= 2).\n\n", worst)
-	fmt.Printf("perf's own top 10 for reference:\n\n| perf leaf | perf |\n|---|---|\n")
-	for _, l := range perfLeaves[:min(10, len(perfLeaves))] {
-		fmt.Printf("| `%s` | %.2f%% |\n", l.name, l.pct)
-	}
-	return nil
+	return out, nil
 }
 
 // dirSize adds up the sizes of the files under dir.
@@ -200,13 +407,18 @@ func dirSize(dir string) (int64, error) {
 	return total, err
 }
 
-// perfSampleCount counts the samples in a perf.data file.
-func perfSampleCount(path string) (int, error) {
-	out, err := exec.Command("perf", "script", "-i", path, "-F", "time").Output()
-	if err != nil {
-		return 0, fmt.Errorf("perf script: %w", err)
+// perfScript symbolizes every sample of a perf.data file with perf script
+// (stacks included, as heatscope keeps them) and returns the sample count
+// and what perf script cost.
+func perfScript(path string) (int, usage, error) {
+	cmd := exec.Command("perf", "script", "-i", path, "-F", "comm,pid,tid,cpu,time,ip,sym,dso")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return 0, usage{}, fmt.Errorf("perf script: %w", err)
 	}
-	return bytes.Count(out, []byte("\n")), nil
+	// Each sample is a header line, its frames and a blank line.
+	return bytes.Count(out.Bytes(), []byte("\n\n")), usageOf(cmd.ProcessState), nil
 }
 
 type leaf struct {
@@ -214,7 +426,9 @@ type leaf struct {
 	pct  float64
 }
 
-func heatscopeLeaves(path string) ([]leaf, error) {
+// heatscopeLeaves reads the leaf shares of an exported profile: of every
+// sample, or with comm set of that command's only.
+func heatscopeLeaves(path, comm string) ([]leaf, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -227,6 +441,9 @@ func heatscopeLeaves(path string) ([]leaf, error) {
 	counts := map[string]int64{}
 	var total int64
 	for _, s := range p.Sample {
+		if comm != "" && (len(s.Label["comm"]) == 0 || s.Label["comm"][0] != comm) {
+			continue
+		}
 		total += s.Value[0]
 		name := "[no frames]"
 		if len(s.Location) > 0 && len(s.Location[0].Line) > 0 {
@@ -237,10 +454,14 @@ func heatscopeLeaves(path string) ([]leaf, error) {
 	return sortLeaves(counts, total), nil
 }
 
-// perfLeaves reads `perf report --no-children` leaf percentages.
-func perfLeaves(path string) ([]leaf, error) {
-	out, err := exec.Command("perf", "report", "-i", path, "--no-children", "--sort", "sym",
-		"--stdio", "-g", "none", "--percent-limit", "0.01").Output()
+// perfLeaves reads `perf report --no-children` leaf percentages: of every
+// sample, or with comm set of that command's only.
+func perfLeaves(path, comm string) ([]leaf, error) {
+	args := []string{"report", "-i", path, "--no-children", "--sort", "sym", "--stdio", "-g", "none", "--percent-limit", "0.01"}
+	if comm != "" {
+		args = append(args, "--comms", comm, "--percentage", "relative")
+	}
+	out, err := exec.Command("perf", args...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("perf report: %w", err)
 	}
@@ -256,9 +477,9 @@ func perfLeaves(path string) ([]leaf, error) {
 	return leaves, nil
 }
 
-// perfLeafShare finds name in perf's leaves; perf shows unresolved user
+// leafShare finds name in a profiler's leaves; perf shows unresolved user
 // frames as hex addresses where heatscope shows [module+0xoffset].
-func perfLeafShare(leaves []leaf, name string) float64 {
+func leafShare(leaves []leaf, name string) float64 {
 	for _, l := range leaves {
 		if l.name == name {
 			return l.pct

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +45,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	top := fs.Int("top", 0, "when done, print this many top functions by self samples (keeps the run's profile in memory: for bounded runs)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
+	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols are cached between runs ('' for no cache)")
+	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	ef := addEventFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -87,6 +91,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *procs < 1 {
+		return usageError{fmt.Errorf("--gomaxprocs %d: want at least 1", *procs)}
+	}
 	if *data == "" && *output == "" {
 		return usageError{errors.New("nothing to write: give --data or --output")}
 	}
@@ -109,7 +116,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer db.Close()
 	}
 
-	rec, err := recorder.Open(cfg, symbolize.Options{}, slog.Default())
+	// With one P the runtime never wakes a second thread to look for work
+	// when the poll loop's timer fires (docs/design.md).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
+	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *cacheDir}, slog.Default())
 	if err != nil {
 		return err
 	}
@@ -196,6 +206,16 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		printTop(stdout, profileio.TopFunctions(prof), *top)
 	}
 	return nil
+}
+
+// defaultCacheDir is the user's cache directory for heatscope, or "" when
+// there is none (no $HOME or $XDG_CACHE_HOME).
+func defaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "heatscope")
 }
 
 func parsePIDs(s string) ([]uint32, error) {
