@@ -212,4 +212,3 @@ func removeCgroupTree(t *testing.T, base string) {
 		}
 	}
 }
-
