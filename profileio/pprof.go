@@ -15,7 +15,10 @@ import (
 // PprofBuilder aggregates samples into a pprof profile as they arrive, so its
 // memory grows with the number of distinct stacks, not with the recording's
 // length. Sample types are samples/count and cpu/nanoseconds; each sample
-// carries the labels comm, pid and tid and the numeric label cpu (unit "cpu"). Kernel
+// carries the labels comm, pid and tid and the numeric label cpu (unit "cpu"),
+// and, for samples with container metadata, the labels cgroup, container_id,
+// container_runtime, container, pod, pod_uid, namespace and qos (those
+// known). Kernel
 // frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
 // mappings with build ids. Frames are already symbolized, so every mapping is
 // marked as having functions and pprof does not try to symbolize again.
@@ -85,6 +88,10 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 	key = binary.AppendUvarint(key, uint64(s.PID))
 	key = binary.AppendUvarint(key, uint64(s.TID))
 	key = binary.AppendUvarint(key, uint64(s.CPU))
+	labels := containerLabels(s.Container)
+	for _, l := range labels {
+		key = append(append(key, l.value...), 0)
+	}
 	if b.keepTimes {
 		key = binary.AppendVarint(key, s.Time)
 	}
@@ -107,12 +114,29 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 		// whose value is 0 when it has no unit.
 		NumUnit: map[string][]string{"cpu": {"cpu"}},
 	}
+	for _, l := range labels {
+		if l.value != "" {
+			ps.Label[l.name] = []string{l.value}
+		}
+	}
 	if b.keepTimes {
 		ps.NumLabel[timestampLabel] = []int64{s.Time}
 		ps.NumUnit[timestampLabel] = []string{"nanoseconds"}
 	}
 	b.samples[string(key)] = ps
 	b.prof.Sample = append(b.prof.Sample, ps)
+}
+
+type label struct{ name, value string }
+
+// containerLabels lists a sample's container metadata as pprof labels
+// (empty values are left out of the profile). Nil has none.
+func containerLabels(c *sample.Container) []label {
+	if c == nil {
+		return nil
+	}
+	return []label{{"cgroup", c.Cgroup}, {"container_id", c.ID}, {"container_runtime", c.Runtime},
+		{"container", c.Name}, {"pod", c.Pod}, {"pod_uid", c.PodUID}, {"namespace", c.Namespace}, {"qos", c.QoS}}
 }
 
 func (b *PprofBuilder) location(f *sample.Frame) *profile.Location {

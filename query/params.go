@@ -94,13 +94,16 @@ const MaxCPU = 65535
 
 // FilterParams are the names of the filter parameters, the same as flags
 // and as URL query parameters.
-var FilterParams = []string{"source", "comm", "pid", "tid", "cpu", "cgroup", "frame", "stack", "idle"}
+var FilterParams = []string{"source", "comm", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos", "frame", "stack", "idle"}
 
 // ParseFilter builds a filter from parameters looked up by name (missing
 // ones are ""). comm is an exact command name, or a regular expression when
 // it starts with "~" ("~^kube"); pid, tid, cpu and cgroup are comma
 // separated lists (cpu also takes ranges, "0-3,8"; cgroup also takes a
-// cgroup v2 path on this host); frame is a regular expression matched
+// cgroup v2 path on this host); container (names or ids, ids maybe
+// shortened), pod (names or UIDs), namespace and qos (guaranteed,
+// burstable, besteffort) are comma separated lists matched against the
+// samples' container metadata; frame is a regular expression matched
 // against function names; stack is all, kernel or user; idle is exclude
 // (the default) or include.
 func ParseFilter(get func(name string) string) (store.Filter, error) {
@@ -145,6 +148,19 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 			f.Cgroups = append(f.Cgroups, id)
 		}
 	}
+	for _, l := range []struct {
+		param string
+		to    *[]string
+	}{{"container", &f.Containers}, {"pod", &f.Pods}, {"namespace", &f.Namespaces}, {"qos", &f.QoS}} {
+		if *l.to, err = parseNames(l.param, get(l.param)); err != nil {
+			return f, err
+		}
+	}
+	for _, q := range f.QoS {
+		if !slices.Contains([]string{"guaranteed", "burstable", "besteffort"}, q) {
+			return f, paramErr("qos", "%q: want guaranteed, burstable or besteffort", q)
+		}
+	}
 	if v := get("frame"); v != "" {
 		re, err := regexp.Compile(v)
 		if err != nil {
@@ -169,6 +185,33 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 		return f, paramErr("idle", "%q: want exclude or include", v)
 	}
 	return f, nil
+}
+
+// maxNameLen is the longest Kubernetes name (a DNS subdomain).
+const maxNameLen = 253
+
+// parseNames splits a comma separated list of Kubernetes names, UIDs or
+// container ids: letters, digits, '-', '.' and '_', at most maxNameLen
+// characters each.
+func parseNames(param, v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	names := strings.Split(v, ",")
+	for _, n := range names {
+		if n == "" {
+			return nil, paramErr(param, "an empty name in %q", v)
+		}
+		if len(n) > maxNameLen {
+			return nil, paramErr(param, "a name of %d characters, at most %d", len(n), maxNameLen)
+		}
+		for _, c := range n {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+				return nil, paramErr(param, "%q: names hold only letters, digits, '-', '.' and '_'", n)
+			}
+		}
+	}
+	return names, nil
 }
 
 func parseIDs(param, v string) ([]uint32, error) {

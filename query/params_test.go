@@ -2,6 +2,8 @@ package query
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,9 +46,21 @@ func TestParseFilter(t *testing.T) {
 		f.Frame == nil || f.Stack != store.KernelFrames || !f.IncludeIdle || len(f.Sources) != 2 {
 		t.Fatalf("filter %+v", f)
 	}
+	labels := map[string]string{"container": "cart,9f3ac9d2a4b1", "pod": "cart-7d9f,5f1b3a9e-2c4d-4e6f-8a0b-1c2d3e4f5a6b",
+		"namespace": "shop", "qos": "burstable,besteffort"}
+	f, err = ParseFilter(func(n string) string { return labels[n] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.Containers, []string{"cart", "9f3ac9d2a4b1"}) || !slices.Equal(f.Pods, []string{"cart-7d9f", "5f1b3a9e-2c4d-4e6f-8a0b-1c2d3e4f5a6b"}) ||
+		!slices.Equal(f.Namespaces, []string{"shop"}) || !slices.Equal(f.QoS, []string{"burstable", "besteffort"}) {
+		t.Fatalf("container filter %+v", f)
+	}
 	for _, tc := range []struct{ param, bad string }{
 		{"comm", "~("}, {"pid", "x"}, {"tid", "-1"}, {"cpu", "3-1"}, {"cpu", "4000000000"}, {"frame", "["},
 		{"stack", "both"}, {"idle", "yes"}, {"cgroup", "/no/such/cgroup"},
+		{"container", "a,,b"}, {"container", "<script>"}, {"pod", "a b"}, {"pod", strings.Repeat("p", 254)},
+		{"namespace", "kube-system,"}, {"namespace", "ns/x"}, {"qos", "gold"}, {"qos", "burstable,Burstable"},
 	} {
 		param, bad := tc.param, tc.bad
 		_, err := ParseFilter(func(n string) string {

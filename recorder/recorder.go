@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
@@ -22,8 +23,9 @@ const KallsymsPath = "/proc/kallsyms"
 
 // Recorder samples every CPU and symbolizes what it samples.
 type Recorder struct {
-	prof *profiler.Profiler
-	sym  *symbolize.Symbolizer
+	prof       *profiler.Profiler
+	sym        *symbolize.Symbolizer
+	containers *container.Resolver
 }
 
 // Open loads kernel symbols (from symOpts.KernelCacheDir when it holds
@@ -47,6 +49,10 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 	return &Recorder{prof: prof, sym: symbolize.New(kernel, symOpts)}, nil
 }
 
+// LabelContainers makes Run label each sample with its cgroup's container
+// metadata from res (nil: no labels). Call it before Run; Run then owns res.
+func (r *Recorder) LabelContainers(res *container.Resolver) { r.containers = res }
+
 // Run records until ctx is done, then drains the sampler and returns. The
 // sample passed to sink is reused after sink returns: copy what you keep
 // (its Stack slice is freshly allocated for each sample and may be kept).
@@ -62,6 +68,9 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			Comm:     rec.Comm,
 			CgroupID: rec.CgroupID,
 			Stack:    r.sym.Symbolize(rec.PID, rec.Kernel, rec.User),
+		}
+		if r.containers != nil {
+			s.Container = r.containers.Lookup(rec.CgroupID)
 		}
 		sink(&s)
 	})

@@ -78,6 +78,29 @@ type Sample struct {
 	Comm string
 	// CgroupID is the id of the thread's cgroup (v2), 0 when unknown.
 	CgroupID uint64
+	// Container is what the cgroup's path says about the container the
+	// thread ran in; nil when unknown. Samples of one cgroup share it:
+	// treat it as read-only.
+	Container *Container
 	// Stack holds the frames, leaf first: kernel frames before user frames.
 	Stack []Frame
+}
+
+// Container is what is known of the cgroup a sample ran in: its path and,
+// when it is a container's, the container's identity. Fields not known are
+// empty.
+type Container struct {
+	// Cgroup is the cgroup's path below the cgroup v2 mount ("/kubepods.slice/...").
+	Cgroup string
+	// ID is the container id (64 hex digits).
+	ID string
+	// Runtime is "containerd", "cri-o", "docker" or "podman".
+	Runtime string
+	// PodUID is the Kubernetes pod's UID.
+	PodUID string
+	// QoS is the pod's QoS class: "guaranteed", "burstable" or "besteffort".
+	QoS string
+	// Namespace, Pod and Name are the pod's namespace and name and the
+	// container's name in the pod spec.
+	Namespace, Pod, Name string
 }

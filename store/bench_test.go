@@ -11,8 +11,14 @@ import (
 // BenchmarkAppend measures ingest: decoded samples pushed into the WAL and
 // the head on one goroutine (head cuts write blocks in the background, as
 // in the recorder). Reported as samples per second.
-func BenchmarkAppend(b *testing.B) {
-	g := synth.New(synth.Config{CPUs: 64, Hz: 99, Start: time.Now().UnixNano(), Seconds: 60, Stacks: 5000})
+func BenchmarkAppend(b *testing.B) { benchmarkAppend(b, false) }
+
+// BenchmarkAppendContainers is BenchmarkAppend with container metadata on
+// most samples.
+func BenchmarkAppendContainers(b *testing.B) { benchmarkAppend(b, true) }
+
+func benchmarkAppend(b *testing.B, containers bool) {
+	g := synth.New(synth.Config{CPUs: 64, Hz: 99, Start: time.Now().UnixNano(), Seconds: 60, Stacks: 5000, Containers: containers})
 	var samples []sample.Sample
 	var s sample.Sample
 	for g.Next(&s) {

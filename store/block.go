@@ -15,8 +15,10 @@ import (
 	"time"
 )
 
-// FormatVersion is the version of the block format in FORMAT.md.
-const FormatVersion = 1
+// FormatVersion is the version of the block format in FORMAT.md that
+// this heatscope writes. It reads version 1 too: version 2 only adds the
+// cgroups section.
+const FormatVersion = 2
 
 const (
 	blockMagic   = "HSBLOCK1"
@@ -41,7 +43,11 @@ const (
 	sectionThreads
 	sectionChunks
 	sectionSummary
-	numSections = sectionSummary
+	sectionCgroups
+	numSections = sectionCgroups
+	// numSectionsV1 is the number of sections of a version 1 block (no
+	// cgroups).
+	numSectionsV1 = sectionSummary
 )
 
 // Meta is a block's meta.json.
@@ -346,6 +352,7 @@ func (w *blockWriter) finish() error {
 		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.thread, b.thread))
 	})
 	sections[sectionSummary] = w.d.section(encodeSummary(entries))
+	sections[sectionCgroups] = w.d.section(encodeCgroups(t))
 
 	toc := make([]byte, 0, numSections*21)
 	for kind := 1; kind <= numSections; kind++ {
@@ -450,6 +457,17 @@ func encodeThreads(t *Table) []byte {
 		b = binary.AppendUvarint(b, uint64(th.TID))
 		b = binary.AppendUvarint(b, uint64(th.Comm))
 		b = binary.AppendUvarint(b, th.Cgroup)
+	}
+	return b
+}
+
+func encodeCgroups(t *Table) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(t.Cgroups)))
+	for _, c := range t.Cgroups {
+		b = binary.AppendUvarint(b, c.ID)
+		for _, s := range []uint32{c.Path, c.ContainerID, c.Runtime, c.PodUID, c.QoS, c.Namespace, c.Pod, c.Container} {
+			b = binary.AppendUvarint(b, uint64(s))
+		}
 	}
 	return b
 }

@@ -52,11 +52,12 @@ func sortSamples(s []sample.Sample) {
 
 func equalSamples(a, b sample.Sample) bool {
 	return a.Time == b.Time && a.CPU == b.CPU && a.PID == b.PID && a.TID == b.TID && a.Comm == b.Comm &&
-		a.CgroupID == b.CgroupID && slices.Equal(a.Stack, b.Stack)
+		a.CgroupID == b.CgroupID && slices.Equal(a.Stack, b.Stack) &&
+		(a.Container == nil) == (b.Container == nil) && (a.Container == nil || *a.Container == *b.Container)
 }
 
 func TestBlockRoundTrip(t *testing.T) {
-	tab, want := synthTable(t, synth.Config{CPUs: 8, Hz: 99, Start: 1_700_000_000_000_000_000, Seconds: 90, Stacks: 500})
+	tab, want := synthTable(t, synth.Config{CPUs: 8, Hz: 99, Start: 1_700_000_000_000_000_000, Seconds: 90, Stacks: 500, Containers: true})
 	dir := t.TempDir()
 	meta, err := writeBlock(dir, Meta{Source: "host"}, tab)
 	if err != nil {
@@ -101,7 +102,7 @@ func TestBlockRoundTrip(t *testing.T) {
 // damaged block must fail to open or fail on the chunk it damaged, never
 // panic or return wrong samples silently.
 func TestBlockCorruption(t *testing.T) {
-	tab, _ := synthTable(t, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 5, Stacks: 50})
+	tab, _ := synthTable(t, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 5, Stacks: 50, Containers: true})
 	dir := t.TempDir()
 	meta, err := writeBlock(dir, Meta{Source: "host"}, tab)
 	if err != nil {

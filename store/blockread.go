@@ -17,11 +17,12 @@ type Block struct {
 	Dir  string
 	Meta Meta
 
-	file    *os.File
-	tables  *Table // strings, frames, stacks and threads; no samples
-	chunks  []chunkRef
-	summary []summaryEntry
-	idle    idleMasks
+	file      *os.File
+	tocOffset int64
+	tables    *Table // strings, frames, stacks, threads and cgroups; no samples
+	chunks    []chunkRef
+	summary   []summaryEntry
+	idle      idleMasks
 }
 
 // idleMasks marks idle stacks and idle threads of a table.
@@ -46,8 +47,8 @@ func openBlockFiles(dir string) (*Block, error) {
 	if err := json.Unmarshal(mb, &b.Meta); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errCorrupt, metaFile, err)
 	}
-	if b.Meta.Version != FormatVersion {
-		return nil, fmt.Errorf("%s: format version %d, this heatscope reads %d", metaFile, b.Meta.Version, FormatVersion)
+	if b.Meta.Version != 1 && b.Meta.Version != FormatVersion {
+		return nil, fmt.Errorf("%s: format version %d, this heatscope reads 1 to %d", metaFile, b.Meta.Version, FormatVersion)
 	}
 	f, err := os.Open(filepath.Join(dir, dataFile))
 	if err != nil {
@@ -81,9 +82,13 @@ func (b *Block) load(f *os.File) error {
 	if string(head) != blockMagic || string(trailer[16:]) != trailerMagic {
 		return fmt.Errorf("%w: bad magic (truncated?)", errCorrupt)
 	}
+	sections := numSections
+	if b.Meta.Version == 1 {
+		sections = numSectionsV1
+	}
 	tocOffset := int64(binary.LittleEndian.Uint64(trailer))
 	tocLen := int64(binary.LittleEndian.Uint32(trailer[8:]))
-	if tocOffset < 0 || tocLen != numSections*21 || tocOffset+tocLen != size-trailerSize {
+	if tocOffset < 0 || tocLen != int64(sections)*21 || tocOffset+tocLen != size-trailerSize {
 		return fmt.Errorf("%w: bad table of contents position", errCorrupt)
 	}
 	toc := make([]byte, tocLen)
@@ -94,7 +99,7 @@ func (b *Block) load(f *os.File) error {
 		return fmt.Errorf("%w: table of contents CRC mismatch", errCorrupt)
 	}
 	var raw [numSections + 1][]byte
-	for i := range numSections {
+	for i := range sections {
 		e := toc[i*21:]
 		kind := int(e[0])
 		s := section{offset: int64(binary.LittleEndian.Uint64(e[1:])), stored: binary.LittleEndian.Uint32(e[9:]),
@@ -110,7 +115,7 @@ func (b *Block) load(f *os.File) error {
 	if err != nil {
 		return err
 	}
-	b.tables = t
+	b.tables, b.tocOffset = t, tocOffset
 	if b.chunks, err = decodeChunkIndex(raw[sectionChunks], tocOffset); err != nil {
 		return err
 	}
@@ -194,7 +199,43 @@ func decodeTables(raw [numSections + 1][]byte) (*Table, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("threads: %w", r.err)
 	}
+	if err := decodeCgroups(raw[sectionCgroups], t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// decodeCgroups reads the cgroups section (absent, nil, in version 1) and
+// sets each thread's Meta from its cgroup id.
+func decodeCgroups(raw []byte, t *Table) error {
+	if raw == nil {
+		return nil
+	}
+	r := &reader{b: raw}
+	ns := uint64(len(t.Strings))
+	t.Cgroups = make([]Cgroup, r.count("cgroups", 9))
+	index := make(map[uint64]uint32, len(t.Cgroups))
+	for i := range t.Cgroups {
+		c := &t.Cgroups[i]
+		c.ID = r.uvarint("cgroup id")
+		for _, s := range []*uint32{&c.Path, &c.ContainerID, &c.Runtime, &c.PodUID, &c.QoS, &c.Namespace, &c.Pod, &c.Container} {
+			*s = r.u32("cgroup string", ns)
+		}
+		if r.err != nil {
+			break
+		}
+		if _, dup := index[c.ID]; dup {
+			return fmt.Errorf("cgroups: %w: cgroup %d listed twice", errCorrupt, c.ID)
+		}
+		index[c.ID] = uint32(i + 1)
+	}
+	if r.err != nil {
+		return fmt.Errorf("cgroups: %w", r.err)
+	}
+	for i := range t.Threads {
+		t.Threads[i].Meta = index[t.Threads[i].Cgroup]
+	}
+	return nil
 }
 
 func (r *reader) bytes1() byte {
@@ -247,8 +288,7 @@ func decodeSummary(raw []byte, threads int) ([]summaryEntry, error) {
 // readChunk reads chunk i into a Table that shares the block's tables.
 func (b *Block) readChunk(i int) (*Table, error) {
 	c := b.chunks[i]
-	tocOffset := b.Meta.Bytes - trailerSize - numSections*21
-	raw, err := readSection(b.file, c.section, tocOffset)
+	raw, err := readSection(b.file, c.section, b.tocOffset)
 	if err != nil {
 		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
 	}

@@ -80,7 +80,7 @@ func TestRoundTripThroughHeadWALAndBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().Add(-2 * time.Minute).UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 4, Hz: 99, Start: now, Seconds: 100, Stacks: 300})
+	want := appendSynth(t, db, synth.Config{CPUs: 4, Hz: 99, Start: now, Seconds: 100, Stacks: 300, Containers: true})
 	// Some samples are in blocks already, the rest in the head: both answer.
 	sameSamples(t, all(t, db, Filter{}), want)
 	if st := db.Stats(); st.Cuts < 2 {
@@ -130,7 +130,7 @@ func TestCompactionKeepsEverySample(t *testing.T) {
 	}
 	defer db.Close()
 	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 700, Stacks: 200})
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 700, Stacks: 200, Containers: true})
 	db.mu.Lock()
 	db.cutLocked()
 	db.mu.Unlock()
@@ -247,7 +247,7 @@ func TestTornWALTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now().UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 10, Stacks: 50})
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 10, Stacks: 50, Containers: true})
 	db.Flush()
 	appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start + 20e9, Seconds: 1, Stacks: 50})
 	db.Flush()

@@ -3,6 +3,7 @@ package store
 import (
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -34,6 +35,16 @@ type Filter struct {
 	CPUs []uint32
 	// Cgroups keeps samples of these cgroup ids.
 	Cgroups []uint64
+	// Containers keeps samples of containers with one of these names or
+	// ids (an id may be shortened to a prefix, as "docker ps" shows it).
+	Containers []string
+	// Pods keeps samples of pods with one of these names or UIDs.
+	Pods []string
+	// Namespaces keeps samples of pods in these Kubernetes namespaces.
+	Namespaces []string
+	// QoS keeps samples of pods of these QoS classes ("guaranteed",
+	// "burstable", "besteffort").
+	QoS []string
 	// Frame keeps samples with any frame whose function matches.
 	Frame *regexp.Regexp
 	// Stack keeps kernel or user frames only.
@@ -70,7 +81,7 @@ func compile(f *Filter, t *Table, idle *idleMasks) *compiled {
 	c := &compiled{f: f}
 	c.threadOK = make([]bool, len(t.Threads))
 	for i, th := range t.Threads {
-		c.threadOK[i] = f.keepsThread(th, t.Strings[th.Comm])
+		c.threadOK[i] = f.keepsThread(th, t)
 	}
 	if idle != nil {
 		c.idleThread, c.idleStack = idle.threads, idle.stacks
@@ -119,13 +130,33 @@ func compile(f *Filter, t *Table, idle *idleMasks) *compiled {
 	return c
 }
 
-func (f *Filter) keepsThread(th Thread, comm string) bool {
+func (f *Filter) keepsThread(th Thread, t *Table) bool {
+	comm := t.Strings[th.Comm]
 	switch {
 	case len(f.PIDs) > 0 && !slices.Contains(f.PIDs, th.PID),
 		len(f.TIDs) > 0 && !slices.Contains(f.TIDs, th.TID),
 		f.Comm != "" && comm != f.Comm,
 		f.CommRegex != nil && !f.CommRegex.MatchString(comm),
 		len(f.Cgroups) > 0 && !slices.Contains(f.Cgroups, th.Cgroup):
+		return false
+	}
+	if len(f.Containers)+len(f.Pods)+len(f.Namespaces)+len(f.QoS) == 0 {
+		return true
+	}
+	if th.Meta == 0 {
+		return false
+	}
+	c := &t.Cgroups[th.Meta-1]
+	s := func(id uint32) string { return t.Strings[id] }
+	id, name := s(c.ContainerID), s(c.Container)
+	pod, uid := s(c.Pod), s(c.PodUID)
+	switch {
+	case len(f.Containers) > 0 && !slices.ContainsFunc(f.Containers, func(v string) bool {
+		return v == name || id != "" && strings.HasPrefix(id, v)
+	}),
+		len(f.Pods) > 0 && !slices.ContainsFunc(f.Pods, func(v string) bool { return v == pod || v == uid }),
+		len(f.Namespaces) > 0 && !slices.Contains(f.Namespaces, s(c.Namespace)),
+		len(f.QoS) > 0 && !slices.Contains(f.QoS, s(c.QoS)):
 		return false
 	}
 	return true

@@ -24,6 +24,20 @@ type Thread struct {
 	// Comm indexes Table.Strings.
 	Comm   uint32
 	Cgroup uint64
+	// Meta is 1 + the index in Table.Cgroups of the cgroup's metadata, 0
+	// when it has none. It is not stored with the thread: tables derive it
+	// from the cgroup id, so a sample's labels cost nothing beyond its
+	// thread id.
+	Meta uint32
+}
+
+// Cgroup is the metadata of one cgroup (see sample.Container), its strings
+// interned in a Table.
+type Cgroup struct {
+	ID uint64
+	// Path, ContainerID, Runtime, PodUID, QoS, Namespace, Pod and
+	// Container index Table.Strings.
+	Path, ContainerID, Runtime, PodUID, QoS, Namespace, Pod, Container uint32
 }
 
 // Table holds samples in columns, with strings, frames, stacks and threads
@@ -37,6 +51,8 @@ type Table struct {
 	StackStart  []uint32 // len(stacks)+1 offsets into StackFrames
 	StackFrames []uint32
 	Threads     []Thread
+	// Cgroups holds each cgroup's metadata once, in the order first seen.
+	Cgroups []Cgroup
 
 	// Sample columns, one entry per sample.
 	Time   []int64 // wall-clock Unix ns, to the microsecond
@@ -65,7 +81,18 @@ func (t *Table) Sample(i int) sample.Sample {
 		stack[j] = t.FrameOf(id)
 	}
 	return sample.Sample{Time: t.Time[i], CPU: t.CPU[i], PID: th.PID, TID: th.TID,
-		Comm: t.Strings[th.Comm], CgroupID: th.Cgroup, Stack: stack}
+		Comm: t.Strings[th.Comm], CgroupID: th.Cgroup, Container: t.ContainerOf(th), Stack: stack}
+}
+
+// ContainerOf returns the metadata of th's cgroup, nil when it has none.
+func (t *Table) ContainerOf(th Thread) *sample.Container {
+	if th.Meta == 0 {
+		return nil
+	}
+	c := &t.Cgroups[th.Meta-1]
+	return &sample.Container{Cgroup: t.Strings[c.Path], ID: t.Strings[c.ContainerID], Runtime: t.Strings[c.Runtime],
+		PodUID: t.Strings[c.PodUID], QoS: t.Strings[c.QoS], Namespace: t.Strings[c.Namespace],
+		Pod: t.Strings[c.Pod], Name: t.Strings[c.Container]}
 }
 
 // FrameOf returns frame id as a sample.Frame.
@@ -90,6 +117,7 @@ type Builder struct {
 	frames   map[sample.Frame]uint32
 	stacks   map[string]uint32
 	threads  map[Thread]uint32
+	cgroups  map[uint64]uint32 // cgroup id -> Thread.Meta
 	stackKey []byte
 	ids      []uint32
 	// byHash finds a stack from a hash of its frames' contents, so that
@@ -98,8 +126,9 @@ type Builder struct {
 	byHash map[uint64]uint32
 	seed   maphash.Seed
 
-	// onNew, when set, hears of every new string, frame, stack and thread
-	// as it is interned (the WAL logs them ahead of the samples).
+	// onNew, when set, hears of every new string, frame, stack, cgroup
+	// and thread as it is interned (the WAL logs them ahead of the
+	// samples).
 	onNew newEntries
 }
 
@@ -109,6 +138,7 @@ type newEntries interface {
 	newFrame(f Frame)
 	newStack(frames []uint32)
 	newThread(t Thread)
+	newCgroup(c Cgroup)
 }
 
 // NewBuilder returns an empty builder. String 0 is always "".
@@ -118,6 +148,7 @@ func NewBuilder() *Builder {
 		frames:  map[sample.Frame]uint32{},
 		stacks:  map[string]uint32{},
 		threads: map[Thread]uint32{},
+		cgroups: map[uint64]uint32{},
 		byHash:  map[uint64]uint32{},
 		seed:    maphash.MakeSeed(),
 	}
@@ -207,6 +238,33 @@ func (b *Builder) internThread(th Thread) uint32 {
 	return id
 }
 
+// cgroupMeta returns the Thread.Meta of cgroup id, interning c as its
+// metadata when the table has none yet. The first metadata seen for a
+// cgroup is the table's.
+func (b *Builder) cgroupMeta(id uint64, c *sample.Container) uint32 {
+	if m, ok := b.cgroups[id]; ok || c == nil {
+		return m
+	}
+	cg := Cgroup{ID: id, Path: b.internString(c.Cgroup), ContainerID: b.internString(c.ID),
+		Runtime: b.internString(c.Runtime), PodUID: b.internString(c.PodUID), QoS: b.internString(c.QoS),
+		Namespace: b.internString(c.Namespace), Pod: b.internString(c.Pod), Container: b.internString(c.Name)}
+	b.addCgroup(cg)
+	if b.onNew != nil {
+		b.onNew.newCgroup(cg)
+	}
+	return b.cgroups[id]
+}
+
+// addCgroup appends cgroup metadata whose strings are interned already.
+// A cgroup id already known keeps its first metadata.
+func (b *Builder) addCgroup(c Cgroup) {
+	if _, dup := b.cgroups[c.ID]; dup {
+		return
+	}
+	b.T.Cgroups = append(b.T.Cgroups, c)
+	b.cgroups[c.ID] = uint32(len(b.T.Cgroups))
+}
+
 // Append adds one sample.
 func (b *Builder) Append(s *sample.Sample) {
 	h := b.hashStack(s.Stack)
@@ -220,7 +278,8 @@ func (b *Builder) Append(s *sample.Sample) {
 		stack = b.internStack(ids)
 		b.byHash[h] = stack
 	}
-	thread := b.internThread(Thread{PID: s.PID, TID: s.TID, Comm: b.internString(s.Comm), Cgroup: s.CgroupID})
+	thread := b.internThread(Thread{PID: s.PID, TID: s.TID, Comm: b.internString(s.Comm), Cgroup: s.CgroupID,
+		Meta: b.cgroupMeta(s.CgroupID, s.Container)})
 	b.appendRow(s.Time, s.CPU, thread, stack)
 }
 
@@ -266,8 +325,8 @@ func (b *Builder) sameStack(id uint32, frames []sample.Frame) bool {
 
 // remap translates one table's ids into a Builder's, filled lazily.
 type remap struct {
-	src                              *Table
-	strings, frames, stacks, threads []uint32
+	src                                       *Table
+	strings, frames, stacks, threads, cgroups []uint32
 }
 
 const unmapped = ^uint32(0)
@@ -281,7 +340,7 @@ func newRemap(src *Table) *remap {
 		return s
 	}
 	return &remap{src: src, strings: fill(len(src.Strings)), frames: fill(len(src.Frames)),
-		stacks: fill(src.NumStacks()), threads: fill(len(src.Threads))}
+		stacks: fill(src.NumStacks()), threads: fill(len(src.Threads)), cgroups: fill(len(src.Cgroups))}
 }
 
 func (b *Builder) mapString(m *remap, id uint32) uint32 {
@@ -317,9 +376,29 @@ func (b *Builder) mapThread(m *remap, id uint32) uint32 {
 	if m.threads[id] == unmapped {
 		th := m.src.Threads[id]
 		th.Comm = b.mapString(m, th.Comm)
+		th.Meta = b.mapCgroup(m, th.Meta)
 		m.threads[id] = b.internThread(th)
 	}
 	return m.threads[id]
+}
+
+// mapCgroup translates a Thread.Meta.
+func (b *Builder) mapCgroup(m *remap, meta uint32) uint32 {
+	if meta == 0 {
+		return 0
+	}
+	if m.cgroups[meta-1] == unmapped {
+		c := m.src.Cgroups[meta-1]
+		if known, ok := b.cgroups[c.ID]; ok {
+			m.cgroups[meta-1] = known
+		} else {
+			s := func(id uint32) string { return m.src.Strings[id] }
+			m.cgroups[meta-1] = b.cgroupMeta(c.ID, &sample.Container{Cgroup: s(c.Path), ID: s(c.ContainerID),
+				Runtime: s(c.Runtime), PodUID: s(c.PodUID), QoS: s(c.QoS), Namespace: s(c.Namespace), Pod: s(c.Pod),
+				Name: s(c.Container)})
+		}
+	}
+	return m.cgroups[meta-1]
 }
 
 // appendFrom adds sample i of m's table, translating its ids.

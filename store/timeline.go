@@ -9,7 +9,7 @@ import (
 // step nanoseconds, starting at r.From; the last step may be partial.
 //
 // When the filter looks only at threads (process, thread, command, cgroup,
-// idleness) and r and step are whole multiples of 10 s, blocks answer from
+// container metadata, idleness) and r and step are whole multiples of 10 s, blocks answer from
 // their per-thread 10-second summaries without reading any chunk: that is
 // what makes a day-long overview cheap. Otherwise samples are scanned.
 func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]int64, Warnings, error) {

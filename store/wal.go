@@ -39,6 +39,7 @@ const (
 	recStack
 	recThread
 	recSamples
+	recCgroup
 )
 
 // walWriter appends pages to one segment.
@@ -97,6 +98,14 @@ func (w *walWriter) newThread(t Thread) {
 	w.pending = binary.AppendUvarint(w.pending, uint64(t.TID))
 	w.pending = binary.AppendUvarint(w.pending, uint64(t.Comm))
 	w.pending = binary.AppendUvarint(w.pending, t.Cgroup)
+}
+
+func (w *walWriter) newCgroup(c Cgroup) {
+	w.pending = append(w.pending, recCgroup)
+	w.pending = binary.AppendUvarint(w.pending, c.ID)
+	for _, s := range []uint32{c.Path, c.ContainerID, c.Runtime, c.PodUID, c.QoS, c.Namespace, c.Pod, c.Container} {
+		w.pending = binary.AppendUvarint(w.pending, uint64(s))
+	}
 }
 
 // addSample logs one sample whose ids the head has already interned.
@@ -246,7 +255,16 @@ func replayRecords(payload []byte, b *Builder) error {
 		case recThread:
 			th := Thread{PID: r.u32("pid", 1<<32), TID: r.u32("tid", 1<<32), Comm: r.u32("comm", uint64(len(t.Strings))), Cgroup: r.uvarint("cgroup")}
 			if r.err == nil {
+				th.Meta = b.cgroups[th.Cgroup]
 				b.internThread(th)
+			}
+		case recCgroup:
+			c := Cgroup{ID: r.uvarint("cgroup id")}
+			for _, s := range []*uint32{&c.Path, &c.ContainerID, &c.Runtime, &c.PodUID, &c.QoS, &c.Namespace, &c.Pod, &c.Container} {
+				*s = r.u32("cgroup string", uint64(len(t.Strings)))
+			}
+			if r.err == nil {
+				b.addCgroup(c)
 			}
 		case recSamples:
 			n := r.count("samples", 4)

@@ -20,7 +20,7 @@ func walBytes(t testing.TB, seconds float64) []byte {
 	}
 	b := NewBuilder()
 	b.onNew = w
-	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20})
+	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20, Containers: true})
 	var s sample.Sample
 	for i := 0; g.Next(&s); i++ {
 		b.Append(&s)
@@ -40,7 +40,7 @@ func TestWALReplayMatchesWriter(t *testing.T) {
 	w, _ := createWAL(dir, 7)
 	b := NewBuilder()
 	b.onNew = w
-	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 10, Stacks: 100})
+	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 10, Stacks: 100, Containers: true})
 	var s sample.Sample
 	var want []sample.Sample
 	for i := 0; g.Next(&s); i++ {

@@ -46,7 +46,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/sources":    {nil, s.sources},
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
-		"/api/flamegraph": {with("from", "to", "encoding"), s.flameGraph},
+		"/api/flamegraph": {with("from", "to", "encoding", "group"), s.flameGraph},
 		"/api/diff":       {with("from", "to", "from2", "to2", "encoding"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
 		"/api/top":        {with("from", "to", "from2", "to2", "limit"), s.top},
@@ -252,7 +252,11 @@ func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.W
 	if err != nil {
 		return nil, err
 	}
-	root, warnings, err := query.FlameGraphOf(ctx, s.db, sel.r, &sel.f)
+	group, err := query.ParseGroup(p.get("group"))
+	if err != nil {
+		return nil, err
+	}
+	root, warnings, err := query.GroupedFlameGraphOf(ctx, s.db, sel.r, &sel.f, group)
 	if err != nil {
 		return warnings, fmt.Errorf("flame graph: %w", err)
 	}

@@ -33,6 +33,10 @@ var filterCases = []struct {
 	{"tid", "tid=1101,4243", store.Filter{TIDs: []uint32{1101, 4243}}},
 	{"cpu", "cpu=1-2", store.Filter{CPUs: []uint32{1, 2}}},
 	{"cgroup", "cgroup=5003,5005", store.Filter{Cgroups: []uint64{5003, 5005}}},
+	{"container", "container=cart,istio-proxy", store.Filter{Containers: []string{"cart", "istio-proxy"}}},
+	{"pod", "pod=etl-1", store.Filter{Pods: []string{"etl-1"}}},
+	{"namespace", "namespace=shop", store.Filter{Namespaces: []string{"shop"}}},
+	{"qos", "qos=besteffort", store.Filter{QoS: []string{"besteffort"}}},
 	{"frame", "frame=" + url.QueryEscape("mem_cgroup|naïve_3"), store.Filter{Frame: regexp.MustCompile(`mem_cgroup|naïve_3`)}},
 	{"stack kernel", "stack=kernel", store.Filter{Stack: store.KernelFrames}},
 	{"stack user", "stack=user", store.Filter{Stack: store.UserFrames}},
@@ -217,6 +221,37 @@ func TestDefaultPerCPUStep(t *testing.T) {
 		got := defaultPerCPUStep(tc.width)
 		if got != tc.want || (tc.width+got-1)/got > defaultPerCPUSteps {
 			t.Errorf("defaultPerCPUStep(%d) = %d, want %d", tc.width, got, tc.want)
+		}
+	}
+}
+
+// TestFlameGraphGroups asks for flame graphs grouped by each kind of
+// container metadata, filtered and not, and compares them with the query
+// package's.
+func TestFlameGraphGroups(t *testing.T) {
+	db := testStore(t)
+	fx := newFixture(t, db, Options{})
+	for _, g := range []query.Group{query.GroupContainer, query.GroupPod, query.GroupNamespace, query.GroupQoS, query.GroupCgroup} {
+		for _, filter := range []string{"", "namespace=shop"} {
+			resp, body := fx.get(t, withQuery("/api/flamegraph", queryA, "group="+string(g), filter))
+			mustOK(t, "flamegraph", resp, body)
+			f, err := query.ParseFilter(func(n string) string {
+				if n == "namespace" && filter != "" {
+					return "shop"
+				}
+				return ""
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			root, _, err := query.GroupedFlameGraphOf(context.Background(), db, rangeA, &f, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(root.Children) < 2 && filter == "" || len(root.Children) == 0 || root.Children[0].Kind != "group" {
+				t.Fatalf("group=%s %s: root children %d, first %+v: not a grouped tree", g, filter, len(root.Children), root.Children)
+			}
+			wantJSON(t, "flamegraph group="+string(g), body, root)
 		}
 	}
 }

@@ -63,7 +63,7 @@ func testStore(t testing.TB) *store.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: synthStart, Seconds: 65, Stacks: 300})
+	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: synthStart, Seconds: 65, Stacks: 300, Containers: true})
 	var s sample.Sample
 	for g.Next(&s) {
 		s.Time = s.Time / 1000 * 1000 // blocks keep microseconds

@@ -23,7 +23,8 @@ const (
 	maxTime = int64(1) << 62
 	maxStep = int64(1) << 60
 	// maxListItems bounds the comma-separated lists (pid, tid, cpu,
-	// cgroup, source): filters test each thread against every item.
+	// cgroup, container, pod, namespace, qos, source): filters test each
+	// thread against every item.
 	maxListItems = 1024
 	// maxCPU bounds CPU numbers: a filter allocates a flag per CPU up to
 	// the highest one named (Linux's NR_CPUS is at most 8192).
@@ -169,7 +170,7 @@ func (p *params) step() (ns int64, ok bool, err error) {
 // sees them, so a request cannot make a filter allocate gigabytes or probe
 // files outside the cgroup v2 hierarchy.
 func (p *params) filter(sources []store.SourceInfo) (store.Filter, error) {
-	for _, name := range []string{"source", "pid", "tid", "cpu", "cgroup"} {
+	for _, name := range []string{"source", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos"} {
 		if n := strings.Count(p.get(name), ",") + 1; n > maxListItems {
 			return store.Filter{}, paramErr(name, "%d items, at most %d", n, maxListItems)
 		}

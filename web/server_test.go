@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,6 +199,14 @@ func TestBadParameters(t *testing.T) {
 		{"/api/top", queryA + "&cgroup=/etc", "cgroup"},
 		{"/api/top", queryA + "&cgroup=../../etc", "cgroup"},
 		{"/api/top", queryA + "&cgroup=no/such/cgroup", "cgroup"},
+		{"/api/top", queryA + "&container=a,,b", "container"},
+		{"/api/top", queryA + "&container=" + url.QueryEscape("<img src=x>"), "container"},
+		{"/api/top", queryA + "&pod=" + strings.Repeat("p", 300), "pod"},
+		{"/api/heatmap", queryA + "&namespace=" + url.QueryEscape("kube system"), "namespace"},
+		{"/api/timeline", "qos=gold", "qos"},
+		{"/api/top", queryA + "&qos=" + long, "qos"},
+		{"/api/flamegraph", queryA + "&group=node", "group"},
+		{"/api/top", queryA + "&group=pod", "group"},
 		{"/api/flamegraph", queryA + "&frame=[", "frame"},
 		{"/api/flamegraph", queryA + "&stack=both", "stack"},
 		{"/api/flamegraph", queryA + "&idle=yes", "idle"},

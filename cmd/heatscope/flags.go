@@ -52,15 +52,19 @@ func parseSize(s string) (int64, error) {
 // filterFlags registers the filter flags, named as the filter parameters.
 func filterFlags(fs *flag.FlagSet) map[string]*string {
 	help := map[string]string{
-		"source": "only these sources (comma-separated names)",
-		"comm":   "only this command; ~REGEX for a regular expression",
-		"pid":    "only these processes (comma-separated)",
-		"tid":    "only these threads (comma-separated)",
-		"cpu":    "only these CPUs, e.g. 0-3,8",
-		"cgroup": "only these cgroups: ids or cgroup v2 paths",
-		"frame":  "only samples with a function matching this regular expression",
-		"stack":  "frames to keep: all, kernel or user",
-		"idle":   "CPU idle samples: exclude or include",
+		"source":    "only these sources (comma-separated names)",
+		"comm":      "only this command; ~REGEX for a regular expression",
+		"pid":       "only these processes (comma-separated)",
+		"tid":       "only these threads (comma-separated)",
+		"cpu":       "only these CPUs, e.g. 0-3,8",
+		"cgroup":    "only these cgroups: ids or cgroup v2 paths",
+		"container": "only these containers: names or (short) ids, comma-separated",
+		"pod":       "only these Kubernetes pods: names or UIDs, comma-separated",
+		"namespace": "only pods in these Kubernetes namespaces (comma-separated)",
+		"qos":       "only pods of these QoS classes: guaranteed, burstable, besteffort",
+		"frame":     "only samples with a function matching this regular expression",
+		"stack":     "frames to keep: all, kernel or user",
+		"idle":      "CPU idle samples: exclude or include",
 	}
 	vals := map[string]*string{}
 	for _, name := range query.FilterParams {

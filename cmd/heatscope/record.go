@@ -19,6 +19,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/recorder"
@@ -44,6 +45,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	top := fs.Int("top", 0, "when done, print this many top functions by self samples (keeps the run's profile in memory: for bounded runs)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
+	containers := fs.Bool("containers", true, "label samples with their container, pod and Kubernetes names, read from their cgroup (cgroup v2)")
+	hostRoot := fs.String("host-root", "/", "where the host's /var/log/pods, /var/log/containers and /var/lib/kubelet/pods are mounted (for --containers; e.g. /host in a container)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols are cached between runs ('' for no cache)")
 	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
@@ -124,6 +127,15 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rec.Close()
+	if *containers {
+		res, err := openContainerResolver(*hostRoot)
+		if err != nil {
+			slog.Warn("samples will have no container labels", "err", err)
+		} else {
+			defer res.Close()
+			rec.LabelContainers(res)
+		}
+	}
 	// Deferred after db.Close, so it runs first: no request outlives the DB.
 	stopServer, err := serveWhileRecording(db, wf, listenSet)
 	if err != nil {
@@ -216,6 +228,23 @@ func defaultCacheDir() string {
 		return ""
 	}
 	return filepath.Join(dir, "heatscope")
+}
+
+// openContainerResolver resolves cgroups to containers, reading the
+// kubelet's directories under hostRoot.
+func openContainerResolver(hostRoot string) (*container.Resolver, error) {
+	dirs := container.DefaultDirs()
+	for _, d := range []*string{&dirs.LogPods, &dirs.LogContainers, &dirs.KubeletPods} {
+		*d = filepath.Join(hostRoot, *d)
+	}
+	res, err := container.NewResolver(container.Options{Dirs: dirs})
+	if err != nil {
+		return nil, err
+	}
+	if !res.UsesHandles() {
+		slog.Info("cgroups are found by walking the cgroup tree (open_by_handle_at needs CAP_DAC_READ_SEARCH)")
+	}
+	return res, nil
 }
 
 func parsePIDs(s string) ([]uint32, error) {

@@ -7,6 +7,7 @@ package synth
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -21,6 +22,9 @@ type Config struct {
 	Stacks    int     // distinct stacks (default 5000)
 	IdleShare float64 // share of samples that are idle (default 0.3)
 	Seed      uint64
+	// Containers labels the samples of some cgroups with container
+	// metadata: Kubernetes pods, a Docker container, host services.
+	Containers bool
 }
 
 // Generator produces samples tick by tick, CPU by CPU.
@@ -30,9 +34,12 @@ type Generator struct {
 	stacks  [][]sample.Frame
 	idle    [][]sample.Frame
 	threads []thread
-	tick    int64
-	cpu     int
-	zipf    *rand.Zipf
+	// containers holds the metadata of each of the 7 cgroups (by cgroup
+	// id - 5000) when Config.Containers is set.
+	containers []*sample.Container
+	tick       int64
+	cpu        int
+	zipf       *rand.Zipf
 }
 
 type thread struct {
@@ -61,6 +68,9 @@ func New(cfg Config) *Generator {
 			g.threads = append(g.threads, thread{pid: pid, tid: pid + uint32(t),
 				comm: comms[p%len(comms)], cgroup: uint64(5000 + p%7)})
 		}
+	}
+	if cfg.Containers {
+		g.containers = Containers()
 	}
 	kernelPath := []string{"entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_read", "ksys_read", "vfs_read",
 		"seq_read_iter", "memory_stat_show", "mem_cgroup_flush_stats", "cgroup_rstat_flush", "tcp_sendmsg", "ext4_file_read_iter"}
@@ -118,6 +128,9 @@ func (g *Generator) Next(s *sample.Sample) bool {
 		// Each CPU mostly runs a few threads, as real schedulers do.
 		th := g.threads[(g.cpu*7+int(g.rng.Int64N(5))+int(g.tick/500))%len(g.threads)]
 		s.PID, s.TID, s.Comm, s.CgroupID = th.pid, th.tid, th.comm, th.cgroup
+		if g.containers != nil {
+			s.Container = g.containers[th.cgroup-5000]
+		}
 		s.Stack = g.stacks[g.zipf.Uint64()]
 	}
 	g.cpu++
@@ -126,4 +139,28 @@ func (g *Generator) Next(s *sample.Sample) bool {
 		g.tick++
 	}
 	return true
+}
+
+// Containers returns the metadata Config.Containers gives cgroups 5000 to
+// 5006: four containers (three in Kubernetes pods, one plain Docker),
+// two host services, and a cgroup with no metadata (nil).
+func Containers() []*sample.Container {
+	const cart, etl = "11111111-2222-3333-4444-555555555555", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+	// Ids that differ in their first 12 digits, as "docker ps" shows them.
+	id := func(n int) string { return strings.Repeat(fmt.Sprintf("%x", n), 12) + fmt.Sprintf("%052x", n) }
+	pod := func(id, runtime, prefix, ns, pod, uid, qos, name string) *sample.Container {
+		return &sample.Container{
+			Cgroup: fmt.Sprintf("/kubepods.slice/kubepods-%s.slice/kubepods-%s-pod%s.slice/%s-%s.scope",
+				qos, qos, strings.ReplaceAll(uid, "-", "_"), prefix, id),
+			ID: id, Runtime: runtime, PodUID: uid, QoS: qos, Namespace: ns, Pod: pod, Name: name}
+	}
+	return []*sample.Container{
+		pod(id(1), "containerd", "cri-containerd", "shop", "cart-7d9f", cart, "burstable", "cart"),
+		pod(id(2), "containerd", "cri-containerd", "shop", "cart-7d9f", cart, "burstable", "istio-proxy"),
+		pod(id(3), "cri-o", "crio", "batch", "etl-1", etl, "besteffort", "etl"),
+		{Cgroup: "/system.slice/docker-" + id(4) + ".scope", ID: id(4), Runtime: "docker"},
+		{Cgroup: "/system.slice/ssh.service"},
+		{Cgroup: "/system.slice/containerd.service"},
+		nil,
+	}
 }

@@ -12,7 +12,8 @@ import { PerCPU } from './percpu.js';
 import { EventList } from './events.js';
 
 const $ = (id) => document.getElementById(id);
-const FILTERS = ['comm', 'pid', 'cpu', 'frame', 'stack'];
+const FILTERS = ['comm', 'pid', 'cpu', 'container', 'pod', 'namespace', 'qos', 'frame', 'stack'];
+const GROUPS = ['', 'container', 'pod', 'namespace', 'qos', 'cgroup'];
 const DEFAULT_SPAN = 120; // seconds: the last 2 minutes of a source
 const ROW_CHOICES = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
 const MIN_VIEW = 10; // seconds: the narrowest the timeline zooms
@@ -22,7 +23,8 @@ const state = {
   source: '', from: null, to: null, rows: 50, selFrom: null, selTo: null,
   viewFrom: null, viewTo: null, // the timeline's zoomed view (null: everything)
   compare: false, bFrom: null, bTo: null, // compare mode and its baseline
-  comm: '', pid: '', cpu: '', frame: '', stack: 'all', enhanced: false, icicle: false, search: '',
+  comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
+  group: '', enhanced: false, icicle: false, search: '',
 };
 let sources = [];
 let allEvents = []; // every event (up to the API's default limit), by time
@@ -57,6 +59,8 @@ function readURL() {
   state.bTo = state.compare ? num(p.get('bt')) : null;
   for (const f of FILTERS) state[f] = p.get(f) || '';
   if (!['all', 'kernel', 'user'].includes(state.stack)) state.stack = 'all';
+  if (!['', 'guaranteed', 'burstable', 'besteffort'].includes(state.qos)) state.qos = '';
+  state.group = GROUPS.includes(p.get('group')) ? p.get('group') : '';
   state.enhanced = p.get('enhanced') === '1';
   state.icicle = p.get('icicle') === '1';
   state.search = p.get('search') || '';
@@ -88,6 +92,7 @@ function writeURL() {
   for (const f of FILTERS) if (state[f] && !(f === 'stack' && state[f] === 'all')) p.set(f, state[f]);
   if (state.enhanced) p.set('enhanced', '1');
   if (state.icicle) p.set('icicle', '1');
+  if (state.group) p.set('group', state.group);
   if (state.search) p.set('search', state.search);
   const hash = '#' + p.toString();
   if (location.hash !== hash) history.replaceState(null, '', hash);
@@ -330,6 +335,7 @@ async function loadSelection() {
   tp.set('limit', '100');
   let flamePath = '/api/flamegraph';
   const fp = new URLSearchParams(p);
+  if (state.group && !hasBaseline()) fp.set('group', state.group);
   if (hasBaseline()) {
     flamePath = '/api/diff';
     fp.set('from2', secs(state.bFrom));
@@ -409,6 +415,7 @@ function fillControls() {
   $('rows').value = String(state.rows);
   $('enhanced').checked = state.enhanced;
   $('icicle').checked = state.icicle;
+  $('flame-group').value = state.group;
   $('flame-search').value = state.search;
   flame.icicle = state.icicle;
   flame.search = searchRegexp(state.search);
@@ -453,6 +460,12 @@ function wire() {
   });
   $('f-source').addEventListener('change', () => $('filters').requestSubmit());
   $('f-stack').addEventListener('change', () => $('filters').requestSubmit());
+  $('f-qos').addEventListener('change', () => $('filters').requestSubmit());
+  $('flame-group').addEventListener('change', () => {
+    state.group = $('flame-group').value;
+    writeURL();
+    loadSelection();
+  });
   rowsSel.addEventListener('change', () => {
     state.rows = Number(rowsSel.value);
     writeURL();

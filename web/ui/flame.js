@@ -105,6 +105,7 @@ function colour(name, kind) {
   switch (kind) {
     case 'root': return '#c8c8c8';
     case 'process': return `hsl(220, 15%, ${70 + v * 10}%)`;
+    case 'group': return `hsl(280, 30%, ${72 + v * 10}%)`;
     case 'kernel': return `hsl(${25 + v * 15}, 80%, ${58 + v * 8}%)`;
     case 'jit': return `hsl(${110 + v * 30}, 55%, ${55 + v * 10}%)`;
     case 'unknown': return `hsl(0, 0%, ${75 + v * 10}%)`;
