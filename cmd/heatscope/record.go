@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/symbolize"
+	"github.com/heatscope/heatscope/web"
 )
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
@@ -42,6 +44,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	top := fs.Int("top", 0, "when done, print this many top functions by self samples (keeps the run's profile in memory: for bounded runs)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
+	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
+		"and raised back when the cost allows (0: no guard)")
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -53,6 +57,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	var err error
 	if *frequency < 1 || *frequency > profiler.MaxFrequency {
 		return usageError{fmt.Errorf("--frequency %d: want 1 to %d", *frequency, profiler.MaxFrequency)}
+	}
+	if *maxCPU < 0 || *maxCPU > 100*float64(runtime.NumCPU()) {
+		return usageError{fmt.Errorf("--max-cpu %v: want 0 (off) to %d percent", *maxCPU, 100*runtime.NumCPU())}
 	}
 	if *duration < 0 {
 		return usageError{fmt.Errorf("--duration %v: must not be negative", *duration)}
@@ -108,8 +115,29 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rec.Close()
+	var guard *guarded
+	if *maxCPU > 0 {
+		if guard, err = newGuard(rec, *maxCPU, *bpfStats); err != nil {
+			return err
+		}
+		defer guard.close()
+	}
+	m, err := recorderMetrics(rec, db, guard)
+	if err != nil {
+		return err
+	}
+	health := func() error {
+		if err := rec.Alive(aliveWithin); err != nil {
+			return err
+		}
+		if db != nil {
+			return db.Health()
+		}
+		return nil
+	}
 	// Deferred after db.Close, so it runs first: no request outlives the DB.
-	stopServer, err := serveWhileRecording(db, wf, listenSet)
+	stopServer, err := serveWhileRecording(db, wf, listenSet,
+		web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery})
 	if err != nil {
 		return err
 	}
@@ -124,6 +152,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	stopProgress := reportProgress(rec, start, *progress, stderr)
+	stopGuard := func() {}
+	if guard != nil {
+		stopGuard = runGuard(ctx, guard)
+	}
 
 	// The run's own profile is kept when it is written out or summarised.
 	var pprofOut *profileio.PprofBuilder
@@ -134,7 +166,20 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *output != "" && *format == "folded" {
 		foldedOut = profileio.NewFoldedBuilder()
 	}
+	sampledHz := rec.Frequency()
 	err = rec.Run(ctx, func(s *sample.Sample) {
+		// The overhead guard changed the frequency: what a sample weighs
+		// follows (from the next sample read: the ring may still hold a
+		// poll interval's worth taken at the old period).
+		if hz := rec.Frequency(); hz != sampledHz {
+			sampledHz = hz
+			if db != nil {
+				db.SetPeriod(rec.PeriodNs())
+			}
+			if pprofOut != nil {
+				pprofOut.SetPeriod(rec.PeriodNs())
+			}
+		}
 		if db != nil {
 			db.Append(s)
 		}
@@ -146,6 +191,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 	})
 	stopProgress()
+	stopGuard()
 	stopServer()
 	if err != nil {
 		return err
@@ -218,8 +264,8 @@ func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration
 				if err != nil {
 					continue
 				}
-				fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors\n",
-					time.Since(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors)
+				fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors, %d Hz\n",
+					time.Since(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors, rec.Frequency())
 			}
 		}
 	}()
