@@ -171,7 +171,7 @@ func (g *Guard) decide(cur int, share float64) (int, string) {
 		// doubling, and at least by one step.
 		next := 2 * cur
 		if share > 0 {
-			next = min(next, int(float64(cur)*g.cfg.LowWater*budget/share))
+			next = min(next, int(math.Floor(float64(cur)*g.cfg.LowWater*budget/share+1e-9)))
 		}
 		next = min(max(next, cur+1), g.cfg.TargetFrequency)
 		return next, fmt.Sprintf("agent CPU %.3f%% of one CPU has stayed under %.0f%% of the %.3g%% budget",

@@ -535,7 +535,11 @@ func (db *DB) Health() error {
 	if db.closed.Load() {
 		return errors.New("data directory closed")
 	}
-	if _, err := os.Stat(filepath.Join(db.dir, blocksDir)); err != nil && !(db.opts.ReadOnly && errors.Is(err, os.ErrNotExist)) {
+	dir := db.dir
+	if !db.opts.ReadOnly {
+		dir = filepath.Join(db.dir, blocksDir)
+	}
+	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	if p := db.walErr.Load(); p != nil {
