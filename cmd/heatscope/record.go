@@ -46,8 +46,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
 		"and raised back when the cost allows (0: no guard)")
+	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
 	listenSet := false

@@ -56,8 +56,9 @@ func (wf webFlags) server(db *store.DB, opts web.Options) (*web.Server, error) {
 func runServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--data DIR] [--listen ADDR] [--auth-token TOKEN]", stderr)
 	data := fs.String("data", "./heatscope-data", "data directory to serve (opened read-only: no privileges needed)")
+	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
 	if *wf.listen == "" {
