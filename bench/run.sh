@@ -2,8 +2,9 @@
 # Every heatscope benchmark; `make bench` runs it as root. Results go to
 # bench/results/ (markdown), from which docs/benchmarks.md is updated.
 #
-#   bench/run.sh            everything (about 30 minutes: the sampler runs 5 x 2 minutes, then 10 minutes)
-#   QUICK=1 bench/run.sh    skip the 10-minute size run and use a 2-hour synthetic store
+#   bench/run.sh            everything (about an hour: the sampler runs 5 x 30 s and 10 minutes, the soak 30 minutes)
+#   QUICK=1 bench/run.sh    skip the 10-minute size run, use a 2-hour synthetic store, soak 3 minutes
+#   SOAK=10m bench/run.sh   the always-on soak's length (default 30m)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -21,6 +22,12 @@ if [ -z "${QUICK:-}" ]; then
   echo "== Sampler vs perf, 10 minutes (steady state, bytes per sample on disk)"
   { machine; go run ./bench/sampler -duration 10m -runs 1; } | tee "$out/sampler-10m.md"
 fi
+
+soak=${SOAK:-30m}; [ -n "${QUICK:-}" ] && soak=${SOAK:-3m}
+echo "== Always-on soak: $soak at 99 Hz with 200 short-lived processes a second"
+{ machine; go run ./bench/soak -duration "$soak" -hz 99 -churn 200; } | tee "$out/soak-99hz.md"
+echo "== 2 minutes at 999 Hz with the same churn"
+{ machine; go run ./bench/soak -duration 2m -hz 999 -churn 200; } | tee "$out/soak-999hz.md"
 
 echo "== Synthetic 64-CPU store"
 store=/var/tmp/heatscope-bench-store

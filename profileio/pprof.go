@@ -72,6 +72,11 @@ func NewPprofBuilder(periodNs int64) *PprofBuilder {
 // call it before the first Add.
 func (b *PprofBuilder) KeepTimestamps(on bool) { b.keepTimes = on }
 
+// SetPeriod sets the CPU time each sample added from now on stands for: the
+// overhead guard changes the sampling frequency during a recording. The
+// profile's Period field keeps the first period.
+func (b *PprofBuilder) SetPeriod(periodNs int64) { b.periodNs = periodNs }
+
 // Add adds one sample.
 func (b *PprofBuilder) Add(s *sample.Sample) {
 	b.minTime = min(b.minTime, s.Time)

@@ -60,6 +60,15 @@ func attach(fd int, prog *ebpf.Program, forceIoctl bool) (link.Link, error) {
 	return nil, nil
 }
 
+// setPeriod sets the event's sample period (ns of CPU time) in place.
+func (e *perfEvent) setPeriod(periodNs uint64) error {
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(e.fd), unix.PERF_EVENT_IOC_PERIOD, uintptr(unsafe.Pointer(&periodNs)))
+	if errno != 0 {
+		return fmt.Errorf("set sample period on CPU %d: %w", e.cpu, errno)
+	}
+	return nil
+}
+
 // close detaches the program and closes the event.
 func (e *perfEvent) close() error {
 	var err error

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/bits"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,7 +111,8 @@ type Stats struct {
 	// DecodeErrors counts records that failed to decode.
 	DecodeErrors uint64
 	// BPFRunTime and BPFRunCount are the program's accumulated run time
-	// and run count (zero unless Config.BPFStats).
+	// and run count, counted while kernel.bpf_stats_enabled is on (zero
+	// otherwise): Config.BPFStats turns it on.
 	BPFRunTime  time.Duration
 	BPFRunCount uint64
 	// RingBufferSize is the ring's size and RingBufferUsed the bytes
@@ -120,8 +122,10 @@ type Stats struct {
 
 // Profiler samples stacks on every CPU with the BPF program.
 type Profiler struct {
-	cfg          Config
-	objs         bpf.ProfileObjects
+	cfg  Config
+	objs bpf.ProfileObjects
+	// eventsMu guards events: SetFrequency may run beside Run.
+	eventsMu     sync.Mutex
 	events       []*perfEvent
 	ring         *ring
 	waiter       *ringWaiter
@@ -130,6 +134,10 @@ type Profiler struct {
 
 	received     atomic.Uint64
 	decodeErrors atomic.Uint64
+	// frequency is the sampling frequency now (SetFrequency changes it).
+	frequency atomic.Int64
+	// lastDrain is when the ring was last read (Unix ns), for Alive.
+	lastDrain atomic.Int64
 }
 
 // Open loads the BPF program, opens a sampling event on every selected
@@ -162,6 +170,8 @@ func Open(cfg Config) (*Profiler, error) {
 	_ = rlimit.RemoveMemlock() // needed only before Linux 5.11; fails harmlessly after
 
 	p := &Profiler{cfg: cfg, clock: NewWallClock()}
+	p.frequency.Store(int64(cfg.Frequency))
+	p.lastDrain.Store(time.Now().UnixNano())
 	if err := p.load(kernelTypes); err != nil {
 		return nil, err
 	}
@@ -283,6 +293,8 @@ func (p *Profiler) openEvents() error {
 		return err
 	}
 	period := uint64(time.Second) / uint64(p.cfg.Frequency)
+	p.eventsMu.Lock()
+	defer p.eventsMu.Unlock()
 	for _, cpu := range p.cfg.CPUs {
 		fd, err := openCPUClock(cpu, period)
 		if err != nil {
@@ -337,6 +349,7 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 
 // drain reads every complete record in the ring.
 func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
+	p.lastDrain.Store(time.Now().UnixNano())
 	p.clock.MaybeMeasure()
 	n := p.ring.read(func(b []byte) {
 		if err := rec.Decode(b); err != nil {
@@ -371,18 +384,44 @@ func (p *Profiler) Stats() (Stats, error) {
 		s.PerCPU[cpu] = c
 		s.add(c)
 	}
-	if p.statsEnabled != nil {
-		if ps, err := p.objs.Profile.Stats(); err == nil {
-			s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
-		}
+	// The kernel counts run time while kernel.bpf_stats_enabled is on,
+	// whether Config.BPFStats or someone else (sysctl) turned it on.
+	if ps, err := p.objs.Profile.Stats(); err == nil {
+		s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
 	}
 	return s, nil
 }
 
-// Frequency returns the sampling frequency in Hz.
-func (p *Profiler) Frequency() int { return p.cfg.Frequency }
+// Frequency returns the sampling frequency in Hz now.
+func (p *Profiler) Frequency() int { return int(p.frequency.Load()) }
+
+// LastRead returns when the ring was last read: a Run loop that stopped
+// reading (stuck sink, dead goroutine) shows as an old time.
+func (p *Profiler) LastRead() time.Time { return time.Unix(0, p.lastDrain.Load()) }
+
+// SetFrequency changes the sampling frequency of every event in place,
+// with the PERF_EVENT_IOC_PERIOD ioctl: no event is re-opened and no sample
+// is lost. The new period takes effect at each event's next overflow. It
+// is safe to call while Run runs.
+func (p *Profiler) SetFrequency(hz int) error {
+	if hz < 1 || hz > MaxFrequency {
+		return fmt.Errorf("frequency %d Hz: want 1 to %d", hz, MaxFrequency)
+	}
+	p.eventsMu.Lock()
+	defer p.eventsMu.Unlock()
+	period := uint64(time.Second) / uint64(hz)
+	for _, e := range p.events {
+		if err := e.setPeriod(period); err != nil {
+			return err
+		}
+	}
+	p.frequency.Store(int64(hz))
+	return nil
+}
 
 func (p *Profiler) closeEvents() {
+	p.eventsMu.Lock()
+	defer p.eventsMu.Unlock()
 	for _, e := range p.events {
 		_ = e.close()
 	}

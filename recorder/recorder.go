@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/profiler"
@@ -83,8 +84,26 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 // Stats returns the sampler's counters.
 func (r *Recorder) Stats() (profiler.Stats, error) { return r.prof.Stats() }
 
-// PeriodNs is the sampling period in nanoseconds of CPU time.
+// PeriodNs is the sampling period now, in nanoseconds of CPU time.
 func (r *Recorder) PeriodNs() int64 { return int64(1e9) / int64(r.prof.Frequency()) }
+
+// Frequency is the sampling frequency now, in Hz per CPU.
+func (r *Recorder) Frequency() int { return r.prof.Frequency() }
+
+// SetFrequency changes the sampling frequency of the running sampler.
+func (r *Recorder) SetFrequency(hz int) error { return r.prof.SetFrequency(hz) }
+
+// SymbolizerStats returns the symbolizer's counters and cache sizes.
+func (r *Recorder) SymbolizerStats() symbolize.Stats { return r.sym.Stats() }
+
+// Alive returns nil while the sampler's ring is being read: the last read
+// is less than maxAge old. Otherwise it says how long ago it was.
+func (r *Recorder) Alive(maxAge time.Duration) error {
+	if age := time.Since(r.prof.LastRead()); age > maxAge {
+		return fmt.Errorf("the sample ring was last read %v ago", age.Round(time.Millisecond))
+	}
+	return nil
+}
 
 // Close stops sampling and frees its resources.
 func (r *Recorder) Close() error { return r.prof.Close() }

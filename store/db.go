@@ -89,13 +89,17 @@ type DB struct {
 
 	appended, lost, walDropped, cuts, compactions, dropped, corrupt atomic.Uint64
 	diskFull, closed                                                atomic.Bool
+	// walErr holds the last WAL write's error (nil after a good write),
+	// for Health.
+	walErr atomic.Pointer[error]
 }
 
 // sealingHead is a head that has been cut and is being written as a block;
 // queries still see it.
 type sealingHead struct {
-	table  *Table
-	walSeq uint64
+	table    *Table
+	walSeq   uint64
+	periodNs int64
 }
 
 const (
@@ -244,12 +248,12 @@ func (db *DB) loadWAL() error {
 		}
 		if db.opts.ReadOnly {
 			if b.T.Len() > 0 {
-				db.sealing = append(db.sealing, &sealingHead{table: &b.T, walSeq: seq})
+				db.sealing = append(db.sealing, &sealingHead{table: &b.T, walSeq: seq, periodNs: db.opts.PeriodNs})
 			}
 			continue
 		}
 		if b.T.Len() > 0 {
-			if err := db.writeHead(&b.T, seq); err != nil {
+			if err := db.writeHead(&b.T, seq, db.opts.PeriodNs); err != nil {
 				return err
 			}
 		}
@@ -301,8 +305,10 @@ func (db *DB) Append(s *sample.Sample) error {
 func (db *DB) flushWALLocked() {
 	dropped, err := db.wal.flush()
 	if err == nil {
+		db.walErr.Store(nil)
 		return
 	}
+	db.walErr.Store(&err)
 	db.walDropped.Add(uint64(dropped))
 	if errors.Is(err, syscall.ENOSPC) {
 		db.diskFull.Store(true) // the background loop frees space
@@ -320,7 +326,7 @@ func (db *DB) cutLocked() {
 	if err := old.close(); err != nil {
 		db.log.Warn("closing WAL segment", "err", err)
 	}
-	sh := &sealingHead{table: &db.head.T, walSeq: old.seq}
+	sh := &sealingHead{table: &db.head.T, walSeq: old.seq, periodNs: db.opts.PeriodNs}
 	db.sealing = append(db.sealing, sh)
 	db.cuts.Add(1)
 	if err := db.newHead(old.seq + 1); err != nil {
@@ -339,7 +345,7 @@ func devNull() *os.File {
 
 // seal writes a sealed head as a block, then forgets it and its WAL.
 func (db *DB) seal(sh *sealingHead) {
-	err := db.writeHead(sh.table, sh.walSeq)
+	err := db.writeHead(sh.table, sh.walSeq, sh.periodNs)
 	db.mu.Lock()
 	db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == sh })
 	db.mu.Unlock()
@@ -353,11 +359,11 @@ func (db *DB) seal(sh *sealingHead) {
 // writeHead writes a head's samples as a block and adds it. On a full disk
 // it drops the oldest blocks, one at a time, until the write succeeds or
 // nothing is left to drop.
-func (db *DB) writeHead(t *Table, walSeq uint64) error {
+func (db *DB) writeHead(t *Table, walSeq uint64, periodNs int64) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
 	for {
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: walSeq, PeriodNs: db.opts.PeriodNs}, t)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: walSeq, PeriodNs: periodNs}, t)
 		if err == nil {
 			return db.addBlock(meta)
 		}
@@ -365,6 +371,21 @@ func (db *DB) writeHead(t *Table, walSeq uint64) error {
 			return err
 		}
 	}
+}
+
+// SetPeriod changes the sampling period of the samples appended from now on
+// (the recorder's overhead guard changes the frequency). The head is cut
+// first, so that every block states the period its samples were taken at.
+func (db *DB) SetPeriod(periodNs int64) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if periodNs == db.opts.PeriodNs {
+		return
+	}
+	if !db.opts.ReadOnly {
+		db.cutLocked()
+	}
+	db.opts.PeriodNs = periodNs
 }
 
 // addBlock opens a newly written block and adds it to the list.
@@ -524,6 +545,25 @@ func (db *DB) Stats() Stats {
 	s.Events, s.EventsDropped = db.events.total, db.events.dropped
 	db.events.mu.Unlock()
 	return s
+}
+
+// Health returns nil while the DB works: its directory is there and, when
+// it records, its last WAL write succeeded. Otherwise it says what is wrong.
+func (db *DB) Health() error {
+	if db.closed.Load() {
+		return errors.New("data directory closed")
+	}
+	dir := db.dir
+	if !db.opts.ReadOnly {
+		dir = filepath.Join(db.dir, blocksDir)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if p := db.walErr.Load(); p != nil {
+		return fmt.Errorf("WAL write failed: %w", *p)
+	}
+	return nil
 }
 
 // Refresh brings a read-only DB up to date with the directory: it opens

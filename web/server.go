@@ -47,6 +47,16 @@ type Options struct {
 	// PeriodNs is the sampling period pprof downloads state when the
 	// selected sources record none (default 1e9/99, heatscope's 99 Hz).
 	PeriodNs int64
+	// Metrics, when not nil, is served at GET /metrics (with the token,
+	// like the API).
+	Metrics http.Handler
+	// Health, when not nil, answers GET /healthz: 200 "ok" while it
+	// returns nil, 503 with its error otherwise. /healthz needs no token
+	// (probes rarely carry one) and tells nothing about what is recorded.
+	Health func() error
+	// ObserveQuery, when not nil, is called after every API request with
+	// its path, HTTP status and duration.
+	ObserveQuery func(endpoint string, status int, elapsed time.Duration)
 }
 
 // Defaults and limits.
@@ -158,10 +168,12 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 type headerWriter struct {
 	http.ResponseWriter
 	started bool
+	status  int
 }
 
 func (w *headerWriter) WriteHeader(code int) {
 	w.started = true
+	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -186,6 +198,10 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "internal error", "")
 		}
 	}()
+	if r.URL.Path == "/healthz" && s.opts.Health != nil {
+		s.health(w, r)
+		return
+	}
 	if r.URL.Path == "/" && r.URL.Query().Has("token") && s.opts.AuthToken != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		s.login(w, r)
 		return
@@ -198,10 +214,11 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	ep, isAPI := s.api[path]
 	static, staticType, isStatic := uiFile(path)
+	isMetrics := path == "/metrics" && s.opts.Metrics != nil
 	switch {
 	case strings.HasPrefix(path, "/api/") && !isAPI:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %q (see docs/api.md)", path), "")
-	case !isAPI && !isStatic && path != "/":
+	case !isAPI && !isStatic && !isMetrics && path != "/":
 		writeError(w, http.StatusNotFound, fmt.Sprintf("not found: %q", path), "")
 	case path == eventsPath && r.Method == http.MethodPost:
 		s.postEvent(w, r)
@@ -211,8 +228,14 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		w.Header().Set("Allow", "GET, HEAD")
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: use GET", r.Method), "")
+	case isMetrics:
+		s.opts.Metrics.ServeHTTP(w, r)
 	case isAPI:
+		began := time.Now()
 		s.serveAPI(w, r, ep)
+		if s.opts.ObserveQuery != nil {
+			s.opts.ObserveQuery(path, w.status, time.Since(began))
+		}
 	case isStatic:
 		w.Header().Set("Content-Type", staticType)
 		w.Header().Set("Content-Length", strconv.Itoa(len(static)))
@@ -223,6 +246,23 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(indexHTML)))
 		w.Write(indexHTML)
 	}
+}
+
+// health answers /healthz from Options.Health.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed: use GET", r.Method), "")
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := s.opts.Health(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "unhealthy: %v\n", err)
+		return
+	}
+	w.Write([]byte("ok\n"))
 }
 
 // setSecurityHeaders sets the headers every response carries.

@@ -26,6 +26,7 @@ import (
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/symbolize"
+	"github.com/heatscope/heatscope/web"
 )
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
@@ -50,9 +51,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols are cached between runs ('' for no cache)")
 	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
+	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
+		"and raised back when the cost allows (0: no guard)")
+	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	ef := addEventFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
 	listenSet := false
@@ -62,6 +66,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	var err error
 	if *frequency < 1 || *frequency > profiler.MaxFrequency {
 		return usageError{fmt.Errorf("--frequency %d: want 1 to %d", *frequency, profiler.MaxFrequency)}
+	}
+	if *maxCPU < 0 || *maxCPU > 100*float64(runtime.NumCPU()) {
+		return usageError{fmt.Errorf("--max-cpu %v: want 0 (off) to %d percent", *maxCPU, 100*runtime.NumCPU())}
 	}
 	if *duration < 0 {
 		return usageError{fmt.Errorf("--duration %v: must not be negative", *duration)}
@@ -136,8 +143,29 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			rec.LabelContainers(res)
 		}
 	}
+	var guard *guarded
+	if *maxCPU > 0 {
+		if guard, err = newGuard(rec, *maxCPU, *bpfStats); err != nil {
+			return err
+		}
+		defer guard.close()
+	}
+	m, err := recorderMetrics(rec, db, guard)
+	if err != nil {
+		return err
+	}
+	health := func() error {
+		if err := rec.Alive(aliveWithin); err != nil {
+			return err
+		}
+		if db != nil {
+			return db.Health()
+		}
+		return nil
+	}
 	// Deferred after db.Close, so it runs first: no request outlives the DB.
-	stopServer, err := serveWhileRecording(db, wf, listenSet)
+	stopServer, err := serveWhileRecording(db, wf, listenSet,
+		web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery})
 	if err != nil {
 		return err
 	}
@@ -158,6 +186,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if db != nil && *ef.kmsg != "" {
 		stopEvents = recordKernelEvents(db, kmsg, start)
 	}
+	stopGuard := func() {}
+	if guard != nil {
+		stopGuard = runGuard(ctx, guard)
+	}
 
 	// The run's own profile is kept when it is written out or summarised.
 	var pprofOut *profileio.PprofBuilder
@@ -168,7 +200,20 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *output != "" && *format == "folded" {
 		foldedOut = profileio.NewFoldedBuilder()
 	}
+	sampledHz := rec.Frequency()
 	err = rec.Run(ctx, func(s *sample.Sample) {
+		// The overhead guard changed the frequency: what a sample weighs
+		// follows (from the next sample read: the ring may still hold a
+		// poll interval's worth taken at the old period).
+		if hz := rec.Frequency(); hz != sampledHz {
+			sampledHz = hz
+			if db != nil {
+				db.SetPeriod(rec.PeriodNs())
+			}
+			if pprofOut != nil {
+				pprofOut.SetPeriod(rec.PeriodNs())
+			}
+		}
 		if db != nil {
 			db.Append(s)
 		}
@@ -181,6 +226,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	})
 	stopProgress()
 	stopEvents()
+	stopGuard()
 	stopServer()
 	if err != nil {
 		return err
@@ -283,8 +329,8 @@ func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration
 				if err != nil {
 					continue
 				}
-				fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors\n",
-					time.Since(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors)
+				fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors, %d Hz\n",
+					time.Since(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors, rec.Frequency())
 			}
 		}
 	}()

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heatscope/heatscope/metrics"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
 )
@@ -37,13 +38,15 @@ func addWebFlags(fs *flag.FlagSet, listenHelp string) webFlags {
 	}
 }
 
-// server returns the web server for db, with the flags' token.
-func (wf webFlags) server(db *store.DB) (*web.Server, error) {
+// server returns the web server for db with opts (metrics, health) and the
+// flags' token.
+func (wf webFlags) server(db *store.DB, opts web.Options) (*web.Server, error) {
 	token := *wf.token
 	if token == "" {
 		token = os.Getenv(tokenEnv)
 	}
-	srv, err := web.New(db, web.Options{AuthToken: token, Logger: slog.Default()})
+	opts.AuthToken, opts.Logger = token, slog.Default()
+	srv, err := web.New(db, opts)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--auth-token: %w", err)}
 	}
@@ -53,8 +56,9 @@ func (wf webFlags) server(db *store.DB) (*web.Server, error) {
 func runServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--data DIR] [--listen ADDR] [--auth-token TOKEN]", stderr)
 	data := fs.String("data", "./heatscope-data", "data directory to serve (opened read-only: no privileges needed)")
+	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
 	if *wf.listen == "" {
@@ -65,7 +69,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	srv, err := wf.server(db)
+	m := metrics.New()
+	if err := m.RegisterStore(db); err != nil {
+		return err
+	}
+	srv, err := wf.server(db, web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery})
 	if err != nil {
 		return err
 	}
@@ -79,11 +87,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 // function is called (it waits for the requests under way). When the
 // address was not given and the default one is taken, it only warns:
 // recording matters more than the UI.
-func serveWhileRecording(db *store.DB, wf webFlags, explicit bool) (stop func(), err error) {
+func serveWhileRecording(db *store.DB, wf webFlags, explicit bool, opts web.Options) (stop func(), err error) {
 	if db == nil || *wf.listen == "" {
 		return func() {}, nil
 	}
-	srv, err := wf.server(db)
+	srv, err := wf.server(db, opts)
 	if err != nil {
 		return nil, err
 	}

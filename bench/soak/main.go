@@ -1,0 +1,382 @@
+// Command soak runs heatscope always-on under process churn and reports
+// what operators ask of an agent left on every node: memory over time and
+// its slope, CPU, ring-buffer drops, and how well short-lived processes are
+// symbolized.
+//
+//	go run ./bench/soak -duration 30m -hz 99 -churn 200   # the soak (as root)
+//	go run ./bench/soak -duration 2m -hz 999 -churn 200   # the high-frequency run
+//
+// The workload starts -churn short-lived processes a second, each a copy
+// of the C fixture named "churn" that spins in hot_c_function for 10 to 50
+// ms of wall time and exits. The recorder runs as deployed, into a data
+// directory, serving /metrics, with the overhead guard off (-max-cpu 0 by
+// default) so that its cost is measured, not capped, and with --bpf-stats so
+// that the BPF program's run time is counted. Every -every the agent's RSS
+// and CPU time are read from /proc and its counters from /metrics.
+//
+// The share of unknown frames is measured on the samples of the churn
+// processes, exported from the data directory after the run: frames left
+// as "[module+0xoffset]" over all their frames.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func main() {
+	duration := flag.Duration("duration", 30*time.Minute, "how long to record")
+	hz := flag.Int("hz", 99, "sampling frequency")
+	churn := flag.Int("churn", 200, "short-lived processes started per second")
+	every := flag.Duration("every", 10*time.Second, "how often to read the agent's RSS, CPU and counters")
+	maxCPU := flag.String("max-cpu", "0", "the recorder's --max-cpu (0: guard off, the cost is measured)")
+	flag.Parse()
+	if err := run(*duration, *hz, *churn, *every, *maxCPU); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// point is one reading of the agent.
+type point struct {
+	at       time.Duration // since the recorder started
+	rssMB    float64
+	cpu      time.Duration // user + system
+	bpf      float64       // BPF program seconds
+	received float64
+	dropped  float64
+	hz       float64
+}
+
+func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU string) error {
+	dir, err := os.MkdirTemp("", "heatscope-soak-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "heatscope")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/heatscope").CombinedOutput(); err != nil {
+		return fmt.Errorf("build heatscope: %v\n%s", err, out)
+	}
+	fixture := filepath.Join(dir, "churn")
+	if out, err := exec.Command("gcc", "-O0", "-fno-omit-frame-pointer", "-o", fixture, "cmd/heatscope/testdata/hotc.c").CombinedOutput(); err != nil {
+		return fmt.Errorf("build fixture: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(dir, "data")
+	rec := exec.Command(bin, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz), "--data", data,
+		"--listen", "127.0.0.1:"+port, "--bpf-stats", "--progress", "0", "--max-cpu", maxCPU)
+	var recErr bytes.Buffer
+	rec.Stderr = &recErr
+	started := time.Now()
+	if err := rec.Start(); err != nil {
+		return err
+	}
+	recDone := make(chan error, 1)
+	go func() { recDone <- rec.Wait() }()
+	metricsURL := "http://127.0.0.1:" + port + "/metrics"
+	if err := waitHTTP(metricsURL, 30*time.Second); err != nil {
+		rec.Process.Kill()
+		return fmt.Errorf("%v\n%s", err, recErr.String())
+	}
+
+	ctx, stopChurn := context.WithCancel(context.Background())
+	var spawned, failed atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); spawn(ctx, fixture, churn, &spawned, &failed) }()
+	churnStart := time.Now()
+
+	var points []point
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	pid := rec.Process.Pid
+	var recErrRun error
+loop:
+	for {
+		select {
+		case recErrRun = <-recDone:
+			break loop
+		case <-tick.C:
+			p, err := read(pid, metricsURL)
+			if err != nil {
+				continue // the recorder is stopping
+			}
+			p.at = time.Since(started)
+			points = append(points, p)
+		}
+	}
+	stopChurn()
+	wg.Wait()
+	churnFor := time.Since(churnStart)
+	if recErrRun != nil {
+		return fmt.Errorf("heatscope record: %v\n%s", recErrRun, recErr.String())
+	}
+	ru := rec.ProcessState.SysUsage().(*syscall.Rusage)
+	totalCPU := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	elapsed := time.Since(started)
+	peakMB := float64(ru.Maxrss) / 1024
+
+	unknown, frames, churnSamples, hot, err := churnFrames(bin, data)
+	if err != nil {
+		return err
+	}
+	report(reportInput{duration: duration, hz: hz, churn: churn, every: every, maxCPU: maxCPU, points: points,
+		spawned: spawned.Load(), failed: failed.Load(), churnFor: churnFor, totalCPU: totalCPU, elapsed: elapsed,
+		peakMB: peakMB, summary: recErr.String(), unknown: unknown, frames: frames, churnSamples: churnSamples, hot: hot})
+	return nil
+}
+
+// spawn starts n fixture processes a second until ctx is done, each
+// running for 10 to 50 ms of wall time.
+func spawn(ctx context.Context, fixture string, n int, spawned, failed *atomic.Int64) {
+	t := time.NewTicker(time.Second / time.Duration(n))
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		secs := strconv.FormatFloat(0.010+0.040*rand.Float64(), 'f', 3, 64)
+		c := exec.Command(fixture, secs)
+		if err := c.Start(); err != nil {
+			failed.Add(1)
+			continue
+		}
+		spawned.Add(1)
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Wait() }()
+	}
+}
+
+// read takes one reading of the agent: RSS and CPU from /proc, counters
+// from /metrics.
+func read(pid int, url string) (point, error) {
+	var p point
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return p, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			p.rssMB = kb / 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return p, err
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	p.cpu = time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ = 100
+	resp, err := http.Get(url)
+	if err != nil {
+		return p, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return p, err
+	}
+	p.bpf = sum(fams, "heatscope_bpf_program_seconds_total")
+	p.received = sum(fams, "heatscope_samples_received_total")
+	p.dropped = sum(fams, "heatscope_samples_dropped_total")
+	p.hz = sum(fams, "heatscope_sampling_frequency_hertz")
+	return p, nil
+}
+
+func sum(fams map[string]*dto.MetricFamily, name string) float64 {
+	s := 0.0
+	for _, m := range fams[name].GetMetric() {
+		s += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return s
+}
+
+// churnFrames exports the churn processes' samples as folded stacks and
+// counts their frames, the unknown ones ("[module+0xoffset]"), their
+// samples and those whose leaf is the hot function.
+func churnFrames(bin, data string) (unknown, frames, samples, hot int64, err error) {
+	out, err := exec.Command(bin, "export", "--data", data, "--comm", "churn", "--format", "folded", "-o", "-").Output()
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("export the churn samples: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		n, perr := strconv.ParseInt(line[i+1:], 10, 64)
+		if perr != nil {
+			continue
+		}
+		names := strings.Split(line[:i], ";")[1:] // the first is the command
+		samples += n
+		if len(names) > 0 && names[len(names)-1] == "hot_c_function" {
+			hot += n
+		}
+		for _, name := range names {
+			frames += n
+			if strings.HasPrefix(name, "[") && strings.Contains(name, "+0x") {
+				unknown += n
+			}
+		}
+	}
+	return unknown, frames, samples, hot, sc.Err()
+}
+
+type reportInput struct {
+	duration, every, churnFor, totalCPU, elapsed time.Duration
+	hz, churn                                    int
+	maxCPU                                       string
+	points                                       []point
+	spawned, failed                              int64
+	peakMB                                       float64
+	summary                                      string
+	unknown, frames, churnSamples, hot           int64
+}
+
+func report(in reportInput) {
+	fmt.Printf("soak: %v at %d Hz, %d short-lived processes/s (started %d in %.0fs = %.0f/s, %d failed to start), --max-cpu %s\n\n",
+		in.duration, in.hz, in.churn, in.spawned, in.churnFor.Seconds(), float64(in.spawned)/in.churnFor.Seconds(), in.failed, in.maxCPU)
+	fmt.Println("| t | RSS MB | agent CPU % (interval) | + BPF % | samples | dropped | Hz |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	step := max(1, len(in.points)/20) // at most ~20 rows
+	for i, p := range in.points {
+		if i%step != 0 && i != len(in.points)-1 {
+			continue
+		}
+		cpuPct, bpfPct := 0.0, 0.0
+		if i > 0 {
+			q := in.points[i-1]
+			dt := (p.at - q.at).Seconds()
+			cpuPct = 100 * (p.cpu - q.cpu).Seconds() / dt
+			bpfPct = 100 * (p.bpf - q.bpf) / dt
+		}
+		fmt.Printf("| %.0fs | %.1f | %.2f | %.2f | %.0f | %.0f | %.0f |\n", p.at.Seconds(), p.rssMB, cpuPct, bpfPct, p.received, p.dropped, p.hz)
+	}
+	fmt.Println()
+	slope, n := rssSlope(in.points)
+	var last point
+	if len(in.points) > 0 {
+		last = in.points[len(in.points)-1]
+	}
+	agentPct := 100 * in.totalCPU.Seconds() / in.elapsed.Seconds()
+	bpfPct := 100 * last.bpf / last.at.Seconds()
+	steadyPct := steadyCPU(in.points)
+	unknownPct := 0.0
+	if in.frames > 0 {
+		unknownPct = 100 * float64(in.unknown) / float64(in.frames)
+	}
+	hotPct := 0.0
+	if in.churnSamples > 0 {
+		hotPct = 100 * float64(in.hot) / float64(in.churnSamples)
+	}
+	fmt.Println("| metric | value | target |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| peak RSS (VmHWM) | %.1f MB | <= 80 MB |\n", in.peakMB)
+	fmt.Printf("| RSS slope after the first minute (least squares over %d readings) | %+.2f MB/hour | ≈ 0 |\n", n, slope)
+	fmt.Printf("| agent CPU, whole run (user+sys) | %.3f%% of one CPU | |\n", agentPct)
+	fmt.Printf("| agent CPU after the first minute (user+sys) | %.3f%% of one CPU | |\n", steadyPct)
+	fmt.Printf("| BPF program | %.3f%% of one CPU | |\n", bpfPct)
+	fmt.Printf("| agent + BPF, whole run | **%.3f%%** of one CPU | <= 1%% |\n", agentPct+bpfPct)
+	fmt.Printf("| samples received / ring-buffer drops | %.0f / **%.0f** | 0 drops |\n", last.received, last.dropped)
+	fmt.Printf("| churn samples, of them in hot_c_function | %d, %.1f%% | |\n", in.churnSamples, hotPct)
+	fmt.Printf("| unknown frames of the churn processes | %d of %d = **%.2f%%** | <= 5%% |\n", in.unknown, in.frames, unknownPct)
+	fmt.Println()
+	for _, line := range strings.Split(strings.TrimSpace(in.summary), "\n") {
+		if strings.HasPrefix(line, "recorded") || strings.HasPrefix(line, "agent:") || strings.Contains(line, "sampling frequency changed") {
+			fmt.Println("    " + line)
+		}
+	}
+}
+
+// rssSlope fits RSS against time by least squares, leaving out the first
+// minute (start-up and caches filling), in MB per hour.
+func rssSlope(points []point) (float64, int) {
+	var xs, ys []float64
+	for _, p := range points {
+		if p.at >= time.Minute {
+			xs = append(xs, p.at.Hours())
+			ys = append(ys, p.rssMB)
+		}
+	}
+	n := float64(len(xs))
+	if n < 2 {
+		return math.NaN(), len(xs)
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	return (n*sxy - sx*sy) / (n*sxx - sx*sx), len(xs)
+}
+
+// steadyCPU is the agent's user+sys CPU from the first reading after one
+// minute to the last, in percent of one CPU.
+func steadyCPU(points []point) float64 {
+	for i, p := range points {
+		if p.at >= time.Minute && i < len(points)-1 {
+			last := points[len(points)-1]
+			return 100 * (last.cpu - p.cpu).Seconds() / (last.at - p.at).Seconds()
+		}
+	}
+	return math.NaN()
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port, nil
+}
+
+func waitHTTP(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s does not answer", url)
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// A config file (--config FILE) holds one section per command, each a
+// mapping from flag names to values, so that one file serves record and
+// serve alike:
+//
+//	record:
+//	  data: /var/lib/heatscope
+//	  frequency: 99
+//	  max-cpu: 1
+//	serve:
+//	  listen: 127.0.0.1:7070
+//
+// Flags given on the command line override the file. Unknown sections and
+// keys are errors that name them, so a typo does not silently fall back to
+// a default.
+
+// configCommands are the commands whose flags a config file may set.
+var configCommands = []string{"record", "serve"}
+
+// maxConfigBytes bounds a config file: it is a few lines.
+const maxConfigBytes = 1 << 20
+
+// addConfigFlag registers --config.
+func addConfigFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", "", "YAML file with this command's flags under a '"+fs.Name()+":' key; flags given here override it")
+}
+
+// parseFlagsWithConfig parses args, then sets every flag the command line
+// left unset from the --config file, if one was given.
+func parseFlagsWithConfig(fs *flag.FlagSet, config *string, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *config == "" {
+		return nil
+	}
+	f, err := os.Open(*config)
+	if err != nil {
+		return usageError{fmt.Errorf("--config: %w", err)}
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return usageError{fmt.Errorf("--config: read %s: %w", *config, err)}
+	}
+	if len(b) > maxConfigBytes {
+		return usageError{fmt.Errorf("--config %s: larger than %d bytes", *config, maxConfigBytes)}
+	}
+	values, err := parseConfig(b, fs.Name())
+	if err != nil {
+		return usageError{fmt.Errorf("--config %s: %w", *config, err)}
+	}
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	for _, v := range values {
+		if v.name == "config" {
+			return usageError{fmt.Errorf("--config %s: line %d: %s.config: a config file cannot name another", *config, v.line, fs.Name())}
+		}
+		if fs.Lookup(v.name) == nil {
+			return usageError{fmt.Errorf("--config %s: line %d: unknown key %s.%s (the keys are %s's flags)", *config, v.line, fs.Name(), v.name, fs.Name())}
+		}
+		if onCommandLine[v.name] {
+			continue
+		}
+		if err := fs.Set(v.name, v.value); err != nil {
+			return usageError{fmt.Errorf("--config %s: line %d: %s.%s %q: %w", *config, v.line, fs.Name(), v.name, v.value, err)}
+		}
+	}
+	return nil
+}
+
+// configValue is one flag's value from a config file.
+type configValue struct {
+	name, value string
+	line        int
+}
+
+// parseConfig returns the values of command's section of a config file.
+// Scalars are taken as the flag would take them from the command line;
+// lists are joined with commas (pid: [1, 2] is --pid 1,2).
+func parseConfig(b []byte, command string) ([]configValue, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // an empty file sets nothing
+		}
+		return nil, fmt.Errorf("not YAML: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one YAML document")
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: want a mapping of commands (%s) to their flags", root.Line, strings.Join(configCommands, ", "))
+	}
+	var out []configValue
+	seenSection := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key, section := root.Content[i], root.Content[i+1]
+		if !slices.Contains(configCommands, key.Value) {
+			return nil, fmt.Errorf("line %d: unknown key %q (want %s)", key.Line, key.Value, strings.Join(configCommands, " or "))
+		}
+		if seenSection[key.Value] {
+			return nil, fmt.Errorf("line %d: %s given twice", key.Line, key.Value)
+		}
+		seenSection[key.Value] = true
+		if section.Kind == yaml.ScalarNode && section.Tag == "!!null" {
+			continue
+		}
+		if section.Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("line %d: %s: want a mapping of flag names to values", section.Line, key.Value)
+		}
+		seen := map[string]bool{}
+		for j := 0; j+1 < len(section.Content); j += 2 {
+			k, v := section.Content[j], section.Content[j+1]
+			if seen[k.Value] {
+				return nil, fmt.Errorf("line %d: %s.%s given twice", k.Line, key.Value, k.Value)
+			}
+			seen[k.Value] = true
+			value, err := configScalar(v)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %s.%s: %w", v.Line, key.Value, k.Value, err)
+			}
+			if key.Value == command {
+				out = append(out, configValue{name: k.Value, value: value, line: k.Line})
+			}
+		}
+	}
+	return out, nil
+}
+
+// configScalar returns a value as a flag string.
+func configScalar(v *yaml.Node) (string, error) {
+	switch v.Kind {
+	case yaml.ScalarNode:
+		if v.Tag == "!!null" {
+			return "", nil
+		}
+		return v.Value, nil
+	case yaml.SequenceNode:
+		items := make([]string, 0, len(v.Content))
+		for _, item := range v.Content {
+			if item.Kind != yaml.ScalarNode {
+				return "", errors.New("a list may hold only plain values")
+			}
+			items = append(items, item.Value)
+		}
+		return strings.Join(items, ","), nil
+	default:
+		return "", errors.New("want a value or a list of values")
+	}
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// deployDir holds the packaging: systemd unit, Kubernetes manifests and the
+// example config.
+const deployDir = "../../deploy"
+
+// yamlDocs parses every document of a multi-document YAML file.
+func yamlDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		docs = append(docs, doc)
+	}
+}
+
+// dig walks nested maps and lists ("spec", "template", 0, ...).
+func dig(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("at %v: not a mapping", path)
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				t.Fatalf("at %v: no item %d", path, k)
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func strs(v any) []string {
+	var out []string
+	l, _ := v.([]any)
+	for _, x := range l {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestDeployKubernetes checks the DaemonSet's privileges against the
+// documented capability set, its mounts, limits and probes, and the
+// Service in front of it; and that its config is one record accepts.
+func TestDeployKubernetes(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(deployDir, "kubernetes", "daemonset.yaml"))
+	kinds := map[string]map[string]any{}
+	for _, d := range docs {
+		kind, _ := d["kind"].(string)
+		kinds[kind] = d
+		if ns := dig(t, d, "metadata", "namespace"); kind != "Namespace" && ns != "heatscope" {
+			t.Errorf("%s in namespace %v, want heatscope", kind, ns)
+		}
+	}
+	for _, k := range []string{"Namespace", "ConfigMap", "DaemonSet", "Service"} {
+		if kinds[k] == nil {
+			t.Fatalf("no %s in daemonset.yaml", k)
+		}
+	}
+	ds := kinds["DaemonSet"]
+	pod := dig(t, ds, "spec", "template", "spec")
+	if dig(t, pod, "hostPID") != true {
+		t.Error("the DaemonSet needs hostPID: true to see the node's processes")
+	}
+	c := dig(t, pod, "containers", 0)
+	sc := dig(t, c, "securityContext")
+	var caps []string
+	for _, name := range strs(dig(t, sc, "capabilities", "add")) {
+		caps = append(caps, "CAP_"+name)
+	}
+	if !slices.Equal(caps, recorderCapabilities) {
+		t.Errorf("DaemonSet adds capabilities %v, want exactly %v", caps, recorderCapabilities)
+	}
+	if drop := strs(dig(t, sc, "capabilities", "drop")); !slices.Equal(drop, []string{"ALL"}) {
+		t.Errorf("DaemonSet drops %v, want ALL", drop)
+	}
+	if dig(t, sc, "privileged") != false || dig(t, sc, "allowPrivilegeEscalation") != false {
+		t.Error("the container must not be privileged nor allow privilege escalation")
+	}
+	for _, r := range []string{"requests", "limits"} {
+		for _, k := range []string{"cpu", "memory"} {
+			if dig(t, c, "resources", r, k) == nil {
+				t.Errorf("no resources.%s.%s", r, k)
+			}
+		}
+	}
+	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+		if p := dig(t, c, probe, "httpGet", "path"); p != "/healthz" {
+			t.Errorf("%s path %v, want /healthz", probe, p)
+		}
+	}
+	hostPaths := map[string]bool{}
+	for _, v := range dig(t, pod, "volumes").([]any) {
+		if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok {
+			hostPaths[hp["path"].(string)] = true
+		}
+	}
+	for _, p := range []string{"/sys/kernel/btf", "/sys/fs/cgroup", "/var/lib/heatscope"} {
+		if !hostPaths[p] {
+			t.Errorf("no hostPath volume for %s", p)
+		}
+	}
+	// The Service selects the pods and targets their port.
+	svc := kinds["Service"]
+	podLabels := dig(t, ds, "spec", "template", "metadata", "labels").(map[string]any)
+	for k, v := range dig(t, svc, "spec", "selector").(map[string]any) {
+		if podLabels[k] != v {
+			t.Errorf("Service selects %s=%v, the pods have %v", k, v, podLabels[k])
+		}
+	}
+	if dig(t, svc, "spec", "ports", 0, "targetPort") != dig(t, c, "ports", 0, "name") {
+		t.Error("the Service's targetPort is not the container's port")
+	}
+
+	// The config map's file is one record takes: parsing it fails only on
+	// the bad --frequency given after it, not on the file.
+	config := filepath.Join(t.TempDir(), "heatscope.yaml")
+	if err := os.WriteFile(config, []byte(dig(t, kinds["ConfigMap"], "data", "heatscope.yaml").(string)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkConfigAccepted(t, config)
+	checkConfigAccepted(t, filepath.Join(deployDir, "heatscope.yaml"))
+}
+
+// checkConfigAccepted runs record and serve on config with a flag that
+// fails validation afterwards, so that nothing is started: the error must
+// be that flag's, not the file's.
+func checkConfigAccepted(t *testing.T, config string) {
+	t.Helper()
+	for _, args := range [][]string{{"record", "--config", config, "--frequency", "0"}, {"serve", "--config", config, "--listen", ""}} {
+		var stderr bytes.Buffer
+		code := run(args, io.Discard, &stderr)
+		if code != 2 || strings.Contains(stderr.String(), "--config") || !strings.Contains(stderr.String(), args[len(args)-2]) {
+			t.Errorf("%v: exit %d: %s; want only the %s error", args, code, stderr.String(), args[len(args)-2])
+		}
+	}
+}
+
+// unitSettings reads a systemd unit's Key=Value lines.
+func unitSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == '[' {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s: not Key=Value: %q", path, line)
+		}
+		out[k] = append(out[k], v)
+	}
+	return out
+}
+
+// TestDeploySystemd checks the unit's capabilities against the documented
+// set and its hardening, and has systemd-analyze verify it.
+func TestDeploySystemd(t *testing.T) {
+	unit := filepath.Join(deployDir, "systemd", "heatscope.service")
+	s := unitSettings(t, unit)
+	for _, k := range []string{"AmbientCapabilities", "CapabilityBoundingSet"} {
+		if got := strings.Fields(strings.Join(s[k], " ")); !slices.Equal(got, recorderCapabilities) {
+			t.Errorf("%s = %v, want exactly %v", k, got, recorderCapabilities)
+		}
+	}
+	for k, want := range map[string]string{"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "read-only",
+		"ReadWritePaths": "/var/lib/heatscope", "Restart": "on-failure", "User": "heatscope", "PrivateTmp": "no",
+		"ProtectKernelLogs": "no"} {
+		if got := strings.Join(s[k], " "); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if !strings.Contains(strings.Join(s["ExecStart"], ""), "--data /var/lib/heatscope") {
+		t.Errorf("ExecStart %q does not record into the ReadWritePaths directory", s["ExecStart"])
+	}
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Logf("systemd-analyze not installed: the unit is checked by the assertions above only")
+		return
+	}
+	// verify wants the binary to exist: point ExecStart at a built one.
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dir, "heatscope.service")
+	if err := os.WriteFile(copyPath, bytes.ReplaceAll(b, []byte("/usr/local/bin/heatscope"), []byte(bin)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(analyze, "verify", copyPath).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestDocumentedCapabilities checks README.md names each capability the
+// recorder is given.
+func TestDocumentedCapabilities(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range recorderCapabilities {
+		if !bytes.Contains(b, []byte("`"+c+"`")) {
+			t.Errorf("README.md does not document %s", c)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/heatscope/heatscope/metrics"
+	"github.com/heatscope/heatscope/overhead"
+	"github.com/heatscope/heatscope/recorder"
+	"github.com/heatscope/heatscope/store"
+)
+
+// aliveWithin is how recently the recorder must have read its ring for
+// /healthz to say it is healthy: many poll intervals, so that a busy
+// machine does not make it flap.
+const aliveWithin = 10 * time.Second
+
+// onFrequencyChange, when set, is told of every change of the sampling
+// frequency by the overhead guard (besides the log line the guard writes).
+var onFrequencyChange func(oldHz, newHz float64, reason string)
+
+// guarded is an overhead guard with what it needs released at the end.
+type guarded struct {
+	*overhead.Guard
+	bpfStats io.Closer // nil when --bpf-stats or nobody turned them on
+}
+
+// newGuard returns the overhead guard of --max-cpu. It counts the BPF
+// program's run time, which the kernel charges to the sampled tasks, when
+// the kernel keeps it: it turns kernel.bpf_stats_enabled on for as long as
+// heatscope runs if it may (CAP_SYS_ADMIN), and otherwise counts the agent's
+// own CPU only, saying so.
+func newGuard(rec *recorder.Recorder, maxCPU float64, statsOn bool) (*guarded, error) {
+	g := &guarded{}
+	if !statsOn {
+		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			slog.Warn("--max-cpu counts the agent's own CPU but not its BPF program's run time: "+
+				"turning on kernel.bpf_stats_enabled needs CAP_SYS_ADMIN (or set it with sysctl)", "err", err)
+		} else {
+			g.bpfStats = closer
+		}
+	}
+	meter := func() (time.Duration, error) {
+		cpu, err := overhead.ProcessCPU()
+		if err != nil {
+			return 0, err
+		}
+		st, err := rec.Stats()
+		if err != nil {
+			return 0, err
+		}
+		return cpu + st.BPFRunTime, nil
+	}
+	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: onFrequencyChange}, rec, meter)
+	if err != nil {
+		g.close()
+		return nil, fmt.Errorf("--max-cpu: %w", err)
+	}
+	g.Guard = guard
+	return g, nil
+}
+
+// close turns the BPF statistics back off; calling it again does nothing.
+func (g *guarded) close() {
+	if g.bpfStats != nil {
+		g.bpfStats.Close()
+		g.bpfStats = nil
+	}
+}
+
+// runGuard runs the guard until ctx is done or the returned function is
+// called.
+func runGuard(ctx context.Context, g *guarded) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Run(ctx); err != nil {
+			slog.Error("overhead guard stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// recorderMetrics returns the metrics of a recording: the sampler's,
+// symbolizer's and store's counters, the guard's changes, the process's.
+func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded) (*metrics.Metrics, error) {
+	m := metrics.New()
+	var changes func() uint64
+	if g != nil {
+		changes = g.Changes
+	}
+	if err := m.RegisterRecorder(rec, changes); err != nil {
+		return nil, err
+	}
+	if db != nil {
+		if err := m.RegisterStore(db); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+)
+
+// scrape reads url (a /metrics endpoint) with the Prometheus text parser.
+func scrape(t *testing.T, url string, headers ...string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return families
+}
+
+// metricSum sums a family's counters, gauges or histogram counts over the
+// series whose labels include want (name, value pairs); -1 if it is missing.
+func metricSum(families map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	f, ok := families[name]
+	if !ok {
+		return -1
+	}
+	sum := 0.0
+	for _, m := range f.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for i := 0; i+1 < len(want); i += 2 {
+			match = match && labels[want[i]] == want[i+1]
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRecordMetrics scrapes a recorder's /metrics twice while it records a
+// C fixture and checks that the figures are there and move.
+func TestRecordMetrics(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	start(t, hotc)
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "30s", "--listen", addr,
+		"--progress", "0", "--block-duration", "2s")
+	url := "http://" + addr
+	waitServing(t, d, url+"/healthz")
+	if code, body := httpGet(t, url+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz while recording: %d %q", code, body)
+	}
+	time.Sleep(2 * time.Second)
+	first := scrape(t, url+"/metrics")
+	getJSON(t, url+"/api/sources", nil)
+	getJSON(t, url+"/api/timeline?from=-1m&to=-0s&step=100ms", nil)
+	getJSON(t, url+"/api/timeline?step=nonsense", nil) // a 400
+	time.Sleep(3 * time.Second)
+	second := scrape(t, url+"/metrics")
+	d.stop(t)
+
+	for _, name := range []string{"heatscope_samples_received_total", "heatscope_samples_total",
+		"heatscope_store_samples_appended_total", "heatscope_frames_total", "heatscope_symbolizer_binary_cache_misses_total",
+		"heatscope_symbolizer_maps_reads_total", "heatscope_processes_tracked", "process_cpu_seconds_total",
+		"process_resident_memory_bytes"} {
+		if v := metricSum(first, name); v <= 0 {
+			t.Errorf("%s = %v after 2 s of recording, want > 0", name, v)
+		}
+	}
+	for _, name := range []string{"heatscope_samples_received_total", "heatscope_samples_total",
+		"heatscope_store_samples_appended_total", "process_cpu_seconds_total"} {
+		if a, b := metricSum(first, name), metricSum(second, name); b <= a {
+			t.Errorf("%s did not move in 3 s of recording: %v -> %v", name, a, b)
+		}
+	}
+	// Samples are counted per CPU; at 99 Hz with one CPU kept busy, 5 s
+	// give hundreds.
+	if n := len(second["heatscope_samples_total"].GetMetric()); n < 1 {
+		t.Errorf("heatscope_samples_total has %d per-CPU series", n)
+	}
+	if v := metricSum(second, "heatscope_samples_received_total"); v < 200 {
+		t.Errorf("%v samples received in 5 s with a busy CPU, want >= 200", v)
+	}
+	for name, want := range map[string]float64{"heatscope_samples_dropped_total": 0, "heatscope_record_decode_errors_total": 0,
+		"heatscope_sampling_frequency_hertz": 99, "heatscope_store_samples_lost_total": 0} {
+		if v := metricSum(second, name); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	// The head is cut every 2 s: blocks and their bytes show up.
+	if v := metricSum(second, "heatscope_store_block_bytes"); v <= 0 {
+		t.Errorf("heatscope_store_block_bytes = %v after 5 s with 2 s blocks", v)
+	}
+	if r := metricSum(second, "heatscope_frames_unknown_ratio"); r < 0 || r > 0.5 {
+		t.Errorf("heatscope_frames_unknown_ratio = %v, want within [0, 0.5]", r)
+	}
+	if f := metricSum(second, "heatscope_ring_buffer_fill_ratio"); f < 0 || f > 1 {
+		t.Errorf("heatscope_ring_buffer_fill_ratio = %v", f)
+	}
+	for _, c := range []struct{ endpoint, code string }{{"/api/sources", "200"}, {"/api/timeline", "200"}, {"/api/timeline", "400"}} {
+		if n := metricSum(second, "heatscope_query_duration_seconds", "endpoint", c.endpoint, "code", c.code); n != 1 {
+			t.Errorf("query latency histogram of %s (%s) counts %v requests, want 1", c.endpoint, c.code, n)
+		}
+	}
+}
+
+// TestOverheadGuard records with a budget no agent can meet and checks
+// that the guard halves the frequency, that the metric, the progress line
+// and the log say so, and that the blocks written on each side of the
+// change state their own sampling period.
+func TestOverheadGuard(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	start(t, hotc)
+	addr := "127.0.0.1:" + freePort(t)
+	data := filepath.Join(dir, "data")
+	d := startDaemon(t, bin, "record", "--data", data, "--duration", "60s", "--listen", addr,
+		"--frequency", "400", "--max-cpu", "0.001", "--progress", "1s")
+	url := "http://" + addr
+	waitServing(t, d, url+"/healthz")
+	if v := metricSum(scrape(t, url+"/metrics"), "heatscope_sampling_frequency_hertz"); v != 400 {
+		t.Fatalf("frequency at start = %v, want 400", v)
+	}
+	// The guard decides every 10 s.
+	deadline := time.Now().Add(25 * time.Second)
+	var hz, changes float64
+	for time.Now().Before(deadline) {
+		m := scrape(t, url+"/metrics")
+		hz, changes = metricSum(m, "heatscope_sampling_frequency_hertz"), metricSum(m, "heatscope_sampling_frequency_changes_total")
+		if hz < 400 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if hz != 200 || changes != 1 {
+		t.Fatalf("after the first window: %v Hz, %v changes; want 200 Hz, 1 change\n%s", hz, changes, d.log())
+	}
+	time.Sleep(1500 * time.Millisecond) // a progress line at the new frequency
+	d.stop(t)
+	log := d.log()
+	if !strings.Contains(log, `msg="sampling frequency changed" from_hz=400 to_hz=200`) || !strings.Contains(log, "over the 0.001% budget") {
+		t.Errorf("no log line for the change:\n%s", log)
+	}
+	if !strings.Contains(log, "stack errors, 200 Hz") {
+		t.Errorf("no progress line at 200 Hz:\n%s", log)
+	}
+	periods := map[int64]bool{}
+	metas, _ := filepath.Glob(filepath.Join(data, "blocks", "*", "meta.json"))
+	for _, path := range metas {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			PeriodNs int64 `json:"periodNs"`
+		}
+		if err := json.Unmarshal(b, &meta); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		periods[meta.PeriodNs] = true
+	}
+	if !periods[1e9/400] || !periods[1e9/200] {
+		t.Errorf("blocks state periods %v, want both %d (400 Hz) and %d (200 Hz)", periods, int64(1e9/400), int64(1e9/200))
+	}
+}
+
+// TestServeHealthAndMetrics checks serve's /healthz (no token needed, 503
+// once the data directory is gone) and /metrics (token needed; store and
+// query figures).
+func TestServeHealthAndMetrics(t *testing.T) {
+	bin, _, data := importedDataDir(t, 3000)
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "serve", "--data", data, "--listen", addr, "--auth-token", "s3cret")
+	url := "http://" + addr
+	waitServing(t, d, url+"/healthz")
+	if code, body := httpGet(t, url+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, _ := httpGet(t, url+"/metrics"); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without the token: %d, want 401", code)
+	}
+	auth := []string{"Authorization", "Bearer s3cret"}
+	getJSON(t, url+"/api/sources", nil, auth...)
+	m := scrape(t, url+"/metrics", auth...)
+	if v := metricSum(m, "heatscope_store_blocks"); v < 1 {
+		t.Errorf("heatscope_store_blocks = %v, want >= 1", v)
+	}
+	if v := metricSum(m, "heatscope_store_block_bytes"); v <= 0 {
+		t.Errorf("heatscope_store_block_bytes = %v", v)
+	}
+	if v := metricSum(m, "heatscope_query_duration_seconds", "endpoint", "/api/sources", "code", "200"); v != 1 {
+		t.Errorf("query latency of /api/sources counts %v requests, want 1", v)
+	}
+	if _, ok := m["heatscope_samples_total"]; ok {
+		t.Error("serve exports sampler metrics, but it samples nothing")
+	}
+	if err := os.Rename(data, data+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := httpGet(t, url+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "data directory") {
+		t.Errorf("/healthz with the data directory gone: %d %q, want 503 naming the data directory", code, body)
+	}
+	d.stop(t)
+}

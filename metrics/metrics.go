@@ -1,0 +1,236 @@
+// Package metrics exposes heatscope's own health in the Prometheus text
+// format: what the sampler took and lost, what the symbolizer resolved, what
+// the store holds and did, how long queries took, and what the agent costs
+// (the standard process_* and go_* collectors).
+//
+// Nothing is counted twice on the sampling path: the collectors read the
+// counters the profiler, symbolizer and store already keep, at scrape time.
+// Only query latencies are observed as they happen, once per request.
+package metrics
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/store"
+	"github.com/heatscope/heatscope/symbolize"
+)
+
+// namespace prefixes every heatscope metric.
+const namespace = "heatscope"
+
+// Metrics is a registry of heatscope's collectors plus the query latency
+// histogram. It is safe for concurrent use.
+type Metrics struct {
+	reg     *prometheus.Registry
+	queries *prometheus.HistogramVec
+}
+
+// New returns a registry with the process and Go runtime collectors and the
+// query latency histogram; add the sampler's and store's with
+// RegisterRecorder and RegisterStore.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		queries: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "query_duration_seconds",
+			Help:      "Time to answer an API request, by endpoint and HTTP status.",
+			Buckets:   []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"endpoint", "code"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(),
+		m.queries,
+	)
+	return m
+}
+
+// Register adds another collector, e.g. one of another package's counters.
+func (m *Metrics) Register(c prometheus.Collector) error {
+	if err := m.reg.Register(c); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	return nil
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// ObserveQuery records one API request's duration.
+func (m *Metrics) ObserveQuery(endpoint string, status int, elapsed time.Duration) {
+	m.queries.WithLabelValues(endpoint, strconv.Itoa(status)).Observe(elapsed.Seconds())
+}
+
+// Recorder is what RegisterRecorder reads at scrape time: the recorder.
+type Recorder interface {
+	Stats() (profiler.Stats, error)
+	SymbolizerStats() symbolize.Stats
+	Frequency() int
+}
+
+// RegisterRecorder adds the sampler's and symbolizer's counters of rec.
+// frequencyChanges, when not nil, counts the overhead guard's changes of
+// frequency.
+func (m *Metrics) RegisterRecorder(rec Recorder, frequencyChanges func() uint64) error {
+	return m.Register(&recorderCollector{rec: rec, changes: frequencyChanges})
+}
+
+// StoreStats is what RegisterStore reads at scrape time: the store.
+type StoreStats interface{ Stats() store.Stats }
+
+// RegisterStore adds the store's sizes and counters.
+func (m *Metrics) RegisterStore(db StoreStats) error {
+	return m.Register(&storeCollector{db: db})
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+}
+
+// The sampler's and symbolizer's metrics.
+var (
+	descSamples         = desc("samples_total", "Samples the BPF program took (after the pid and cgroup filters), per CPU.", "cpu")
+	descDropped         = desc("samples_dropped_total", "Samples lost because the ring buffer was full, per CPU.", "cpu")
+	descFiltered        = desc("samples_filtered_total", "Samples the pid or cgroup filter skipped, per CPU.", "cpu")
+	descStackErrors     = desc("stack_errors_total", "Failed stack walks, per CPU and stack (kernel or user).", "cpu", "stack")
+	descReceived        = desc("samples_received_total", "Samples the agent read from the ring buffer.")
+	descDecodeErrors    = desc("record_decode_errors_total", "Ring buffer records that failed to decode.")
+	descRingSize        = desc("ring_buffer_size_bytes", "Size of the BPF ring buffer.")
+	descRingUsed        = desc("ring_buffer_used_bytes", "Bytes waiting in the BPF ring buffer at scrape time.")
+	descRingFill        = desc("ring_buffer_fill_ratio", "Share of the BPF ring buffer in use at scrape time (0 to 1).")
+	descBPFSeconds      = desc("bpf_program_seconds_total", "Run time of the BPF sampling program, counted while kernel.bpf_stats_enabled is on.")
+	descBPFRuns         = desc("bpf_program_runs_total", "Runs of the BPF sampling program, counted while kernel.bpf_stats_enabled is on.")
+	descFrequency       = desc("sampling_frequency_hertz", "Effective sampling frequency per CPU (the overhead guard may lower it).")
+	descFreqChanges     = desc("sampling_frequency_changes_total", "Changes of the sampling frequency by the overhead guard.")
+	descBinaryHits      = desc("symbolizer_binary_cache_hits_total", "Mapped files found in the symbolizer's binary cache.")
+	descBinaryMisses    = desc("symbolizer_binary_cache_misses_total", "Binaries whose symbol tables were loaded into the cache.")
+	descBinaryErrors    = desc("symbolizer_binary_errors_total", "Mapped files that could not be read as ELF.")
+	descMapsReads       = desc("symbolizer_maps_reads_total", "Reads of /proc/PID/maps.")
+	descMapsErrors      = desc("symbolizer_maps_errors_total", "Failed reads of /proc/PID/maps (mostly processes that had exited).")
+	descFrames          = desc("frames_total", "Frames symbolized, by result (resolved or unknown).", "result")
+	descUnknownRatio    = desc("frames_unknown_ratio", "Share of all frames symbolized so far that stayed unknown (0 to 1).")
+	descProcesses       = desc("processes_tracked", "Processes whose address maps the symbolizer holds.")
+	descBinariesTracked = desc("binaries_cached", "Binaries whose symbol tables the symbolizer holds.")
+)
+
+// recorderCollector reads the recorder's counters at scrape time.
+type recorderCollector struct {
+	rec     Recorder
+	changes func() uint64
+}
+
+func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSamples, descDropped, descFiltered, descStackErrors, descReceived,
+		descDecodeErrors, descRingSize, descRingUsed, descRingFill, descBPFSeconds, descBPFRuns, descFrequency,
+		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
+		descFrames, descUnknownRatio, descProcesses, descBinariesTracked} {
+		ch <- d
+	}
+}
+
+func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if st, err := c.rec.Stats(); err != nil {
+		ch <- prometheus.NewInvalidMetric(descSamples, err)
+	} else {
+		for cpu, cc := range st.PerCPU {
+			l := strconv.Itoa(cpu)
+			counter(descSamples, float64(cc.Samples), l)
+			counter(descDropped, float64(cc.Lost), l)
+			counter(descFiltered, float64(cc.Filtered), l)
+			counter(descStackErrors, float64(cc.KernelStackErrors), l, "kernel")
+			counter(descStackErrors, float64(cc.UserStackErrors), l, "user")
+		}
+		counter(descReceived, float64(st.Received))
+		counter(descDecodeErrors, float64(st.DecodeErrors))
+		gauge(descRingSize, float64(st.RingBufferSize))
+		gauge(descRingUsed, float64(st.RingBufferUsed))
+		if st.RingBufferSize > 0 {
+			gauge(descRingFill, float64(st.RingBufferUsed)/float64(st.RingBufferSize))
+		}
+		counter(descBPFSeconds, st.BPFRunTime.Seconds())
+		counter(descBPFRuns, float64(st.BPFRunCount))
+	}
+	gauge(descFrequency, float64(c.rec.Frequency()))
+	if c.changes != nil {
+		counter(descFreqChanges, float64(c.changes()))
+	}
+	sy := c.rec.SymbolizerStats()
+	counter(descBinaryHits, float64(sy.BinaryHits))
+	counter(descBinaryMisses, float64(sy.BinaryMisses))
+	counter(descBinaryErrors, float64(sy.BinaryErrors))
+	counter(descMapsReads, float64(sy.MapsReads))
+	counter(descMapsErrors, float64(sy.MapsErrors))
+	counter(descFrames, float64(sy.FramesResolved), "resolved")
+	counter(descFrames, float64(sy.FramesUnknown), "unknown")
+	if total := sy.FramesResolved + sy.FramesUnknown; total > 0 {
+		gauge(descUnknownRatio, float64(sy.FramesUnknown)/float64(total))
+	}
+	gauge(descProcesses, float64(sy.Processes))
+	gauge(descBinariesTracked, float64(sy.Binaries))
+}
+
+// The store's metrics.
+var (
+	descWALBytes      = desc("store_wal_bytes", "Bytes in the current WAL segment.")
+	descBlockBytes    = desc("store_block_bytes", "Bytes of all blocks in the data directory.")
+	descBlocks        = desc("store_blocks", "Blocks in the data directory.")
+	descHeadSamples   = desc("store_head_samples", "Samples in the in-memory head.")
+	descAppended      = desc("store_samples_appended_total", "Samples appended to the store.")
+	descLost          = desc("store_samples_lost_total", "Samples lost for good (disk full with nothing left to drop).")
+	descWALDropped    = desc("store_wal_dropped_samples_total", "Samples whose WAL page could not be written (kept in memory).")
+	descCuts          = desc("store_head_cuts_total", "Heads cut into blocks.")
+	descCompactions   = desc("store_compactions_total", "Compactions (merges of blocks).")
+	descRetention     = desc("store_retention_deletions_total", "Blocks deleted by retention or to free disk space.")
+	descCorruptSkips  = desc("store_corrupt_skips_total", "Corrupt blocks or WAL segments skipped.")
+	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
+		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips}
+)
+
+// storeCollector reads the store's counters at scrape time.
+type storeCollector struct{ db StoreStats }
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range storeDescriptions {
+		ch <- d
+	}
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.db.Stats()
+	for _, m := range []struct {
+		d *prometheus.Desc
+		t prometheus.ValueType
+		v float64
+	}{
+		{descWALBytes, prometheus.GaugeValue, float64(st.WALBytes)},
+		{descBlockBytes, prometheus.GaugeValue, float64(st.BlockBytes)},
+		{descBlocks, prometheus.GaugeValue, float64(st.Blocks)},
+		{descHeadSamples, prometheus.GaugeValue, float64(st.HeadSamples)},
+		{descAppended, prometheus.CounterValue, float64(st.Appended)},
+		{descLost, prometheus.CounterValue, float64(st.Lost)},
+		{descWALDropped, prometheus.CounterValue, float64(st.WALDropped)},
+		{descCuts, prometheus.CounterValue, float64(st.Cuts)},
+		{descCompactions, prometheus.CounterValue, float64(st.Compactions)},
+		{descRetention, prometheus.CounterValue, float64(st.RetentionDrop)},
+		{descCorruptSkips, prometheus.CounterValue, float64(st.CorruptSkips)},
+	} {
+		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
+	}
+}

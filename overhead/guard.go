@@ -1,0 +1,199 @@
+// Package overhead keeps the agent's own CPU cost under a budget: a Guard
+// measures the agent's CPU time (its process plus the BPF program's run
+// time, which the kernel charges to the sampled tasks, not to the agent)
+// over a window, halves the sampling frequency when the cost is over the
+// budget and raises it again, step by step, once the cost has stayed well
+// under it.
+//
+// Hysteresis keeps it from flapping: a raise needs RaiseAfter windows in a
+// row under LowWater of the budget, and only goes as far as the measured
+// cost, scaled to the new frequency, stays under LowWater. A cut happens at
+// once: being over the budget is what operators complain about.
+package overhead
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Sampler is what the Guard adjusts: the recorder.
+type Sampler interface {
+	Frequency() int
+	SetFrequency(hz int) error
+}
+
+// CPUMeter returns the agent's cumulative CPU time so far.
+type CPUMeter func() (time.Duration, error)
+
+// Config configures a Guard. Zero fields take their defaults.
+type Config struct {
+	// MaxCPU is the budget in percent of one CPU (1 = 1%). It must be
+	// positive.
+	MaxCPU float64
+	// TargetFrequency is the frequency the Guard raises back to, never
+	// beyond (the --frequency asked for).
+	TargetFrequency int
+	// MinFrequency is the floor of a cut (default: MinFrequencyDefault or
+	// TargetFrequency, whichever is lower).
+	MinFrequency int
+	// Window is how long the cost is measured over before each decision
+	// (default 10 s).
+	Window time.Duration
+	// LowWater is the share of the budget under which the cost must stay
+	// for a raise (default 0.6).
+	LowWater float64
+	// RaiseAfter is how many windows in a row must be under LowWater
+	// before a raise (default 3).
+	RaiseAfter int
+	// OnChange, when not nil, is called after every change of frequency,
+	// with the reason (e.g. to record it as an event).
+	OnChange func(oldHz, newHz float64, reason string)
+	// Logger receives every change (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	MinFrequencyDefault = 10
+	defaultWindow       = 10 * time.Second
+	defaultLowWater     = 0.6
+	defaultRaiseAfter   = 3
+)
+
+// Guard adjusts a Sampler's frequency to keep the agent's CPU under the
+// budget. Its counters are safe to read while Run runs.
+type Guard struct {
+	cfg     Config
+	sampler Sampler
+	meter   CPUMeter
+	quiet   int // windows in a row under LowWater
+
+	changes atomic.Uint64
+	// lastShare is the last window's cost in percent of one CPU (as
+	// float64 bits).
+	lastShare atomic.Uint64
+}
+
+// New returns a Guard for sampler, measuring with meter.
+func New(cfg Config, sampler Sampler, meter CPUMeter) (*Guard, error) {
+	if !(cfg.MaxCPU > 0) {
+		return nil, fmt.Errorf("overhead budget %v%%: must be positive", cfg.MaxCPU)
+	}
+	if cfg.TargetFrequency <= 0 {
+		cfg.TargetFrequency = sampler.Frequency()
+	}
+	if cfg.MinFrequency <= 0 {
+		cfg.MinFrequency = min(MinFrequencyDefault, cfg.TargetFrequency)
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = defaultWindow
+	}
+	if cfg.LowWater <= 0 || cfg.LowWater >= 1 {
+		cfg.LowWater = defaultLowWater
+	}
+	if cfg.RaiseAfter <= 0 {
+		cfg.RaiseAfter = defaultRaiseAfter
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Guard{cfg: cfg, sampler: sampler, meter: meter}, nil
+}
+
+// Run measures every Window until ctx is done. The first window starts
+// when Run does, so start-up (loading kernel symbols) is not counted.
+func (g *Guard) Run(ctx context.Context) error {
+	prev, err := g.meter()
+	if err != nil {
+		return fmt.Errorf("overhead guard: %w", err)
+	}
+	prevAt := time.Now()
+	t := time.NewTicker(g.cfg.Window)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			cpu, err := g.meter()
+			if err != nil {
+				g.cfg.Logger.Warn("overhead guard: cannot measure the agent's CPU", "err", err)
+				continue
+			}
+			share := 100 * (cpu - prev).Seconds() / now.Sub(prevAt).Seconds()
+			prev, prevAt = cpu, now
+			g.Observe(share)
+		}
+	}
+}
+
+// Observe takes one window's cost, in percent of one CPU, and changes the
+// frequency if the cost calls for it.
+func (g *Guard) Observe(share float64) {
+	g.lastShare.Store(math.Float64bits(share))
+	cur := g.sampler.Frequency()
+	next, reason := g.decide(cur, share)
+	if next == cur {
+		return
+	}
+	if err := g.sampler.SetFrequency(next); err != nil {
+		g.cfg.Logger.Error("overhead guard: cannot change the sampling frequency", "from_hz", cur, "to_hz", next, "err", err)
+		return
+	}
+	g.changes.Add(1)
+	g.cfg.Logger.Info("sampling frequency changed", "from_hz", cur, "to_hz", next, "reason", reason)
+	if g.cfg.OnChange != nil {
+		g.cfg.OnChange(float64(cur), float64(next), reason)
+	}
+}
+
+// decide returns the frequency for the next window and why.
+func (g *Guard) decide(cur int, share float64) (int, string) {
+	budget := g.cfg.MaxCPU
+	switch {
+	case share > budget:
+		g.quiet = 0
+		next := max(cur/2, g.cfg.MinFrequency)
+		return next, fmt.Sprintf("agent CPU %.3f%% of one CPU is over the %.3g%% budget", share, budget)
+	case share < g.cfg.LowWater*budget && cur < g.cfg.TargetFrequency:
+		g.quiet++
+		if g.quiet < g.cfg.RaiseAfter {
+			return cur, ""
+		}
+		g.quiet = 0
+		// The cost grows at most in proportion to the frequency: raise as
+		// far as that estimate stays under the low-water mark, at most
+		// doubling, and at least by one step.
+		next := 2 * cur
+		if share > 0 {
+			next = min(next, int(math.Floor(float64(cur)*g.cfg.LowWater*budget/share+1e-9)))
+		}
+		next = min(max(next, cur+1), g.cfg.TargetFrequency)
+		return next, fmt.Sprintf("agent CPU %.3f%% of one CPU has stayed under %.0f%% of the %.3g%% budget",
+			share, 100*g.cfg.LowWater, budget)
+	default:
+		g.quiet = 0
+		return cur, ""
+	}
+}
+
+// Changes returns how many times the Guard has changed the frequency.
+func (g *Guard) Changes() uint64 { return g.changes.Load() }
+
+// LastShare returns the last window's cost in percent of one CPU (0
+// before the first window).
+func (g *Guard) LastShare() float64 { return math.Float64frombits(g.lastShare.Load()) }
+
+// ProcessCPU returns this process's user and system CPU time.
+func ProcessCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
