@@ -46,9 +46,9 @@ func TestSetFrequency(t *testing.T) {
 		cpu      time.Duration
 	}
 	phase := func(d time.Duration) span {
-		c0, from := processCPUTime(t, pid), time.Now().UnixNano()
+		c0, from := bpftest.ProcessCPU(t, int(pid)), time.Now().UnixNano()
 		time.Sleep(d)
-		return span{from, time.Now().UnixNano(), processCPUTime(t, pid) - c0}
+		return span{from, time.Now().UnixNano(), bpftest.ProcessCPU(t, int(pid)) - c0}
 	}
 	time.Sleep(300 * time.Millisecond)
 	slow := phase(3 * time.Second)
