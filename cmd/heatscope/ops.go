@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/metrics"
 	"github.com/heatscope/heatscope/overhead"
 	"github.com/heatscope/heatscope/recorder"
@@ -20,10 +21,6 @@ import (
 // /healthz to say it is healthy: many poll intervals, so that a busy
 // machine does not make it flap.
 const aliveWithin = 10 * time.Second
-
-// onFrequencyChange, when set, is told of every change of the sampling
-// frequency by the overhead guard (besides the log line the guard writes).
-var onFrequencyChange func(oldHz, newHz float64, reason string)
 
 // guarded is an overhead guard with what it needs released at the end.
 type guarded struct {
@@ -36,7 +33,10 @@ type guarded struct {
 // the kernel keeps it: it turns kernel.bpf_stats_enabled on for as long as
 // heatscope runs if it may (CAP_SYS_ADMIN), and otherwise counts the agent's
 // own CPU only, saying so.
-func newGuard(rec *recorder.Recorder, maxCPU float64, statsOn bool) (*guarded, error) {
+//
+// Each change of frequency is also a system event in db (when recording
+// to one), so the timeline shows where the sampling rate changed.
+func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool) (*guarded, error) {
 	g := &guarded{}
 	if !statsOn {
 		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -58,13 +58,37 @@ func newGuard(rec *recorder.Recorder, maxCPU float64, statsOn bool) (*guarded, e
 		}
 		return cpu + st.BPFRunTime, nil
 	}
-	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: onFrequencyChange}, rec, meter)
+	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: frequencyEvents(db)}, rec, meter)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("--max-cpu: %w", err)
 	}
 	g.Guard = guard
 	return g, nil
+}
+
+// frequencyEvents returns the guard's change callback that records each
+// change as a system event in db, or nil without a db.
+func frequencyEvents(db *store.DB) func(oldHz, newHz float64, reason string) {
+	if db == nil {
+		return nil
+	}
+	return func(oldHz, newHz float64, reason string) {
+		sev := events.Notice
+		if newHz < oldHz {
+			sev = events.Warning
+		}
+		e := events.Event{
+			Time:     time.Now().UnixNano(),
+			Source:   "heatscope",
+			Severity: sev,
+			Text:     fmt.Sprintf("sampling frequency %g Hz -> %g Hz: %s", oldHz, newHz, reason),
+			Labels:   map[string]string{"kind": "overhead-guard"},
+		}
+		if err := db.AppendEvent(e); err != nil {
+			slog.Warn("store the frequency change as an event", "err", err)
+		}
+	}
 }
 
 // close turns the BPF statistics back off; calling it again does nothing.
@@ -91,7 +115,7 @@ func runGuard(ctx context.Context, g *guarded) (stop func()) {
 
 // recorderMetrics returns the metrics of a recording: the sampler's,
 // symbolizer's and store's counters, the guard's changes, the process's.
-func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded) (*metrics.Metrics, error) {
+func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *events.KmsgSource) (*metrics.Metrics, error) {
 	m := metrics.New()
 	var changes func() uint64
 	if g != nil {
@@ -102,6 +126,9 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded) (*metrics
 	}
 	if db != nil {
 		if err := m.RegisterStore(db); err != nil {
+			return nil, err
+		}
+		if err := m.RegisterEvents(metrics.EventStats{Kmsg: kmsg.Status, Store: db}); err != nil {
 			return nil, err
 		}
 	}

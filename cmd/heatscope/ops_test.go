@@ -132,7 +132,8 @@ func TestRecordMetrics(t *testing.T) {
 		t.Errorf("%v samples received in 5 s with a busy CPU, want >= 200", v)
 	}
 	for name, want := range map[string]float64{"heatscope_samples_dropped_total": 0, "heatscope_record_decode_errors_total": 0,
-		"heatscope_sampling_frequency_hertz": 99, "heatscope_store_samples_lost_total": 0} {
+		"heatscope_sampling_frequency_hertz": 99, "heatscope_store_samples_lost_total": 0,
+		"heatscope_kmsg_events_enabled": 1} { // root reads /dev/kmsg
 		if v := metricSum(second, name); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}
@@ -186,6 +187,18 @@ func TestOverheadGuard(t *testing.T) {
 	}
 	if hz != 200 || changes != 1 {
 		t.Fatalf("after the first window: %v Hz, %v changes; want 200 Hz, 1 change\n%s", hz, changes, d.log())
+	}
+	// The change is a system event on the timeline too.
+	var evs struct {
+		Events []struct {
+			Source, Severity, Text string
+			Labels                 map[string]string
+		}
+	}
+	getJSON(t, url+"/api/events?source=heatscope", &evs)
+	if len(evs.Events) != 1 || !strings.Contains(evs.Events[0].Text, "400 Hz -> 200 Hz") ||
+		evs.Events[0].Severity != "warning" || evs.Events[0].Labels["kind"] != "overhead-guard" {
+		t.Errorf("events of the change: %+v, want one warning \"400 Hz -> 200 Hz\" of kind overhead-guard", evs.Events)
 	}
 	time.Sleep(1500 * time.Millisecond) // a progress line at the new frequency
 	d.stop(t)

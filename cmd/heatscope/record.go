@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/container"
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/recorder"
@@ -145,12 +145,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	var guard *guarded
 	if *maxCPU > 0 {
-		if guard, err = newGuard(rec, *maxCPU, *bpfStats); err != nil {
+		if guard, err = newGuard(rec, db, *maxCPU, *bpfStats); err != nil {
 			return err
 		}
 		defer guard.close()
 	}
-	m, err := recorderMetrics(rec, db, guard)
+	// kmsg's Status tells whether kernel log events are being recorded.
+	kmsg := events.NewKmsgSource(*ef.kmsg, patterns, slog.Default())
+	m, err := recorderMetrics(rec, db, guard, kmsg)
 	if err != nil {
 		return err
 	}
@@ -180,8 +182,6 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	stopProgress := reportProgress(rec, start, *progress, stderr)
-	// kmsg's Status tells whether kernel log events are being recorded.
-	kmsg := events.NewKmsgSource(*ef.kmsg, patterns, slog.Default())
 	stopEvents := func() {}
 	if db != nil && *ef.kmsg != "" {
 		stopEvents = recordKernelEvents(db, kmsg, start)
