@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/container"
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/recorder"
