@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,13 +35,15 @@ func TestGrowthOf(t *testing.T) {
 	add(base+1e9, 20, "steady")     // A: [base+1s, base+3s)
 	add(base+1e9+1e8, 4, "shrinks") //
 	add(base+2e9, 30, "burst")      //
-	g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 3e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{})
+	g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 3e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{}, ByTotal)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Growth{
 		{Name: "burst", Kind: "kernel", Self: 30, Total: 30, DeltaSelf: 30, DeltaTotal: 30},
-		{Name: "main", Kind: "user", Self: 0, Total: 54, Total2: 15, DeltaTotal: 24},
+		// main's growth is all burst's (steady's call did not grow,
+		// shrinks' shrank): a pass-through.
+		{Name: "main", Kind: "user", Self: 0, Total: 54, Total2: 15, DeltaTotal: 24, Via: "burst", ViaKind: "kernel", DeltaVia: 30},
 		{Name: "steady", Kind: "kernel", Self: 20, Total: 20, Self2: 10, Total2: 10},
 		{Name: "shrinks", Kind: "kernel", Self: 4, Total: 4, Self2: 5, Total2: 5, DeltaSelf: -6, DeltaTotal: -6},
 	}
@@ -50,6 +53,79 @@ func TestGrowthOf(t *testing.T) {
 	for i := range want {
 		if g.Functions[i] != want[i] {
 			t.Errorf("row %d: %+v, want %+v", i, g.Functions[i], want[i])
+		}
+	}
+}
+
+// TestGrowthPassThrough: a chain of callers each calling the next is
+// marked a pass-through down to the function where the growth splits;
+// that one and a caller with work of its own are not; BySelf ranks the
+// leaves.
+func TestGrowthPassThrough(t *testing.T) {
+	db, err := store.Open(t.TempDir(), store.Options{Source: "host", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const base = int64(1795237380) * int64(time.Second)
+	at := base
+	add := func(n int, stack ...string) { // the root first
+		for range n {
+			s := sample.Sample{Time: at, PID: 1, TID: 1, Comm: "app"}
+			for i := len(stack) - 1; i >= 0; i-- {
+				s.Stack = append(s.Stack, sample.Frame{Function: stack[i], Kind: sample.KindKernel})
+			}
+			if err := db.Append(&s); err != nil {
+				t.Fatal(err)
+			}
+			at += int64(time.Millisecond)
+		}
+	}
+	add(10, "entry", "other") // B: [base, base+1s)
+	at = base + 1e9           // A: [base+1s, base+2s)
+	add(10, "entry", "other")
+	add(50, "entry", "syscall", "dispatch", "stat_show", "format", "printf")
+	add(5, "entry", "syscall", "dispatch", "stat_show", "format")
+	add(3, "entry", "syscall", "dispatch", "stat_show", "flush")
+	add(40, "entry", "syscall", "dispatch", "walk", "walk", "lookup")
+	add(2, "entry", "syscall")
+	for _, order := range []GrowthOrder{ByTotal, BySelf} {
+		g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 2e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{}, order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type row struct {
+			name                  string
+			deltaSelf, deltaTotal int64
+			via                   string
+			deltaVia              int64
+		}
+		var got []row
+		for _, f := range g.Functions {
+			got = append(got, row{f.Name, f.DeltaSelf, f.DeltaTotal, f.Via, f.DeltaVia})
+		}
+		rows := map[string]row{
+			"entry":     {"entry", 0, 100, "syscall", 100},   // 100 of 100 through syscall
+			"syscall":   {"syscall", 2, 100, "dispatch", 98}, // 98 of 100
+			"dispatch":  {"dispatch", 0, 98, "", 0},          // 58 and 40: the growth splits
+			"stat_show": {"stat_show", 0, 58, "format", 55},  // 55 of 58 (95%)
+			"format":    {"format", 5, 55, "printf", 50},     // 50 of 55 (91%)
+			"printf":    {"printf", 50, 50, "", 0},           //
+			"walk":      {"walk", 0, 40, "lookup", 40},       // its recursive call is not a callee
+			"lookup":    {"lookup", 40, 40, "", 0},           //
+			"flush":     {"flush", 3, 3, "", 0},              //
+			"other":     {"other", 0, 0, "", 0},              // no growth: no pass-through
+		}
+		names := []string{"syscall", "entry", "dispatch", "stat_show", "format", "printf", "lookup", "walk", "flush", "other"}
+		if order == BySelf {
+			names = []string{"printf", "lookup", "format", "flush", "syscall", "entry", "dispatch", "stat_show", "walk", "other"}
+		}
+		var want []row
+		for _, n := range names {
+			want = append(want, rows[n])
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("order %d:\n got %v\nwant %v", order, got, want)
 		}
 	}
 }

@@ -25,10 +25,23 @@ type Top struct {
 	Functions []Function `json:"functions"`
 }
 
+// funcKey names a function: its name and kind.
+type funcKey struct{ name, kind string }
+
+// callEdge is a call from one function to another.
+type callEdge struct{ caller, callee funcKey }
+
 // TopOf counts every function's self and total samples in r (passing f),
 // sorted by self count, then total, then name.
 func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*Top, store.Warnings, error) {
-	type key struct{ name, kind string }
+	return countFunctions(ctx, db, r, f, nil)
+}
+
+// countFunctions is TopOf; when edges is not nil it also counts, for every
+// call from one function to another, the samples whose stack holds that
+// call (once per sample, like Total).
+func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, edges map[callEdge]int64) (*Top, store.Warnings, error) {
+	type key = funcKey
 	index := map[key]int{}
 	var funcs []Function
 	top := &Top{}
@@ -40,10 +53,13 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*
 		}
 		funcOf := make([]int, len(t.Frames)) // index in funcs + 1, 0 not known yet
 		var seen []int                       // funcs counted for this stack
+		var seenEdges [][2]int               // calls counted for this stack
 		for stack, n := range perStack {
 			top.Samples += n
 			seen = seen[:0]
+			seenEdges = seenEdges[:0]
 			leaf := true
+			callee := -1 // the function called by the frame below, in funcs
 			for _, id := range t.StackOf(stack) {
 				if b.KeepFrame != nil && !b.KeepFrame[id] {
 					continue
@@ -68,6 +84,11 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*
 					seen = append(seen, fi)
 					funcs[fi].Total += n
 				}
+				if edges != nil && callee >= 0 && callee != fi && !slices.Contains(seenEdges, [2]int{fi, callee}) {
+					seenEdges = append(seenEdges, [2]int{fi, callee})
+					edges[callEdge{key{funcs[fi].Name, funcs[fi].Kind}, key{funcs[callee].Name, funcs[callee].Kind}}] += n
+				}
+				callee = fi
 			}
 		}
 		return nil

@@ -49,7 +49,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/flamegraph": {with("from", "to", "encoding", "group"), s.flameGraph},
 		"/api/diff":       {with("from", "to", "from2", "to2", "encoding"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
-		"/api/top":        {with("from", "to", "from2", "to2", "limit"), s.top},
+		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order"), s.top},
 		eventsPath:        {[]string{"from", "to", "source", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
 	}
@@ -303,12 +303,19 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 		if err != nil {
 			return nil, err
 		}
-		g, warnings, err := query.GrowthOf(ctx, s.db, sel.r, baseline, &sel.f)
+		order, err := query.ParseGrowthOrder(p.get("order"))
+		if err != nil {
+			return nil, err
+		}
+		g, warnings, err := query.GrowthOf(ctx, s.db, sel.r, baseline, &sel.f, order)
 		if err != nil {
 			return warnings, fmt.Errorf("top: %w", err)
 		}
 		g.Functions = g.Functions[:min(limit, len(g.Functions))]
 		return warnings, rep.json(g)
+	}
+	if p.get("order") != "" {
+		return nil, paramErr("order", "applies to growth only: give from2 and to2 too")
 	}
 	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f)
 	if err != nil {

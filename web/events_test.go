@@ -197,7 +197,8 @@ func TestTopGrowth(t *testing.T) {
 			t.Errorf("not sorted by growth at %d", i)
 		}
 	}
-	for query, param := range map[string]string{"from2=x&to2=5": "from2", "from2=5": "to2", "to2=5": "from2", "from2=6&to2=5": "to2"} {
+	for query, param := range map[string]string{"from2=x&to2=5": "from2", "from2=5": "to2", "to2=5": "from2", "from2=6&to2=5": "to2",
+		"from2=4&to2=5&order=name": "order", "order=self": "order"} {
 		resp, b := fx.get(t, fmt.Sprintf("/api/top?source=capture&from=%d&to=%d&%s", base+70, base+71, query))
 		var e errorBody
 		json.Unmarshal(b, &e)

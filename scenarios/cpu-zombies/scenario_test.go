@@ -195,13 +195,16 @@ func (r *scenarioRun) checkHeatmap(t *testing.T) {
 
 // growth is /api/top's answer with a baseline.
 type growth struct {
-	Samples   int64 `json:"samples"`
-	Samples2  int64 `json:"samples2"`
-	Functions []struct {
-		Name       string `json:"name"`
-		Kind       string `json:"kind"`
-		DeltaTotal int64  `json:"deltaTotal"`
-	} `json:"functions"`
+	Samples   int64    `json:"samples"`
+	Samples2  int64    `json:"samples2"`
+	Functions []grower `json:"functions"`
+}
+
+type grower struct {
+	Name       string `json:"name"`
+	Kind       string `json:"kind"`
+	DeltaTotal int64  `json:"deltaTotal"`
+	Via        string `json:"via"`
 }
 
 // window is the time before each event the checks select (the UI's
@@ -216,33 +219,56 @@ func preEvent(b burstReport) (a0, a1, b0, b1 float64) {
 	return t - window, t, t - 2*window, t - window
 }
 
-// maxGrowthRank is the lowest rank among the growers a memcg stats
-// function may have.
-const maxGrowthRank = 25
+// memcgRank is the rank of the first memcg stats kernel function among
+// the functions that grew, with or without the pass-throughs, and the
+// ranking, for the log.
+func memcgRank(fns []grower, passThroughs bool) (int, string) {
+	var names []string
+	rank := -1
+	for _, f := range fns {
+		if f.DeltaTotal <= 0 || f.Via != "" && !passThroughs {
+			continue
+		}
+		names = append(names, fmt.Sprintf("%s %+d", f.Name, f.DeltaTotal))
+		if rank < 0 && f.Kind == "kernel" && memcgStats.MatchString(f.Name) {
+			rank = len(names)
+		}
+	}
+	return rank, strings.Join(names[:min(len(names), 12)], ", ")
+}
 
-// checkGrowth: in the 5 s before each event, against the 5 s before those,
-// a memcg stats kernel function is among the top growers: first with no
-// filter (the whole machine, shared and noisy), then for kubelet-sim.
+// maxRank is the lowest rank a memcg stats function may have among
+// kubelet-sim's growers as the UI shows them (pass-throughs hidden), and
+// maxRankMachine among the whole machine's, where whatever else the
+// shared machine runs also grows. Measured over 3 runs (3 windows each):
+// 5th to 7th for kubelet-sim, 5th to 9th machine-wide; above it only
+// main.readAll, do_syscall_64, seq_read_iter and path_openat (which fan
+// out to the open, read and close paths), at times do_sys_openat2 (87%
+// through path_openat, under the pass-through share) and vsnprintf,
+// called from the memcg functions themselves, a sample or two ahead.
+// With the pass-throughs: 16th to 22nd.
+const maxRank, maxRankMachine = 8, 12
+
+// checkGrowth: in the window before each event, against the window before
+// it, a memcg stats kernel function is among the top growers, with the
+// pass-through callers (the syscall entry, the goroutine's callers) left
+// out as the UI does: for kubelet-sim, and for the whole machine.
 func (r *scenarioRun) checkGrowth(t *testing.T) {
-	for _, b := range r.bursts[1:] { // the first has no quiet 5 s before it
+	for _, b := range r.bursts[1:] { // the first has no quiet window before it
 		a0, a1, b0, b1 := preEvent(b)
-		for _, filter := range []string{"", "&comm=kubelet-sim"} {
+		for _, filter := range []string{"&comm=kubelet-sim", ""} {
 			var g growth
-			getJSON(t, fmt.Sprintf("%s/api/top?from=%f&to=%f&from2=%f&to2=%f&limit=60%s", r.url, a0, a1, b0, b1, filter), &g)
-			rank := -1
-			var names []string
-			for i, f := range g.Functions {
-				names = append(names, fmt.Sprintf("%s %+d", f.Name, f.DeltaTotal))
-				if rank < 0 && f.Kind == "kernel" && memcgStats.MatchString(f.Name) && f.DeltaTotal > 0 {
-					rank = i + 1
-				}
+			getJSON(t, fmt.Sprintf("%s/api/top?from=%f&to=%f&from2=%f&to2=%f&limit=100%s", r.url, a0, a1, b0, b1, filter), &g)
+			rank, ranking := memcgRank(g.Functions, false)
+			rawRank, _ := memcgRank(g.Functions, true)
+			t.Logf("burst %d%s: A %d samples, B %d; memcg stats function at rank %d of the growers (%d with the pass-throughs): %s",
+				b.Burst, filter, g.Samples, g.Samples2, rank, rawRank, ranking)
+			limit := maxRank
+			if filter == "" {
+				limit = maxRankMachine
 			}
-			t.Logf("burst %d%s: A %d samples, B %d; memcg stats function at rank %d of the growers: %s", b.Burst, filter, g.Samples, g.Samples2, rank, strings.Join(names, ", "))
-			// Above it rank only the syscall and VFS frames every read goes
-			// through (entry, read, seq_read_iter, openat, path walk) and
-			// the scenario's own: 13th to 23rd when this was written.
-			if rank < 0 || rank > maxGrowthRank {
-				t.Errorf("burst %d%s: no memcg stats function among the top %d growers", b.Burst, filter, maxGrowthRank)
+			if rank < 0 || rank > limit {
+				t.Errorf("burst %d%s: no memcg stats function among the top %d growers", b.Burst, filter, limit)
 			}
 		}
 	}

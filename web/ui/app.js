@@ -25,9 +25,11 @@ const state = {
   compare: false, bFrom: null, bTo: null, // compare mode and its baseline
   comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
   group: '', enhanced: false, icicle: false, search: '',
+  growthOrder: 'total', passThrough: false, // the growth table's order, and whether it shows pass-throughs
 };
 let sources = [];
 let allEvents = []; // every event (up to the API's default limit), by time
+let lastGrowth = null; // the growth table's data, null without a baseline
 let busy = 0;
 const inflight = {};
 
@@ -64,6 +66,8 @@ function readURL() {
   state.enhanced = p.get('enhanced') === '1';
   state.icicle = p.get('icicle') === '1';
   state.search = p.get('search') || '';
+  state.growthOrder = p.get('gorder') === 'self' ? 'self' : 'total';
+  state.passThrough = p.get('passthru') === '1';
 }
 
 function writeURL() {
@@ -94,6 +98,8 @@ function writeURL() {
   if (state.icicle) p.set('icicle', '1');
   if (state.group) p.set('group', state.group);
   if (state.search) p.set('search', state.search);
+  if (state.growthOrder !== 'total') p.set('gorder', state.growthOrder);
+  if (state.passThrough) p.set('passthru', '1');
   const hash = '#' + p.toString();
   if (location.hash !== hash) history.replaceState(null, '', hash);
 }
@@ -346,6 +352,7 @@ async function loadSelection() {
     const gp = new URLSearchParams(tp);
     gp.set('from2', secs(state.bFrom));
     gp.set('to2', secs(state.bTo));
+    gp.set('order', state.growthOrder);
     return gp;
   })()) : null;
   const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp, fetchTree), request('top', '/api/top', tp), growthReq]);
@@ -356,19 +363,38 @@ async function loadSelection() {
 }
 
 // showGrowth fills the table of functions that grew from B to A, or hides
-// it without a baseline.
+// it without a baseline: the 30 that grew most (by total or self time, as
+// the API sorted them), leaving out the pass-throughs (a caller whose
+// growth is nearly all one callee's) unless asked for.
 function showGrowth(g) {
+  lastGrowth = g;
   $('growth-box').hidden = !g;
   if (!g) return;
   $('growth-label').textContent = `A: ${g.samples} samples, B: ${g.samples2} (B scaled to A's length)`;
-  const rows = g.functions.filter((f) => f.deltaTotal > 0).slice(0, 30).map((f) => {
+  $('growth-by-total').classList.toggle('sorted', state.growthOrder === 'total');
+  $('growth-by-self').classList.toggle('sorted', state.growthOrder === 'self');
+  $('growth-collapse').checked = !state.passThrough;
+  const key = state.growthOrder === 'self' ? 'deltaSelf' : 'deltaTotal';
+  const grew = g.functions.filter((f) => f[key] > 0);
+  const shown = state.passThrough ? grew : grew.filter((f) => !f.via);
+  $('growth-hidden').textContent = state.passThrough ? '' : `${grew.length - shown.length} pass-through callers hidden`;
+  const rows = shown.slice(0, 30).map((f) => {
     const tr = document.createElement('tr');
-    for (const [text, cls] of [[f.name], [f.kind], [f.total, 'num'], [f.total2, 'num'], ['+' + f.deltaTotal, 'num'],
-      [(f.deltaSelf > 0 ? '+' : '') + f.deltaSelf, 'num']]) {
+    tr.dataset.name = f.name;
+    const sign = (n) => (n > 0 ? '+' : '') + n;
+    for (const [text, cls] of [[f.name], [f.kind], [f.total, 'num'], [f.total2, 'num'], [sign(f.deltaTotal), 'num'], [sign(f.deltaSelf), 'num']]) {
       const td = document.createElement('td');
       td.textContent = String(text);
       if (cls) td.className = cls;
       tr.append(td);
+    }
+    if (f.via) {
+      tr.className = 'pass-through';
+      const via = document.createElement('span');
+      via.className = 'via';
+      via.textContent = ` → ${f.via} (${sign(f.deltaVia)})`;
+      tr.cells[0].append(via);
+      tr.title = `${f.name} passes ${pct(f.deltaVia, f.deltaTotal)} of its growth to ${f.via}`;
     }
     return tr;
   });
@@ -490,6 +516,18 @@ function wire() {
     if (ev.key === 'Escape') heatmap.clear();
   });
   $('flame-reset').addEventListener('click', () => flame.reset());
+  for (const order of ['total', 'self']) {
+    $('growth-by-' + order).addEventListener('click', () => {
+      state.growthOrder = order;
+      writeURL();
+      loadSelection();
+    });
+  }
+  $('growth-collapse').addEventListener('change', () => {
+    state.passThrough = !$('growth-collapse').checked;
+    writeURL();
+    showGrowth(lastGrowth);
+  });
   $('icicle').addEventListener('change', () => {
     state.icicle = flame.icicle = $('icicle').checked;
     writeURL();
@@ -531,12 +569,15 @@ window.heatscope = {
   heatmap: () => heatmap.data,
   percpu: () => perCPU.data,
   events: () => eventList.events,
-  growth: () => [...$('growth').tBodies[0].rows].map((r) => r.cells[0].textContent),
+  // the functions in the growth table, as ranked
+  growth: () => [...$('growth').tBodies[0].rows].map((r) => r.dataset.name),
   // the differential flame graph's root counts, null when not comparing
   diffRoot: () => (flame.diff && flame.tree.n > 0 ? { a: flame.tree.a[0], b: flame.tree.b[0], totalA: flame.tree.totalA, totalB: flame.tree.totalB } : null),
   timeline: () => ({ data: timeline.data, view: timeline.view() }),
   // the drawn frames named name: their boxes in CSS pixels of the canvas
   flameBoxes: (name) => flame.rects.filter((b) => flame.name(b.node) === name).map((b) => ({ x: b.x, y: b.y, w: b.w, value: flame.value(b.node) })),
+  // the flame graph's decoded tree, as flame.js's decodeTree made it
+  flameTree: () => flame.tree,
   flameZoom: () => (flame.zoom !== null ? flame.name(flame.zoom) : null),
   // reload one view as a user action would (the UI benchmark times them)
   load: { heatmap: loadHeatmap, selection: loadSelection },
