@@ -131,13 +131,14 @@ func TestRecordFixtures(t *testing.T) {
 	// The samples a workload should have: its CPU time during the run (a
 	// little more than the sampling window, as the agent starts) at 99 Hz,
 	// so a loaded machine that starves the workloads is not taken for
-	// lost samples. minSamples is 70% of that, and at least 20.
+	// lost samples. minSamples is half of that (the agent's start-up
+	// takes a share of the 5 s on a loaded machine).
 	minSamples := func(cmd *exec.Cmd) int64 {
 		want := bpftest.ExpectedSamples(bpftest.ProcessCPU(t, cmd.Process.Pid)-cpuBefore[cmd.Process.Pid], 99)
 		if want < 30 {
 			t.Fatalf("%s got only %d samples' worth of CPU in 5 s: the machine is too loaded to check it", cmd.Path, want)
 		}
-		return want * 7 / 10
+		return want / 2
 	}
 	if !strings.Contains(stderr, "samples") || !strings.Contains(stderr, "dropped") {
 		t.Errorf("no progress or summary on stderr:\n%s", stderr)
