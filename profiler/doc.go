@@ -7,7 +7,7 @@
 // polling the ring at a fixed interval (100 ms by default), which keeps the
 // agent's CPU cost and the wakeup IPIs out of the profile. Between polls the
 // reader parks in Go's netpoller, not in a blocking epoll_wait (see
-// ringWaiter for the measurement behind that). The one exception
+// fdWaiter for the measurement behind that). The one exception
 // is the first record of a process the program has not seen before: it forces
 // a wakeup so the agent can read /proc/PID/maps while the process still
 // lives (short-lived processes would otherwise be gone before the next poll).

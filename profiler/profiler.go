@@ -128,7 +128,8 @@ type Profiler struct {
 	eventsMu     sync.Mutex
 	events       []*perfEvent
 	ring         *ring
-	waiter       *ringWaiter
+	waiter       *fdWaiter
+	polled       func()
 	clock        *WallClock
 	statsEnabled interface{ Close() error }
 
@@ -310,29 +311,41 @@ func (p *Profiler) openEvents() error {
 	return nil
 }
 
+// OnPoll makes Run call fn on its own goroutine after each read of the
+// ring (about every PollInterval, and on a new process's first sample).
+// Work that must happen periodically while recording, like syncing a log,
+// belongs here rather than on a timer of its own: see Run. Call it before
+// Run.
+func (p *Profiler) OnPoll(fn func()) { p.polled = fn }
+
 // Run reads records until ctx is done, calling handle for each with its
 // wall-clock time. The Record is reused: handle must copy what it keeps.
 // When ctx is done, Run stops the sampling events and drains what is left in
 // the ring before it returns, so a clean stop loses no sample.
 //
-// The ring is read every PollInterval on a steady ticker, and at once when
-// the BPF program forces a wakeup (a new process): a goroutine waits for
-// that in the netpoller. Neither path makes a syscall per poll.
+// The ring is read every PollInterval, when a timerfd expires, and at once
+// when the BPF program forces a wakeup (a new process); goroutines wait for
+// both in the netpoller. Neither path makes a syscall per poll, and there is
+// no Go timer: with every P idle, the runtime's sysmon thread sleeps until
+// the next Go timer or syscall, so a poll wakes one thread, not two.
 func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)) error {
+	timer, err := newPollTimer(p.cfg.PollInterval)
+	if err != nil {
+		return err
+	}
 	wake := make(chan struct{}, 1)
-	waitDone := make(chan struct{})
-	go func() {
-		defer close(waitDone)
-		for p.waiter.wait() == nil {
-			select {
-			case wake <- struct{}{}:
-			default:
+	var waiting sync.WaitGroup
+	for _, w := range []*fdWaiter{p.waiter, timer} {
+		waiting.Go(func() {
+			for w.wait() == nil {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
 			}
-		}
-	}()
-	defer func() { p.waiter.close(); <-waitDone }()
-	ticker := time.NewTicker(p.cfg.PollInterval)
-	defer ticker.Stop()
+		})
+	}
+	defer func() { p.waiter.close(); timer.close(); waiting.Wait() }()
 	var rec Record
 	for {
 		select {
@@ -340,10 +353,12 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 			p.closeEvents()
 			p.drain(&rec, handle)
 			return nil
-		case <-ticker.C:
 		case <-wake:
 		}
 		p.drain(&rec, handle)
+		if p.polled != nil {
+			p.polled()
+		}
 	}
 }
 

@@ -54,6 +54,12 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 // metadata from res (nil: no labels). Call it before Run; Run then owns res.
 func (r *Recorder) LabelContainers(res *container.Resolver) { r.containers = res }
 
+// OnPoll makes Run call fn on its goroutine after each read of the
+// sampler's ring, about ten times a second (profiler.Profiler.OnPoll): the
+// place for periodic work such as syncing a store's log, so that the agent
+// wakes for it when it wakes anyway. Call it before Run.
+func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
+
 // Run records until ctx is done, then drains the sampler and returns. The
 // sample passed to sink is reused after sink returns: copy what you keep
 // (its Stack slice is freshly allocated for each sample and may be kept).

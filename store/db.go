@@ -47,6 +47,12 @@ type Options struct {
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
 	MaxEvents int
+	// CallerTicks leaves the periodic work (syncing the WAL every 500 ms,
+	// cutting the head, compaction and retention every minute) to the
+	// caller, who then calls Tick at least every 100 ms or so, instead of
+	// a goroutine with its own timer. The recorder calls it from its poll
+	// loop: a timer of the store's own woke the agent twice a second more.
+	CallerTicks bool
 }
 
 // Stats counts what the DB did and lost.
@@ -86,6 +92,10 @@ type DB struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	lastTick, lastMaintain time.Time
+	maintaining            sync.WaitGroup // Maintain runs started by Tick
+	maintainBusy           atomic.Bool
 
 	appended, lost, walDropped, cuts, compactions, dropped, corrupt atomic.Uint64
 	diskFull, closed                                                atomic.Bool
@@ -154,7 +164,8 @@ func Open(dir string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
-	if !opts.ReadOnly {
+	db.lastTick, db.lastMaintain = time.Now(), time.Now()
+	if !opts.ReadOnly && !opts.CallerTicks {
 		db.stop, db.done = make(chan struct{}), make(chan struct{})
 		go db.background()
 	}
@@ -271,6 +282,7 @@ func (db *DB) newHead(seq uint64) error {
 	if err != nil {
 		return err
 	}
+	w.raw = db.opts.CallerTicks
 	db.head = NewBuilder()
 	db.head.onNew = w
 	db.wal = w
@@ -429,34 +441,71 @@ func (db *DB) removeBlock(b *Block, why string) {
 // one second a SIGKILL may cost, leaving room for a slow fsync.
 const walFlushInterval = 500 * time.Millisecond
 
+// tickSlack is how early Tick does work that is due.
+const tickSlack = 50 * time.Millisecond
+
 // background flushes the WAL twice a second, cuts the head when it is old
 // enough, and compacts and applies retention every minute.
 func (db *DB) background() {
 	defer close(db.done)
 	tick := time.NewTicker(walFlushInterval)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-db.stop:
 			return
 		case now := <-tick.C:
-			db.events.sync()
-			db.mu.Lock()
-			db.flushWALLocked()
-			if h := db.head; h.T.Len() > 0 && now.UnixNano()-h.T.Time[0] >= int64(db.opts.BlockDuration) {
-				db.cutLocked()
-			}
-			db.mu.Unlock()
-			if db.diskFull.Swap(false) {
-				db.dropOldest("disk full")
-			}
-			if now.Sub(last) >= time.Minute {
-				last = now
+			if db.periodic(now) {
 				db.Maintain()
 			}
 		}
 	}
+}
+
+// Tick does the store's periodic work when it is due (Options.CallerTicks):
+// every 500 ms it writes and syncs the WAL and the event log and cuts the
+// head when it is old enough, and every minute it starts a round of
+// compaction and retention on a goroutine of its own. Calls in between
+// cost a clock read. Call it from one goroutine at a time.
+func (db *DB) Tick() {
+	if db.opts.ReadOnly || db.closed.Load() {
+		return
+	}
+	now := time.Now()
+	// A tick due in less than half a poll is done now, so that polls
+	// every 100 ms flush every 500 ms, not every 600.
+	if now.Sub(db.lastTick) < walFlushInterval-tickSlack {
+		return
+	}
+	db.lastTick = now
+	if db.periodic(now) && db.maintainBusy.CompareAndSwap(false, true) {
+		db.maintaining.Go(func() {
+			defer db.maintainBusy.Store(false)
+			db.Maintain()
+		})
+	}
+}
+
+// periodic syncs the event log, writes and syncs the WAL, cuts the head
+// when it spans a block's duration and frees space after a full disk. It
+// reports whether a minute has passed since compaction and retention last
+// ran (and then counts them as run).
+func (db *DB) periodic(now time.Time) (maintain bool) {
+	db.events.sync()
+	db.mu.Lock()
+	db.flushWALLocked()
+	if h := db.head; h.T.Len() > 0 && now.UnixNano()-h.T.Time[0] >= int64(db.opts.BlockDuration) {
+		db.cutLocked()
+	}
+	db.mu.Unlock()
+	if db.diskFull.Swap(false) {
+		db.dropOldest("disk full")
+	}
+	if now.Sub(db.lastMaintain) < time.Minute {
+		return false
+	}
+	db.lastMaintain = now
+	return true
 }
 
 // Maintain runs one round of compaction and retention.
@@ -491,6 +540,7 @@ func (db *DB) Close() error {
 		<-db.done
 		db.stop = nil
 	}
+	db.maintaining.Wait()
 	var err error
 	if !db.opts.ReadOnly && db.head != nil {
 		db.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
@@ -35,9 +36,20 @@ func walBytes(t testing.TB, seconds float64) []byte {
 	return data
 }
 
+// The recorder's WAL writes and syncs with raw syscalls
+// (Options.CallerTicks); both ways must log the same pages.
 func TestWALReplayMatchesWriter(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		t.Run(map[bool]string{false: "os.File", true: "raw syscalls"}[raw], func(t *testing.T) {
+			testWALReplay(t, raw)
+		})
+	}
+}
+
+func testWALReplay(t *testing.T, raw bool) {
 	dir := t.TempDir()
 	w, _ := createWAL(dir, 7)
+	w.raw = raw
 	b := NewBuilder()
 	b.onNew = w
 	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 10, Stacks: 100, Containers: true})
@@ -67,6 +79,49 @@ func TestWALReplayMatchesWriter(t *testing.T) {
 	}
 	if _, err := replayWAL(filepath.Join(dir, "missing")); err == nil {
 		t.Error("replaying a missing segment succeeded")
+	}
+}
+
+// With CallerTicks, the WAL is written and synced by Tick once 500 ms have
+// passed, and not before, and Close still loses nothing.
+func TestCallerTicks(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "test", CallerTicks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.stop != nil {
+		t.Fatal("CallerTicks started a background goroutine")
+	}
+	start := time.Now().UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 1, Stacks: 20})
+	seg := walPath(dir, db.wal.seq)
+	db.Tick() // less than 500 ms after Open: nothing is due
+	if db.wal.buffered() == 0 {
+		t.Fatal("Tick flushed the WAL before it was due")
+	}
+	time.Sleep(walFlushInterval)
+	db.Tick()
+	if n := db.wal.buffered(); n != 0 {
+		t.Fatalf("%d bytes still buffered after a due Tick", n)
+	}
+	replayed, err := replayWAL(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed.T.Len() != len(want) {
+		t.Fatalf("WAL holds %d samples after Tick, appended %d", replayed.T.Len(), len(want))
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(dir, Options{Source: "test", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := all(t, db, Filter{}); len(got) != len(want) {
+		t.Fatalf("read %d samples after Close, appended %d", len(got), len(want))
 	}
 }
 

@@ -267,7 +267,7 @@ func stopWorkload(procs []*exec.Cmd) int64 {
 
 func heatscopeCmd(b binaries, duration time.Duration, hz int, data string) *exec.Cmd {
 	return exec.Command(b.heatscope, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
-		"--data", data, "--cache-dir", b.cacheDir, "--bpf-stats", "--progress", "0", "--top", "0")
+		"--data", data, "--cache-dir", b.cacheDir, "--bpf-stats")
 }
 
 func perfCmd(duration time.Duration, hz int, out string) *exec.Cmd {

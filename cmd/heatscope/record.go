@@ -87,7 +87,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.BTFPath = *btfPath
 	cfg.BPFStats = *bpfStats
-	storeOpts := store.Options{Source: *source, BlockDuration: *blockDuration, PeriodNs: int64(time.Second) / int64(*frequency), Logger: slog.Default()}
+	// The store's periodic work runs on the sampler's poll goroutine
+	// (rec.OnPoll below), so the agent has no timer of its own to wake for.
+	storeOpts := store.Options{Source: *source, BlockDuration: *blockDuration, PeriodNs: int64(time.Second) / int64(*frequency),
+		Logger: slog.Default(), CallerTicks: true}
 	if storeOpts.Retention, err = parseDays(*retention); err != nil {
 		return usageError{fmt.Errorf("--retention: %w", err)}
 	}
@@ -181,7 +184,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 	}
 	start := time.Now()
-	stopProgress := reportProgress(rec, start, *progress, stderr)
+	progressDue := reportProgress(rec, start, *progress, stderr)
+	rec.OnPoll(func() {
+		if db != nil {
+			db.Tick()
+		}
+		progressDue()
+	})
 	stopEvents := func() {}
 	if db != nil && *ef.kmsg != "" {
 		stopEvents = recordKernelEvents(db, kmsg, start)
@@ -224,7 +233,6 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			foldedOut.Add(s)
 		}
 	})
-	stopProgress()
 	stopEvents()
 	stopGuard()
 	stopServer()
@@ -308,33 +316,27 @@ func parsePIDs(s string) ([]uint32, error) {
 	return pids, nil
 }
 
-// reportProgress prints samples, drops and elapsed time every interval
-// until the returned function is called.
+// reportProgress returns a function that prints samples, drops and
+// elapsed time when every has passed since it last did. The recorder calls
+// it on every poll: a ticker of its own woke the agent once more a second.
 func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration, w io.Writer) func() {
 	if every <= 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				st, err := rec.Stats()
-				if err != nil {
-					continue
-				}
-				fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors, %d Hz\n",
-					time.Since(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors, rec.Frequency())
-			}
+	last := start
+	return func() {
+		now := time.Now()
+		if now.Sub(last) < every {
+			return
 		}
-	}()
-	return func() { close(done); <-finished }
+		last = now
+		st, err := rec.Stats()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors, %d Hz\n",
+			now.Sub(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors, rec.Frequency())
+	}
 }
 
 // printSummary prints what was recorded and what it cost the agent: its own
