@@ -18,9 +18,11 @@ type DiffNode struct {
 	B     int64 `json:"b"`
 	SelfA int64 `json:"selfA"`
 	SelfB int64 `json:"selfB"`
-	// Delta is FlameScope's normalised difference of self counts:
-	// SelfA - round(SelfB * TotalA/TotalB), so ranges of different
-	// lengths or load compare fairly. Positive: more in A.
+	// Delta is the normalised difference of self counts:
+	// SelfA - round(SelfB * weight), where weight is TotalA/TotalB by
+	// default (FlameScope's), so ranges of different lengths or load
+	// compare fairly, or the ratio of the ranges' lengths (ByLength).
+	// Positive: more in A.
 	Delta int64 `json:"delta"`
 	// DeltaTotal is the same for the whole subtree: A - round(B * weight).
 	DeltaTotal int64       `json:"deltaTotal"`
@@ -34,9 +36,37 @@ type Diff struct {
 	Root   *DiffNode `json:"root"`
 }
 
-// DiffOf compares the samples in a with those in b (both passing f). The
-// tree is the union of both ranges' trees, so frames that vanished show too.
-func DiffOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter) (*Diff, store.Warnings, error) {
+// Normalization says how B's counts are scaled before they are compared
+// with A's.
+type Normalization int
+
+const (
+	// ByTotals scales B by TotalA/TotalB, as FlameScope does: each frame's
+	// share of its window is compared, whatever the windows' load.
+	ByTotals Normalization = iota
+	// ByLength scales B by the ratio of the windows' lengths: samples per
+	// second are compared, so a burst in A shows as growth everywhere it
+	// ran even though it also raised A's total. This is the comparison of
+	// "the seconds before an event" with "the seconds before those".
+	ByLength
+)
+
+// ParseNormalization parses the normalize parameter: "total" (or empty)
+// or "length".
+func ParseNormalization(v string) (Normalization, error) {
+	switch v {
+	case "", "total":
+		return ByTotals, nil
+	case "length":
+		return ByLength, nil
+	}
+	return ByTotals, paramErr("normalize", "%q: want total or length", v)
+}
+
+// DiffOf compares the samples in a with those in b (both passing f),
+// scaling B as norm says. The tree is the union of both ranges' trees, so
+// frames that vanished show too.
+func DiffOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, norm Normalization) (*Diff, store.Warnings, error) {
 	ta, warnings, err := FlameGraphOf(ctx, db, a, f)
 	if err != nil {
 		return nil, warnings, err
@@ -48,7 +78,10 @@ func DiffOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter
 	}
 	d := &Diff{TotalA: ta.Value, TotalB: tb.Value}
 	weight := 0.0
-	if tb.Value > 0 {
+	switch {
+	case norm == ByLength && b.To > b.From:
+		weight = float64(a.To-a.From) / float64(b.To-b.From)
+	case norm == ByTotals && tb.Value > 0:
 		weight = float64(ta.Value) / float64(tb.Value)
 	}
 	d.Root = mergeDiff(ta, tb, weight)

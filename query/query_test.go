@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
@@ -231,24 +232,39 @@ func TestTopAndDiff(t *testing.T) {
 		t.Fatal("top functions not sorted by self")
 	}
 
-	d, _, err := DiffOf(context.Background(), db, a, b, &f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.TotalA != n || d.TotalB == 0 || d.Root.A != d.TotalA || d.Root.B != d.TotalB {
-		t.Fatalf("diff totals %d/%d, root %d/%d", d.TotalA, d.TotalB, d.Root.A, d.Root.B)
-	}
-	weight := float64(d.TotalA) / float64(d.TotalB)
-	var check func(n *DiffNode)
-	check = func(n *DiffNode) {
-		if want := n.SelfA - int64(math.Round(float64(n.SelfB)*weight)); n.Delta != want {
-			t.Fatalf("%s: delta %d, want %d", n.Name, n.Delta, want)
+	// By totals (FlameScope's) and by the windows' lengths.
+	for _, norm := range []Normalization{ByTotals, ByLength} {
+		d, _, err := DiffOf(context.Background(), db, a, b, &f, norm)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, c := range n.Children {
-			check(c)
+		if d.TotalA != n || d.TotalB == 0 || d.Root.A != d.TotalA || d.Root.B != d.TotalB {
+			t.Fatalf("diff totals %d/%d, root %d/%d", d.TotalA, d.TotalB, d.Root.A, d.Root.B)
+		}
+		weight := float64(d.TotalA) / float64(d.TotalB)
+		if norm == ByLength {
+			weight = float64(a.To-a.From) / float64(b.To-b.From)
+		}
+		var check func(n *DiffNode)
+		check = func(n *DiffNode) {
+			if want := n.SelfA - int64(math.Round(float64(n.SelfB)*weight)); n.Delta != want {
+				t.Fatalf("normalization %d, %s: delta %d, want %d", norm, n.Name, n.Delta, want)
+			}
+			if want := n.A - int64(math.Round(float64(n.B)*weight)); n.DeltaTotal != want {
+				t.Fatalf("normalization %d, %s: total delta %d, want %d", norm, n.Name, n.DeltaTotal, want)
+			}
+			for _, c := range n.Children {
+				check(c)
+			}
+		}
+		check(d.Root)
+	}
+	for _, v := range []string{"tota", "LENGTH", "1"} {
+		var pe *ParamError
+		if _, err := ParseNormalization(v); !errors.As(err, &pe) || pe.Param != "normalize" {
+			t.Errorf("ParseNormalization(%q) = %v, want an error naming normalize", v, err)
 		}
 	}
-	check(d.Root)
 }
 
 func TestTimelineFastPathMatchesScan(t *testing.T) {

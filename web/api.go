@@ -47,7 +47,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
 		"/api/flamegraph": {with("from", "to", "encoding", "group"), s.flameGraph},
-		"/api/diff":       {with("from", "to", "from2", "to2", "encoding"), s.diff},
+		"/api/diff":       {with("from", "to", "from2", "to2", "encoding", "normalize"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
 		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order"), s.top},
 		eventsPath:        {[]string{"from", "to", "source", "limit"}, s.listEvents},
@@ -279,7 +279,11 @@ func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warning
 	if err != nil {
 		return nil, err
 	}
-	d, warnings, err := query.DiffOf(ctx, s.db, sel.r, baseline, &sel.f)
+	norm, err := query.ParseNormalization(p.get("normalize"))
+	if err != nil {
+		return nil, err
+	}
+	d, warnings, err := query.DiffOf(ctx, s.db, sel.r, baseline, &sel.f, norm)
 	if err != nil {
 		return warnings, fmt.Errorf("diff: %w", err)
 	}

@@ -156,11 +156,19 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75", tc.query))
 			mustOK(t, "diff", resp, body)
-			d, _, err := query.DiffOf(ctx, db, rangeA, rangeB, &f)
+			d, _, err := query.DiffOf(ctx, db, rangeA, rangeB, &f, query.ByTotals)
 			if err != nil {
 				t.Fatal(err)
 			}
 			wantJSON(t, "diff", body, d)
+
+			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75&normalize=length", tc.query))
+			mustOK(t, "diff by length", resp, body)
+			d, _, err = query.DiffOf(ctx, db, rangeA, rangeB, &f, query.ByLength)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantJSON(t, "diff by length", body, d)
 
 			resp, body = fx.get(t, withQuery("/api/top", queryA, "limit=20", tc.query))
 			mustOK(t, "top", resp, body)

@@ -168,6 +168,8 @@ func TestBadParameters(t *testing.T) {
 		{"/api/diff", queryA + "&from2=1795237382", "to2"},
 		{"/api/diff", queryA + "&from2=1795237389&to2=1795237382", "to2"},
 		{"/api/diff", queryA + "&from2=1795237382&to2=later", "to2"},
+		{"/api/diff", queryA + "&from2=1795237382&to2=1795237389&normalize=samples", "normalize"},
+		{"/api/flamegraph", queryA + "&normalize=length", "normalize"},
 		{"/api/percpu", queryA + "&step=1ms", "step"},
 		{"/api/percpu", queryA + "&step=abc", "step"},
 		{"/api/percpu", queryA + "&step=0", "step"},

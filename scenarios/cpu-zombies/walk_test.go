@@ -148,6 +148,24 @@ func walkUI(t *testing.T, r *scenarioRun) {
 		!slices.ContainsFunc(growers[:min(maxRank, len(growers))], memcgStats.MatchString) {
 		t.Fatalf("kubelet-sim's pre-event flame graph %q, growers %q: no memcg stats function (among the first %d growers)", names, growers, maxRank)
 	}
+	// The two windows are equally long, so the differential flame graph
+	// scales B by length (weight 1): every node's change is A - B, and the
+	// memcg stats functions are red (grew).
+	var diff struct {
+		Norm      string
+		N, Uneven int
+		Memcg     []float64
+	}
+	eval(fmt.Sprintf(`(() => { const t = window.heatscope.flameTree(); const re = new RegExp(%q);
+		let uneven = 0; const memcg = [];
+		for (let i = 0; i < t.n; i++) {
+			if (t.deltaTotal[i] !== t.a[i] - t.b[i]) uneven++;
+			if (re.test(t.names[t.name[i]])) memcg.push(t.deltaTotal[i]);
+		}
+		return {Norm: window.heatscope.state.norm, N: t.n, Uneven: uneven, Memcg: memcg}; })()`, memcgStats.String()), &diff)
+	if diff.Norm != "length" || diff.N == 0 || diff.Uneven != 0 || len(diff.Memcg) == 0 || slices.Max(diff.Memcg) <= 0 {
+		t.Errorf("pre-event differential flame graph: %+v; want B scaled by length (every change A - B) and a memcg stats function that grew", diff)
+	}
 	do("search the flame graph", chromedp.SetValue(chromedp.CSS("#flame-search"), "memory_stat|memcg|mem_cgroup"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('flame-search').dispatchEvent(new Event('input'))`), settled)
 	do("scroll to the flame graph", chromedp.ScrollIntoView(chromedp.CSS("#flame-section")))

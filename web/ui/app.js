@@ -25,6 +25,7 @@ const state = {
   compare: false, bFrom: null, bTo: null, // compare mode and its baseline
   comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
   group: '', enhanced: false, icicle: false, search: '',
+  norm: 'total', // how the differential flame graph scales B: by 'total' samples or window 'length'
   growthOrder: 'total', passThrough: false, // the growth table's order, and whether it shows pass-throughs
 };
 let sources = [];
@@ -68,6 +69,7 @@ function readURL() {
   state.search = p.get('search') || '';
   state.growthOrder = p.get('gorder') === 'self' ? 'self' : 'total';
   state.passThrough = p.get('passthru') === '1';
+  state.norm = p.get('norm') === 'length' ? 'length' : 'total';
 }
 
 function writeURL() {
@@ -100,6 +102,7 @@ function writeURL() {
   if (state.search) p.set('search', state.search);
   if (state.growthOrder !== 'total') p.set('gorder', state.growthOrder);
   if (state.passThrough) p.set('passthru', '1');
+  if (state.norm !== 'total') p.set('norm', state.norm);
   const hash = '#' + p.toString();
   if (location.hash !== hash) history.replaceState(null, '', hash);
 }
@@ -217,6 +220,11 @@ function pickEvent(e) {
   state.compare = true;
   state.bFrom = t - 2 * n;
   state.bTo = t - n;
+  // equal windows before the event: compare samples per second, so the
+  // burst shows as growth wherever it ran (FlameScope's scaling by totals
+  // would paint a nearly idle baseline's few frames as shrinking)
+  state.norm = 'length';
+  $('diff-norm').value = state.norm;
   eventList.picked = t;
   writeURL();
   loadHeatmap();
@@ -346,6 +354,7 @@ async function loadSelection() {
     flamePath = '/api/diff';
     fp.set('from2', secs(state.bFrom));
     fp.set('to2', secs(state.bTo));
+    if (state.norm !== 'total') fp.set('normalize', state.norm);
     $('flame-label').textContent = label + ` (A) against baseline B ${new Date(state.bFrom * 1000).toISOString()} + ${(state.bTo - state.bFrom).toFixed(3)} s`;
   }
   const growthReq = hasBaseline() ? request('growth', '/api/top', (() => {
@@ -442,6 +451,7 @@ function fillControls() {
   $('enhanced').checked = state.enhanced;
   $('icicle').checked = state.icicle;
   $('flame-group').value = state.group;
+  $('diff-norm').value = state.norm;
   $('flame-search').value = state.search;
   flame.icicle = state.icicle;
   flame.search = searchRegexp(state.search);
@@ -487,6 +497,11 @@ function wire() {
   $('f-source').addEventListener('change', () => $('filters').requestSubmit());
   $('f-stack').addEventListener('change', () => $('filters').requestSubmit());
   $('f-qos').addEventListener('change', () => $('filters').requestSubmit());
+  $('diff-norm').addEventListener('change', () => {
+    state.norm = $('diff-norm').value;
+    writeURL();
+    loadSelection();
+  });
   $('flame-group').addEventListener('change', () => {
     state.group = $('flame-group').value;
     writeURL();
