@@ -84,7 +84,13 @@
 // compact: one sorted slice of 16-byte entries (address, size, end of the
 // name) and one string holding every name. Loading one reads the symbol
 // and string tables, and of a .gopclntab only the function names and
-// records, not its line tables. The binary cache and the process cache are
+// records, not its line tables. A file already read is recognised without
+// opening it: a stat(2) of its path gives device, inode, size, modification
+// and change times, remembered with the binary's key, so that the first
+// sample of each new process of a known binary costs one stat per mapping
+// it lands in rather than an open and a read of the ELF headers and build
+// id (BenchmarkNewProcess: 111 to 65 µs and 451 to 66 allocations per new
+// process). The binary cache and the process cache are
 // LRU-bounded (Options). A cached process keeps the binaries it loaded
 // alive even when the binary cache has evicted them, since it may have
 // exited and cannot be read again.

@@ -47,6 +47,8 @@ type Symbolizer struct {
 	mu    sync.Mutex
 	procs *lru[uint32, *process]
 	bins  *lru[binKey, *binEntry]
+	// ids maps the identity of files already read to their binary's key.
+	ids *lru[fileID, binKey]
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
@@ -81,6 +83,7 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 		opts:   opts,
 		procs:  newLRU[uint32, *process](opts.MaxProcesses),
 		bins:   newLRU[binKey, *binEntry](opts.MaxBinaries),
+		ids:    newLRU[fileID, binKey](4 * opts.MaxBinaries),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 )
 
 // startC builds and starts the C fixture.
-func startC(t *testing.T) *fixture {
+func startC(t testing.TB) *fixture {
 	t.Helper()
 	return start(t, buildC(t, "gcc", cSource, "fixture.c"))
 }
@@ -23,7 +24,7 @@ func startC(t *testing.T) *fixture {
 // cChain returns the user stack of the C fixture, leaf first:
 // hot_c_function at its first byte, then inner, outer and main in their
 // middle, with the ELF addresses and names to expect.
-func cChain(t *testing.T, fx *fixture) (stack, vaddrs []uint64, names []string) {
+func cChain(t testing.TB, fx *fixture) (stack, vaddrs []uint64, names []string) {
 	names = []string{"hot_c_function", "inner", "outer", "main"}
 	for i, name := range names {
 		sym := elfSymbol(t, fx.bin, name)
@@ -424,6 +425,46 @@ func TestSymbolizeLazilyReplacedFile(t *testing.T) {
 	}
 	if st := s.Stats(); st.BinaryErrors != 1 {
 		t.Errorf("BinaryErrors = %d, want 1", st.BinaryErrors)
+	}
+}
+
+// TestBinaryRewrittenInPlace checks that a binary rewritten in place (the
+// same inode, other code) is read again for the processes that map the new
+// content, though the old one is cached and recognised by stat(2).
+func TestBinaryRewrittenInPlace(t *testing.T) {
+	old := startC(t)
+	s := New(nil, Options{})
+	stack, _, _ := cChain(t, old)
+	if f := s.Symbolize(old.pid, nil, stack[:1])[0]; f.Function != "hot_c_function" {
+		t.Fatalf("before: got %+v", f)
+	}
+	old.kill()
+	waitGone(t, old.pid)
+
+	// The same fixture with one more function in front: every address moves.
+	padded := strings.Replace(cSource, "volatile unsigned long sink;",
+		"volatile unsigned long sink;\nvoid pad(void) { for (int i = 0; i < 100; i++) sink += i * i; }", 1)
+	data, err := os.ReadFile(buildC(t, "gcc", padded, "padded.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after syscall.Stat_t
+	if err := syscall.Stat(old.bin, &before); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, old.bin, string(data)) // truncates: the same inode
+	if err := syscall.Stat(old.bin, &after); err != nil || after.Ino != before.Ino {
+		t.Fatalf("rewrite: inode %d, was %d, err %v", after.Ino, before.Ino, err)
+	}
+	fx := start(t, old.bin)
+	stack, vaddrs, names := cChain(t, fx)
+	for i, f := range s.Symbolize(fx.pid, nil, stack) {
+		if f.Function != names[i] || f.Address != vaddrs[i] {
+			t.Errorf("frame %d = %+v, want %s at %#x", i, f, names[i], vaddrs[i])
+		}
+	}
+	if st := s.Stats(); st.BinaryMisses != 2 {
+		t.Errorf("BinaryMisses = %d, want 2 (the binary before and after the rewrite)", st.BinaryMisses)
 	}
 }
 
