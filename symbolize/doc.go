@@ -17,7 +17,12 @@
 // A process's address space is read from /proc/PID/maps the moment its pid
 // is first seen (Symbolizer.Observe), not when its frames are first
 // symbolized: a short-lived process is gone by then. Only the executable
-// mappings' identity is kept then: path, device, inode and offset. A
+// mappings' identity is kept then: path, device, inode and offset. The file
+// is read into a pooled buffer and only its executable lines are parsed,
+// without an allocation per line; paths are interned, one copy for all the
+// processes that map a file (BenchmarkNewProcess: 1,556 to 660 bytes
+// cached per process, 15 KB to 2.5 KB allocated and 65 to 46 µs per new
+// process). A
 // binary's symbol table is loaded the first time a frame falls in its
 // mapping, which for the first sample of a process is right after Observe,
 // and libraries no frame lands in are never read. The file is opened

@@ -47,6 +47,8 @@ type Symbolizer struct {
 	mu    sync.Mutex
 	procs *lru[uint32, *process]
 	bins  *lru[binKey, *binEntry]
+	// paths holds one copy of each mapped path.
+	paths interner
 	// ids maps the identity of files already read to their binary's key.
 	ids *lru[fileID, binKey]
 
