@@ -46,6 +46,24 @@ func (c *lru[K, V]) add(key K, val V) {
 	}
 }
 
+// peek returns the value of key without marking it used.
+func (c *lru[K, V]) peek(key K) (V, bool) {
+	e, ok := c.items[key]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return e.Value.(*lruEntry[K, V]).val, true
+}
+
+// each calls f for every entry, least recently used first.
+func (c *lru[K, V]) each(f func(K, V)) {
+	for e := c.order.Back(); e != nil; e = e.Prev() {
+		entry := e.Value.(*lruEntry[K, V])
+		f(entry.key, entry.val)
+	}
+}
+
 // remove drops key.
 func (c *lru[K, V]) remove(key K) {
 	if e, ok := c.items[key]; ok {

@@ -23,6 +23,9 @@ const mapsRefreshInterval = time.Second
 type process struct {
 	mu  sync.Mutex
 	pid uint32
+	// usedAt is when the process was last looked up, or found alive by
+	// ForgetExited, in Unix nanoseconds; guarded by the Symbolizer's mu.
+	usedAt int64
 	// maps holds the executable mappings, sorted by start address.
 	maps []userMapping
 	// readAt is when maps was last read (or tried).

@@ -1,9 +1,14 @@
 package symbolize
 
 import (
+	"errors"
 	"log/slog"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -99,12 +104,14 @@ func (s *Symbolizer) Observe(pid uint32) { s.process(pid) }
 
 // process returns the state of pid, reading it on first sight.
 func (s *Symbolizer) process(pid uint32) *process {
+	now := time.Now().UnixNano()
 	s.mu.Lock()
 	if p, ok := s.procs.get(pid); ok {
+		p.usedAt = now
 		s.mu.Unlock()
 		return p
 	}
-	p := &process{pid: pid}
+	p := &process{pid: pid, usedAt: now}
 	p.mu.Lock() // held while reading, so that concurrent users wait for it
 	s.procs.add(pid, p)
 	s.mu.Unlock()
@@ -162,6 +169,52 @@ func (s *Symbolizer) Forget(pid uint32) {
 	s.mu.Lock()
 	s.procs.remove(pid)
 	s.mu.Unlock()
+}
+
+// ForgetExited forgets the processes that have not been symbolized for
+// idle and no longer exist (no ProcRoot/PID), and returns how many. Under
+// process churn most cached processes have exited: the process cache then
+// holds the processes of the last idle or so rather than the last
+// MaxProcesses. It stats each process idle that long, and those found
+// alive are not checked again for another idle. Call it from the goroutine
+// that symbolizes, so that an exited process's samples still to be read
+// are not left without its mappings.
+func (s *Symbolizer) ForgetExited(idle time.Duration) int {
+	now := time.Now().UnixNano()
+	cutoff := now - idle.Nanoseconds()
+	var idlers []*process
+	s.mu.Lock()
+	s.procs.each(func(_ uint32, p *process) {
+		if p.usedAt <= cutoff {
+			idlers = append(idlers, p)
+		}
+	})
+	s.mu.Unlock()
+	gone := make(map[*process]bool)
+	for _, p := range idlers {
+		var st syscall.Stat_t
+		err := syscall.Stat(filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10)), &st)
+		if errors.Is(err, syscall.ENOENT) {
+			gone[p] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	forgotten := 0
+	for _, p := range idlers {
+		if p.usedAt > cutoff {
+			continue // used since
+		}
+		if gone[p] {
+			if q, ok := s.procs.peek(p.pid); ok && q == p {
+				s.procs.remove(p.pid)
+				forgotten++
+			}
+		} else {
+			p.usedAt = now
+		}
+	}
+	return forgotten
 }
 
 // Stats are a Symbolizer's counters since New, and its cache sizes now.

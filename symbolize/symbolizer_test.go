@@ -551,3 +551,27 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestForgetExited checks that the processes that exited are forgotten
+// once idle, and the live ones kept.
+func TestForgetExited(t *testing.T) {
+	live, dead := startC(t), startC(t)
+	s := New(nil, Options{})
+	s.Observe(live.pid)
+	s.Observe(dead.pid)
+	dead.kill()
+	waitGone(t, dead.pid)
+	if n := s.ForgetExited(time.Hour); n != 0 {
+		t.Errorf("ForgetExited(1h) forgot %d processes used just now", n)
+	}
+	if n := s.ForgetExited(0); n != 1 {
+		t.Errorf("ForgetExited(0) forgot %d processes, want 1", n)
+	}
+	if st := s.Stats(); st.Processes != 1 {
+		t.Errorf("Processes = %d, want the live one", st.Processes)
+	}
+	s.Observe(live.pid)
+	if st := s.Stats(); st.MapsReads != 2 {
+		t.Errorf("the live process was forgotten: %d maps reads, want 2", st.MapsReads)
+	}
+}
