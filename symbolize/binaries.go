@@ -25,6 +25,9 @@ type binEntry struct {
 	done chan struct{}
 	// bin is nil when the file could not be read.
 	bin *binaryFile
+	// bytes is bin's, once counted in Symbolizer.binBytes; guarded by
+	// the Symbolizer's mu.
+	bytes int64
 }
 
 // fileID identifies a file's content as stat(2) sees it: device, inode,
@@ -100,7 +103,29 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 		fail(err)
 	}
 	close(e.done)
+	if e.bin != nil {
+		s.account(key, e)
+	}
 	return e.bin
+}
+
+// account counts a binary just loaded in the cache's bytes and evicts the
+// least recently used binaries while they exceed MaxBinaryBytes, but not
+// the binary just loaded.
+func (s *Symbolizer) account(key binKey, e *binEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cached, ok := s.bins.peek(key); !ok || cached != e {
+		return // evicted while it loaded
+	}
+	e.bytes = e.bin.bytes()
+	s.binBytes += e.bytes
+	for s.binBytes > s.opts.MaxBinaryBytes && s.bins.len() > 1 {
+		if oldest, ok := s.bins.oldest(); ok && oldest == e {
+			break
+		}
+		s.bins.evictOldest()
+	}
 }
 
 // mappedPath is a path to try for the file of a mapping.

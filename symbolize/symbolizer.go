@@ -24,6 +24,11 @@ type Options struct {
 	// by default. The binaries of processes still cached stay in memory
 	// beyond it, since those processes may have exited.
 	MaxBinaries int
+	// MaxBinaryBytes bounds the memory of the cached symbol tables, 32 MiB
+	// by default: the least recently used are evicted beyond it (the last
+	// one loaded stays, however large). As with MaxBinaries, the binaries
+	// of processes still cached stay in memory beyond it.
+	MaxBinaryBytes int64
 	// MaxProcesses bounds the processes whose address maps are cached,
 	// 8192 by default.
 	MaxProcesses int
@@ -52,6 +57,8 @@ type Symbolizer struct {
 	mu    sync.Mutex
 	procs *lru[uint32, *process]
 	bins  *lru[binKey, *binEntry]
+	// binBytes is the sum of the bytes of the cached binaries.
+	binBytes int64
 	// paths holds one copy of each mapped path.
 	paths interner
 	// ids maps the identity of files already read to their binary's key.
@@ -79,19 +86,24 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 	if opts.MaxBinaries <= 0 {
 		opts.MaxBinaries = 256
 	}
+	if opts.MaxBinaryBytes <= 0 {
+		opts.MaxBinaryBytes = 32 << 20
+	}
 	if opts.MaxProcesses <= 0 {
 		opts.MaxProcesses = 8192
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Symbolizer{
+	s := &Symbolizer{
 		kernel: kernel,
 		opts:   opts,
 		procs:  newLRU[uint32, *process](opts.MaxProcesses),
 		bins:   newLRU[binKey, *binEntry](opts.MaxBinaries),
 		ids:    newLRU[fileID, binKey](4 * opts.MaxBinaries),
 	}
+	s.bins.evicted = func(_ binKey, e *binEntry) { s.binBytes -= e.bytes }
+	return s
 }
 
 // Observe records the address space of a process the first time it is
@@ -238,6 +250,8 @@ type Stats struct {
 	FramesUnknown uint64
 	// Binaries is the number of binaries cached.
 	Binaries int
+	// BinaryBytes is about the memory their symbol tables take.
+	BinaryBytes int64
 	// Processes is the number of processes cached.
 	Processes int
 }
@@ -245,7 +259,7 @@ type Stats struct {
 // Stats returns the counters and cache sizes.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	binaries, processes := s.bins.len(), s.procs.len()
+	binaries, binBytes, processes := s.bins.len(), s.binBytes, s.procs.len()
 	s.mu.Unlock()
 	return Stats{
 		BinaryHits:     s.stats.binaryHits.Load(),
@@ -256,6 +270,7 @@ func (s *Symbolizer) Stats() Stats {
 		FramesResolved: s.stats.framesResolved.Load(),
 		FramesUnknown:  s.stats.framesUnknown.Load(),
 		Binaries:       binaries,
+		BinaryBytes:    binBytes,
 		Processes:      processes,
 	}
 }

@@ -575,3 +575,38 @@ func TestForgetExited(t *testing.T) {
 		t.Errorf("the live process was forgotten: %d maps reads, want 2", st.MapsReads)
 	}
 }
+
+// TestBinaryCacheBytes checks the binary cache's memory bound: beyond
+// MaxBinaryBytes the least recently used symbol tables are evicted, the one
+// just loaded stays, and the process that uses them still resolves.
+func TestBinaryCacheBytes(t *testing.T) {
+	fx := startC(t)
+	_, write := libcWrite(t, fx.pid)
+	stack, _, _ := cChain(t, fx)
+	load := func(s *Symbolizer) {
+		t.Helper()
+		if f := s.Symbolize(fx.pid, nil, stack[:1])[0]; f.Function != "hot_c_function" {
+			t.Errorf("fixture: got %+v", f)
+		}
+		if f := s.Symbolize(fx.pid, nil, []uint64{write})[0]; !strings.Contains(f.Function, "write") {
+			t.Errorf("libc: got %+v", f)
+		}
+	}
+	unbounded := New(nil, Options{})
+	load(unbounded)
+	all := unbounded.Stats()
+	if all.Binaries != 2 || all.BinaryBytes <= 0 {
+		t.Fatalf("unbounded: %+v, want 2 binaries and their bytes", all)
+	}
+
+	s := New(nil, Options{MaxBinaryBytes: 1})
+	load(s)
+	st := s.Stats()
+	if st.Binaries != 1 || st.BinaryBytes <= 0 || st.BinaryBytes >= all.BinaryBytes {
+		t.Errorf("bounded to 1 byte: %+v, want the last binary only (both take %d bytes)", st, all.BinaryBytes)
+	}
+	load(s) // the process keeps the binaries it loaded
+	if got := s.Stats(); got.BinaryMisses != 2 {
+		t.Errorf("BinaryMisses = %d, want 2: the process keeps its binaries", got.BinaryMisses)
+	}
+}
