@@ -89,7 +89,10 @@
 // compact: one sorted slice of 16-byte entries (address, size, end of the
 // name) and one string holding every name. Loading one reads the symbol
 // and string tables, and of a .gopclntab only the function names and
-// records, not its line tables. A file already read is recognised without
+// records, not its line tables. The binary cache is bounded by count and by
+// the bytes of its symbol tables (Options.MaxBinaryBytes), the process cache
+// by count; ForgetExited drops the processes that have exited, which under
+// churn are most of them. A file already read is recognised without
 // opening it: a stat(2) of its path gives device, inode, size, modification
 // and change times, remembered with the binary's key, so that the first
 // sample of each new process of a known binary costs one stat per mapping
@@ -123,8 +126,8 @@
 // one in /proc/PID/maps (btrfs subvolumes). Such frames stay
 // "[file+0xoffset]".
 // A process that execs keeps its pid, and a pid is eventually reused: the
-// old mappings are used until the pid is forgotten (call Forget when a
-// process exits) or its addresses miss them. Perf maps are read from PerfMapDir
+// old mappings are used until the pid is forgotten (Forget, or
+// ForgetExited once the process is gone) or its addresses miss them. Perf maps are read from PerfMapDir
 // on the host: a containerised JIT's map, written in its own /tmp under its
 // own pid, is not found.
 package symbolize
