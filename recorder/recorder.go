@@ -2,6 +2,10 @@
 // records of package profiler into symbolized sample.Sample values and hands
 // them to a sink, one at a time, in the order they were read.
 //
+// Every 5 s the symbolizer forgets the processes that have exited
+// (Symbolizer.ForgetExited), so that its process cache holds the live
+// processes and those of the last seconds, not thousands of dead ones.
+//
 // A process's address maps are read the moment its first record arrives (the
 // BPF program wakes the reader for it), so processes that exit right after
 // they were sampled still get their frames resolved.
@@ -21,6 +25,11 @@ import (
 
 // KallsymsPath is where kernel symbols are read from.
 const KallsymsPath = "/proc/kallsyms"
+
+// exitSweep is how often the symbolizer forgets the processes that have
+// exited, and how long a process must have gone unsampled to be checked:
+// under churn the process cache then holds a few seconds of processes.
+const exitSweep = 5 * time.Second
 
 // Recorder samples every CPU and symbolizes what it samples.
 type Recorder struct {
@@ -65,7 +74,12 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 // (its Stack slice is freshly allocated for each sample and may be kept).
 func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
+	var sweptNs int64
 	err := r.prof.Run(ctx, func(rec *profiler.Record, wallNs int64) {
+		if wallNs-sweptNs >= exitSweep.Nanoseconds() {
+			r.sym.ForgetExited(exitSweep)
+			sweptNs = wallNs
+		}
 		r.sym.Observe(rec.PID)
 		s = sample.Sample{
 			Time:     wallNs,

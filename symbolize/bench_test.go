@@ -5,6 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/heatscope/heatscope/sample"
 	"testing"
 )
 
@@ -115,4 +119,52 @@ func BenchmarkLoadKernelCached(b *testing.B) {
 		syms = k.Len()
 	}
 	b.ReportMetric(float64(syms), "symbols")
+}
+
+// BenchmarkNewProcess is the symbolizer's cost for each new process, as
+// under process churn: the first sample of a pid never seen before (read
+// /proc/PID/maps, open its binary and the libc it calls into, resolve a
+// stack of both). Each iteration is a new pid: ProcRoot/PID is a link to
+// the /proc directory of one running C fixture, so the cache holds as many
+// processes as a busy node's. It reports the heap the process cache keeps
+// per process (after a GC, the cache full at MaxProcesses).
+func BenchmarkNewProcess(b *testing.B) {
+	fx := startC(b)
+	stack, _, _ := cChain(b, fx)
+	_, write := libcWrite(b, fx.pid)
+	stack[0]++ // now a return address: looked up one byte lower
+	stack = append([]uint64{write}, stack...)
+	const procs = 8192
+	root := b.TempDir()
+	for pid := 1; pid <= procs; pid++ {
+		if err := os.Symlink(filepath.Join("/proc", strconv.Itoa(int(fx.pid))), filepath.Join(root, strconv.Itoa(pid))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := New(nil, Options{ProcRoot: root, MaxProcesses: procs})
+	check := func(frames []sample.Frame) {
+		if !strings.Contains(frames[0].Function, "write") || frames[1].Function != "hot_c_function" {
+			b.Fatalf("frames %+v", frames[:2])
+		}
+	}
+	check(s.Symbolize(1, nil, stack)) // the binaries are cached from here on
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	b.ReportAllocs()
+	pid := uint32(1)
+	for b.Loop() {
+		pid = pid%procs + 1
+		s.Forget(pid)
+		s.Observe(pid)
+		check(s.Symbolize(pid, nil, stack))
+	}
+	b.StopTimer()
+	for pid := uint32(1); pid <= procs; pid++ {
+		s.Observe(pid)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/procs, "cached-B/process")
+	runtime.KeepAlive(s)
 }

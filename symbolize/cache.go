@@ -8,6 +8,8 @@ type lru[K comparable, V any] struct {
 	max   int
 	order *list.List // of *lruEntry[K, V], most recently used first
 	items map[K]*list.Element
+	// evicted, when set, is called for each entry evicted (not removed).
+	evicted func(K, V)
 }
 
 type lruEntry[K comparable, V any] struct {
@@ -40,9 +42,49 @@ func (c *lru[K, V]) add(key K, val V) {
 	}
 	c.items[key] = c.order.PushFront(&lruEntry[K, V]{key: key, val: val})
 	if c.order.Len() > c.max {
-		oldest := c.order.Back()
-		c.order.Remove(oldest)
-		delete(c.items, oldest.Value.(*lruEntry[K, V]).key)
+		c.evictOldest()
+	}
+}
+
+// evictOldest evicts the least recently used entry, if any.
+func (c *lru[K, V]) evictOldest() {
+	oldest := c.order.Back()
+	if oldest == nil {
+		return
+	}
+	e := oldest.Value.(*lruEntry[K, V])
+	c.order.Remove(oldest)
+	delete(c.items, e.key)
+	if c.evicted != nil {
+		c.evicted(e.key, e.val)
+	}
+}
+
+// peek returns the value of key without marking it used.
+func (c *lru[K, V]) peek(key K) (V, bool) {
+	e, ok := c.items[key]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return e.Value.(*lruEntry[K, V]).val, true
+}
+
+// oldest returns the least recently used value.
+func (c *lru[K, V]) oldest() (V, bool) {
+	e := c.order.Back()
+	if e == nil {
+		var zero V
+		return zero, false
+	}
+	return e.Value.(*lruEntry[K, V]).val, true
+}
+
+// each calls f for every entry, least recently used first.
+func (c *lru[K, V]) each(f func(K, V)) {
+	for e := c.order.Back(); e != nil; e = e.Prev() {
+		entry := e.Value.(*lruEntry[K, V])
+		f(entry.key, entry.val)
 	}
 }
 

@@ -17,7 +17,12 @@
 // A process's address space is read from /proc/PID/maps the moment its pid
 // is first seen (Symbolizer.Observe), not when its frames are first
 // symbolized: a short-lived process is gone by then. Only the executable
-// mappings' identity is kept then: path, device, inode and offset. A
+// mappings' identity is kept then: path, device, inode and offset. The file
+// is read into a pooled buffer and only its executable lines are parsed,
+// without an allocation per line; paths are interned, one copy for all the
+// processes that map a file (BenchmarkNewProcess: 1,556 to 660 bytes
+// cached per process, 15 KB to 2.5 KB allocated and 65 to 46 µs per new
+// process). A
 // binary's symbol table is loaded the first time a frame falls in its
 // mapping, which for the first sample of a process is right after Observe,
 // and libraries no frame lands in are never read. The file is opened
@@ -84,7 +89,16 @@
 // compact: one sorted slice of 16-byte entries (address, size, end of the
 // name) and one string holding every name. Loading one reads the symbol
 // and string tables, and of a .gopclntab only the function names and
-// records, not its line tables. The binary cache and the process cache are
+// records, not its line tables. The binary cache is bounded by count and by
+// the bytes of its symbol tables (Options.MaxBinaryBytes), the process cache
+// by count; ForgetExited drops the processes that have exited, which under
+// churn are most of them. A file already read is recognised without
+// opening it: a stat(2) of its path gives device, inode, size, modification
+// and change times, remembered with the binary's key, so that the first
+// sample of each new process of a known binary costs one stat per mapping
+// it lands in rather than an open and a read of the ELF headers and build
+// id (BenchmarkNewProcess: 111 to 65 µs and 451 to 66 allocations per new
+// process). The binary cache and the process cache are
 // LRU-bounded (Options). A cached process keeps the binaries it loaded
 // alive even when the binary cache has evicted them, since it may have
 // exited and cannot be read again.
@@ -112,8 +126,8 @@
 // one in /proc/PID/maps (btrfs subvolumes). Such frames stay
 // "[file+0xoffset]".
 // A process that execs keeps its pid, and a pid is eventually reused: the
-// old mappings are used until the pid is forgotten (call Forget when a
-// process exits) or its addresses miss them. Perf maps are read from PerfMapDir
+// old mappings are used until the pid is forgotten (Forget, or
+// ForgetExited once the process is gone) or its addresses miss them. Perf maps are read from PerfMapDir
 // on the host: a containerised JIT's map, written in its own /tmp under its
 // own pid, is not found.
 package symbolize

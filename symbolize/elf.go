@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/ianlancetaylor/demangle"
 )
@@ -21,6 +22,13 @@ type binaryFile struct {
 	// demangled memoizes demangled names by symbol index: demangling is
 	// done the first time a symbol is hit, not for every symbol at load.
 	demangled sync.Map
+}
+
+// bytes is about the memory the binary's symbol table takes, as the
+// binary cache counts it: the symbols, their names and the segments.
+func (b *binaryFile) bytes() int64 {
+	return int64(len(b.tab.syms))*int64(unsafe.Sizeof(symbol{})) + int64(len(b.tab.names)) +
+		int64(len(b.loads))*int64(unsafe.Sizeof(segment{})) + int64(len(b.buildID))
 }
 
 // segment is a PT_LOAD program header: the file bytes [off, off+filesz)

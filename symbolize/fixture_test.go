@@ -399,3 +399,12 @@ func waitGone(t testing.TB, pid uint32) {
 	}
 	t.Fatalf("pid %d still exists", pid)
 }
+
+// readMapsFile reads and parses every line of a maps file.
+func readMapsFile(path string) ([]mapping, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseMaps(nil, data, false, nil)
+}

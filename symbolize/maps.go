@@ -1,11 +1,11 @@
 package symbolize
 
 import (
-	"bufio"
+	"bytes"
 	"fmt"
-	"io"
-	"strconv"
+	"math"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,49 +15,65 @@ type mapping struct {
 	start, end uint64
 	// offset is the file offset mapped at start.
 	offset uint64
-	exec   bool
 	// dev and inode identify the mapped file; dev is encoded as
 	// stat(2)'s st_dev.
 	dev, inode uint64
 	// path is the pathname column without a " (deleted)" suffix: a file
 	// path, a pseudo name such as "[vdso]", or empty for anonymous memory.
 	path    string
+	exec    bool
 	deleted bool
 }
 
 const deletedSuffix = " (deleted)"
 
-// parseMaps parses the text of /proc/PID/maps. Every line is
-// "START-END PERMS OFFSET MAJOR:MINOR INODE [PATH]", the path (which may
-// contain spaces) starting after the padding that follows the inode.
-func parseMaps(r io.Reader) ([]mapping, error) {
-	var maps []mapping
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		if len(sc.Bytes()) == 0 {
+// parseMaps parses the text of /proc/PID/maps, appending to maps. Every
+// line is "START-END PERMS OFFSET MAJOR:MINOR INODE [PATH]", the path
+// (which may contain spaces) starting after the padding that follows the
+// inode. With execOnly, lines of mappings that are not executable are
+// skipped after their permissions are read. Paths are made strings by
+// paths, which may share one copy of each.
+func parseMaps(maps []mapping, data []byte, execOnly bool, paths *interner) ([]mapping, error) {
+	for line := 1; len(data) > 0; line++ {
+		text := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			text, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if len(text) == 0 {
 			continue
 		}
-		m, err := parseMapsLine(sc.Text())
+		if execOnly && !execLine(text) {
+			continue
+		}
+		m, err := parseMapsLine(text, paths)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
+		if execOnly && !m.exec {
+			continue
+		}
 		maps = append(maps, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: %w", line+1, err)
 	}
 	return maps, nil
 }
 
-func parseMapsLine(s string) (mapping, error) {
-	var fields [5]string
+// execLine reports whether a maps line may be of an executable mapping:
+// all but those whose permissions, the second field, are readable and not
+// executable, which are most lines. The others are left to parseMapsLine.
+func execLine(line []byte) bool {
+	_, perms, _ := bytes.Cut(bytes.TrimLeft(line, " "), []byte{' '})
+	perms = bytes.TrimLeft(perms, " ")
+	return len(perms) < 3 || perms[2] != '-'
+}
+
+func parseMapsLine(s []byte, paths *interner) (mapping, error) {
+	var fields [5][]byte
 	rest := s
 	for i := range fields {
-		rest = strings.TrimLeft(rest, " ")
-		end := strings.IndexByte(rest, ' ')
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
 		if end < 0 {
 			end = len(rest)
 		}
@@ -67,14 +83,14 @@ func parseMapsLine(s string) (mapping, error) {
 		m   mapping
 		err error
 	)
-	lo, hi, ok := strings.Cut(fields[0], "-")
+	lo, hi, ok := bytes.Cut(fields[0], []byte{'-'})
 	if !ok {
 		return m, fmt.Errorf("address range %q: no '-'", fields[0])
 	}
-	if m.start, err = strconv.ParseUint(lo, 16, 64); err != nil {
+	if m.start, err = hexField(lo, 64); err != nil {
 		return m, fmt.Errorf("start address: %w", err)
 	}
-	if m.end, err = strconv.ParseUint(hi, 16, 64); err != nil {
+	if m.end, err = hexField(hi, 64); err != nil {
 		return m, fmt.Errorf("end address: %w", err)
 	}
 	if m.end < m.start {
@@ -84,30 +100,91 @@ func parseMapsLine(s string) (mapping, error) {
 		return m, fmt.Errorf("permissions %q: want 4 characters", fields[1])
 	}
 	m.exec = fields[1][2] == 'x'
-	if m.offset, err = strconv.ParseUint(fields[2], 16, 64); err != nil {
+	if m.offset, err = hexField(fields[2], 64); err != nil {
 		return m, fmt.Errorf("offset: %w", err)
 	}
-	major, minor, ok := strings.Cut(fields[3], ":")
+	major, minor, ok := bytes.Cut(fields[3], []byte{':'})
 	if !ok {
 		return m, fmt.Errorf("device %q: no ':'", fields[3])
 	}
-	maj, err := strconv.ParseUint(major, 16, 32)
+	maj, err := hexField(major, 32)
 	if err != nil {
 		return m, fmt.Errorf("device major: %w", err)
 	}
-	mnr, err := strconv.ParseUint(minor, 16, 32)
+	mnr, err := hexField(minor, 32)
 	if err != nil {
 		return m, fmt.Errorf("device minor: %w", err)
 	}
 	m.dev = unix.Mkdev(uint32(maj), uint32(mnr))
-	if m.inode, err = strconv.ParseUint(fields[4], 10, 64); err != nil {
+	if m.inode, err = parseDec(fields[4]); err != nil {
 		return m, fmt.Errorf("inode: %w", err)
 	}
-	m.path = strings.TrimLeft(rest, " ")
-	if p, ok := strings.CutSuffix(m.path, deletedSuffix); ok {
-		m.path, m.deleted = p, true
+	path := bytes.TrimLeft(rest, " ")
+	if p, ok := bytes.CutSuffix(path, []byte(deletedSuffix)); ok {
+		path, m.deleted = p, true
 	}
+	m.path = paths.string(path)
 	return m, nil
+}
+
+// hexField parses a hexadecimal field of at most bits bits.
+func hexField(b []byte, bits int) (uint64, error) {
+	v, ok := parseHexBytes(b)
+	if !ok || bits < 64 && v>>bits != 0 {
+		return 0, fmt.Errorf("%q: not a hexadecimal number of %d bits", b, bits)
+	}
+	return v, nil
+}
+
+// parseDec parses a decimal uint64 without making a string of it.
+func parseDec(b []byte) (uint64, error) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, fmt.Errorf("%q: want 1 to 20 decimal digits", b)
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%q: not decimal", b)
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, fmt.Errorf("%q: out of range", b)
+		}
+		n = n*10 + d
+	}
+	return n, nil
+}
+
+// interner makes strings of byte slices, one copy of each distinct
+// string: processes of one binary map the same few paths. It keeps at most
+// maxInterned strings, then starts again (strings handed out stay valid).
+// It is safe for concurrent use; the zero value is ready, and a nil
+// interner copies every string.
+type interner struct {
+	mu   sync.Mutex
+	strs map[string]string
+}
+
+const maxInterned = 4096
+
+func (in *interner) string(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if in == nil {
+		return string(b)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if s, ok := in.strs[string(b)]; ok {
+		return s
+	}
+	if in.strs == nil || len(in.strs) >= maxInterned {
+		in.strs = make(map[string]string)
+	}
+	s := string(b)
+	in.strs[s] = s
+	return s
 }
 
 // mappingClass says what is mapped.

@@ -1,12 +1,12 @@
 package symbolize
 
 import (
-	"bytes"
 	"math"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +24,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 `
 
 func TestParseMaps(t *testing.T) {
-	maps, err := parseMaps(strings.NewReader(mapsText))
+	maps, err := parseMaps(nil, []byte(mapsText), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestParseMapsErrors(t *testing.T) {
 		"55d0c0a00000-55d0c0a01000 r--p 00000000 fe:01 inode /x",
 		"55d0c0a00000-55d0c0a01000",
 	} {
-		if _, err := parseMaps(strings.NewReader(line + "\n")); err == nil {
+		if _, err := parseMaps(nil, []byte(line+"\n"), false, nil); err == nil {
 			t.Errorf("parseMaps(%q) succeeded", line)
 		} else if !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("error %q does not name the line", err)
@@ -78,15 +78,32 @@ func TestParseMapsErrors(t *testing.T) {
 
 func FuzzMaps(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		maps, err := parseMaps(bytes.NewReader(data))
+		maps, err := parseMaps(nil, data, false, nil)
 		if err != nil {
 			return
 		}
+		var exec []mapping
 		for _, m := range maps {
 			if m.end < m.start {
 				t.Fatalf("mapping %+v ends before it starts", m)
 			}
 			m.class()
+			if m.exec {
+				exec = append(exec, m)
+			}
+		}
+		// Only executable mappings, as the symbolizer reads them.
+		got, err := parseMaps(nil, data, true, &interner{})
+		if err != nil {
+			t.Fatalf("all lines parse, the executable ones fail: %v", err)
+		}
+		if len(got) != len(exec) {
+			t.Fatalf("%d executable mappings, want %d", len(got), len(exec))
+		}
+		for i := range got {
+			if got[i] != exec[i] {
+				t.Fatalf("executable mapping %d = %+v, want %+v", i, got[i], exec[i])
+			}
 		}
 	})
 }
@@ -135,5 +152,27 @@ func TestProcessFind(t *testing.T) {
 		if got != want {
 			t.Errorf("find(%#x) = %q, want %q", addr, got, want)
 		}
+	}
+}
+
+// TestProcessesShareMappedPaths checks that the mappings of two processes
+// of one binary share one copy of each path.
+func TestProcessesShareMappedPaths(t *testing.T) {
+	a, b := startC(t), startC(t)
+	s := New(nil, Options{})
+	pa, pb := s.process(a.pid), s.process(b.pid)
+	shared := 0
+	for i := range pa.maps {
+		for j := range pb.maps {
+			if pa.maps[i].path != "" && pa.maps[i].path == pb.maps[j].path {
+				if unsafe.StringData(pa.maps[i].path) != unsafe.StringData(pb.maps[j].path) {
+					t.Errorf("path %q is copied for each process", pa.maps[i].path)
+				}
+				shared++
+			}
+		}
+	}
+	if shared == 0 {
+		t.Fatalf("the fixtures share no mapped path: %+v and %+v", pa.maps, pb.maps)
 	}
 }

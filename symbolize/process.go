@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,6 +23,9 @@ const mapsRefreshInterval = time.Second
 type process struct {
 	mu  sync.Mutex
 	pid uint32
+	// usedAt is when the process was last looked up, or found alive by
+	// ForgetExited, in Unix nanoseconds; guarded by the Symbolizer's mu.
+	usedAt int64
 	// maps holds the executable mappings, sorted by start address.
 	maps []userMapping
 	// readAt is when maps was last read (or tried).
@@ -48,14 +52,29 @@ type userMapping struct {
 func (s *Symbolizer) readMaps(p *process) {
 	p.readAt = time.Now()
 	s.stats.mapsReads.Add(1)
-	maps, err := readMapsFile(filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10), "maps"))
+	path := filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10), "maps")
+	sc := mapsScratches.Get().(*mapsScratch)
+	defer sc.put()
+	var err error
+	if sc.data, err = readFile(path, sc.data); err == nil {
+		sc.maps, err = parseMaps(sc.maps[:0], sc.data, true, &s.paths)
+		if err != nil {
+			err = fmt.Errorf("parse %s: %w", path, err)
+		}
+	}
 	if err != nil {
 		s.stats.mapsErrors.Add(1)
 		s.opts.Logger.Debug("symbolize: read maps", "pid", p.pid, "err", err)
 		return
 	}
-	var exec []userMapping
-	for _, m := range maps {
+	n := 0
+	for _, m := range sc.maps {
+		if m.exec {
+			n++
+		}
+	}
+	exec := make([]userMapping, 0, n)
+	for _, m := range sc.maps {
 		if !m.exec {
 			continue
 		}
@@ -68,17 +87,50 @@ func (s *Symbolizer) readMaps(p *process) {
 	p.maps = exec
 }
 
-func readMapsFile(path string) ([]mapping, error) {
+// mapsScratch is what reading a process's maps needs for a moment: the
+// file's text and its parsed lines. They are pooled, since under process
+// churn maps are read hundreds of times a second.
+type mapsScratch struct {
+	data []byte
+	maps []mapping
+}
+
+var mapsScratches = sync.Pool{New: func() any { return &mapsScratch{data: make([]byte, 0, 16<<10)} }}
+
+// maxScratch is the largest maps text whose buffer goes back to the pool.
+const maxScratch = 1 << 20
+
+func (sc *mapsScratch) put() {
+	if cap(sc.data) > maxScratch {
+		return
+	}
+	clear(sc.maps[:cap(sc.maps)]) // drop the paths
+	sc.data, sc.maps = sc.data[:0], sc.maps[:0]
+	mapsScratches.Put(sc)
+}
+
+// readFile reads the whole of the file at path into buf, growing it as
+// needed.
+func readFile(path string, buf []byte) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return buf, err
 	}
 	defer f.Close()
-	maps, err := parseMaps(f)
-	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, fmt.Errorf("read %s: %w", path, err)
+		}
 	}
-	return maps, nil
 }
 
 // find returns the executable mapping containing addr, or nil.

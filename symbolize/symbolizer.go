@@ -1,9 +1,14 @@
 package symbolize
 
 import (
+	"errors"
 	"log/slog"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -19,6 +24,11 @@ type Options struct {
 	// by default. The binaries of processes still cached stay in memory
 	// beyond it, since those processes may have exited.
 	MaxBinaries int
+	// MaxBinaryBytes bounds the memory of the cached symbol tables, 32 MiB
+	// by default: the least recently used are evicted beyond it (the last
+	// one loaded stays, however large). As with MaxBinaries, the binaries
+	// of processes still cached stay in memory beyond it.
+	MaxBinaryBytes int64
 	// MaxProcesses bounds the processes whose address maps are cached,
 	// 8192 by default.
 	MaxProcesses int
@@ -47,6 +57,12 @@ type Symbolizer struct {
 	mu    sync.Mutex
 	procs *lru[uint32, *process]
 	bins  *lru[binKey, *binEntry]
+	// binBytes is the sum of the bytes of the cached binaries.
+	binBytes int64
+	// paths holds one copy of each mapped path.
+	paths interner
+	// ids maps the identity of files already read to their binary's key.
+	ids *lru[fileID, binKey]
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
@@ -70,18 +86,24 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 	if opts.MaxBinaries <= 0 {
 		opts.MaxBinaries = 256
 	}
+	if opts.MaxBinaryBytes <= 0 {
+		opts.MaxBinaryBytes = 32 << 20
+	}
 	if opts.MaxProcesses <= 0 {
 		opts.MaxProcesses = 8192
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Symbolizer{
+	s := &Symbolizer{
 		kernel: kernel,
 		opts:   opts,
 		procs:  newLRU[uint32, *process](opts.MaxProcesses),
 		bins:   newLRU[binKey, *binEntry](opts.MaxBinaries),
+		ids:    newLRU[fileID, binKey](4 * opts.MaxBinaries),
 	}
+	s.bins.evicted = func(_ binKey, e *binEntry) { s.binBytes -= e.bytes }
+	return s
 }
 
 // Observe records the address space of a process the first time it is
@@ -94,12 +116,14 @@ func (s *Symbolizer) Observe(pid uint32) { s.process(pid) }
 
 // process returns the state of pid, reading it on first sight.
 func (s *Symbolizer) process(pid uint32) *process {
+	now := time.Now().UnixNano()
 	s.mu.Lock()
 	if p, ok := s.procs.get(pid); ok {
+		p.usedAt = now
 		s.mu.Unlock()
 		return p
 	}
-	p := &process{pid: pid}
+	p := &process{pid: pid, usedAt: now}
 	p.mu.Lock() // held while reading, so that concurrent users wait for it
 	s.procs.add(pid, p)
 	s.mu.Unlock()
@@ -159,6 +183,52 @@ func (s *Symbolizer) Forget(pid uint32) {
 	s.mu.Unlock()
 }
 
+// ForgetExited forgets the processes that have not been symbolized for
+// idle and no longer exist (no ProcRoot/PID), and returns how many. Under
+// process churn most cached processes have exited: the process cache then
+// holds the processes of the last idle or so rather than the last
+// MaxProcesses. It stats each process idle that long, and those found
+// alive are not checked again for another idle. Call it from the goroutine
+// that symbolizes, so that an exited process's samples still to be read
+// are not left without its mappings.
+func (s *Symbolizer) ForgetExited(idle time.Duration) int {
+	now := time.Now().UnixNano()
+	cutoff := now - idle.Nanoseconds()
+	var idlers []*process
+	s.mu.Lock()
+	s.procs.each(func(_ uint32, p *process) {
+		if p.usedAt <= cutoff {
+			idlers = append(idlers, p)
+		}
+	})
+	s.mu.Unlock()
+	gone := make(map[*process]bool)
+	for _, p := range idlers {
+		var st syscall.Stat_t
+		err := syscall.Stat(filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10)), &st)
+		if errors.Is(err, syscall.ENOENT) {
+			gone[p] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	forgotten := 0
+	for _, p := range idlers {
+		if p.usedAt > cutoff {
+			continue // used since
+		}
+		if gone[p] {
+			if q, ok := s.procs.peek(p.pid); ok && q == p {
+				s.procs.remove(p.pid)
+				forgotten++
+			}
+		} else {
+			p.usedAt = now
+		}
+	}
+	return forgotten
+}
+
 // Stats are a Symbolizer's counters since New, and its cache sizes now.
 type Stats struct {
 	// BinaryHits counts mapped files found in the binary cache.
@@ -180,6 +250,8 @@ type Stats struct {
 	FramesUnknown uint64
 	// Binaries is the number of binaries cached.
 	Binaries int
+	// BinaryBytes is about the memory their symbol tables take.
+	BinaryBytes int64
 	// Processes is the number of processes cached.
 	Processes int
 }
@@ -187,7 +259,7 @@ type Stats struct {
 // Stats returns the counters and cache sizes.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	binaries, processes := s.bins.len(), s.procs.len()
+	binaries, binBytes, processes := s.bins.len(), s.binBytes, s.procs.len()
 	s.mu.Unlock()
 	return Stats{
 		BinaryHits:     s.stats.binaryHits.Load(),
@@ -198,6 +270,7 @@ func (s *Symbolizer) Stats() Stats {
 		FramesResolved: s.stats.framesResolved.Load(),
 		FramesUnknown:  s.stats.framesUnknown.Load(),
 		Binaries:       binaries,
+		BinaryBytes:    binBytes,
 		Processes:      processes,
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 )
 
 // startC builds and starts the C fixture.
-func startC(t *testing.T) *fixture {
+func startC(t testing.TB) *fixture {
 	t.Helper()
 	return start(t, buildC(t, "gcc", cSource, "fixture.c"))
 }
@@ -23,7 +24,7 @@ func startC(t *testing.T) *fixture {
 // cChain returns the user stack of the C fixture, leaf first:
 // hot_c_function at its first byte, then inner, outer and main in their
 // middle, with the ELF addresses and names to expect.
-func cChain(t *testing.T, fx *fixture) (stack, vaddrs []uint64, names []string) {
+func cChain(t testing.TB, fx *fixture) (stack, vaddrs []uint64, names []string) {
 	names = []string{"hot_c_function", "inner", "outer", "main"}
 	for i, name := range names {
 		sym := elfSymbol(t, fx.bin, name)
@@ -427,6 +428,46 @@ func TestSymbolizeLazilyReplacedFile(t *testing.T) {
 	}
 }
 
+// TestBinaryRewrittenInPlace checks that a binary rewritten in place (the
+// same inode, other code) is read again for the processes that map the new
+// content, though the old one is cached and recognised by stat(2).
+func TestBinaryRewrittenInPlace(t *testing.T) {
+	old := startC(t)
+	s := New(nil, Options{})
+	stack, _, _ := cChain(t, old)
+	if f := s.Symbolize(old.pid, nil, stack[:1])[0]; f.Function != "hot_c_function" {
+		t.Fatalf("before: got %+v", f)
+	}
+	old.kill()
+	waitGone(t, old.pid)
+
+	// The same fixture with one more function in front: every address moves.
+	padded := strings.Replace(cSource, "volatile unsigned long sink;",
+		"volatile unsigned long sink;\nvoid pad(void) { for (int i = 0; i < 100; i++) sink += i * i; }", 1)
+	data, err := os.ReadFile(buildC(t, "gcc", padded, "padded.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after syscall.Stat_t
+	if err := syscall.Stat(old.bin, &before); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, old.bin, string(data)) // truncates: the same inode
+	if err := syscall.Stat(old.bin, &after); err != nil || after.Ino != before.Ino {
+		t.Fatalf("rewrite: inode %d, was %d, err %v", after.Ino, before.Ino, err)
+	}
+	fx := start(t, old.bin)
+	stack, vaddrs, names := cChain(t, fx)
+	for i, f := range s.Symbolize(fx.pid, nil, stack) {
+		if f.Function != names[i] || f.Address != vaddrs[i] {
+			t.Errorf("frame %d = %+v, want %s at %#x", i, f, names[i], vaddrs[i])
+		}
+	}
+	if st := s.Stats(); st.BinaryMisses != 2 {
+		t.Errorf("BinaryMisses = %d, want 2 (the binary before and after the rewrite)", st.BinaryMisses)
+	}
+}
+
 // TestLibcAliasesLikePerf resolves libc functions that have aliases to the
 // name perf report shows for them when it reads the same file (perf 6.1,
 // "perf report --symfs" with only libc.so.6, so that libc6-dbg's symbols
@@ -508,5 +549,64 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestForgetExited checks that the processes that exited are forgotten
+// once idle, and the live ones kept.
+func TestForgetExited(t *testing.T) {
+	live, dead := startC(t), startC(t)
+	s := New(nil, Options{})
+	s.Observe(live.pid)
+	s.Observe(dead.pid)
+	dead.kill()
+	waitGone(t, dead.pid)
+	if n := s.ForgetExited(time.Hour); n != 0 {
+		t.Errorf("ForgetExited(1h) forgot %d processes used just now", n)
+	}
+	if n := s.ForgetExited(0); n != 1 {
+		t.Errorf("ForgetExited(0) forgot %d processes, want 1", n)
+	}
+	if st := s.Stats(); st.Processes != 1 {
+		t.Errorf("Processes = %d, want the live one", st.Processes)
+	}
+	s.Observe(live.pid)
+	if st := s.Stats(); st.MapsReads != 2 {
+		t.Errorf("the live process was forgotten: %d maps reads, want 2", st.MapsReads)
+	}
+}
+
+// TestBinaryCacheBytes checks the binary cache's memory bound: beyond
+// MaxBinaryBytes the least recently used symbol tables are evicted, the one
+// just loaded stays, and the process that uses them still resolves.
+func TestBinaryCacheBytes(t *testing.T) {
+	fx := startC(t)
+	_, write := libcWrite(t, fx.pid)
+	stack, _, _ := cChain(t, fx)
+	load := func(s *Symbolizer) {
+		t.Helper()
+		if f := s.Symbolize(fx.pid, nil, stack[:1])[0]; f.Function != "hot_c_function" {
+			t.Errorf("fixture: got %+v", f)
+		}
+		if f := s.Symbolize(fx.pid, nil, []uint64{write})[0]; !strings.Contains(f.Function, "write") {
+			t.Errorf("libc: got %+v", f)
+		}
+	}
+	unbounded := New(nil, Options{})
+	load(unbounded)
+	all := unbounded.Stats()
+	if all.Binaries != 2 || all.BinaryBytes <= 0 {
+		t.Fatalf("unbounded: %+v, want 2 binaries and their bytes", all)
+	}
+
+	s := New(nil, Options{MaxBinaryBytes: 1})
+	load(s)
+	st := s.Stats()
+	if st.Binaries != 1 || st.BinaryBytes <= 0 || st.BinaryBytes >= all.BinaryBytes {
+		t.Errorf("bounded to 1 byte: %+v, want the last binary only (both take %d bytes)", st, all.BinaryBytes)
+	}
+	load(s) // the process keeps the binaries it loaded
+	if got := s.Stats(); got.BinaryMisses != 2 {
+		t.Errorf("BinaryMisses = %d, want 2: the process keeps its binaries", got.BinaryMisses)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols are cached between runs ('' for no cache)")
 	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
+	symCache := fs.String("symbol-cache", "32MiB", "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
+	memLimit := fs.String("memory-limit", "64MiB", "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
 		"and raised back when the cost allows (0: no guard)")
 	config := addConfigFlag(fs)
@@ -107,6 +110,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *procs < 1 {
 		return usageError{fmt.Errorf("--gomaxprocs %d: want at least 1", *procs)}
 	}
+	symCacheBytes, err := parseSize(*symCache)
+	if err != nil || symCacheBytes < 1 {
+		return usageError{fmt.Errorf("--symbol-cache %q: want a size like 32MiB", *symCache)}
+	}
+	memoryLimit, err := parseSize(*memLimit)
+	if err != nil {
+		return usageError{fmt.Errorf("--memory-limit: %w", err)}
+	}
 	if *data == "" && *output == "" {
 		return usageError{errors.New("nothing to write: give --data or --output")}
 	}
@@ -132,7 +143,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	// With one P the runtime never wakes a second thread to look for work
 	// when the poll loop's timer fires (docs/design.md).
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
-	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *cacheDir}, slog.Default())
+	if memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
+	}
+	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *cacheDir, MaxBinaryBytes: symCacheBytes}, slog.Default())
 	if err != nil {
 		return err
 	}

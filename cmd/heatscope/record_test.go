@@ -348,6 +348,8 @@ func TestRecordBadFlags(t *testing.T) {
 		{"--duration -1s", "--duration"},
 		{"--cgroup /no/such/cgroup", "--cgroup"},
 		{"--no-such-flag", "no-such-flag"},
+		{"--memory-limit lots", "--memory-limit"},
+		{"--symbol-cache 0", "--symbol-cache"},
 		{"--event-pattern reset=(unclosed", "reset=(unclosed"},
 		{"--event-pattern-file /no/such/patterns", "/no/such/patterns"},
 	} {
