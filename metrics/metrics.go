@@ -122,6 +122,7 @@ var (
 	descUnknownRatio    = desc("frames_unknown_ratio", "Share of all frames symbolized so far that stayed unknown (0 to 1).")
 	descProcesses       = desc("processes_tracked", "Processes whose address maps the symbolizer holds.")
 	descBinariesTracked = desc("binaries_cached", "Binaries whose symbol tables the symbolizer holds.")
+	descBinaryBytes     = desc("symbol_cache_bytes", "About the memory the cached symbol tables take (bounded by --symbol-cache).")
 )
 
 // recorderCollector reads the recorder's counters at scrape time.
@@ -134,7 +135,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSamples, descDropped, descFiltered, descStackErrors, descReceived,
 		descDecodeErrors, descRingSize, descRingUsed, descRingFill, descBPFSeconds, descBPFRuns, descFrequency,
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
-		descFrames, descUnknownRatio, descProcesses, descBinariesTracked} {
+		descFrames, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes} {
 		ch <- d
 	}
 }
@@ -184,6 +185,7 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descProcesses, float64(sy.Processes))
 	gauge(descBinariesTracked, float64(sy.Binaries))
+	gauge(descBinaryBytes, float64(sy.BinaryBytes))
 }
 
 // The store's metrics.

@@ -111,7 +111,7 @@ func TestRecordMetrics(t *testing.T) {
 
 	for _, name := range []string{"heatscope_samples_received_total", "heatscope_samples_total",
 		"heatscope_store_samples_appended_total", "heatscope_frames_total", "heatscope_symbolizer_binary_cache_misses_total",
-		"heatscope_symbolizer_maps_reads_total", "heatscope_processes_tracked", "process_cpu_seconds_total",
+		"heatscope_symbolizer_maps_reads_total", "heatscope_processes_tracked", "heatscope_symbol_cache_bytes", "process_cpu_seconds_total",
 		"process_resident_memory_bytes"} {
 		if v := metricSum(first, name); v <= 0 {
 			t.Errorf("%s = %v after 2 s of recording, want > 0", name, v)
