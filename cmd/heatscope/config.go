@@ -76,16 +76,26 @@ func parseFlagsWithConfig(fs *flag.FlagSet, config *string, args []string) error
 		if onCommandLine[v.name] {
 			continue
 		}
-		if err := fs.Set(v.name, v.value); err != nil {
-			return usageError{fmt.Errorf("--config %s: line %d: %s.%s %q: %w", *config, v.line, fs.Name(), v.name, v.value, err)}
+		// A repeatable flag takes a list item by item (a regular
+		// expression may hold a comma); others take it comma-joined.
+		values := []string{v.value}
+		if _, repeatable := fs.Lookup(v.name).Value.(*stringList); repeatable && v.items != nil {
+			values = v.items
+		}
+		for _, value := range values {
+			if err := fs.Set(v.name, value); err != nil {
+				return usageError{fmt.Errorf("--config %s: line %d: %s.%s %q: %w", *config, v.line, fs.Name(), v.name, value, err)}
+			}
 		}
 	}
 	return nil
 }
 
-// configValue is one flag's value from a config file.
+// configValue is one flag's value from a config file: value, and for a
+// list its items too (value joins them with commas).
 type configValue struct {
 	name, value string
+	items       []string
 	line        int
 }
 
@@ -136,36 +146,36 @@ func parseConfig(b []byte, command string) ([]configValue, error) {
 				return nil, fmt.Errorf("line %d: %s.%s given twice", k.Line, key.Value, k.Value)
 			}
 			seen[k.Value] = true
-			value, err := configScalar(v)
+			value, items, err := configScalar(v)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %s.%s: %w", v.Line, key.Value, k.Value, err)
 			}
 			if key.Value == command {
-				out = append(out, configValue{name: k.Value, value: value, line: k.Line})
+				out = append(out, configValue{name: k.Value, value: value, items: items, line: k.Line})
 			}
 		}
 	}
 	return out, nil
 }
 
-// configScalar returns a value as a flag string.
-func configScalar(v *yaml.Node) (string, error) {
+// configScalar returns a value as a flag string, and a list's items.
+func configScalar(v *yaml.Node) (string, []string, error) {
 	switch v.Kind {
 	case yaml.ScalarNode:
 		if v.Tag == "!!null" {
-			return "", nil
+			return "", nil, nil
 		}
-		return v.Value, nil
+		return v.Value, nil, nil
 	case yaml.SequenceNode:
 		items := make([]string, 0, len(v.Content))
 		for _, item := range v.Content {
 			if item.Kind != yaml.ScalarNode {
-				return "", errors.New("a list may hold only plain values")
+				return "", nil, errors.New("a list may hold only plain values")
 			}
 			items = append(items, item.Value)
 		}
-		return strings.Join(items, ","), nil
+		return strings.Join(items, ","), items, nil
 	default:
-		return "", errors.New("want a value or a list of values")
+		return "", nil, errors.New("want a value or a list of values")
 	}
 }

@@ -109,3 +109,35 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestConfigEventPatterns gives the kernel log patterns as a YAML list:
+// each item is one pattern, commas and all, and an invalid one is an
+// error naming it.
+func TestConfigEventPatterns(t *testing.T) {
+	fs := newFlagSet("record", "record", io.Discard)
+	config := addConfigFlag(fs)
+	ef := addEventFlags(fs)
+	path := writeConfig(t, "record:\n  event-pattern:\n    - 'retries=retry {2,5} times'\n    - 'nvme timeout'\n  default-event-patterns: false\n")
+	if err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
+		t.Fatal(err)
+	}
+	patterns, err := ef.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(patterns) != 2 || patterns[0].Name != "retries" || !patterns[0].Re.MatchString("retry   times") ||
+		!patterns[1].Re.MatchString("nvme timeout on queue 3") {
+		t.Fatalf("patterns from the config: %+v, want the two listed", patterns)
+	}
+
+	fs = newFlagSet("record", "record", io.Discard)
+	config = addConfigFlag(fs)
+	ef = addEventFlags(fs)
+	path = writeConfig(t, "record:\n  event-pattern: ['bad=(unclosed']\n")
+	if err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ef.compile(); err == nil || !strings.Contains(err.Error(), "(unclosed") {
+		t.Errorf("an invalid pattern from the config: %v, want an error naming it", err)
+	}
+}
