@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/pprof/profile"
 
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -99,22 +99,6 @@ func TestUIStaticFiles(t *testing.T) {
 	}
 }
 
-// chromium finds Debian's chromium: the test is skipped without it, but
-// fails when HEATSCOPE_REQUIRE_BPF=1 (CI, which installs it).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-		t.Fatal("chromium is not installed (apt-get install chromium) and HEATSCOPE_REQUIRE_BPF=1 requires the browser tests")
-	}
-	t.Skip("chromium is not installed (apt-get install chromium): skipping the browser test")
-	return ""
-}
-
 // TestBrowserUI drives the UI in headless chromium: the heatmap draws, two
 // clicked cells select a range whose flame graph shows the hot function, a
 // command filter changes the heatmap, the state survives a reload, a
@@ -122,26 +106,12 @@ func chromium(t *testing.T) string {
 // profile of the selection, the per-CPU view draws /api/percpu's answer,
 // and compare mode shows /api/diff's differential flame graph.
 func TestBrowserUI(t *testing.T) {
-	exe := chromium(t)
+	ctx := browsertest.Start(t, 1300, 1400, 90*time.Second)
 	fx := newFixture(t, uiStore(t), Options{})
-
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1400))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
 
 	var dialogs atomic.Int32
 	var jsErrors atomic.Value
 	jsErrors.Store("")
-	if err := chromedp.Do(ctx); err != nil { // start the browser
-		t.Fatalf("start chromium: %v", err)
-	}
 	err := chromedp.Listen(ctx, func(ev any) {
 		switch ev := ev.(type) {
 		case *page.EventJavascriptDialogOpening:

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -69,23 +70,10 @@ type browser struct {
 	shotDir  string
 }
 
-// newBrowser starts chromium (see chromium) for the duration of the test.
+// newBrowser starts chromium for the duration of the test.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	exe := chromium(t)
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 1400))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancel)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 120*time.Second)
-	t.Cleanup(cancelTimeout)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
+	ctx := browsertest.Start(t, 1300, 1400, 120*time.Second)
 	b := &browser{t: t, ctx: ctx, jsErrors: make(chan string, 100), shotDir: t.TempDir()}
 	if dir := os.Getenv("HEATSCOPE_SCREENSHOT_DIR"); dir != "" {
 		b.shotDir = dir

@@ -33,6 +33,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/sample"
@@ -113,9 +114,7 @@ func run(dir string, runs int, minutes float64, chromium string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(exe), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.UserDataDir(tmp), chromedp.WindowSize(1300, 1000))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, browsertest.Options(exe, tmp, 1300, 1000)...)
 	defer cancelAlloc()
 	bctx, cancel := chromedp.NewContext(allocCtx)
 	defer cancel()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"math"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/internal/browsertest"
 )
 
 // screenshotEnv names the directory the walk saves its screenshots in
@@ -29,29 +30,7 @@ const screenshotEnv = "HEATSCOPE_SCREENSHOT_DIR"
 // kubelet-sim in the memcg stats functions, the one busy CPU in the
 // per-CPU view, and the pprof download, read by go tool pprof.
 func walkUI(t *testing.T, r *scenarioRun) {
-	exe := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if path, err := exec.LookPath(name); err == nil {
-			exe = path
-			break
-		}
-	}
-	if exe == "" {
-		t.Fatal("chromium is not installed (apt-get install chromium): the scenario's browser walk needs it")
-	}
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1300, 900))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
+	ctx := browsertest.Start(t, 1300, 900, 90*time.Second)
 	var jsErrors atomic.Value
 	jsErrors.Store("")
 	chromedp.Listen(ctx, func(ev any) {
