@@ -92,15 +92,7 @@ func gen(dir string, hours float64, cpus, hz int) error {
 	var total store.ImportStats
 	for h := start; h.Before(end); h = h.Add(time.Hour) {
 		g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: h.UnixNano(), Seconds: 3600, Seed: uint64(h.Unix())})
-		st, err := db.Import("synthetic", int64(time.Second)/int64(hz), func(fn func(*sample.Sample) error) error {
-			var s sample.Sample
-			for g.Next(&s) {
-				if err := fn(&s); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		st, err := db.Import("synthetic", int64(time.Second)/int64(hz), g.Feed)
 		if err != nil {
 			return err
 		}

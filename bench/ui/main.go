@@ -36,7 +36,6 @@ import (
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/query"
-	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
 )
@@ -174,15 +173,7 @@ func generate(dir string, minutes float64) error {
 	end := time.Now().Truncate(time.Hour)
 	start := end.Add(-time.Duration(minutes * float64(time.Minute)))
 	g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: start.UnixNano(), Seconds: minutes * 60, Stacks: 60_000, Seed: 7})
-	st, err := db.Import("synthetic", int64(time.Second)/hz, func(fn func(*sample.Sample) error) error {
-		var s sample.Sample
-		for g.Next(&s) {
-			if err := fn(&s); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	st, err := db.Import("synthetic", int64(time.Second)/hz, g.Feed)
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,18 @@ func New(cfg Config) *Generator {
 	return g
 }
 
+// Feed passes every remaining sample to fn, in time order, and stops at
+// fn's first error: the shape of store.DB.Import's read function.
+func (g *Generator) Feed(fn func(*sample.Sample) error) error {
+	var s sample.Sample
+	for g.Next(&s) {
+		if err := fn(&s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Next returns the next sample in time order, or false when done. The
 // sample's Stack is shared with the generator: callers must not modify it.
 func (g *Generator) Next(s *sample.Sample) bool {
