@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/internal/apitest"
 )
 
 // nestFlameJS rebuilds the API's nested JSON flame graph from the tree the
@@ -62,7 +64,7 @@ func TestBrowserContainerFilters(t *testing.T) {
 		q := span + filters
 		var heat, wantHeat heatmapData
 		heat = eval[heatmapData](t, b.ctx, `window.heatscope.heatmap()`)
-		getJSON(t, fmt.Sprintf("%s/api/heatmap?%s&rows=50", fx.url, q), &wantHeat)
+		apitest.GetJSON(t, fmt.Sprintf("%s/api/heatmap?%s&rows=50", fx.url, q), &wantHeat)
 		if !reflect.DeepEqual(heat, wantHeat) {
 			t.Fatalf("%s: the heatmap drawn (busiest %d) is not /api/heatmap?%s (busiest %d)", what, heat.MaxValue, q, wantHeat.MaxValue)
 		}
@@ -88,7 +90,7 @@ func TestBrowserContainerFilters(t *testing.T) {
 		var wantTop struct {
 			Functions []topRow `json:"functions"`
 		}
-		getJSON(t, fmt.Sprintf("%s/api/top?%s&limit=100", fx.url, q), &wantTop)
+		apitest.GetJSON(t, fmt.Sprintf("%s/api/top?%s&limit=100", fx.url, q), &wantTop)
 		var gotTop []topRow
 		for _, r := range rows {
 			var row topRow

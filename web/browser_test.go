@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/pprof/profile"
 
+	"github.com/heatscope/heatscope/internal/apitest"
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/sample"
@@ -303,7 +303,7 @@ func TestBrowserUI(t *testing.T) {
 				B int64 `json:"b"`
 			} `json:"root"`
 		}
-		getJSON(t, fmt.Sprintf("%s/api/diff?source=fixture&comm=hotapp&from=%s&to=%s&from2=%s&to2=%s", fx.url,
+		apitest.GetJSON(t, fmt.Sprintf("%s/api/diff?source=fixture&comm=hotapp&from=%s&to=%s&from2=%s&to2=%s", fx.url,
 			ftoa(st.SelFrom), ftoa(st.SelTo), ftoa(st.BFrom), ftoa(st.BTo)), &want)
 		if got == nil || want.TotalA != 150 || want.TotalB != 150 || got.A != want.Root.A || got.B != want.Root.B ||
 			got.A != want.TotalA || got.B != want.TotalB || got.TotalA != want.TotalA || got.TotalB != want.TotalB {
@@ -358,7 +358,7 @@ func checkPerCPU(t *testing.T, ctx context.Context, fx *fixture) {
 	got := eval[perCPU](t, ctx, `window.heatscope.percpu()`)
 	span := eval[[]float64](t, ctx, `[window.heatscope.state.from, window.heatscope.state.to]`)
 	var want perCPU
-	getJSON(t, fmt.Sprintf("%s/api/percpu?source=fixture&from=%s&to=%s", fx.url, ftoa(span[0]), ftoa(span[1])), &want)
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/percpu?source=fixture&from=%s&to=%s", fx.url, ftoa(span[0]), ftoa(span[1])), &want)
 	var total int64
 	for _, row := range want.Counts {
 		for _, v := range row {
@@ -377,23 +377,6 @@ func checkPerCPU(t *testing.T, ctx context.Context, fx *fixture) {
 			return [bv, p[0], p[1], p[2], +d.draws, +d.cpus]; })()`)
 	if len(px) != 6 || px[0] <= 0 || px[1] < 150 || px[2] > 60 || px[3] > 60 || px[4] < 1 || px[5] != 2 {
 		t.Fatalf("per-CPU canvas: busiest cell, colour, draws, CPUs: %v", px)
-	}
-}
-
-// getJSON decodes the JSON answer of an API URL into v.
-func getJSON(t *testing.T, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/heatscope/heatscope/internal/apitest"
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/sample"
@@ -193,7 +194,7 @@ func (b *browser) checkHeatmap(fx *fixture, source string, rows int) heatmapData
 	b.t.Helper()
 	got := eval[heatmapData](b.t, b.ctx, `window.heatscope.heatmap()`)
 	var want heatmapData
-	getJSON(b.t, fmt.Sprintf("%s/api/heatmap?source=%s&from=%s&to=%s&rows=%d", fx.url, source, b.hashParam("from"), b.hashParam("to"), rows), &want)
+	apitest.GetJSON(b.t, fmt.Sprintf("%s/api/heatmap?source=%s&from=%s&to=%s&rows=%d", fx.url, source, b.hashParam("from"), b.hashParam("to"), rows), &want)
 	lay := b.heatmapLayout()
 	if !reflect.DeepEqual(got, want) || len(got.Rows) != rows || lay.Rows != rows || lay.Cols != len(want.Columns) || b.hashParam("rows") != fmt.Sprint(rows) {
 		b.t.Fatalf("heatmap drawn %d×%d (layout %+v, URL rows %q), want /api/heatmap's %d×%d with %d rows",
@@ -236,7 +237,7 @@ func TestBrowserTimeline(t *testing.T) {
 			q += "&from=" + vf + "&to=" + b.hashParam("vt")
 		}
 		var want timelineData
-		getJSON(t, fx.url+"/api/timeline?"+q, &want)
+		apitest.GetJSON(t, fx.url+"/api/timeline?"+q, &want)
 		if !reflect.DeepEqual(st.Data, want) {
 			t.Fatalf("%s: timeline shows start %v step %v (%d points), /api/timeline?%s start %v step %v (%d points)",
 				what, st.Data.Start, st.Data.Step, len(st.Data.Counts), q, want.Start, want.Step, len(want.Counts))
@@ -463,7 +464,7 @@ func TestBrowserFlameGraph(t *testing.T) {
 			Total int64  `json:"total"`
 		} `json:"functions"`
 	}
-	getJSON(t, fx.url+"/api/top?source=fixture&from="+selFrom+"&to="+selTo, &top)
+	apitest.GetJSON(t, fx.url+"/api/top?source=fixture&from="+selFrom+"&to="+selTo, &top)
 	var hotTotal int64
 	for _, f := range top.Functions {
 		if f.Name == "hot_fixture_function" {
@@ -577,7 +578,7 @@ func TestBrowserFilterBar(t *testing.T) {
 	}
 	h := eval[heatmapData](t, b.ctx, `window.heatscope.heatmap()`)
 	var want heatmapData
-	getJSON(t, fx.url+"/api/heatmap?source=fixture&comm=xssapp&frame="+url.QueryEscape("^<img")+"&from="+b.hashParam("from")+"&to="+b.hashParam("to"), &want)
+	apitest.GetJSON(t, fx.url+"/api/heatmap?source=fixture&comm=xssapp&frame="+url.QueryEscape("^<img")+"&from="+b.hashParam("from")+"&to="+b.hashParam("to"), &want)
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("heatmap differs from /api/heatmap with the filters")
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/apitest"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -46,7 +47,7 @@ func TestPostAndListEvents(t *testing.T) {
 		}
 	}
 	var all eventsJSON
-	getJSON(t, fx.url+"/api/events", &all)
+	apitest.GetJSON(t, fx.url+"/api/events", &all)
 	if len(all.Events) != 3 || all.More {
 		t.Fatalf("GET /api/events: %+v", all)
 	}
@@ -57,11 +58,11 @@ func TestPostAndListEvents(t *testing.T) {
 		t.Fatalf("events %+v", all.Events)
 	}
 	var some eventsJSON
-	getJSON(t, fx.url+"/api/events?from=1795237390&to=1795237401&source=api,other", &some)
+	apitest.GetJSON(t, fx.url+"/api/events?from=1795237390&to=1795237401&source=api,other", &some)
 	if len(some.Events) != 1 || some.Events[0].Text != "maintenance starts" {
 		t.Fatalf("range and source: %+v", some)
 	}
-	getJSON(t, fx.url+"/api/events?limit=2", &some)
+	apitest.GetJSON(t, fx.url+"/api/events?limit=2", &some)
 	if len(some.Events) != 2 || !some.More {
 		t.Fatalf("limit: %+v", some)
 	}
@@ -185,7 +186,7 @@ func TestTopGrowth(t *testing.T) {
 		} `json:"functions"`
 	}
 	// The capture's second half against its first: same work, same length.
-	getJSON(t, fmt.Sprintf("%s/api/top?source=capture&from=%d.5&to=%d&from2=%d&to2=%d.5", fx.url, base+71, base+73, base+70, base+71), &g)
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/top?source=capture&from=%d.5&to=%d&from2=%d&to2=%d.5", fx.url, base+71, base+73, base+70, base+71), &g)
 	if g.Samples == 0 || g.Samples2 == 0 || len(g.Functions) == 0 {
 		t.Fatalf("growth %+v", g)
 	}

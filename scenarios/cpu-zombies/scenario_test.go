@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/apitest"
 	"github.com/heatscope/heatscope/internal/bpftest"
 )
 
@@ -118,7 +119,7 @@ func (r *scenarioRun) checkEvents(t *testing.T, tag string) {
 			Labels   map[string]string `json:"labels"`
 		} `json:"events"`
 	}
-	getJSON(t, fmt.Sprintf("%s/api/events?source=kmsg&from=%f&to=%f", r.url, r.from-1, r.to+1), &evs)
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/events?source=kmsg&from=%f&to=%f", r.url, r.from-1, r.to+1), &evs)
 	var ours int
 	for _, e := range evs.Events {
 		if !strings.Contains(e.Text, tag) {
@@ -156,7 +157,7 @@ type heatmap struct {
 // right before each event, and (nearly) nothing elsewhere.
 func (r *scenarioRun) checkHeatmap(t *testing.T) {
 	var h heatmap
-	getJSON(t, fmt.Sprintf("%s/api/heatmap?comm=kubelet-sim&from=%f&to=%f", r.url, r.from, r.to), &h)
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/heatmap?comm=kubelet-sim&from=%f&to=%f", r.url, r.from, r.to), &h)
 	slice := 1.0 / float64(len(h.Rows))
 	inBurst := func(cellStart float64) bool {
 		for _, b := range r.bursts {
@@ -260,7 +261,7 @@ func (r *scenarioRun) checkGrowth(t *testing.T) {
 		a0, a1, b0, b1 := preEvent(b)
 		for _, filter := range []string{"&comm=kubelet-sim", ""} {
 			var g growth
-			getJSON(t, fmt.Sprintf("%s/api/top?from=%f&to=%f&from2=%f&to2=%f&limit=100%s", r.url, a0, a1, b0, b1, filter), &g)
+			apitest.GetJSON(t, fmt.Sprintf("%s/api/top?from=%f&to=%f&from2=%f&to2=%f&limit=100%s", r.url, a0, a1, b0, b1, filter), &g)
 			rank, ranking := memcgRank(g.Functions, false)
 			rawRank, _ := memcgRank(g.Functions, true)
 			t.Logf("burst %d%s: A %d samples, B %d; memcg stats function at rank %d of the growers (%d with the pass-throughs): %s",
@@ -282,7 +283,7 @@ func (r *scenarioRun) checkPerCPU(t *testing.T) {
 		CPUs   []int     `json:"cpus"`
 		Counts [][]int64 `json:"counts"`
 	}
-	getJSON(t, fmt.Sprintf("%s/api/percpu?comm=kubelet-sim&from=%f&to=%f", r.url, r.from, r.to), &pc)
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/percpu?comm=kubelet-sim&from=%f&to=%f", r.url, r.from, r.to), &pc)
 	var total, onPinned int64
 	for i, row := range pc.Counts {
 		for _, v := range row {
@@ -322,22 +323,6 @@ func waitServing(t *testing.T, url string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s did not answer in 30 s", url)
-}
-
-func getJSON(t *testing.T, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
 }
 
 func jsonMarshal(v any) ([]byte, error)   { return json.Marshal(v) }
