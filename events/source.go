@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/heatscope/heatscope/wallclock"
 )
 
 // KmsgPath is the kernel log device.
@@ -50,8 +50,7 @@ type KmsgSource struct {
 
 	running                             atomic.Bool
 	records, matched, missed, malformed atomic.Uint64
-	offset                              int64 // wall − monotonic, ns
-	measured                            time.Time
+	clock                               *wallclock.Clock
 }
 
 // KmsgStatus reports what a KmsgSource did; an exporter of metrics reads
@@ -72,7 +71,7 @@ func NewKmsgSource(path string, patterns []Pattern, log *slog.Logger) *KmsgSourc
 	if log == nil {
 		log = slog.Default()
 	}
-	return &KmsgSource{path: path, patterns: patterns, log: log, reason: "not started"}
+	return &KmsgSource{path: path, patterns: patterns, log: log, reason: "not started", clock: wallclock.New()}
 }
 
 // Status returns the source's state and counters.
@@ -102,33 +101,13 @@ func (k *KmsgSource) Open() (*os.File, error) {
 		k.log.Warn("kernel log events are off; recording goes on without them", "path", k.path, "err", err)
 		return nil, err
 	}
-	k.measureOffset()
+	k.clock.Measure()
 	k.mu.Lock()
 	k.reason = ""
 	k.mu.Unlock()
 	k.running.Store(true)
 	return f, nil
 }
-
-// measureOffset measures CLOCK_REALTIME − CLOCK_MONOTONIC, keeping the
-// tightest of three brackets of two monotonic reads around a realtime read.
-func (k *KmsgSource) measureOffset() {
-	best := int64(-1)
-	for range 3 {
-		var m1, r, m2 unix.Timespec
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r)
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
-		if w := m2.Nano() - m1.Nano(); best < 0 || w < best {
-			best = w
-			k.offset = r.Nano() - (m1.Nano()+m2.Nano())/2
-		}
-	}
-	k.measured = time.Now()
-}
-
-// remeasureEvery is how often the clock offset is measured again.
-const remeasureEvery = 10 * time.Second
 
 // fragmentWait is how long a fragment ('c') waits for its continuations
 // ('+') before it is matched as it is.
@@ -195,9 +174,7 @@ func (k *KmsgSource) Run(ctx context.Context, f RecordFile, since int64, emit fu
 			k.missed.Add(rec.Seq - lastSeq - 1)
 		}
 		lastSeq = rec.Seq
-		if time.Since(k.measured) >= remeasureEvery {
-			k.measureOffset()
-		}
+		k.clock.MaybeMeasure()
 		switch {
 		case rec.Flag == '+' && pending != nil:
 			pending.Text = cleanText([]byte(pending.Text+rec.Text), MaxTextLen)
@@ -213,7 +190,7 @@ func (k *KmsgSource) Run(ctx context.Context, f RecordFile, since int64, emit fu
 
 // match emits rec as an event when it is newer than since and matches.
 func (k *KmsgSource) match(rec *KmsgRecord, since int64, emit func(Event)) {
-	wall := rec.Monotonic + k.offset
+	wall := k.clock.Wall(rec.Monotonic)
 	if wall <= since || rec.Text == "" {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/wallclock"
 )
 
 // Stacks selects which stacks the BPF program walks.
@@ -130,7 +131,7 @@ type Profiler struct {
 	ring         *ring
 	waiter       *fdWaiter
 	polled       func()
-	clock        *WallClock
+	clock        *wallclock.Clock
 	statsEnabled interface{ Close() error }
 
 	received     atomic.Uint64
@@ -170,7 +171,7 @@ func Open(cfg Config) (*Profiler, error) {
 	}
 	_ = rlimit.RemoveMemlock() // needed only before Linux 5.11; fails harmlessly after
 
-	p := &Profiler{cfg: cfg, clock: NewWallClock()}
+	p := &Profiler{cfg: cfg, clock: wallclock.New()}
 	p.frequency.Store(int64(cfg.Frequency))
 	p.lastDrain.Store(time.Now().UnixNano())
 	if err := p.load(kernelTypes); err != nil {
@@ -371,7 +372,7 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 			p.decodeErrors.Add(1)
 			return
 		}
-		handle(rec, p.clock.Wall(rec.KernelTime))
+		handle(rec, p.clock.Wall(int64(rec.KernelTime)))
 	})
 	p.received.Add(uint64(n))
 }

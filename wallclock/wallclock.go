@@ -1,4 +1,7 @@
-package profiler
+// Package wallclock turns CLOCK_MONOTONIC times (the BPF program's
+// bpf_ktime_get_ns, the kernel log's stamps) into wall-clock Unix
+// nanoseconds.
+package wallclock
 
 import (
 	"time"
@@ -6,15 +9,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// WallClock converts CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns) into
-// wall-clock Unix nanoseconds.
+// Clock converts CLOCK_MONOTONIC nanoseconds into wall-clock Unix
+// nanoseconds.
 //
 // Measuring costs real clock_gettime syscalls (x/sys/unix does not use the
 // vDSO), and every syscall wakes the Go runtime's sysmon thread: measured
 // on every 100 ms poll, they were the agent's largest steady-state cost.
 // The offset moves only when the wall clock is stepped, so it is
 // re-measured every MeasureInterval.
-type WallClock struct {
+type Clock struct {
 	offset   int64
 	measured time.Time
 }
@@ -22,9 +25,9 @@ type WallClock struct {
 // MeasureInterval is how often MaybeMeasure re-measures the offset.
 const MeasureInterval = 10 * time.Second
 
-// NewWallClock returns a clock whose offset has been measured once.
-func NewWallClock() *WallClock {
-	c := &WallClock{}
+// New returns a clock whose offset has been measured once.
+func New() *Clock {
+	c := &Clock{}
 	c.Measure()
 	return c
 }
@@ -32,7 +35,7 @@ func NewWallClock() *WallClock {
 // Measure re-measures the offset between CLOCK_REALTIME and CLOCK_MONOTONIC.
 // It reads the realtime clock between two monotonic reads, a few times, and
 // keeps the tightest bracket, so the offset is good to about a microsecond.
-func (c *WallClock) Measure() {
+func (c *Clock) Measure() {
 	c.measured = time.Now()
 	best := int64(-1)
 	for range 3 {
@@ -49,13 +52,13 @@ func (c *WallClock) Measure() {
 }
 
 // MaybeMeasure re-measures the offset when MeasureInterval has passed.
-func (c *WallClock) MaybeMeasure() {
+func (c *Clock) MaybeMeasure() {
 	if time.Since(c.measured) >= MeasureInterval {
 		c.Measure()
 	}
 }
 
 // Wall converts a CLOCK_MONOTONIC time to Unix nanoseconds.
-func (c *WallClock) Wall(monotonicNs uint64) int64 {
-	return int64(monotonicNs) + c.offset
+func (c *Clock) Wall(monotonicNs int64) int64 {
+	return monotonicNs + c.offset
 }
