@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -23,6 +24,14 @@ type Block struct {
 	chunks    []chunkRef
 	summary   []summaryEntry
 	idle      idleMasks
+
+	// refs counts the DB's reference plus one for every query part that
+	// will read a chunk; the file is closed with the last, so a block
+	// compacted away or expired while a query runs is still read whole.
+	refs atomic.Int32
+	// retired is set, under the chunk cache's lock, when the block leaves
+	// the DB, so that a query finishing late does not cache its chunks.
+	retired bool
 }
 
 // idleMasks marks idle stacks and idle threads of a table.
@@ -59,6 +68,7 @@ func openBlockFiles(dir string) (*Block, error) {
 		return nil, fmt.Errorf("%s: %w", dataFile, err)
 	}
 	b.file = f
+	b.refs.Store(1)
 	return b, nil
 }
 
@@ -368,5 +378,14 @@ func decodeChunk(t *Table, raw []byte, c chunkRef) error {
 	return nil
 }
 
-// Close closes the block's data file.
-func (b *Block) Close() error { return b.file.Close() }
+// acquire takes a reference for a reader; Close drops it.
+func (b *Block) acquire() { b.refs.Add(1) }
+
+// Close drops a reference to the block: the DB's own, or a reader's taken
+// by acquire. The data file is closed with the last reference.
+func (b *Block) Close() error {
+	if b.refs.Add(-1) == 0 {
+		return b.file.Close()
+	}
+	return nil
+}

@@ -97,15 +97,11 @@ func (db *DB) merge(blocks []*Block) error {
 	if err != nil {
 		return fmt.Errorf("compact %d blocks: %w", len(blocks), err)
 	}
-	if err := db.addBlock(meta); err != nil {
+	if err := db.addBlock(meta, nil, blocks); err != nil {
 		return err
 	}
-	db.mu.Lock()
-	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool { return slices.Contains(blocks, b) })
-	db.mu.Unlock()
 	for _, b := range blocks {
-		db.cache.forget(b)
-		b.Close()
+		db.retire(b)
 		os.RemoveAll(b.Dir)
 	}
 	db.compactions.Add(1)

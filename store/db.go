@@ -264,7 +264,7 @@ func (db *DB) loadWAL() error {
 			continue
 		}
 		if b.T.Len() > 0 {
-			if err := db.writeHead(&b.T, seq, db.opts.PeriodNs); err != nil {
+			if err := db.writeHead(&sealingHead{table: &b.T, walSeq: seq, periodNs: db.opts.PeriodNs}); err != nil {
 				return err
 			}
 		}
@@ -357,27 +357,26 @@ func devNull() *os.File {
 
 // seal writes a sealed head as a block, then forgets it and its WAL.
 func (db *DB) seal(sh *sealingHead) {
-	err := db.writeHead(sh.table, sh.walSeq, sh.periodNs)
-	db.mu.Lock()
-	db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == sh })
-	db.mu.Unlock()
-	if err != nil {
+	if err := db.writeHead(sh); err != nil {
+		db.mu.Lock()
+		db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == sh })
+		db.mu.Unlock()
 		db.lost.Add(uint64(sh.table.Len()))
 		db.log.Error("head lost: could not write it as a block", "samples", sh.table.Len(), "err", err)
 	}
 	os.Remove(walPath(db.dir, sh.walSeq))
 }
 
-// writeHead writes a head's samples as a block and adds it. On a full disk
-// it drops the oldest blocks, one at a time, until the write succeeds or
-// nothing is left to drop.
-func (db *DB) writeHead(t *Table, walSeq uint64, periodNs int64) error {
+// writeHead writes a head's samples as a block and adds it in place of the
+// head. On a full disk it drops the oldest blocks, one at a time, until the
+// write succeeds or nothing is left to drop.
+func (db *DB) writeHead(sh *sealingHead) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
 	for {
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: walSeq, PeriodNs: periodNs}, t)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
 		if err == nil {
-			return db.addBlock(meta)
+			return db.addBlock(meta, sh, nil)
 		}
 		if !errors.Is(err, syscall.ENOSPC) || !db.dropOldest("disk full") {
 			return err
@@ -400,14 +399,18 @@ func (db *DB) SetPeriod(periodNs int64) {
 	db.opts.PeriodNs = periodNs
 }
 
-// addBlock opens a newly written block and adds it to the list.
-func (db *DB) addBlock(meta Meta) error {
+// addBlock opens a newly written block and adds it to the list. In the
+// same critical section it forgets what the block replaces, the head it
+// was sealed from or the blocks it was merged from (either may be nil), so
+// that no query plans both and counts their samples twice.
+func (db *DB) addBlock(meta Meta, from *sealingHead, parents []*Block) error {
 	b, err := openBlock(filepath.Join(db.dir, blocksDir, meta.ID))
 	if err != nil {
 		return err
 	}
 	db.mu.Lock()
-	db.blocks = append(db.blocks, b)
+	db.blocks = append(slices.DeleteFunc(db.blocks, func(x *Block) bool { return slices.Contains(parents, x) }), b)
+	db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == from })
 	db.sortBlocks()
 	db.mu.Unlock()
 	return nil
@@ -428,8 +431,7 @@ func (db *DB) dropOldest(why string) bool {
 }
 
 func (db *DB) removeBlock(b *Block, why string) {
-	db.cache.forget(b)
-	b.Close()
+	db.retire(b)
 	if err := os.RemoveAll(b.Dir); err != nil {
 		db.log.Warn("delete block", "block", b.Dir, "err", err)
 	}
@@ -641,12 +643,10 @@ func (db *DB) Refresh() error {
 	}
 	db.mu.RLock()
 	known := map[string]bool{}
-	var gone []*Block
+	anyGone := false
 	for _, b := range db.blocks {
 		known[b.Meta.ID] = true
-		if !onDisk[b.Meta.ID] {
-			gone = append(gone, b)
-		}
+		anyGone = anyGone || !onDisk[b.Meta.ID]
 	}
 	db.mu.RUnlock()
 	var added []*Block
@@ -660,7 +660,7 @@ func (db *DB) Refresh() error {
 		}
 		added = append(added, b)
 	}
-	if len(added) == 0 && len(gone) == 0 {
+	if len(added) == 0 && !anyGone {
 		return nil
 	}
 	// A compacted block replaces its parents even before they are deleted.
@@ -672,8 +672,9 @@ func (db *DB) Refresh() error {
 	}
 	db.mu.Lock()
 	db.blocks = append(db.blocks, added...)
+	var gone []*Block
 	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
-		if slices.Contains(gone, b) || replaced[b.Meta.ID] {
+		if !onDisk[b.Meta.ID] || replaced[b.Meta.ID] {
 			gone = append(gone, b)
 			return true
 		}
@@ -682,8 +683,7 @@ func (db *DB) Refresh() error {
 	db.sortBlocks()
 	db.mu.Unlock()
 	for _, b := range gone {
-		db.cache.forget(b)
-		b.Close()
+		db.retire(b)
 	}
 	return nil
 }

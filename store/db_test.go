@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +148,65 @@ func TestCompactionKeepsEverySample(t *testing.T) {
 			t.Errorf("compacted block %s lists parents %v", b.Meta.ID, b.Meta.Parents)
 		}
 	}
+}
+
+// TestQueriesDuringSealAndCompaction queries while heads are written as
+// blocks and blocks are merged: a query must never see a head and the block
+// written from it, or a merged block and its parents, both at once.
+func TestQueriesDuringSealAndCompaction(t *testing.T) {
+	db, err := Open(t.TempDir(), Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 400, Stacks: 50})
+	var appended atomic.Int64
+	done := make(chan struct{})
+	defer func() { <-done }() // before db.Close, even when a query fails the test
+	go func() {
+		defer close(done)
+		var s sample.Sample
+		for n := 0; g.Next(&s); n++ {
+			if err := db.Append(&s); err != nil {
+				t.Error(err)
+				return
+			}
+			appended.Add(1)
+			if n%500 == 499 {
+				db.mu.Lock()
+				db.cutLocked()
+				db.mu.Unlock()
+			}
+			if n%5000 == 4999 {
+				db.Maintain()
+			}
+		}
+		db.mu.Lock()
+		db.cutLocked()
+		db.mu.Unlock()
+		waitSealed(t, db)
+		db.Maintain()
+	}()
+	queries := 0
+	for finished := false; !finished; queries++ {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		got := len(all(t, db, Filter{}))
+		if max := appended.Load(); int64(got) > max {
+			t.Fatalf("query %d saw %d samples, only %d were appended", queries, got, max)
+		}
+	}
+	if got, want := len(all(t, db, Filter{})), appended.Load(); int64(got) != want {
+		t.Fatalf("%d samples at the end, %d appended", got, want)
+	}
+	if st := db.Stats(); st.Compactions == 0 || st.Cuts < 100 {
+		t.Fatalf("the test did not exercise what it is for: %+v", st)
+	}
+	t.Logf("%d queries while sealing and compacting", queries)
 }
 
 func waitSealed(t testing.TB, db *DB) {

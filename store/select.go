@@ -39,6 +39,13 @@ type part struct {
 	mask   *compiled // for heads, compiled at plan time
 }
 
+// release drops the reference to its block that plan took.
+func (p *part) release() {
+	if p.block != nil {
+		p.block.Close()
+	}
+}
+
 // Select calls fn with the samples in r that pass f: one batch per chunk or
 // head, chunks in time order. Chunks are decoded on all CPUs, a few ahead
 // of fn, and cached; fn is called from one goroutine. Data that cannot be
@@ -65,10 +72,14 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 			select {
 			case inFlight <- struct{}{}:
 			case <-ctx.Done():
+				for j := i; j < len(parts); j++ {
+					parts[j].release()
+				}
 				return
 			}
 			go func() {
 				b, err := db.runPart(&parts[i], r, masks)
+				parts[i].release()
 				results[i] <- result{b, err}
 			}()
 		}
@@ -99,7 +110,8 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 }
 
 // plan lists the heads, and the block chunks if withBlocks, that may hold
-// samples in r.
+// samples in r. Each block part holds a reference to its block, dropped by
+// part.release once it has been read.
 func (db *DB) plan(r Range, f *Filter, withBlocks bool) []part {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
@@ -113,6 +125,7 @@ func (db *DB) plan(r Range, f *Filter, withBlocks bool) []part {
 		}
 		for i, c := range b.chunks {
 			if r.overlaps(c.minTime*1000, c.maxTime*1000+999) {
+				b.acquire()
 				parts = append(parts, part{source: b.Meta.Source, block: b, chunk: i})
 			}
 		}
@@ -215,7 +228,7 @@ func (db *DB) chunk(b *Block, i int) (*Table, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.index[key]; !ok {
+	if _, ok := c.index[key]; !ok && !b.retired {
 		c.index[key] = c.lru.PushFront(&cachedChunk{key, t})
 		c.samples += t.Len()
 		for c.samples > c.limit && c.lru.Len() > 1 {
@@ -227,10 +240,18 @@ func (db *DB) chunk(b *Block, i int) (*Table, error) {
 	return t, nil
 }
 
-// forget drops a block's chunks from the cache (the block is going away).
+// retire drops a block that has left db.blocks: its cached chunks and the
+// DB's reference. Queries that planned to read it still can.
+func (db *DB) retire(b *Block) {
+	db.cache.forget(b)
+	b.Close()
+}
+
+// forget drops a block's chunks from the cache for good (it is going away).
 func (c *chunkCache) forget(b *Block) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	b.retired = true
 	for k, e := range c.index {
 		if k.block == b {
 			c.lru.Remove(e)

@@ -105,7 +105,7 @@ func (db *DB) Import(source string, periodNs int64, read func(fn func(*sample.Sa
 		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, ImportedAt: importedAt, PeriodNs: periodNs}, t)
 		if err == nil {
 			written = append(written, meta.ID)
-			err = db.addBlock(meta)
+			err = db.addBlock(meta, nil, nil)
 		}
 		db.writeMu.Unlock()
 		if err != nil {
@@ -149,8 +149,7 @@ func (db *DB) removeBlocks(ids []string) {
 	})
 	db.mu.Unlock()
 	for _, b := range doomed {
-		db.cache.forget(b)
-		b.Close()
+		db.retire(b)
 		os.RemoveAll(b.Dir)
 	}
 	for _, id := range ids { // written but never added
