@@ -6,11 +6,24 @@
 // of every CPU and sends one variable-length record per sample to a ring
 // buffer: time, CPU, tgid, tid, comm, cgroup id, kernel and user frames.
 //
-// The record layout is decoded by hand in profiler/record.go: keep the two in
-// step (a test checks the header size against the generated Go type).
+// A second program, on the sched_process_exit tracepoint, writes the executable mappings of each
+// sampled process image (a tgid with its mm) to a second ring as the image
+// exits, while they are still there: the agent symbolizes a process that
+// lived less than a poll interval from that snapshot, and reads
+// /proc/PID/maps only of processes still alive at the next poll. Without
+// it (before Linux 6.16 the tracepoint fires after the mm is gone, and
+// before 6.7 there is no task_vma iterator) a new image's first
+// sample wakes the agent at once so that it can read /proc/PID/maps while
+// the process lives.
+//
+// The record layouts are decoded by hand in profiler/record.go and
+// profiler/maps.go: keep them in step (tests check the header sizes against
+// the generated Go types).
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 
 #define MAX_FRAMES 127
 // Room for two full stacks plus the slack the verifier needs: the user stack
@@ -39,11 +52,51 @@ struct hs_counters {
 	__u64 filtered;       // program runs skipped by the pid/cgroup filters
 };
 
+// Executable mappings of one process image. kind is one of HS_MAP_*.
+#define HS_MAP_FILE 0
+#define HS_MAP_ANON 1
+#define HS_MAP_VDSO 2
+struct hs_mapping {
+	__u64 start, end;
+	__u64 offset;         // file offset mapped at start
+	__u64 dev;            // the file's device (kernel dev_t); 0 without a file
+	__u64 ino;
+	__u64 ctime_ns;       // the inode's change time: a rewritten file is new
+	__u32 kind;
+	__u32 _pad;
+};
+
+#define MAX_MAPPINGS 128
+#define HS_MAPS_TRUNCATED 1  // more than MAX_MAPPINGS executable mappings
+#define HS_MAPS_FAILED 2     // the address space could not be walked (busy)
+struct hs_maps {
+	__u32 tgid;
+	__u16 count;
+	__u8 flags;
+	__u8 _pad;
+	struct hs_mapping m[MAX_MAPPINGS];
+};
+
+// A process image: the process and its address space.
+struct hs_image_key {
+	__u64 mm;
+	__u32 tgid;
+	__u32 _pad;
+};
+
 // Load-time options, rewritten by the agent before loading.
 volatile const __u8 filter_pids = 0;      // only tgids in target_pids
 volatile const __u64 filter_cgroup_id = 0; // only this cgroup (0: any)
 volatile const __u8 collect_kernel = 1;
 volatile const __u8 collect_user = 1;
+// Snapshot sampled process images' mappings as they exit (needs the
+// task_vma iterator, Linux 6.7); when 0, every new image wakes the agent.
+volatile const __u8 snapshot_maps = 1;
+
+extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it,
+				 struct task_struct *task, __u64 addr) __weak __ksym;
+extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
+extern void bpf_iter_task_vma_destroy(struct bpf_iter_task_vma *it) __weak __ksym;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -71,15 +124,106 @@ struct {
 	__type(value, __u8);
 } target_pids SEC(".maps");
 
-// Processes already announced to the agent. A pid's first record wakes the
-// agent at once so that it reads /proc/PID/maps while the process lives;
-// every other record is written without a wakeup and read by polling.
+// Process images already announced to the agent. Every record but an
+// image's first is written without a wakeup and read by polling.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__type(key, struct hs_image_key);
 	__type(value, __u8);
-} seen_pids SEC(".maps");
+} seen_images SEC(".maps");
+
+// Sampled process images whose mappings on_exit snapshots.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct hs_image_key);
+	__type(value, __u8);
+} pending_images SEC(".maps");
+
+// Mapping snapshots, read by the agent before the samples at every poll.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} maps_ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_maps);
+} maps_scratch SEC(".maps");
+
+// snapshot writes the executable mappings of the current task's address
+// space to maps_ring.
+static __always_inline void snapshot(__u32 tgid, struct task_struct *task)
+{
+	__u32 zero = 0;
+	struct hs_maps *out = bpf_map_lookup_elem(&maps_scratch, &zero);
+	if (!out)
+		return;
+	out->tgid = tgid;
+	out->count = 0;
+	out->flags = 0;
+	out->_pad = 0;
+	__u64 vdso = (__u64)BPF_CORE_READ(task, mm, context.vdso);
+	struct bpf_iter_task_vma it;
+	struct vm_area_struct *vma;
+	// The loop keeps its state in the map value, not in registers, so
+	// that the verifier sees every iteration alike and checks it once.
+	if (bpf_iter_task_vma_new(&it, task, 0) == 0) {
+		while ((vma = bpf_iter_task_vma_next(&it))) {
+			if (!(vma->vm_flags & 0x4)) // VM_EXEC
+				continue;
+			__u32 i = out->count;
+			if (i >= MAX_MAPPINGS) {
+				out->flags |= HS_MAPS_TRUNCATED;
+				break;
+			}
+			out->count = i + 1;
+			struct hs_mapping *m = &out->m[i];
+			m->start = vma->vm_start;
+			m->end = vma->vm_end;
+			m->offset = (__u64)vma->vm_pgoff << 12;
+			m->dev = m->ino = m->ctime_ns = 0;
+			m->_pad = 0;
+			struct file *f = vma->vm_file;
+			if (!f) {
+				m->kind = m->start == vdso ? HS_MAP_VDSO : HS_MAP_ANON;
+				continue;
+			}
+			m->kind = HS_MAP_FILE;
+			struct inode *inode = f->f_inode;
+			m->dev = inode->i_sb->s_dev;
+			m->ino = inode->i_ino;
+			// The top bits of i_ctime_nsec are flags (multigrain
+			// timestamps' I_CTIME_QUERIED), not nanoseconds.
+			if (bpf_core_field_exists(inode->i_ctime_sec))
+				m->ctime_ns = (__u64)inode->i_ctime_sec * 1000000000 +
+					      (inode->i_ctime_nsec & ((1U << 30) - 1));
+		}
+	} else {
+		out->flags |= HS_MAPS_FAILED;
+	}
+	bpf_iter_task_vma_destroy(&it);
+	__u64 size = offsetof(struct hs_maps, m) + (__u64)(out->count & (MAX_MAPPINGS * 2 - 1)) * sizeof(struct hs_mapping);
+	if (size > sizeof(*out))
+		size = sizeof(*out);
+	bpf_ringbuf_output(&maps_ring, out, size, BPF_RB_NO_WAKEUP);
+}
+
+// on_exit runs as each thread exits, its mm still whole (since Linux 6.16
+// the tracepoint comes before exit_mm), and snapshots the mappings of a
+// sampled image the first time one of its threads exits.
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
+{
+	struct hs_image_key image = {.mm = (__u64)task->mm, .tgid = task->tgid};
+	if (!image.mm || bpf_map_delete_elem(&pending_images, &image) != 0)
+		return 0;
+	snapshot(image.tgid, task);
+	return 0;
+}
 
 SEC("perf_event")
 int profile(struct bpf_perf_event_data *ctx)
@@ -141,8 +285,15 @@ int profile(struct bpf_perf_event_data *ctx)
 
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u8 one = 1;
-	if (bpf_map_update_elem(&seen_pids, &tgid, &one, BPF_NOEXIST) == 0)
-		flags = BPF_RB_FORCE_WAKEUP;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct hs_image_key image = {.mm = (__u64)task->mm, .tgid = tgid};
+	if (collect_user && tgid != 0 &&
+	    bpf_map_update_elem(&seen_images, &image, &one, BPF_NOEXIST) == 0) {
+		if (!snapshot_maps)
+			flags = BPF_RB_FORCE_WAKEUP;
+		else
+			bpf_map_update_elem(&pending_images, &image, &one, BPF_ANY);
+	}
 
 	__u64 size = offsetof(struct hs_sample, frames) + kbytes + ubytes;
 	if (bpf_ringbuf_output(&events, s, size, flags) < 0)

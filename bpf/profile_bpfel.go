@@ -22,6 +22,34 @@ type ProfileHsCounters struct {
 	Filtered          uint64
 }
 
+type ProfileHsImageKey struct {
+	_    structs.HostLayout
+	Mm   uint64
+	Tgid uint32
+	Pad  uint32
+}
+
+type ProfileHsMapping struct {
+	_       structs.HostLayout
+	Start   uint64
+	End     uint64
+	Offset  uint64
+	Dev     uint64
+	Ino     uint64
+	CtimeNs uint64
+	Kind    uint32
+	Pad     uint32
+}
+
+type ProfileHsMaps struct {
+	_     structs.HostLayout
+	Tgid  uint32
+	Count uint16
+	Flags uint8
+	Pad   uint8
+	M     [128]ProfileHsMapping
+}
+
 type ProfileHsSample struct {
 	_            structs.HostLayout
 	KtimeNs      uint64
@@ -40,15 +68,20 @@ type ProfileHsSample struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ProfileMapEvents         = "events"
+	ProfileMapMapsRing       = "maps_ring"
+	ProfileMapMapsScratch    = "maps_scratch"
+	ProfileMapPendingImages  = "pending_images"
 	ProfileMapScratch        = "scratch"
-	ProfileMapSeenPids       = "seen_pids"
+	ProfileMapSeenImages     = "seen_images"
 	ProfileMapStats          = "stats"
 	ProfileMapTargetPids     = "target_pids"
+	ProfileProgOnExit        = "on_exit"
 	ProfileProgProfile       = "profile"
 	ProfileVarCollectKernel  = "collect_kernel"
 	ProfileVarCollectUser    = "collect_user"
 	ProfileVarFilterCgroupId = "filter_cgroup_id"
 	ProfileVarFilterPids     = "filter_pids"
+	ProfileVarSnapshotMaps   = "snapshot_maps"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -93,6 +126,7 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
+	OnExit  *ebpf.ProgramSpec `ebpf:"on_exit"`
 	Profile *ebpf.ProgramSpec `ebpf:"profile"`
 }
 
@@ -100,11 +134,14 @@ type ProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids   *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stats      *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids *ebpf.MapSpec `ebpf:"target_pids"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	MapsRing      *ebpf.MapSpec `ebpf:"maps_ring"`
+	MapsScratch   *ebpf.MapSpec `ebpf:"maps_scratch"`
+	PendingImages *ebpf.MapSpec `ebpf:"pending_images"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	SeenImages    *ebpf.MapSpec `ebpf:"seen_images"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -115,6 +152,7 @@ type ProfileVariableSpecs struct {
 	CollectUser    *ebpf.VariableSpec `ebpf:"collect_user"`
 	FilterCgroupId *ebpf.VariableSpec `ebpf:"filter_cgroup_id"`
 	FilterPids     *ebpf.VariableSpec `ebpf:"filter_pids"`
+	SnapshotMaps   *ebpf.VariableSpec `ebpf:"snapshot_maps"`
 }
 
 // ProfileObjects contains all objects after they have been loaded into the kernel.
@@ -137,18 +175,24 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Events     *ebpf.Map `ebpf:"events"`
-	Scratch    *ebpf.Map `ebpf:"scratch"`
-	SeenPids   *ebpf.Map `ebpf:"seen_pids"`
-	Stats      *ebpf.Map `ebpf:"stats"`
-	TargetPids *ebpf.Map `ebpf:"target_pids"`
+	Events        *ebpf.Map `ebpf:"events"`
+	MapsRing      *ebpf.Map `ebpf:"maps_ring"`
+	MapsScratch   *ebpf.Map `ebpf:"maps_scratch"`
+	PendingImages *ebpf.Map `ebpf:"pending_images"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	SeenImages    *ebpf.Map `ebpf:"seen_images"`
+	Stats         *ebpf.Map `ebpf:"stats"`
+	TargetPids    *ebpf.Map `ebpf:"target_pids"`
 }
 
 func (m *ProfileMaps) Close() error {
 	return _ProfileClose(
 		m.Events,
+		m.MapsRing,
+		m.MapsScratch,
+		m.PendingImages,
 		m.Scratch,
-		m.SeenPids,
+		m.SeenImages,
 		m.Stats,
 		m.TargetPids,
 	)
@@ -162,17 +206,20 @@ type ProfileVariables struct {
 	CollectUser    *ebpf.Variable `ebpf:"collect_user"`
 	FilterCgroupId *ebpf.Variable `ebpf:"filter_cgroup_id"`
 	FilterPids     *ebpf.Variable `ebpf:"filter_pids"`
+	SnapshotMaps   *ebpf.Variable `ebpf:"snapshot_maps"`
 }
 
 // ProfilePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
+	OnExit  *ebpf.Program `ebpf:"on_exit"`
 	Profile *ebpf.Program `ebpf:"profile"`
 }
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
+		p.OnExit,
 		p.Profile,
 	)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/bits"
 	"os"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -69,10 +71,15 @@ type Config struct {
 	// BPFStats turns on the kernel's BPF run-time statistics so Stats can
 	// report the program's own CPU time (it costs two clock reads a run).
 	BPFStats bool
+	// Logger receives what the profiler has to say (nil: nothing).
+	Logger *slog.Logger
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.
 	forceIoctl bool
+	// noMapsSnapshot loads the program as on a kernel without the task_vma
+	// iterator: no mapping snapshots, a wakeup for every new process.
+	noMapsSnapshot bool
 }
 
 // MaxFrequency is the highest sampling frequency Open accepts.
@@ -111,11 +118,18 @@ type Stats struct {
 	Received uint64
 	// DecodeErrors counts records that failed to decode.
 	DecodeErrors uint64
+	// Wakeups counts the times the BPF program woke the agent before its
+	// next poll, to read a new process's /proc/PID/maps.
+	Wakeups uint64
 	// BPFRunTime and BPFRunCount are the program's accumulated run time
 	// and run count, counted while kernel.bpf_stats_enabled is on (zero
 	// otherwise): Config.BPFStats turns it on.
 	BPFRunTime  time.Duration
 	BPFRunCount uint64
+	// ExitRunTime and ExitRunCount are the same for the program that
+	// snapshots exiting processes' mappings (zero without it).
+	ExitRunTime  time.Duration
+	ExitRunCount uint64
 	// RingBufferSize is the ring's size and RingBufferUsed the bytes
 	// waiting in it.
 	RingBufferSize, RingBufferUsed int
@@ -126,16 +140,24 @@ type Profiler struct {
 	cfg  Config
 	objs bpf.ProfileObjects
 	// eventsMu guards events: SetFrequency may run beside Run.
-	eventsMu     sync.Mutex
-	events       []*perfEvent
-	ring         *ring
-	waiter       *fdWaiter
-	polled       func()
+	eventsMu sync.Mutex
+	events   []*perfEvent
+	ring     *ring
+	waiter   *fdWaiter
+	polled   func()
+	// mapsRing carries the mapping snapshots of exiting processes, taken
+	// by the exitLink program (both nil when the kernel cannot); maps is
+	// the decoded snapshot handed to onMaps.
+	mapsRing     *ring
+	exitLink     link.Link
+	maps         Maps
+	onMaps       func(*Maps)
 	clock        *wallclock.Clock
 	statsEnabled interface{ Close() error }
 
 	received     atomic.Uint64
 	decodeErrors atomic.Uint64
+	wakeups      atomic.Uint64
 	// frequency is the sampling frequency now (SetFrequency changes it).
 	frequency atomic.Int64
 	// lastDrain is when the ring was last read (Unix ns), for Alive.
@@ -148,6 +170,9 @@ type Profiler struct {
 func Open(cfg Config) (*Profiler, error) {
 	if cfg.Frequency < 1 || cfg.Frequency > MaxFrequency {
 		return nil, fmt.Errorf("frequency %d Hz: want 1 to %d", cfg.Frequency, MaxFrequency)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
@@ -242,7 +267,68 @@ func checkBTFHeader(path string) error {
 	return nil
 }
 
+// load loads the BPF programs: the sampler, and the exit snapshots where
+// the kernel can take them (Linux 6.16: the task_vma iterator kfuncs, and
+// the sched_process_exit tracepoint before the mm is released). Elsewhere
+// it loads the sampler alone, which wakes the agent for every new process
+// image instead.
 func (p *Profiler) load(kernelTypes *btf.Spec) error {
+	if p.cfg.noMapsSnapshot {
+		return p.loadWith(kernelTypes, false)
+	}
+	err := exitTracepointSeesMM(kernelTypes)
+	if err == nil {
+		err = p.loadWith(kernelTypes, true)
+	}
+	if err == nil {
+		p.exitLink, err = link.AttachTracing(link.TracingOptions{Program: p.objs.OnExit})
+		if err == nil {
+			return nil
+		}
+		p.objs.Close()
+		p.objs = bpf.ProfileObjects{}
+	}
+	if err2 := p.loadWith(kernelTypes, false); err2 != nil {
+		return err2
+	}
+	p.cfg.Logger.Info("the kernel cannot snapshot exiting processes' mappings (needs Linux 6.7); every new process wakes the agent to read /proc/PID/maps", "err", err)
+	return nil
+}
+
+// exitTracepointSeesMM checks that the sched_process_exit tracepoint comes
+// before the exiting task's mm is released: since Linux 6.16, where it
+// also gained its group_dead argument, by which it is told apart.
+func exitTracepointSeesMM(kernelTypes *btf.Spec) error {
+	spec := kernelTypes
+	if spec == nil {
+		var err error
+		if spec, err = btf.LoadKernelSpec(); err != nil {
+			return err
+		}
+	}
+	var proto *btf.Typedef
+	if err := spec.TypeByName("btf_trace_sched_process_exit", &proto); err != nil {
+		return err
+	}
+	ptr, ok := proto.Type.(*btf.Pointer)
+	if !ok {
+		return fmt.Errorf("btf_trace_sched_process_exit is a %v", proto.Type)
+	}
+	fn, ok := ptr.Target.(*btf.FuncProto)
+	if !ok || len(fn.Params) < 3 {
+		return errors.New("the sched_process_exit tracepoint comes after the exiting task's mm is released (before Linux 6.16)")
+	}
+	return nil
+}
+
+// sampleObjects are the BPF objects without the exit snapshot program, for
+// kernels that cannot load it.
+type sampleObjects struct {
+	bpf.ProfileMaps
+	Profile *ebpf.Program `ebpf:"profile"`
+}
+
+func (p *Profiler) loadWith(kernelTypes *btf.Spec, snapshots bool) error {
 	spec, err := bpf.LoadProfile()
 	if err != nil {
 		return fmt.Errorf("load BPF spec: %w", err)
@@ -256,6 +342,7 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		bpf.ProfileVarFilterCgroupId: p.cfg.CgroupID,
 		bpf.ProfileVarCollectKernel:  boolByte(p.cfg.Stacks != StacksUser),
 		bpf.ProfileVarCollectUser:    boolByte(p.cfg.Stacks != StacksKernel),
+		bpf.ProfileVarSnapshotMaps:   boolByte(snapshots),
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -263,12 +350,20 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		}
 	}
 	opts := &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kernelTypes}}
-	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
+	var objs any = &p.objs
+	var sampler sampleObjects
+	if !snapshots {
+		objs = &sampler
+	}
+	if err := spec.LoadAndAssign(objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return fmt.Errorf("load BPF program: verifier: %+v", verr)
 		}
 		return permissionError("load BPF program", err)
+	}
+	if !snapshots {
+		p.objs = bpf.ProfileObjects{ProfileMaps: sampler.ProfileMaps, ProfilePrograms: bpf.ProfilePrograms{Profile: sampler.Profile}}
 	}
 	for _, pid := range p.cfg.PIDs {
 		if err := p.objs.TargetPids.Put(pid, uint8(1)); err != nil {
@@ -293,6 +388,11 @@ func (p *Profiler) openEvents() error {
 	}
 	if p.waiter, err = newRingWaiter(p.objs.Events.FD()); err != nil {
 		return err
+	}
+	if p.exitLink != nil {
+		if p.mapsRing, err = openRing(p.objs.MapsRing.FD(), int(p.objs.MapsRing.MaxEntries())); err != nil {
+			return err
+		}
 	}
 	period := uint64(time.Second) / uint64(p.cfg.Frequency)
 	p.eventsMu.Lock()
@@ -339,6 +439,9 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 	for _, w := range []*fdWaiter{p.waiter, timer} {
 		waiting.Go(func() {
 			for w.wait() == nil {
+				if w == p.waiter {
+					p.wakeups.Add(1)
+				}
 				select {
 				case wake <- struct{}{}:
 				default:
@@ -367,6 +470,9 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 	p.lastDrain.Store(time.Now().UnixNano())
 	p.clock.MaybeMeasure()
+	// Snapshots first: each is written before the sample that announced
+	// its process.
+	p.DrainMaps()
 	n := p.ring.read(func(b []byte) {
 		if err := rec.Decode(b); err != nil {
 			p.decodeErrors.Add(1)
@@ -387,6 +493,7 @@ func (p *Profiler) Stats() (Stats, error) {
 		PerCPU:         make(map[int]Counters, len(p.cfg.CPUs)),
 		Received:       p.received.Load(),
 		DecodeErrors:   p.decodeErrors.Load(),
+		Wakeups:        p.wakeups.Load(),
 		RingBufferSize: p.cfg.RingBufferSize,
 		RingBufferUsed: p.ring.used(),
 	}
@@ -404,6 +511,11 @@ func (p *Profiler) Stats() (Stats, error) {
 	// whether Config.BPFStats or someone else (sysctl) turned it on.
 	if ps, err := p.objs.Profile.Stats(); err == nil {
 		s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
+	}
+	if p.objs.OnExit != nil {
+		if ps, err := p.objs.OnExit.Stats(); err == nil {
+			s.ExitRunTime, s.ExitRunCount = ps.Runtime, ps.RunCount
+		}
 	}
 	return s, nil
 }
@@ -455,6 +567,14 @@ func (p *Profiler) Close() error {
 	if p.ring != nil {
 		p.ring.close()
 		p.ring = nil
+	}
+	if p.mapsRing != nil {
+		p.mapsRing.close()
+		p.mapsRing = nil
+	}
+	if p.exitLink != nil {
+		p.exitLink.Close()
+		p.exitLink = nil
 	}
 	if p.statsEnabled != nil {
 		p.statsEnabled.Close()

@@ -1,0 +1,130 @@
+package profiler
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// A sampled process image's executable mappings, as the BPF program
+// snapshots them when the image exits (see bpf/profile.bpf.c). With them
+// the agent symbolizes a process that was gone before it could read
+// /proc/PID/maps, so a new process no longer has to wake it: under process
+// churn most processes cost neither a wakeup nor a /proc read.
+
+// MappingKind says what a Mapping maps.
+type MappingKind uint32
+
+// The kinds of mapping, as the BPF program numbers them (HS_MAP_*).
+const (
+	MappingFile MappingKind = 0 // a file, known by device, inode and ctime
+	MappingAnon MappingKind = 1 // anonymous memory: JIT code
+	MappingVDSO MappingKind = 2 // the kernel's vDSO
+)
+
+// Mapping is one executable mapping of a process.
+type Mapping struct {
+	Start, End uint64
+	// Offset is the file offset mapped at Start.
+	Offset uint64
+	// Dev (encoded as stat(2)'s st_dev), Inode and CtimeNs identify a
+	// mapped file; all zero for other kinds.
+	Dev, Inode uint64
+	CtimeNs    int64
+	Kind       MappingKind
+}
+
+// Maps is a snapshot of one process image's executable mappings.
+type Maps struct {
+	PID uint32
+	// Complete is false when the snapshot failed or had more mappings
+	// than it holds: the agent must read /proc/PID/maps.
+	Complete bool
+	Mappings []Mapping
+}
+
+// Sizes of struct hs_maps and struct hs_mapping in bpf/profile.bpf.c; a
+// test checks them against the generated Go types.
+const (
+	mapsHeaderSize = 8
+	mappingSize    = 56
+	// MaxMappings is the most mappings one snapshot holds.
+	MaxMappings = 128
+)
+
+// Decode parses one snapshot record into m, reusing m's slice. It never
+// panics: a record that is short or whose count does not match its length
+// is an error.
+func (m *Maps) Decode(b []byte) error {
+	if len(b) < mapsHeaderSize {
+		return fmt.Errorf("decode mappings: %d bytes, shorter than the %d-byte header", len(b), mapsHeaderSize)
+	}
+	le := binary.LittleEndian
+	n := int(le.Uint16(b[4:6]))
+	flags := b[6] // b[7], unknown files, is the program's own business
+	if n > MaxMappings {
+		return fmt.Errorf("decode mappings: %d mappings, more than %d", n, MaxMappings)
+	}
+	if want := mapsHeaderSize + n*mappingSize; len(b) < want {
+		return fmt.Errorf("decode mappings: %d bytes, want %d for %d mappings", len(b), want, n)
+	}
+	m.PID = le.Uint32(b[0:4])
+	m.Complete = flags == 0
+	m.Mappings = m.Mappings[:0]
+	for i := range n {
+		r := b[mapsHeaderSize+i*mappingSize:]
+		mp := Mapping{
+			Start:  le.Uint64(r[0:8]),
+			End:    le.Uint64(r[8:16]),
+			Offset: le.Uint64(r[16:24]),
+			Inode:  le.Uint64(r[32:40]),
+			Kind:   MappingKind(le.Uint32(r[48:52])),
+		}
+		if mp.End < mp.Start || mp.Kind > MappingVDSO {
+			return fmt.Errorf("decode mappings: mapping %d: range %#x-%#x, kind %d", i, mp.Start, mp.End, mp.Kind)
+		}
+		mp.Dev = userDev(le.Uint64(r[24:32]))
+		mp.CtimeNs = int64(le.Uint64(r[40:48]))
+		m.Mappings = append(m.Mappings, mp)
+	}
+	return nil
+}
+
+// The kernel keeps a device number as MAJOR << 20 | MINOR (MINORBITS in
+// include/linux/kdev_t.h); stat(2) and /proc/PID/maps give it in the
+// user-space encoding.
+const kernelMinorBits = 20
+
+func userDev(kdev uint64) uint64 {
+	return unix.Mkdev(uint32(kdev>>kernelMinorBits), uint32(kdev&(1<<kernelMinorBits-1)))
+}
+
+// OnMaps makes Run call fn with each process image's mapping snapshot,
+// before the samples of the same poll, on Run's goroutine. The Maps is
+// reused after fn returns. Call it before Run.
+func (p *Profiler) OnMaps(fn func(*Maps)) { p.onMaps = fn }
+
+// SnapshotsMaps reports whether exiting processes' mappings are
+// snapshotted (it needs Linux 6.7's task_vma iterator); without it every
+// new process wakes the agent to read its /proc/PID/maps.
+func (p *Profiler) SnapshotsMaps() bool { return p.mapsRing != nil }
+
+// DrainMaps hands every snapshot written so far to the OnMaps function. Run
+// does it at each poll; a handler that meets a process it has no mappings
+// for calls it to catch a process that exited since. Call it only from
+// Run's handler.
+func (p *Profiler) DrainMaps() {
+	if p.mapsRing == nil {
+		return
+	}
+	p.mapsRing.read(func(b []byte) {
+		if err := p.maps.Decode(b); err != nil {
+			p.decodeErrors.Add(1)
+			return
+		}
+		if p.onMaps != nil {
+			p.onMaps(&p.maps)
+		}
+	})
+}

@@ -1,0 +1,234 @@
+package profiler
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/internal/bpftest"
+)
+
+func TestMapsRecordSizesMatchBPF(t *testing.T) {
+	var m bpf.ProfileHsMaps
+	if got := int(binary.Size(m.M[0])); got != mappingSize {
+		t.Errorf("struct hs_mapping is %d bytes, the decoder reads %d", got, mappingSize)
+	}
+	if got := binary.Size(m) - len(m.M)*mappingSize; got != mapsHeaderSize {
+		t.Errorf("struct hs_maps header is %d bytes, the decoder reads %d", got, mapsHeaderSize)
+	}
+	if len(m.M) != MaxMappings {
+		t.Errorf("struct hs_maps holds %d mappings, MaxMappings is %d", len(m.M), MaxMappings)
+	}
+}
+
+// execMappings reads the executable mappings of pid from /proc, as the
+// snapshot should give them.
+func execMappings(t *testing.T, pid int) []Mapping {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Mapping
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m Mapping
+		var perms, dev string
+		if _, err := fmt.Sscanf(sc.Text(), "%x-%x %s %x %s %d", &m.Start, &m.End, &perms, &m.Offset, &dev, &m.Inode); err != nil {
+			t.Fatalf("maps line %q: %v", sc.Text(), err)
+		}
+		if perms[2] != 'x' || strings.HasSuffix(sc.Text(), "[vsyscall]") {
+			continue // [vsyscall] is the kernel's gate page, not a mapping of the mm
+		}
+		var major, minor uint32
+		fmt.Sscanf(dev, "%x:%x", &major, &minor)
+		m.Dev = unix.Mkdev(major, minor)
+		switch fields := strings.Fields(sc.Text()); {
+		case m.Inode != 0:
+			m.Kind = MappingFile
+		case len(fields) > 5 && fields[5] == "[vdso]":
+			m.Kind = MappingVDSO
+		default:
+			m.Kind = MappingAnon
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// runCollectingMaps runs p for d, calling during half way through, and
+// returns the snapshots of pid and the sampler's counters.
+func runCollectingMaps(t *testing.T, p *Profiler, pid uint32, d time.Duration, during func()) ([]Maps, Stats) {
+	t.Helper()
+	var snaps []Maps
+	p.OnMaps(func(m *Maps) {
+		if m.PID == pid {
+			snaps = append(snaps, Maps{PID: m.PID, Complete: m.Complete, Mappings: append([]Mapping(nil), m.Mappings...)})
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	go func() {
+		time.Sleep(d / 2)
+		during()
+	}()
+	if err := p.Run(ctx, func(*Record, int64) {}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snaps, st
+}
+
+// TestMapsSnapshot checks the snapshot the BPF program takes of a sampled
+// process as it exits against the process's /proc/PID/maps, and that with
+// snapshots a new process does not wake the agent.
+func TestMapsSnapshot(t *testing.T) {
+	bpftest.Require(t)
+	spin := startSpinner(t, "spin-maps")
+	pid := uint32(spin.Process.Pid)
+	p, err := Open(Config{Frequency: 99, PIDs: []uint32{pid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.SnapshotsMaps() {
+		t.Fatal("this kernel (6.7 or later) has the task_vma iterator, but the program loaded without snapshots")
+	}
+	var want []Mapping
+	snaps, st := runCollectingMaps(t, p, pid, 2*time.Second, func() {
+		want = execMappings(t, int(pid))
+		spin.Process.Kill()
+	})
+	if st.Samples < 50 {
+		t.Fatalf("%d samples of a spinning process in 1 s at 99 Hz", st.Samples)
+	}
+	if st.Wakeups != 0 {
+		t.Errorf("%d wakeups: with snapshots, a new process must not wake the agent", st.Wakeups)
+	}
+	if len(snaps) != 1 {
+		t.Fatalf("%d snapshots of pid %d, which was sampled and exited; want 1", len(snaps), pid)
+	}
+	snap := snaps[0]
+	if !snap.Complete || len(snap.Mappings) != len(want) || len(want) < 3 {
+		t.Fatalf("snapshot (complete %v) %+v\n/proc/%d/maps %+v", snap.Complete, snap.Mappings, pid, want)
+	}
+	for i, m := range snap.Mappings {
+		w := want[i]
+		w.CtimeNs = m.CtimeNs
+		if m != w {
+			t.Errorf("mapping %d: %+v, /proc said %+v", i, m, w)
+		}
+	}
+	// The dynamic loader is mapped from its file: its ctime must be the
+	// file's.
+	for _, m := range snap.Mappings {
+		if m.Kind != MappingFile {
+			continue
+		}
+		var st syscall.Stat_t
+		for _, path := range []string{"/lib64/ld-linux-x86-64.so.2", "/bin/sh", "/lib/x86_64-linux-gnu/libc.so.6"} {
+			if syscall.Stat(path, &st) == nil && st.Ino == m.Inode && st.Dev == m.Dev {
+				if m.CtimeNs != st.Ctim.Nano() {
+					t.Errorf("%s: ctime %d in the snapshot, %d by stat", path, m.CtimeNs, st.Ctim.Nano())
+				}
+				return
+			}
+		}
+	}
+	t.Errorf("no mapping of the snapshot is /bin/sh, libc or the loader: %+v", snap.Mappings)
+}
+
+// TestNoMapsSnapshot loads the program as on a kernel without the task_vma
+// iterator: no snapshots, and a wakeup for each new process.
+func TestNoMapsSnapshot(t *testing.T) {
+	bpftest.Require(t)
+	spin := startSpinner(t, "spin-nomaps")
+	pid := uint32(spin.Process.Pid)
+	p, err := Open(Config{Frequency: 99, PIDs: []uint32{pid}, noMapsSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.SnapshotsMaps() {
+		t.Fatal("snapshots on, though turned off")
+	}
+	snaps, st := runCollectingMaps(t, p, pid, time.Second, func() { spin.Process.Kill() })
+	if len(snaps) != 0 || st.Wakeups == 0 || st.Samples == 0 {
+		t.Fatalf("%d snapshots, %d wakeups, %d samples", len(snaps), st.Wakeups, st.Samples)
+	}
+}
+
+func TestDecodeMaps(t *testing.T) {
+	rec := make([]byte, mapsHeaderSize+2*mappingSize)
+	le := binary.LittleEndian
+	le.PutUint32(rec[0:], 42)
+	le.PutUint16(rec[4:], 2)
+	for i, m := range []struct{ start, end, off, kdev, ino, ctime uint64 }{
+		{0x1000, 0x2000, 0x3000, 8<<20 | 1, 77, 123456789},
+		{0x7000, 0x8000, 0, 0, 0, 0},
+	} {
+		r := rec[mapsHeaderSize+i*mappingSize:]
+		for j, v := range []uint64{m.start, m.end, m.off, m.kdev, m.ino, m.ctime} {
+			le.PutUint64(r[8*j:], v)
+		}
+		le.PutUint32(r[48:], uint32(i*2))
+	}
+	var m Maps
+	if err := m.Decode(rec); err != nil {
+		t.Fatal(err)
+	}
+	want := []Mapping{
+		{Start: 0x1000, End: 0x2000, Offset: 0x3000, Dev: unix.Mkdev(8, 1), Inode: 77, CtimeNs: 123456789, Kind: MappingFile},
+		{Start: 0x7000, End: 0x8000, Kind: MappingVDSO},
+	}
+	if m.PID != 42 || !m.Complete || len(m.Mappings) != 2 || m.Mappings[0] != want[0] || m.Mappings[1] != want[1] {
+		t.Fatalf("decoded %+v", m)
+	}
+	rec[6] = 1
+	if err := m.Decode(rec); err != nil || m.Complete {
+		t.Errorf("a truncated snapshot: complete %v, err %v", m.Complete, err)
+	}
+	for name, bad := range map[string][]byte{
+		"short header":     rec[:4],
+		"short mappings":   rec[:len(rec)-1],
+		"too many":         append(le.AppendUint32(nil, 1), le.AppendUint16(nil, MaxMappings+1)...),
+		"end before start": func() []byte { b := append([]byte(nil), rec...); le.PutUint64(b[mapsHeaderSize+8:], 0x10); return b }(),
+		"unknown kind":     func() []byte { b := append([]byte(nil), rec...); le.PutUint32(b[mapsHeaderSize+48:], 9); return b }(),
+	} {
+		if err := m.Decode(bad); err == nil {
+			t.Errorf("%s: decoded without an error", name)
+		}
+	}
+}
+
+func FuzzDecodeMaps(f *testing.F) {
+	f.Add(make([]byte, mapsHeaderSize))
+	f.Add(append([]byte{1, 0, 0, 0, 1, 0, 0, 0}, make([]byte, mappingSize)...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m Maps
+		if err := m.Decode(b); err != nil {
+			return
+		}
+		if len(m.Mappings) > MaxMappings || len(b) < mapsHeaderSize+len(m.Mappings)*mappingSize {
+			t.Fatalf("decoded %d mappings from %d bytes", len(m.Mappings), len(b))
+		}
+		for _, mp := range m.Mappings {
+			if mp.End < mp.Start {
+				t.Fatalf("mapping ends before it starts: %+v", mp)
+			}
+		}
+	})
+}
