@@ -110,6 +110,11 @@ var (
 	descRingUsed        = desc("ring_buffer_used_bytes", "Bytes waiting in the BPF ring buffer at scrape time.")
 	descRingFill        = desc("ring_buffer_fill_ratio", "Share of the BPF ring buffer in use at scrape time (0 to 1).")
 	descBPFSeconds      = desc("bpf_program_seconds_total", "Run time of the BPF sampling program, counted while kernel.bpf_stats_enabled is on.")
+	descExitSeconds     = desc("bpf_exit_program_seconds_total", "Run time of the BPF program that snapshots exiting processes' mappings, counted while kernel.bpf_stats_enabled is on.")
+	descExitRuns        = desc("bpf_exit_program_runs_total", "Runs of the BPF program that snapshots exiting processes' mappings, counted while kernel.bpf_stats_enabled is on.")
+	descWakeups         = desc("sampler_wakeups_total", "Times the BPF program woke the agent before its next poll (a new process, on kernels that cannot snapshot mappings).")
+	descSnapshots       = desc("symbolizer_snapshots_total", "Processes symbolized from the mappings snapshotted as they exited, without reading /proc.")
+	descSnapshotUnnamed = desc("symbolizer_snapshot_unnamed_files_total", "Files mapped by snapshotted processes that no /proc read had named; their frames stay unknown.")
 	descBPFRuns         = desc("bpf_program_runs_total", "Runs of the BPF sampling program, counted while kernel.bpf_stats_enabled is on.")
 	descFrequency       = desc("sampling_frequency_hertz", "Effective sampling frequency per CPU (the overhead guard may lower it).")
 	descFreqChanges     = desc("sampling_frequency_changes_total", "Changes of the sampling frequency by the overhead guard.")
@@ -134,6 +139,7 @@ type recorderCollector struct {
 func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSamples, descDropped, descFiltered, descStackErrors, descReceived,
 		descDecodeErrors, descRingSize, descRingUsed, descRingFill, descBPFSeconds, descBPFRuns, descFrequency,
+		descExitSeconds, descExitRuns, descWakeups, descSnapshots, descSnapshotUnnamed,
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes} {
 		ch <- d
@@ -167,6 +173,9 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descBPFSeconds, st.BPFRunTime.Seconds())
 		counter(descBPFRuns, float64(st.BPFRunCount))
+		counter(descExitSeconds, st.ExitRunTime.Seconds())
+		counter(descExitRuns, float64(st.ExitRunCount))
+		counter(descWakeups, float64(st.Wakeups))
 	}
 	gauge(descFrequency, float64(c.rec.Frequency()))
 	if c.changes != nil {
@@ -178,6 +187,8 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBinaryErrors, float64(sy.BinaryErrors))
 	counter(descMapsReads, float64(sy.MapsReads))
 	counter(descMapsErrors, float64(sy.MapsErrors))
+	counter(descSnapshots, float64(sy.Snapshots))
+	counter(descSnapshotUnnamed, float64(sy.SnapshotUnknownFiles))
 	counter(descFrames, float64(sy.FramesResolved), "resolved")
 	counter(descFrames, float64(sy.FramesUnknown), "unknown")
 	if total := sy.FramesResolved + sy.FramesUnknown; total > 0 {

@@ -6,9 +6,12 @@
 // (Symbolizer.ForgetExited), so that its process cache holds the live
 // processes and those of the last seconds, not thousands of dead ones.
 //
-// A process's address maps are read the moment its first record arrives (the
-// BPF program wakes the reader for it), so processes that exit right after
-// they were sampled still get their frames resolved.
+// A process's executable mappings come from /proc/PID/maps, read when its
+// first record is handled, or, for a process that exited before that, from
+// the snapshot the sampler took as it exited (profiler.Maps), handed to the
+// symbolizer before the samples of each poll. On kernels that cannot take
+// snapshots the sampler wakes the reader for each new process instead, so
+// that /proc is read while the process lives.
 package recorder
 
 import (
@@ -75,10 +78,26 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
 	var sweptNs int64
+	var snap []symbolize.SnapshotMapping
+	r.prof.OnMaps(func(m *profiler.Maps) {
+		if !m.Complete {
+			return // /proc, if the process lives, or nothing
+		}
+		snap = snap[:0]
+		for _, mp := range m.Mappings {
+			snap = append(snap, symbolize.SnapshotMapping{Start: mp.Start, End: mp.End, Offset: mp.Offset,
+				Dev: mp.Dev, Inode: mp.Inode, CtimeNs: mp.CtimeNs, VDSO: mp.Kind == profiler.MappingVDSO})
+		}
+		r.sym.SetMaps(m.PID, snap)
+	})
 	err := r.prof.Run(ctx, func(rec *profiler.Record, wallNs int64) {
 		if wallNs-sweptNs >= exitSweep.Nanoseconds() {
 			r.sym.ForgetExited(exitSweep)
 			sweptNs = wallNs
+		}
+		if !r.sym.Has(rec.PID) {
+			// It may have exited since this poll's snapshots were read.
+			r.prof.DrainMaps()
 		}
 		r.sym.Observe(rec.PID)
 		s = sample.Sample{

@@ -52,12 +52,19 @@ func statID(st *syscall.Stat_t) fileID {
 // binaries, and opening each to read its ELF headers and build id cost
 // more than the rest of the process's first sample.
 func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
+	if bin, ok := s.snapshotBinary(m); ok {
+		return bin
+	}
+	if m.path == moduleUnnamed {
+		return nil
+	}
 	if id, err := s.statMapped(pid, m); err == nil {
 		s.mu.Lock()
 		key, ok := s.ids.get(id)
 		var e *binEntry
 		if ok {
 			e, ok = s.bins.get(key)
+			s.files.add(fileKey{m.dev, m.inode, id.ctime}, knownFile{path: m.path, key: key})
 		}
 		s.mu.Unlock()
 		if ok {
@@ -87,6 +94,7 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 
 	s.mu.Lock()
 	s.ids.add(id, key)
+	s.files.add(fileKey{m.dev, m.inode, id.ctime}, knownFile{path: m.path, key: key})
 	e, ok := s.bins.get(key)
 	if !ok {
 		e = &binEntry{done: make(chan struct{})}

@@ -23,6 +23,9 @@ type mapping struct {
 	path    string
 	exec    bool
 	deleted bool
+	// ctimeNs is the file's change time, known for mappings from a
+	// snapshot (SetMaps) and 0 for those read from /proc.
+	ctimeNs int64
 }
 
 const deletedSuffix = " (deleted)"

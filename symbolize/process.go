@@ -26,6 +26,9 @@ type process struct {
 	// usedAt is when the process was last looked up, or found alive by
 	// ForgetExited, in Unix nanoseconds; guarded by the Symbolizer's mu.
 	usedAt int64
+	// exited is set when the mappings came from an exit snapshot: no need
+	// to ask /proc whether it lives. Guarded by the Symbolizer's mu.
+	exited bool
 	// maps holds the executable mappings, sorted by start address.
 	maps []userMapping
 	// readAt is when maps was last read (or tried).

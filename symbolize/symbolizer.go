@@ -63,10 +63,14 @@ type Symbolizer struct {
 	paths interner
 	// ids maps the identity of files already read to their binary's key.
 	ids *lru[fileID, binKey]
+	// files names the files whose mappings were read from /proc, by the
+	// device, inode and change time a snapshot gives, for SetMaps.
+	files *lru[fileKey, knownFile]
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
 		mapsReads, mapsErrors                  atomic.Uint64
+		snapshots, snapshotUnknownFiles        atomic.Uint64
 		framesResolved, framesUnknown          atomic.Uint64
 	}
 }
@@ -101,6 +105,7 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 		procs:  newLRU[uint32, *process](opts.MaxProcesses),
 		bins:   newLRU[binKey, *binEntry](opts.MaxBinaries),
 		ids:    newLRU[fileID, binKey](4 * opts.MaxBinaries),
+		files:  newLRU[fileKey, knownFile](4 * opts.MaxBinaries),
 	}
 	s.bins.evicted = func(_ binKey, e *binEntry) { s.binBytes -= e.bytes }
 	return s
@@ -195,15 +200,19 @@ func (s *Symbolizer) ForgetExited(idle time.Duration) int {
 	now := time.Now().UnixNano()
 	cutoff := now - idle.Nanoseconds()
 	var idlers []*process
+	gone := make(map[*process]bool)
 	s.mu.Lock()
 	s.procs.each(func(_ uint32, p *process) {
 		if p.usedAt <= cutoff {
 			idlers = append(idlers, p)
+			gone[p] = p.exited // an exit snapshot said so: no stat
 		}
 	})
 	s.mu.Unlock()
-	gone := make(map[*process]bool)
 	for _, p := range idlers {
+		if gone[p] {
+			continue
+		}
 		var st syscall.Stat_t
 		err := syscall.Stat(filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10)), &st)
 		if errors.Is(err, syscall.ENOENT) {
@@ -244,6 +253,11 @@ type Stats struct {
 	// MapsErrors counts the reads that failed, mostly because the process
 	// had exited.
 	MapsErrors uint64
+	// Snapshots counts processes whose mappings came from a snapshot
+	// (SetMaps) rather than from /proc, and SnapshotUnknownFiles the
+	// mapped files of those that no /proc read had named, whose frames
+	// stay unknown.
+	Snapshots, SnapshotUnknownFiles uint64
 	// FramesResolved counts frames given a function name.
 	FramesResolved uint64
 	// FramesUnknown counts frames named "[module+0xoffset]".
@@ -262,15 +276,17 @@ func (s *Symbolizer) Stats() Stats {
 	binaries, binBytes, processes := s.bins.len(), s.binBytes, s.procs.len()
 	s.mu.Unlock()
 	return Stats{
-		BinaryHits:     s.stats.binaryHits.Load(),
-		BinaryMisses:   s.stats.binaryMisses.Load(),
-		BinaryErrors:   s.stats.binaryErrors.Load(),
-		MapsReads:      s.stats.mapsReads.Load(),
-		MapsErrors:     s.stats.mapsErrors.Load(),
-		FramesResolved: s.stats.framesResolved.Load(),
-		FramesUnknown:  s.stats.framesUnknown.Load(),
-		Binaries:       binaries,
-		BinaryBytes:    binBytes,
-		Processes:      processes,
+		BinaryHits:           s.stats.binaryHits.Load(),
+		BinaryMisses:         s.stats.binaryMisses.Load(),
+		BinaryErrors:         s.stats.binaryErrors.Load(),
+		MapsReads:            s.stats.mapsReads.Load(),
+		MapsErrors:           s.stats.mapsErrors.Load(),
+		Snapshots:            s.stats.snapshots.Load(),
+		SnapshotUnknownFiles: s.stats.snapshotUnknownFiles.Load(),
+		FramesResolved:       s.stats.framesResolved.Load(),
+		FramesUnknown:        s.stats.framesUnknown.Load(),
+		Binaries:             binaries,
+		BinaryBytes:          binBytes,
+		Processes:            processes,
 	}
 }

@@ -59,13 +59,16 @@ func main() {
 
 // point is one reading of the agent.
 type point struct {
-	at       time.Duration // since the recorder started
-	rssMB    float64
-	cpu      time.Duration // user + system
-	bpf      float64       // BPF program seconds
-	received float64
-	dropped  float64
-	hz       float64
+	at    time.Duration // since the recorder started
+	rssMB float64
+	cpu   time.Duration // user + system
+	bpf   float64       // BPF programs' seconds (sampler and exit snapshots)
+	// how the churn processes' mappings were found: /proc reads, exit
+	// snapshots, and wakeups the sampler forced to read /proc in time
+	mapsReads, snapshots, wakeups float64
+	received                      float64
+	dropped                       float64
+	hz                            float64
 }
 
 func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU string) error {
@@ -207,10 +210,13 @@ func read(pid int, url string) (point, error) {
 	if err != nil {
 		return p, err
 	}
-	p.bpf = sum(fams, "heatscope_bpf_program_seconds_total")
+	p.bpf = sum(fams, "heatscope_bpf_program_seconds_total") + sum(fams, "heatscope_bpf_exit_program_seconds_total")
 	p.received = sum(fams, "heatscope_samples_received_total")
 	p.dropped = sum(fams, "heatscope_samples_dropped_total")
 	p.hz = sum(fams, "heatscope_sampling_frequency_hertz")
+	p.mapsReads = sum(fams, "heatscope_symbolizer_maps_reads_total")
+	p.snapshots = sum(fams, "heatscope_symbolizer_snapshots_total")
+	p.wakeups = sum(fams, "heatscope_sampler_wakeups_total")
 	return p, nil
 }
 
@@ -310,11 +316,12 @@ func report(in reportInput) {
 	fmt.Printf("| RSS slope after the first minute (least squares over %d readings) | %+.2f MB/hour | ≈ 0 |\n", n, slope)
 	fmt.Printf("| agent CPU, whole run (user+sys) | %.3f%% of one CPU | |\n", agentPct)
 	fmt.Printf("| agent CPU after the first minute (user+sys) | %.3f%% of one CPU | |\n", steadyPct)
-	fmt.Printf("| BPF program | %.3f%% of one CPU | |\n", bpfPct)
+	fmt.Printf("| BPF programs (sampler, exit snapshots) | %.3f%% of one CPU | |\n", bpfPct)
 	fmt.Printf("| agent + BPF, whole run | **%.3f%%** of one CPU | <= 1%% |\n", agentPct+bpfPct)
 	fmt.Printf("| samples received / ring-buffer drops | %.0f / **%.0f** | 0 drops |\n", last.received, last.dropped)
 	fmt.Printf("| churn samples, of them in hot_c_function | %d, %.1f%% | |\n", in.churnSamples, hotPct)
 	fmt.Printf("| unknown frames of the churn processes | %d of %d = **%.2f%%** | <= 5%% |\n", in.unknown, in.frames, unknownPct)
+	fmt.Printf("| processes' mappings: /proc reads / exit snapshots / forced wakeups | %.0f / %.0f / %.0f | |\n", last.mapsReads, last.snapshots, last.wakeups)
 	fmt.Println()
 	for _, line := range strings.Split(strings.TrimSpace(in.summary), "\n") {
 		if strings.HasPrefix(line, "recorded") || strings.HasPrefix(line, "agent:") || strings.Contains(line, "sampling frequency changed") {

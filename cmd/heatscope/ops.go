@@ -56,7 +56,7 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 		if err != nil {
 			return 0, err
 		}
-		return cpu + st.BPFRunTime, nil
+		return cpu + st.BPFRunTime + st.ExitRunTime, nil
 	}
 	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: frequencyEvents(db)}, rec, meter)
 	if err != nil {

@@ -375,6 +375,10 @@ func printSummary(rec *recorder.Recorder, elapsed time.Duration, w io.Writer) {
 			st.BPFRunTime.Seconds(), float64(st.BPFRunTime.Microseconds())/float64(st.BPFRunCount),
 			100*st.BPFRunTime.Seconds()/elapsed.Seconds())
 	}
+	if st.ExitRunCount > 0 {
+		fmt.Fprintf(w, "; exit snapshots: %d runs, %.3fs (%.3f%% of one CPU)", st.ExitRunCount,
+			st.ExitRunTime.Seconds(), 100*st.ExitRunTime.Seconds()/elapsed.Seconds())
+	}
 	fmt.Fprintln(w)
 }
 

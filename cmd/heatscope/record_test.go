@@ -293,14 +293,16 @@ func TestRecordFolded(t *testing.T) {
 }
 
 // TestShortLivedProcesses checks that processes that exit right after they
-// were sampled are still symbolized.
+// were sampled are still symbolized: 150 ms ones, mostly alive at the poll
+// after their first sample, and 20 ms ones, mostly gone by then, which are
+// symbolized from the mappings the sampler snapshotted as they exited.
 func TestShortLivedProcesses(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := buildHeatscope(t, dir)
 	hotc, _ := buildFixtures(t, dir)
 	out := filepath.Join(dir, "profile.pb.gz")
-	rec := exec.Command(bin, "record", "--duration", "4s", "--data", "", "--output", out, "--top", "0", "--progress", "0")
+	rec := exec.Command(bin, "record", "--duration", "5s", "--data", "", "--output", out, "--top", "0", "--progress", "0")
 	var stderr bytes.Buffer
 	rec.Stderr = &stderr
 	if err := rec.Start(); err != nil {
@@ -317,19 +319,40 @@ func TestShortLivedProcesses(t *testing.T) {
 		pids[fmt.Sprint(c.Process.Pid)] = true
 		cpu += c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 	}
+	brief := map[string]bool{}
+	for range 50 {
+		c := exec.Command(hotc, "0.02")
+		if err := c.Run(); err != nil {
+			t.Fatal(err)
+		}
+		pids[fmt.Sprint(c.Process.Pid)] = true
+		brief[fmt.Sprint(c.Process.Pid)] = true
+		cpu += c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
 	if err := rec.Wait(); err != nil {
 		t.Fatalf("record: %v\n%s", err, stderr.String())
 	}
 	p := readProfile(t, out)
-	var resolved, total int64
+	var resolved, total, briefResolved, briefTotal int64
 	for _, s := range p.Sample {
-		if !pids[s.Label["pid"][0]] {
+		pid := s.Label["pid"][0]
+		if !pids[pid] {
 			continue
 		}
+		ok := slices.Contains(stackNames(s), "hot_c_function") || slices.Contains(stackNames(s), "main")
 		total += s.Value[0]
-		if slices.Contains(stackNames(s), "hot_c_function") || slices.Contains(stackNames(s), "main") {
+		if ok {
 			resolved += s.Value[0]
 		}
+		if brief[pid] {
+			briefTotal += s.Value[0]
+			if ok {
+				briefResolved += s.Value[0]
+			}
+		}
+	}
+	if briefTotal < 20 || briefResolved*100 < briefTotal*90 {
+		t.Errorf("%d of %d samples of 20 ms processes were symbolized", briefResolved, briefTotal)
 	}
 	want := bpftest.ExpectedSamples(cpu, 99)
 	if want < 20 || total < want*7/10 || resolved*100 < total*90 {
