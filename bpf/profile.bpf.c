@@ -6,15 +6,18 @@
 // of every CPU and sends one variable-length record per sample to a ring
 // buffer: time, CPU, tgid, tid, comm, cgroup id, kernel and user frames.
 //
-// A second program, on the sched_process_exit tracepoint, writes the executable mappings of each
-// sampled process image (a tgid with its mm) to a second ring as the image
-// exits, while they are still there: the agent symbolizes a process that
-// lived less than a poll interval from that snapshot, and reads
-// /proc/PID/maps only of processes still alive at the next poll. Without
-// it (before Linux 6.16 the tracepoint fires after the mm is gone, and
-// before 6.7 there is no task_vma iterator) a new image's first
-// sample wakes the agent at once so that it can read /proc/PID/maps while
-// the process lives.
+// The first record of a process the program has not seen wakes the agent at
+// once, so that it reads /proc/PID/maps while the process lives. Under
+// process churn the agent switches to exit snapshots instead (mode): a
+// second program, on the sched_process_exit tracepoint, writes the
+// executable mappings of each sampled process to a second ring as it exits,
+// while they are still there, and a new process no longer wakes the agent.
+// The agent symbolizes a process that lived less than a poll interval from
+// its snapshot, and reads /proc/PID/maps only of those still alive at the
+// next poll. (Before Linux 6.16 the tracepoint fires after the mm is gone,
+// and before 6.7 there is no task_vma iterator: no snapshots there.) The
+// sampler itself needs no kernel BTF; the exit program does (CO-RE), which
+// is why it is loaded only once churn calls for it.
 //
 // The record layouts are decoded by hand in profiler/record.go and
 // profiler/maps.go: keep them in step (tests check the header sizes against
@@ -77,22 +80,11 @@ struct hs_maps {
 	struct hs_mapping m[MAX_MAPPINGS];
 };
 
-// A process image: the process and its address space.
-struct hs_image_key {
-	__u64 mm;
-	__u32 tgid;
-	__u32 _pad;
-};
-
 // Load-time options, rewritten by the agent before loading.
 volatile const __u8 filter_pids = 0;      // only tgids in target_pids
 volatile const __u64 filter_cgroup_id = 0; // only this cgroup (0: any)
 volatile const __u8 collect_kernel = 1;
 volatile const __u8 collect_user = 1;
-// Snapshot sampled process images' mappings as they exit (needs the
-// task_vma iterator, Linux 6.7); when 0, every new image wakes the agent.
-volatile const __u8 snapshot_maps = 1;
-
 extern int bpf_iter_task_vma_new(struct bpf_iter_task_vma *it,
 				 struct task_struct *task, __u64 addr) __weak __ksym;
 extern struct vm_area_struct *bpf_iter_task_vma_next(struct bpf_iter_task_vma *it) __weak __ksym;
@@ -124,22 +116,32 @@ struct {
 	__type(value, __u8);
 } target_pids SEC(".maps");
 
-// Process images already announced to the agent. Every record but an
-// image's first is written without a wakeup and read by polling.
+// Processes already announced to the agent. Every record but a process's
+// first is written without a wakeup and read by polling. on_exit forgets a
+// process as it exits, so that a reused pid is new again.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, struct hs_image_key);
+	__type(key, __u32);
 	__type(value, __u8);
-} seen_images SEC(".maps");
+} seen_pids SEC(".maps");
 
-// Sampled process images whose mappings on_exit snapshots.
+// mode[0] is 1 once the agent has attached on_exit: new processes are then
+// marked pending instead of waking the agent.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} mode SEC(".maps");
+
+// Sampled processes whose mappings on_exit snapshots.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, struct hs_image_key);
+	__type(key, __u32);
 	__type(value, __u8);
-} pending_images SEC(".maps");
+} pending_pids SEC(".maps");
 
 // Mapping snapshots, read by the agent before the samples at every poll.
 struct {
@@ -213,15 +215,18 @@ static __always_inline void snapshot(__u32 tgid, struct task_struct *task)
 }
 
 // on_exit runs as each thread exits, its mm still whole (since Linux 6.16
-// the tracepoint comes before exit_mm), and snapshots the mappings of a
-// sampled image the first time one of its threads exits.
+// the tracepoint comes before exit_mm): it snapshots the mappings of a
+// sampled process the first time one of its threads exits, and forgets the
+// process when its last thread does.
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 {
-	struct hs_image_key image = {.mm = (__u64)task->mm, .tgid = task->tgid};
-	if (!image.mm || bpf_map_delete_elem(&pending_images, &image) != 0)
+	__u32 tgid = task->tgid;
+	if (group_dead)
+		bpf_map_delete_elem(&seen_pids, &tgid);
+	if (!task->mm || bpf_map_delete_elem(&pending_pids, &tgid) != 0)
 		return 0;
-	snapshot(image.tgid, task);
+	snapshot(tgid, task);
 	return 0;
 }
 
@@ -285,14 +290,13 @@ int profile(struct bpf_perf_event_data *ctx)
 
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u8 one = 1;
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct hs_image_key image = {.mm = (__u64)task->mm, .tgid = tgid};
 	if (collect_user && tgid != 0 &&
-	    bpf_map_update_elem(&seen_images, &image, &one, BPF_NOEXIST) == 0) {
-		if (!snapshot_maps)
-			flags = BPF_RB_FORCE_WAKEUP;
+	    bpf_map_update_elem(&seen_pids, &tgid, &one, BPF_NOEXIST) == 0) {
+		__u32 *snapshots = bpf_map_lookup_elem(&mode, &zero);
+		if (snapshots && *snapshots)
+			bpf_map_update_elem(&pending_pids, &tgid, &one, BPF_ANY);
 		else
-			bpf_map_update_elem(&pending_images, &image, &one, BPF_ANY);
+			flags = BPF_RB_FORCE_WAKEUP;
 	}
 
 	__u64 size = offsetof(struct hs_sample, frames) + kbytes + ubytes;

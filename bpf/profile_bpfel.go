@@ -22,13 +22,6 @@ type ProfileHsCounters struct {
 	Filtered          uint64
 }
 
-type ProfileHsImageKey struct {
-	_    structs.HostLayout
-	Mm   uint64
-	Tgid uint32
-	Pad  uint32
-}
-
 type ProfileHsMapping struct {
 	_       structs.HostLayout
 	Start   uint64
@@ -70,9 +63,10 @@ const (
 	ProfileMapEvents         = "events"
 	ProfileMapMapsRing       = "maps_ring"
 	ProfileMapMapsScratch    = "maps_scratch"
-	ProfileMapPendingImages  = "pending_images"
+	ProfileMapMode           = "mode"
+	ProfileMapPendingPids    = "pending_pids"
 	ProfileMapScratch        = "scratch"
-	ProfileMapSeenImages     = "seen_images"
+	ProfileMapSeenPids       = "seen_pids"
 	ProfileMapStats          = "stats"
 	ProfileMapTargetPids     = "target_pids"
 	ProfileProgOnExit        = "on_exit"
@@ -81,7 +75,6 @@ const (
 	ProfileVarCollectUser    = "collect_user"
 	ProfileVarFilterCgroupId = "filter_cgroup_id"
 	ProfileVarFilterPids     = "filter_pids"
-	ProfileVarSnapshotMaps   = "snapshot_maps"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -134,14 +127,15 @@ type ProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Events        *ebpf.MapSpec `ebpf:"events"`
-	MapsRing      *ebpf.MapSpec `ebpf:"maps_ring"`
-	MapsScratch   *ebpf.MapSpec `ebpf:"maps_scratch"`
-	PendingImages *ebpf.MapSpec `ebpf:"pending_images"`
-	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
-	SeenImages    *ebpf.MapSpec `ebpf:"seen_images"`
-	Stats         *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	MapsRing    *ebpf.MapSpec `ebpf:"maps_ring"`
+	MapsScratch *ebpf.MapSpec `ebpf:"maps_scratch"`
+	Mode        *ebpf.MapSpec `ebpf:"mode"`
+	PendingPids *ebpf.MapSpec `ebpf:"pending_pids"`
+	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids    *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids  *ebpf.MapSpec `ebpf:"target_pids"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -152,7 +146,6 @@ type ProfileVariableSpecs struct {
 	CollectUser    *ebpf.VariableSpec `ebpf:"collect_user"`
 	FilterCgroupId *ebpf.VariableSpec `ebpf:"filter_cgroup_id"`
 	FilterPids     *ebpf.VariableSpec `ebpf:"filter_pids"`
-	SnapshotMaps   *ebpf.VariableSpec `ebpf:"snapshot_maps"`
 }
 
 // ProfileObjects contains all objects after they have been loaded into the kernel.
@@ -175,14 +168,15 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Events        *ebpf.Map `ebpf:"events"`
-	MapsRing      *ebpf.Map `ebpf:"maps_ring"`
-	MapsScratch   *ebpf.Map `ebpf:"maps_scratch"`
-	PendingImages *ebpf.Map `ebpf:"pending_images"`
-	Scratch       *ebpf.Map `ebpf:"scratch"`
-	SeenImages    *ebpf.Map `ebpf:"seen_images"`
-	Stats         *ebpf.Map `ebpf:"stats"`
-	TargetPids    *ebpf.Map `ebpf:"target_pids"`
+	Events      *ebpf.Map `ebpf:"events"`
+	MapsRing    *ebpf.Map `ebpf:"maps_ring"`
+	MapsScratch *ebpf.Map `ebpf:"maps_scratch"`
+	Mode        *ebpf.Map `ebpf:"mode"`
+	PendingPids *ebpf.Map `ebpf:"pending_pids"`
+	Scratch     *ebpf.Map `ebpf:"scratch"`
+	SeenPids    *ebpf.Map `ebpf:"seen_pids"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	TargetPids  *ebpf.Map `ebpf:"target_pids"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -190,9 +184,10 @@ func (m *ProfileMaps) Close() error {
 		m.Events,
 		m.MapsRing,
 		m.MapsScratch,
-		m.PendingImages,
+		m.Mode,
+		m.PendingPids,
 		m.Scratch,
-		m.SeenImages,
+		m.SeenPids,
 		m.Stats,
 		m.TargetPids,
 	)
@@ -206,7 +201,6 @@ type ProfileVariables struct {
 	CollectUser    *ebpf.Variable `ebpf:"collect_user"`
 	FilterCgroupId *ebpf.Variable `ebpf:"filter_cgroup_id"`
 	FilterPids     *ebpf.Variable `ebpf:"filter_pids"`
-	SnapshotMaps   *ebpf.Variable `ebpf:"snapshot_maps"`
 }
 
 // ProfilePrograms contains all programs after they have been loaded into the kernel.

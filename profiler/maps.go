@@ -2,9 +2,16 @@ package profiler
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/heatscope/heatscope/bpf"
 )
 
 // A sampled process image's executable mappings, as the BPF program
@@ -106,9 +113,112 @@ func userDev(kdev uint64) uint64 {
 func (p *Profiler) OnMaps(fn func(*Maps)) { p.onMaps = fn }
 
 // SnapshotsMaps reports whether exiting processes' mappings are
-// snapshotted (it needs Linux 6.7's task_vma iterator); without it every
+// snapshotted now; until then (and for good on a kernel before 6.16) every
 // new process wakes the agent to read its /proc/PID/maps.
 func (p *Profiler) SnapshotsMaps() bool { return p.mapsRing != nil }
+
+// snapshotChurn is the rate of new processes, in forced wakeups a second,
+// from which the agent switches to exit snapshots. Below it, reading each
+// new process's /proc/PID/maps (about 100 µs) costs less than loading the
+// exit program, whose CO-RE relocations parse the kernel's BTF (about 20 ms
+// of CPU and a few MB); a node that never sees such churn never pays that.
+const snapshotChurn = 20
+
+// maybeEnableSnapshots switches to exit snapshots, once, when the last
+// second brought snapshotChurn new processes or more.
+func (p *Profiler) maybeEnableSnapshots(now time.Time) {
+	if p.snapshotsTried || p.cfg.noMapsSnapshot {
+		return
+	}
+	if !p.churnSince.IsZero() && now.Sub(p.churnSince) < time.Second {
+		return
+	}
+	n := p.wakeups.Load()
+	churn := n - p.churnWakeups
+	p.churnSince, p.churnWakeups = now, n
+	if churn < snapshotChurn {
+		return
+	}
+	p.snapshotsTried = true
+	if err := p.enableSnapshots(); err != nil {
+		p.cfg.Logger.Info("process churn, but the kernel cannot snapshot exiting processes' mappings (needs Linux 6.16); every new process keeps waking the agent to read /proc/PID/maps", "new processes a second", churn, "err", err)
+		return
+	}
+	p.cfg.Logger.Info("process churn: new processes are symbolized from the mappings snapshotted as they exit", "new processes a second", churn)
+}
+
+// enableSnapshots loads the exit snapshot program beside the running
+// sampler, sharing its maps, attaches it, and tells the sampler to mark
+// new processes pending instead of waking the agent.
+func (p *Profiler) enableSnapshots() error {
+	if err := exitTracepointSeesMM(p.kernelTypes); err != nil {
+		return err
+	}
+	spec := p.spec.Copy()
+	for name := range spec.Programs {
+		if name != bpf.ProfileProgOnExit {
+			delete(spec.Programs, name)
+		}
+	}
+	var objs struct {
+		OnExit *ebpf.Program `ebpf:"on_exit"`
+	}
+	opts := &ebpf.CollectionOptions{
+		Programs: ebpf.ProgramOptions{KernelTypes: p.kernelTypes},
+		MapReplacements: map[string]*ebpf.Map{
+			bpf.ProfileMapSeenPids: p.objs.SeenPids, bpf.ProfileMapPendingPids: p.objs.PendingPids,
+			bpf.ProfileMapMapsRing: p.objs.MapsRing, bpf.ProfileMapMapsScratch: p.objs.MapsScratch,
+		},
+	}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		return fmt.Errorf("load the exit snapshot program: %w", err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: objs.OnExit})
+	if err != nil {
+		objs.OnExit.Close()
+		return fmt.Errorf("attach the exit snapshot program: %w", err)
+	}
+	r, err := openRing(p.objs.MapsRing.FD(), int(p.objs.MapsRing.MaxEntries()))
+	if err != nil {
+		l.Close()
+		objs.OnExit.Close()
+		return err
+	}
+	if err := p.objs.Mode.Put(uint32(0), uint32(1)); err != nil {
+		r.close()
+		l.Close()
+		objs.OnExit.Close()
+		return fmt.Errorf("switch the sampler to exit snapshots: %w", err)
+	}
+	p.exitProg, p.exitLink, p.mapsRing = objs.OnExit, l, r
+	return nil
+}
+
+// exitTracepointSeesMM checks that the sched_process_exit tracepoint comes
+// before the exiting task's mm is released: since Linux 6.16, where it
+// also gained its group_dead argument, by which it is told apart.
+func exitTracepointSeesMM(kernelTypes *btf.Spec) error {
+	spec := kernelTypes
+	if spec == nil {
+		var err error
+		if spec, err = btf.LoadKernelSpec(); err != nil {
+			return err
+		}
+	}
+	var proto *btf.Typedef
+	if err := spec.TypeByName("btf_trace_sched_process_exit", &proto); err != nil {
+		return err
+	}
+	ptr, ok := proto.Type.(*btf.Pointer)
+	if !ok {
+		return fmt.Errorf("btf_trace_sched_process_exit is a %v", proto.Type)
+	}
+	fn, ok := ptr.Target.(*btf.FuncProto)
+	if !ok || len(fn.Params) < 3 {
+		return errors.New("the sched_process_exit tracepoint comes after the exiting task's mm is released (before Linux 6.16)")
+	}
+	return nil
+}
 
 // DrainMaps hands every snapshot written so far to the OnMaps function. Run
 // does it at each poll; a handler that meets a process it has no mappings

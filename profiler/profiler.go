@@ -77,8 +77,8 @@ type Config struct {
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.
 	forceIoctl bool
-	// noMapsSnapshot loads the program as on a kernel without the task_vma
-	// iterator: no mapping snapshots, a wakeup for every new process.
+	// noMapsSnapshot never loads the exit snapshot program, as on a
+	// kernel that cannot run it: every new process wakes the agent.
 	noMapsSnapshot bool
 }
 
@@ -145,15 +145,25 @@ type Profiler struct {
 	ring     *ring
 	waiter   *fdWaiter
 	polled   func()
-	// mapsRing carries the mapping snapshots of exiting processes, taken
-	// by the exitLink program (both nil when the kernel cannot); maps is
-	// the decoded snapshot handed to onMaps.
-	mapsRing     *ring
-	exitLink     link.Link
-	maps         Maps
-	onMaps       func(*Maps)
-	clock        *wallclock.Clock
-	statsEnabled interface{ Close() error }
+	// spec and kernelTypes are what load loaded the sampler from, kept to
+	// load the exit program from. mapsRing carries the mapping snapshots
+	// of exiting processes, taken by the exitLink program (both nil until
+	// enableSnapshots); maps is the decoded snapshot handed to onMaps.
+	spec        *ebpf.CollectionSpec
+	kernelTypes *btf.Spec
+	// churnSince and churnWakeups start the second over which the
+	// wakeups that call for snapshots are counted; snapshotsTried is set
+	// once enableSnapshots ran.
+	churnSince     time.Time
+	churnWakeups   uint64
+	snapshotsTried bool
+	mapsRing       *ring
+	exitProg       *ebpf.Program
+	exitLink       link.Link
+	maps           Maps
+	onMaps         func(*Maps)
+	clock          *wallclock.Clock
+	statsEnabled   interface{ Close() error }
 
 	received     atomic.Uint64
 	decodeErrors atomic.Uint64
@@ -267,68 +277,17 @@ func checkBTFHeader(path string) error {
 	return nil
 }
 
-// load loads the BPF programs: the sampler, and the exit snapshots where
-// the kernel can take them (Linux 6.16: the task_vma iterator kfuncs, and
-// the sched_process_exit tracepoint before the mm is released). Elsewhere
-// it loads the sampler alone, which wakes the agent for every new process
-// image instead.
-func (p *Profiler) load(kernelTypes *btf.Spec) error {
-	if p.cfg.noMapsSnapshot {
-		return p.loadWith(kernelTypes, false)
-	}
-	err := exitTracepointSeesMM(kernelTypes)
-	if err == nil {
-		err = p.loadWith(kernelTypes, true)
-	}
-	if err == nil {
-		p.exitLink, err = link.AttachTracing(link.TracingOptions{Program: p.objs.OnExit})
-		if err == nil {
-			return nil
-		}
-		p.objs.Close()
-		p.objs = bpf.ProfileObjects{}
-	}
-	if err2 := p.loadWith(kernelTypes, false); err2 != nil {
-		return err2
-	}
-	p.cfg.Logger.Info("the kernel cannot snapshot exiting processes' mappings (needs Linux 6.7); every new process wakes the agent to read /proc/PID/maps", "err", err)
-	return nil
-}
-
-// exitTracepointSeesMM checks that the sched_process_exit tracepoint comes
-// before the exiting task's mm is released: since Linux 6.16, where it
-// also gained its group_dead argument, by which it is told apart.
-func exitTracepointSeesMM(kernelTypes *btf.Spec) error {
-	spec := kernelTypes
-	if spec == nil {
-		var err error
-		if spec, err = btf.LoadKernelSpec(); err != nil {
-			return err
-		}
-	}
-	var proto *btf.Typedef
-	if err := spec.TypeByName("btf_trace_sched_process_exit", &proto); err != nil {
-		return err
-	}
-	ptr, ok := proto.Type.(*btf.Pointer)
-	if !ok {
-		return fmt.Errorf("btf_trace_sched_process_exit is a %v", proto.Type)
-	}
-	fn, ok := ptr.Target.(*btf.FuncProto)
-	if !ok || len(fn.Params) < 3 {
-		return errors.New("the sched_process_exit tracepoint comes after the exiting task's mm is released (before Linux 6.16)")
-	}
-	return nil
-}
-
-// sampleObjects are the BPF objects without the exit snapshot program, for
-// kernels that cannot load it.
+// sampleObjects are the BPF objects the sampler needs: every map, and the
+// perf_event program. The exit snapshot program is loaded later, when
+// churn calls for it (enableSnapshots).
 type sampleObjects struct {
 	bpf.ProfileMaps
 	Profile *ebpf.Program `ebpf:"profile"`
 }
 
-func (p *Profiler) loadWith(kernelTypes *btf.Spec, snapshots bool) error {
+// load loads the sampler and keeps its spec for the exit program.
+func (p *Profiler) load(kernelTypes *btf.Spec) error {
+
 	spec, err := bpf.LoadProfile()
 	if err != nil {
 		return fmt.Errorf("load BPF spec: %w", err)
@@ -342,7 +301,6 @@ func (p *Profiler) loadWith(kernelTypes *btf.Spec, snapshots bool) error {
 		bpf.ProfileVarFilterCgroupId: p.cfg.CgroupID,
 		bpf.ProfileVarCollectKernel:  boolByte(p.cfg.Stacks != StacksUser),
 		bpf.ProfileVarCollectUser:    boolByte(p.cfg.Stacks != StacksKernel),
-		bpf.ProfileVarSnapshotMaps:   boolByte(snapshots),
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -350,21 +308,16 @@ func (p *Profiler) loadWith(kernelTypes *btf.Spec, snapshots bool) error {
 		}
 	}
 	opts := &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kernelTypes}}
-	var objs any = &p.objs
 	var sampler sampleObjects
-	if !snapshots {
-		objs = &sampler
-	}
-	if err := spec.LoadAndAssign(objs, opts); err != nil {
+	if err := spec.LoadAndAssign(&sampler, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return fmt.Errorf("load BPF program: verifier: %+v", verr)
 		}
 		return permissionError("load BPF program", err)
 	}
-	if !snapshots {
-		p.objs = bpf.ProfileObjects{ProfileMaps: sampler.ProfileMaps, ProfilePrograms: bpf.ProfilePrograms{Profile: sampler.Profile}}
-	}
+	p.objs = bpf.ProfileObjects{ProfileMaps: sampler.ProfileMaps, ProfilePrograms: bpf.ProfilePrograms{Profile: sampler.Profile}}
+	p.spec, p.kernelTypes = spec, kernelTypes
 	for _, pid := range p.cfg.PIDs {
 		if err := p.objs.TargetPids.Put(pid, uint8(1)); err != nil {
 			p.objs.Close()
@@ -388,11 +341,6 @@ func (p *Profiler) openEvents() error {
 	}
 	if p.waiter, err = newRingWaiter(p.objs.Events.FD()); err != nil {
 		return err
-	}
-	if p.exitLink != nil {
-		if p.mapsRing, err = openRing(p.objs.MapsRing.FD(), int(p.objs.MapsRing.MaxEntries())); err != nil {
-			return err
-		}
 	}
 	period := uint64(time.Second) / uint64(p.cfg.Frequency)
 	p.eventsMu.Lock()
@@ -460,6 +408,7 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 		case <-wake:
 		}
 		p.drain(&rec, handle)
+		p.maybeEnableSnapshots(time.Now())
 		if p.polled != nil {
 			p.polled()
 		}
@@ -512,8 +461,8 @@ func (p *Profiler) Stats() (Stats, error) {
 	if ps, err := p.objs.Profile.Stats(); err == nil {
 		s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
 	}
-	if p.objs.OnExit != nil {
-		if ps, err := p.objs.OnExit.Stats(); err == nil {
+	if p.exitProg != nil {
+		if ps, err := p.exitProg.Stats(); err == nil {
 			s.ExitRunTime, s.ExitRunCount = ps.Runtime, ps.RunCount
 		}
 	}
@@ -575,6 +524,10 @@ func (p *Profiler) Close() error {
 	if p.exitLink != nil {
 		p.exitLink.Close()
 		p.exitLink = nil
+	}
+	if p.exitProg != nil {
+		p.exitProg.Close()
+		p.exitProg = nil
 	}
 	if p.statsEnabled != nil {
 		p.statsEnabled.Close()

@@ -16,7 +16,10 @@
 //
 // A process's address space is read from /proc/PID/maps the moment its pid
 // is first seen (Symbolizer.Observe), not when its frames are first
-// symbolized: a short-lived process is gone by then. Only the executable
+// symbolized. A process gone by then is given by the mappings the sampler
+// snapshotted as it exited (Symbolizer.SetMaps; see snapshot.go), whose
+// files are named by device, inode and change time and found among the
+// files earlier /proc reads named. Only the executable
 // mappings' identity is kept then: path, device, inode and offset. The file
 // is read into a pooled buffer and only its executable lines are parsed,
 // without an allocation per line; paths are interned, one copy for all the
