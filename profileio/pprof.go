@@ -93,6 +93,7 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 	key = binary.AppendUvarint(key, uint64(s.PID))
 	key = binary.AppendUvarint(key, uint64(s.TID))
 	key = binary.AppendUvarint(key, uint64(s.CPU))
+	key = binary.AppendUvarint(key, s.CgroupID)
 	labels := containerLabels(s.Container)
 	for _, l := range labels {
 		key = append(append(key, l.value...), 0)
@@ -118,6 +119,10 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 		// A unit keeps CPU 0: pprof's encoding drops a numeric label
 		// whose value is 0 when it has no unit.
 		NumUnit: map[string][]string{"cpu": {"cpu"}},
+	}
+	if s.CgroupID != 0 {
+		ps.NumLabel[cgroupIDLabel] = []int64{int64(s.CgroupID)}
+		ps.NumUnit[cgroupIDLabel] = []string{"id"}
 	}
 	for _, l := range labels {
 		if l.value != "" {

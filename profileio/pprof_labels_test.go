@@ -52,3 +52,40 @@ func TestPprofContainerLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestReadPprofContainerLabelsWithoutCgroupID reads a profile whose samples
+// carry container labels but no cgroup_id, as another tool might write:
+// each distinct container gets an id of its own, shared by its samples.
+func TestReadPprofContainerLabelsWithoutCgroupID(t *testing.T) {
+	cart := &sample.Container{Namespace: "shop", Pod: "cart-1", Name: "cart"}
+	web := &sample.Container{Namespace: "shop", Pod: "web-1", Name: "web"}
+	stack := []sample.Frame{{Function: "main", Module: "/bin/app", Kind: sample.KindUser}}
+	b := NewPprofBuilder(10_000_000)
+	b.KeepTimestamps(true)
+	for i, c := range []*sample.Container{cart, web, cart, nil} {
+		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: 1, TID: 1, Comm: "app", Container: c, Stack: stack})
+	}
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, b.Profile()); err != nil {
+		t.Fatal(err)
+	}
+	got := readPprof(t, buf.Bytes())
+	if len(got) != 4 {
+		t.Fatalf("%d samples, want 4", len(got))
+	}
+	for i, want := range []*sample.Container{cart, web, cart, nil} {
+		g := got[i]
+		if want == nil {
+			if g.Container != nil || g.CgroupID != 0 {
+				t.Errorf("sample %d without labels: container %+v, cgroup %d", i, g.Container, g.CgroupID)
+			}
+			continue
+		}
+		if g.Container == nil || *g.Container != *want || g.CgroupID>>63 != 1 {
+			t.Errorf("sample %d: container %+v, cgroup %#x; want %+v and a synthetic id", i, g.Container, g.CgroupID, want)
+		}
+	}
+	if got[0].CgroupID != got[2].CgroupID || got[0].CgroupID == got[1].CgroupID || got[0].Container != got[2].Container {
+		t.Errorf("cgroup ids %#x %#x %#x: want one per container, and one Container shared", got[0].CgroupID, got[1].CgroupID, got[2].CgroupID)
+	}
+}

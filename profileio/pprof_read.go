@@ -2,6 +2,7 @@ package profileio
 
 import (
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/bits"
 	"strconv"
@@ -14,6 +15,9 @@ import (
 // timestampLabel is the numeric label, in nanoseconds, that carries a pprof
 // sample's own time (PprofBuilder.KeepTimestamps).
 const timestampLabel = "timestamp_ns"
+
+// cgroupIDLabel is the numeric label that carries a sample's cgroup v2 id.
+const cgroupIDLabel = "cgroup_id"
 
 // ReadPprof reads a pprof profile (profile.proto, gzipped or not, or one of
 // the legacy formats github.com/google/pprof/profile parses) and calls fn
@@ -57,13 +61,13 @@ func ReadPprof(r io.Reader, fn func(*sample.Sample) error) error {
 	if err != nil {
 		return fmt.Errorf("pprof: %w", err)
 	}
-	rd := pprofReader{names: interner{}, frames: map[*profile.Location][]sample.Frame{}}
+	rd := pprofReader{names: interner{}, frames: map[*profile.Location][]sample.Frame{}, containers: map[sample.Container]*sample.Container{}}
 	for _, ps := range p.Sample {
 		n := count(ps)
 		if n <= 0 {
 			continue
 		}
-		head := pprofHead(ps)
+		head := rd.head(ps)
 		stack := rd.stack(ps)
 		ts, hasTime := numLabel(ps, timestampLabel)
 		for k := range uint64(n) {
@@ -122,16 +126,55 @@ func sampleCounter(p *profile.Profile) (func(*profile.Sample) int64, error) {
 	}, nil
 }
 
-// pprofHead returns a sample with the fields pprof labels carry.
-func pprofHead(ps *profile.Sample) sample.Sample {
+// head returns a sample with the fields pprof labels carry: comm, pid, tid,
+// cpu, and the container metadata containerLabels writes (one Container
+// for each distinct set, shared by its samples).
+func (rd *pprofReader) head(ps *profile.Sample) sample.Sample {
 	var s sample.Sample
-	if v := ps.Label["comm"]; len(v) > 0 {
-		s.Comm = v[0]
-	}
+	s.Comm = stringLabel(ps, "comm")
 	s.PID = uint32Label(ps, "pid")
 	s.TID = uint32Label(ps, "tid")
 	s.CPU = uint32Label(ps, "cpu")
+	if id, ok := numLabel(ps, cgroupIDLabel); ok {
+		s.CgroupID = uint64(id)
+	}
+	c := sample.Container{Cgroup: stringLabel(ps, "cgroup"), ID: stringLabel(ps, "container_id"),
+		Runtime: stringLabel(ps, "container_runtime"), Name: stringLabel(ps, "container"), Pod: stringLabel(ps, "pod"),
+		PodUID: stringLabel(ps, "pod_uid"), Namespace: stringLabel(ps, "namespace"), QoS: stringLabel(ps, "qos")}
+	if c != (sample.Container{}) {
+		shared, ok := rd.containers[c]
+		if !ok {
+			shared = &c
+			rd.containers[c] = shared
+		}
+		s.Container = shared
+		if s.CgroupID == 0 {
+			s.CgroupID = syntheticCgroupID(&c)
+		}
+	}
 	return s
+}
+
+// syntheticCgroupID stands in for the cgroup id of a sample that has
+// container labels but no cgroup_id (a profile from another tool): the
+// store keeps one container's metadata per cgroup id, so each distinct
+// container needs an id of its own. Real ids are inode numbers; these have
+// the top bit set.
+func syntheticCgroupID(c *sample.Container) uint64 {
+	h := fnv.New64a()
+	for _, v := range []string{c.Cgroup, c.ID, c.Runtime, c.Name, c.Pod, c.PodUID, c.Namespace, c.QoS} {
+		h.Write([]byte(v))
+		h.Write([]byte{0})
+	}
+	return 1<<63 | h.Sum64()>>1
+}
+
+// stringLabel returns the first value of a string label, or "".
+func stringLabel(ps *profile.Sample, key string) string {
+	if v := ps.Label[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // uint32Label reads a label written as a string or as a number.
@@ -156,10 +199,12 @@ func numLabel(ps *profile.Sample, key string) (int64, bool) {
 
 // pprofReader turns pprof locations into frames, each location once.
 type pprofReader struct {
-	names   interner
-	frames  map[*profile.Location][]sample.Frame
-	stackTo []sample.Frame
-	scratch []byte
+	names  interner
+	frames map[*profile.Location][]sample.Frame
+	// containers holds one copy of each distinct container's metadata.
+	containers map[sample.Container]*sample.Container
+	stackTo    []sample.Frame
+	scratch    []byte
 }
 
 // stack returns ps's frames, leaf first, in a buffer reused by the next call.

@@ -12,8 +12,11 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
-// richSamples covers every frame kind, CPU 0, pid 0 and identical samples.
+// richSamples covers every frame kind, CPU 0, pid 0, identical samples and
+// container metadata.
 func richSamples() []sample.Sample {
+	cart := &sample.Container{Cgroup: "/kubepods/besteffort/podu/abc", ID: "abc", Runtime: "containerd",
+		PodUID: "u", QoS: "besteffort", Namespace: "shop", Pod: "cart-1", Name: "cart"}
 	jitFrame := sample.Frame{Function: "Interpreter", Module: jitModule, Address: 0x7f92bdd98965, Kind: sample.KindJIT}
 	perfMap := sample.Frame{Function: "LFoo;::bar", Module: "/tmp/perf-20.map", Address: 0x7f92bdd98000, Kind: sample.KindJIT}
 	unknown := sample.Frame{Function: "[libjvm.so+0x1f00]", Module: "/usr/lib/libjvm.so", Address: 0x1f00, Kind: sample.KindUnknown}
@@ -21,8 +24,8 @@ func richSamples() []sample.Sample {
 	idle := sample.Frame{Function: "default_idle", Module: sample.KernelModule, Address: 0xffffffff821f68b5, Kind: sample.KindKernel}
 	s := testSamples()
 	return append(s,
-		sample.Sample{Time: 2_000_000_000, CPU: 3, PID: 20, TID: 21, Comm: "java", Stack: []sample.Frame{kmod, vfs, perfMap, jitFrame, unknown, mainFn}},
-		sample.Sample{Time: 2_000_000_000, CPU: 3, PID: 20, TID: 21, Comm: "java", Stack: []sample.Frame{kmod, vfs, perfMap, jitFrame, unknown, mainFn}},
+		sample.Sample{Time: 2_000_000_000, CPU: 3, PID: 20, TID: 21, Comm: "java", CgroupID: 4242, Container: cart, Stack: []sample.Frame{kmod, vfs, perfMap, jitFrame, unknown, mainFn}},
+		sample.Sample{Time: 2_000_000_000, CPU: 3, PID: 20, TID: 21, Comm: "java", CgroupID: 4242, Container: cart, Stack: []sample.Frame{kmod, vfs, perfMap, jitFrame, unknown, mainFn}},
 		sample.Sample{Time: 2_500_000_000, CPU: 0, PID: 0, TID: 0, Comm: "swapper", Stack: []sample.Frame{idle}},
 		sample.Sample{Time: 2_600_000_000, CPU: 1, PID: 30, TID: 30, Comm: "empty"},
 	)
@@ -84,7 +87,14 @@ func TestPprofRoundTripWithoutTimestamps(t *testing.T) {
 	got := readPprof(t, data)
 	// The same samples come back, apart from their times, which lie in the
 	// profile's window.
-	key := func(s sample.Sample) string { s.Time = 0; return fmt.Sprintf("%+v", s) }
+	key := func(s sample.Sample) string {
+		c := s.Container
+		s.Time, s.Container = 0, nil
+		if c != nil {
+			return fmt.Sprintf("%+v in %+v", s, *c)
+		}
+		return fmt.Sprintf("%+v", s)
+	}
 	want := map[string]int{}
 	for _, s := range in {
 		want[key(s)]++
