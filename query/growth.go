@@ -84,11 +84,11 @@ func ParseGrowthOrder(v string) (GrowthOrder, error) {
 // 1 and the deltas are plain differences.
 func GrowthOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, order GrowthOrder) (*Growths, store.Warnings, error) {
 	edgesA, edgesB := map[callEdge]int64{}, map[callEdge]int64{}
-	ta, warnings, err := countFunctions(ctx, db, a, f, edgesA)
+	ta, warnings, err := countFunctions(ctx, db, a, f, GroupNone, edgesA)
 	if err != nil {
 		return nil, warnings, err
 	}
-	tb, w2, err := countFunctions(ctx, db, b, f, edgesB)
+	tb, w2, err := countFunctions(ctx, db, b, f, GroupNone, edgesB)
 	warnings = append(warnings, w2...)
 	if err != nil {
 		return nil, warnings, err
@@ -98,14 +98,14 @@ func GrowthOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filt
 	index := map[funcKey]int{}
 	g := &Growths{Samples: ta.Samples, Samples2: tb.Samples}
 	for _, fn := range ta.Functions {
-		index[funcKey{fn.Name, fn.Kind}] = len(g.Functions)
+		index[funcKey{name: fn.Name, kind: fn.Kind}] = len(g.Functions)
 		g.Functions = append(g.Functions, Growth{Name: fn.Name, Kind: fn.Kind, Self: fn.Self, Total: fn.Total})
 	}
 	for _, fn := range tb.Functions {
-		i, ok := index[funcKey{fn.Name, fn.Kind}]
+		i, ok := index[funcKey{name: fn.Name, kind: fn.Kind}]
 		if !ok {
 			i = len(g.Functions)
-			index[funcKey{fn.Name, fn.Kind}] = i
+			index[funcKey{name: fn.Name, kind: fn.Kind}] = i
 			g.Functions = append(g.Functions, Growth{Name: fn.Name, Kind: fn.Kind})
 		}
 		g.Functions[i].Self2, g.Functions[i].Total2 = fn.Self, fn.Total

@@ -207,7 +207,7 @@ func TestTopAndDiff(t *testing.T) {
 	f := store.Filter{}
 	a := store.Range{From: start, To: start + 10e9}
 	b := store.Range{From: start + 10e9, To: start + 30e9}
-	top, _, err := TopOf(context.Background(), db, a, &f)
+	top, _, err := TopOf(context.Background(), db, a, &f, GroupNone)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,9 @@ import (
 type Function struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
+	// Group is the container, pod, namespace, QoS class or cgroup of the
+	// samples counted (TopOf with a Group); empty without one.
+	Group string `json:"group,omitempty"`
 	// Self counts samples where the function is the leaf; Total those
 	// where it is anywhere on the stack (once per sample).
 	Self  int64 `json:"self"`
@@ -25,52 +28,70 @@ type Top struct {
 	Functions []Function `json:"functions"`
 }
 
-// funcKey names a function: its name and kind.
-type funcKey struct{ name, kind string }
+// funcKey names a function: its name and kind, and its group when the
+// table is grouped.
+type funcKey struct{ name, kind, group string }
 
 // callEdge is a call from one function to another.
 type callEdge struct{ caller, callee funcKey }
 
 // TopOf counts every function's self and total samples in r (passing f),
-// sorted by self count, then total, then name.
-func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*Top, store.Warnings, error) {
-	return countFunctions(ctx, db, r, f, nil)
+// sorted by self count, then total, then name. With a Group other than
+// GroupNone a function has one row per group its samples fall in.
+func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group) (*Top, store.Warnings, error) {
+	return countFunctions(ctx, db, r, f, g, nil)
 }
 
 // countFunctions is TopOf; when edges is not nil it also counts, for every
 // call from one function to another, the samples whose stack holds that
 // call (once per sample, like Total).
-func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, edges map[callEdge]int64) (*Top, store.Warnings, error) {
+func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, edges map[callEdge]int64) (*Top, store.Warnings, error) {
 	type key = funcKey
 	index := map[key]int{}
 	var funcs []Function
 	top := &Top{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		t := b.T
-		perStack := map[uint32]int64{}
+		type stackKey struct{ stack, meta uint32 }
+		perStack := map[stackKey]int64{}
 		for _, i := range b.Rows {
-			perStack[t.Stack[i]]++
+			k := stackKey{stack: t.Stack[i]}
+			if g != GroupNone {
+				k.meta = t.Threads[t.Thread[i]].Meta
+			}
+			perStack[k]++
 		}
-		funcOf := make([]int, len(t.Frames)) // index in funcs + 1, 0 not known yet
-		var seen []int                       // funcs counted for this stack
-		var seenEdges [][2]int               // calls counted for this stack
-		for stack, n := range perStack {
+		// funcOf maps a frame to its row, index in funcs + 1 (0: not known
+		// yet), for the group being counted.
+		funcOfGroup := map[uint32][]int{}
+		var seen []int         // funcs counted for this stack
+		var seenEdges [][2]int // calls counted for this stack
+		for sk, n := range perStack {
 			top.Samples += n
 			seen = seen[:0]
 			seenEdges = seenEdges[:0]
 			leaf := true
 			callee := -1 // the function called by the frame below, in funcs
-			for _, id := range t.StackOf(stack) {
+			funcOf, ok := funcOfGroup[sk.meta]
+			if !ok {
+				funcOf = make([]int, len(t.Frames))
+				funcOfGroup[sk.meta] = funcOf
+			}
+			group := ""
+			if g != GroupNone {
+				group = g.label(t, sk.meta)
+			}
+			for _, id := range t.StackOf(sk.stack) {
 				if b.KeepFrame != nil && !b.KeepFrame[id] {
 					continue
 				}
 				if funcOf[id] == 0 {
 					fr := t.Frames[id]
-					k := key{t.Strings[fr.Function], fr.Kind.String()}
+					k := key{t.Strings[fr.Function], fr.Kind.String(), group}
 					fi, ok := index[k]
 					if !ok {
 						fi = len(funcs)
-						funcs = append(funcs, Function{Name: k.name, Kind: k.kind})
+						funcs = append(funcs, Function{Name: k.name, Kind: k.kind, Group: group})
 						index[k] = fi
 					}
 					funcOf[id] = fi + 1
@@ -86,7 +107,7 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 				}
 				if edges != nil && callee >= 0 && callee != fi && !slices.Contains(seenEdges, [2]int{fi, callee}) {
 					seenEdges = append(seenEdges, [2]int{fi, callee})
-					edges[callEdge{key{funcs[fi].Name, funcs[fi].Kind}, key{funcs[callee].Name, funcs[callee].Kind}}] += n
+					edges[callEdge{key{funcs[fi].Name, funcs[fi].Kind, group}, key{funcs[callee].Name, funcs[callee].Kind, group}}] += n
 				}
 				callee = fi
 			}
@@ -98,7 +119,7 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 	}
 	top.Functions = funcs
 	slices.SortFunc(top.Functions, func(a, b Function) int {
-		return cmp.Or(cmp.Compare(b.Self, a.Self), cmp.Compare(b.Total, a.Total), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(b.Self, a.Self), cmp.Compare(b.Total, a.Total), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Group, b.Group))
 	})
 	return top, warnings, nil
 }

@@ -49,7 +49,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/flamegraph": {with("from", "to", "encoding", "group"), s.flameGraph},
 		"/api/diff":       {with("from", "to", "from2", "to2", "encoding", "normalize"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
-		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order"), s.top},
+		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order", "group"), s.top},
 		eventsPath:        {[]string{"from", "to", "source", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
 	}
@@ -303,6 +303,9 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 		return nil, err
 	}
 	if p.get("from2") != "" || p.get("to2") != "" {
+		if p.get("group") != "" {
+			return nil, paramErr("group", "applies to the top table, not to growth: leave out from2 and to2")
+		}
 		baseline, err := p.timeRange("from2", "to2", store.Range{}, false, false)
 		if err != nil {
 			return nil, err
@@ -321,7 +324,11 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 	if p.get("order") != "" {
 		return nil, paramErr("order", "applies to growth only: give from2 and to2 too")
 	}
-	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f)
+	group, err := query.ParseGroup(p.get("group"))
+	if err != nil {
+		return nil, err
+	}
+	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f, group)
 	if err != nil {
 		return warnings, fmt.Errorf("top: %w", err)
 	}

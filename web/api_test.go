@@ -172,7 +172,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/top", queryA, "limit=20", tc.query))
 			mustOK(t, "top", resp, body)
-			top, _, err := query.TopOf(ctx, db, rangeA, &f)
+			top, _, err := query.TopOf(ctx, db, rangeA, &f, query.GroupNone)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,6 +260,47 @@ func TestFlameGraphGroups(t *testing.T) {
 				t.Fatalf("group=%s %s: root children %d, first %+v: not a grouped tree", g, filter, len(root.Children), root.Children)
 			}
 			wantJSON(t, "flamegraph group="+string(g), body, root)
+		}
+	}
+}
+
+// TestTopGroups asks for the top table grouped by each kind of container
+// metadata, compares it with the query package's, and checks that a
+// function's rows add up to its row in the ungrouped table.
+func TestTopGroups(t *testing.T) {
+	db := testStore(t)
+	fx := newFixture(t, db, Options{})
+	var whole query.Top
+	resp, body := fx.get(t, withQuery("/api/top", queryA, "limit=10000"))
+	mustOK(t, "top", resp, body)
+	if err := json.Unmarshal(body, &whole); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []query.Group{query.GroupContainer, query.GroupPod, query.GroupNamespace, query.GroupQoS, query.GroupCgroup} {
+		resp, body := fx.get(t, withQuery("/api/top", queryA, "limit=10000", "group="+string(g)))
+		mustOK(t, "top", resp, body)
+		want, _, err := query.TopOf(context.Background(), db, rangeA, &store.Filter{}, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantJSON(t, "top group="+string(g), body, want)
+		groups := map[string]bool{}
+		self, total := map[string]int64{}, map[string]int64{}
+		for _, fn := range want.Functions {
+			if fn.Group == "" {
+				t.Fatalf("group=%s: a row without a group: %+v", g, fn)
+			}
+			groups[fn.Group] = true
+			self[fn.Kind+" "+fn.Name] += fn.Self
+			total[fn.Kind+" "+fn.Name] += fn.Total
+		}
+		if len(groups) < 2 || want.Samples != whole.Samples {
+			t.Fatalf("group=%s: %d groups, %d samples (ungrouped %d)", g, len(groups), want.Samples, whole.Samples)
+		}
+		for _, fn := range whole.Functions {
+			if k := fn.Kind + " " + fn.Name; self[k] != fn.Self || total[k] != fn.Total {
+				t.Errorf("group=%s: %s: self %d total %d over the groups, %d and %d ungrouped", g, k, self[k], total[k], fn.Self, fn.Total)
+			}
 		}
 	}
 }

@@ -40,6 +40,7 @@ type flameNode struct {
 type topRow struct {
 	Name  string `json:"name"`
 	Kind  string `json:"kind"`
+	Group string `json:"group"`
 	Self  int64  `json:"self"`
 	Total int64  `json:"total"`
 }
@@ -90,7 +91,7 @@ func TestBrowserContainerFilters(t *testing.T) {
 		var wantTop struct {
 			Functions []topRow `json:"functions"`
 		}
-		apitest.GetJSON(t, fmt.Sprintf("%s/api/top?%s&limit=100", fx.url, q), &wantTop)
+		apitest.GetJSON(t, fmt.Sprintf("%s/api/top?%s&limit=100", fx.url, fq), &wantTop)
 		var gotTop []topRow
 		for _, r := range rows {
 			var row topRow
@@ -98,12 +99,18 @@ func TestBrowserContainerFilters(t *testing.T) {
 				t.Fatalf("%s: top row %q", what, r)
 			}
 			row.Name, row.Kind = r[0], r[1]
+			if name, group, ok := strings.Cut(row.Name, " · "); ok {
+				row.Name, row.Group = name, group
+			}
+			if (row.Group != "") != (group != "") {
+				t.Fatalf("%s: top row %q: grouped by %q but the row names group %q", what, r, group, row.Group)
+			}
 			fmt.Sscan(r[2], &row.Self)
 			fmt.Sscan(r[4], &row.Total)
 			gotTop = append(gotTop, row)
 		}
 		if len(gotTop) == 0 || !slices.Equal(gotTop, wantTop.Functions) {
-			t.Fatalf("%s: the top functions shown (%d) are not /api/top?%s (%d)", what, len(gotTop), q, len(wantTop.Functions))
+			t.Fatalf("%s: the top functions shown (%d) are not /api/top?%s (%d)", what, len(gotTop), fq, len(wantTop.Functions))
 		}
 		return got
 	}

@@ -208,7 +208,8 @@ func TestBadParameters(t *testing.T) {
 		{"/api/timeline", "qos=gold", "qos"},
 		{"/api/top", queryA + "&qos=" + long, "qos"},
 		{"/api/flamegraph", queryA + "&group=node", "group"},
-		{"/api/top", queryA + "&group=pod", "group"},
+		{"/api/top", queryA + "&group=node", "group"},
+		{"/api/top", queryA + "&group=pod&from2=1795237300&to2=1795237370", "group"},
 		{"/api/flamegraph", queryA + "&frame=[", "frame"},
 		{"/api/flamegraph", queryA + "&stack=both", "stack"},
 		{"/api/flamegraph", queryA + "&idle=yes", "idle"},
@@ -484,7 +485,7 @@ func TestPprofDownload(t *testing.T) {
 		n += s.Value[0]
 	}
 	top, _, err := query.TopOf(context.Background(), fx.db, store.Range{From: (base+10)*1e9 + 5e8, To: (base + 80) * 1e9},
-		&store.Filter{Comm: "java"})
+		&store.Filter{Comm: "java"}, query.GroupNone)
 	if err != nil {
 		t.Fatal(err)
 	}

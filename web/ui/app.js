@@ -347,6 +347,10 @@ async function loadSelection() {
   $('pprof-link').href = '/api/pprof?' + p.toString();
   const tp = new URLSearchParams(p);
   tp.set('limit', '100');
+  const topParams = new URLSearchParams(tp);
+  // The group-by choice splits the top table's rows as it does the flame
+  // graph's (not the growth table's).
+  if (state.group) topParams.set('group', state.group);
   let flamePath = '/api/flamegraph';
   const fp = new URLSearchParams(p);
   if (state.group && !hasBaseline()) fp.set('group', state.group);
@@ -364,7 +368,7 @@ async function loadSelection() {
     gp.set('order', state.growthOrder);
     return gp;
   })()) : null;
-  const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp, fetchTree), request('top', '/api/top', tp), growthReq]);
+  const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp, fetchTree), request('top', '/api/top', topParams), growthReq]);
   if (fg) flame.set(fg);
   if (fg) measureDraw('flame', flamePath);
   if (top) showTop(top);
@@ -419,6 +423,12 @@ function showTop(top) {
       td.textContent = String(text);
       if (cls) td.className = cls;
       tr.append(td);
+    }
+    if (f.group) {
+      const group = document.createElement('span');
+      group.className = 'via';
+      group.textContent = ` · ${f.group}`;
+      tr.cells[0].append(group);
     }
     return tr;
   });
