@@ -55,6 +55,9 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 	} else {
 		log.Debug("kernel symbols", "from cache", cached, "symbols", kernel.Len())
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = log
+	}
 	prof, err := profiler.Open(cfg)
 	if err != nil {
 		return nil, err
