@@ -168,11 +168,11 @@ func TestQueriesDuringSealAndCompaction(t *testing.T) {
 		defer close(done)
 		var s sample.Sample
 		for n := 0; g.Next(&s); n++ {
+			appended.Add(1) // before: a query may see the sample as Append returns
 			if err := db.Append(&s); err != nil {
 				t.Error(err)
 				return
 			}
-			appended.Add(1)
 			if n%500 == 499 {
 				db.mu.Lock()
 				db.cutLocked()
