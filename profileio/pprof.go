@@ -18,7 +18,8 @@ import (
 // carries the labels comm, pid and tid and the numeric label cpu (unit "cpu"),
 // and, for samples with container metadata, the labels cgroup, container_id,
 // container_runtime, container, pod, pod_uid, namespace and qos (those
-// known). Kernel
+// known); samples with a cgroup id carry it as the numeric label cgroup_id
+// (unit "id"). ReadPprof reads all of them back. Kernel
 // frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
 // mappings with build ids. Frames are already symbolized, so every mapping is
 // marked as having functions and pprof does not try to symbolize again.
