@@ -294,7 +294,16 @@ func report(in reportInput) {
 		fmt.Printf("| %.0fs | %.1f | %.2f | %.2f | %.0f | %.0f | %.0f |\n", p.at.Seconds(), p.rssMB, cpuPct, bpfPct, p.received, p.dropped, p.hz)
 	}
 	fmt.Println()
-	slope, n := rssSlope(in.points)
+	slope, n := rssSlope(in.points, time.Minute)
+	// The agent warms up for minutes (symbol tables, the store's first
+	// blocks): the second half of the run says whether RSS still grows.
+	late, nLate := rssSlope(in.points, in.elapsed/2)
+	lateMin, lateMax := math.Inf(1), math.Inf(-1)
+	for _, p := range in.points {
+		if p.at >= in.elapsed/2 {
+			lateMin, lateMax = min(lateMin, p.rssMB), max(lateMax, p.rssMB)
+		}
+	}
 	var last point
 	if len(in.points) > 0 {
 		last = in.points[len(in.points)-1]
@@ -314,6 +323,7 @@ func report(in reportInput) {
 	fmt.Println("|---|---|---|")
 	fmt.Printf("| peak RSS (VmHWM) | %.1f MB | <= 80 MB |\n", in.peakMB)
 	fmt.Printf("| RSS slope after the first minute (least squares over %d readings) | %+.2f MB/hour | ≈ 0 |\n", n, slope)
+	fmt.Printf("| RSS slope over the second half (least squares over %d readings; RSS %.1f-%.1f MB) | %+.2f MB/hour | ≈ 0 |\n", nLate, lateMin, lateMax, late)
 	fmt.Printf("| agent CPU, whole run (user+sys) | %.3f%% of one CPU | |\n", agentPct)
 	fmt.Printf("| agent CPU after the first minute (user+sys) | %.3f%% of one CPU | |\n", steadyPct)
 	fmt.Printf("| BPF programs (sampler, exit snapshots) | %.3f%% of one CPU | |\n", bpfPct)
@@ -330,12 +340,12 @@ func report(in reportInput) {
 	}
 }
 
-// rssSlope fits RSS against time by least squares, leaving out the first
-// minute (start-up and caches filling), in MB per hour.
-func rssSlope(points []point) (float64, int) {
+// rssSlope fits RSS against time by least squares over the readings from
+// from on, in MB per hour, and says how many readings it fitted.
+func rssSlope(points []point, from time.Duration) (float64, int) {
 	var xs, ys []float64
 	for _, p := range points {
-		if p.at >= time.Minute {
+		if p.at >= from {
 			xs = append(xs, p.at.Hours())
 			ys = append(ys, p.rssMB)
 		}
