@@ -99,10 +99,11 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			sweptNs = wallNs
 		}
 		if !r.sym.Has(rec.PID) {
-			// It may have exited since this poll's snapshots were read.
+			// A new pid. It may have exited since this poll's snapshots
+			// were read; if not, Observe reads its /proc/PID/maps.
 			r.prof.DrainMaps()
+			r.sym.Observe(rec.PID)
 		}
-		r.sym.Observe(rec.PID)
 		s = sample.Sample{
 			Time:     wallNs,
 			CPU:      rec.CPU,

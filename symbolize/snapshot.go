@@ -42,12 +42,16 @@ type knownFile struct {
 // read named.
 const moduleUnnamed = "[unnamed file]"
 
-// Has reports whether the symbolizer tracks pid: its mappings were read or
-// given, or are being read.
+// Has reports whether the symbolizer tracks pid (its mappings were read or
+// given, or are being read) and, if so, marks it used, as Observe does: a
+// caller that gets true need not call Observe.
 func (s *Symbolizer) Has(pid uint32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.procs.peek(pid)
+	p, ok := s.procs.get(pid)
+	if ok {
+		p.usedAt = time.Now().UnixNano()
+	}
 	return ok
 }
 
