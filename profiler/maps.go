@@ -112,10 +112,10 @@ func userDev(kdev uint64) uint64 {
 // reused after fn returns. Call it before Run.
 func (p *Profiler) OnMaps(fn func(*Maps)) { p.onMaps = fn }
 
-// SnapshotsMaps reports whether exiting processes' mappings are
+// snapshotting reports whether exiting processes' mappings are
 // snapshotted now; until then (and for good on a kernel before 6.16) every
 // new process wakes the agent to read its /proc/PID/maps.
-func (p *Profiler) SnapshotsMaps() bool { return p.mapsRing != nil }
+func (p *Profiler) snapshotting() bool { return p.mapsRing != nil }
 
 // snapshotChurn is the rate of new processes, in forced wakeups a second,
 // from which the agent switches to exit snapshots. Below it, reading each

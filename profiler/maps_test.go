@@ -106,7 +106,7 @@ func TestMapsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.SnapshotsMaps() {
+	if p.snapshotting() {
 		t.Fatal("snapshots on before any churn")
 	}
 	if err := p.enableSnapshots(); err != nil {
@@ -203,7 +203,7 @@ func TestSnapshotsUnderChurn(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		on := p.SnapshotsMaps()
+		on := p.snapshotting()
 		p.Close()
 		mu.Lock()
 		n := 0
