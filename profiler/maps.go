@@ -121,30 +121,43 @@ func (p *Profiler) snapshotting() bool { return p.mapsRing != nil }
 // from which the agent switches to exit snapshots. Below it, reading each
 // new process's /proc/PID/maps (about 100 µs) costs less than loading the
 // exit program, whose CO-RE relocations parse the kernel's BTF (about 20 ms
-// of CPU and a few MB); a node that never sees such churn never pays that.
+// of CPU and a few MB); a node that never sees such churn, nor misses a
+// process (MissedProcess), never pays that.
 const snapshotChurn = 20
 
-// maybeEnableSnapshots switches to exit snapshots, once, when the last
-// second brought snapshotChurn new processes or more.
+// MissedProcess tells the profiler that a sampled process exited before
+// its /proc/PID/maps was read, so that its user frames stay unknown: the
+// wakeup came too late. The next poll switches to exit snapshots, which
+// do not race with the exit; a missed process is worth the one-off cost
+// of loading them. Call it only from Run's handler.
+func (p *Profiler) MissedProcess() { p.missedProcess = true }
+
+// maybeEnableSnapshots switches to exit snapshots, once, when a process
+// was missed or the last second brought snapshotChurn new processes or
+// more.
 func (p *Profiler) maybeEnableSnapshots(now time.Time) {
 	if p.snapshotsTried || p.cfg.noMapsSnapshot {
 		return
 	}
-	if !p.churnSince.IsZero() && now.Sub(p.churnSince) < time.Second {
-		return
-	}
-	n := p.wakeups.Load()
-	churn := n - p.churnWakeups
-	p.churnSince, p.churnWakeups = now, n
-	if churn < snapshotChurn {
-		return
+	why := "a process exited before its maps were read"
+	if !p.missedProcess {
+		if !p.churnSince.IsZero() && now.Sub(p.churnSince) < time.Second {
+			return
+		}
+		n := p.wakeups.Load()
+		churn := n - p.churnWakeups
+		p.churnSince, p.churnWakeups = now, n
+		if churn < snapshotChurn {
+			return
+		}
+		why = fmt.Sprintf("%d new processes in a second", churn)
 	}
 	p.snapshotsTried = true
 	if err := p.enableSnapshots(); err != nil {
-		p.cfg.Logger.Info("process churn, but the kernel cannot snapshot exiting processes' mappings (needs Linux 6.16); every new process keeps waking the agent to read /proc/PID/maps", "new processes a second", churn, "err", err)
+		p.cfg.Logger.Info("the kernel cannot snapshot exiting processes' mappings (needs Linux 6.16): every new process keeps waking the agent to read /proc/PID/maps", "why", why, "err", err)
 		return
 	}
-	p.cfg.Logger.Info("process churn: new processes are symbolized from the mappings snapshotted as they exit", "new processes a second", churn)
+	p.cfg.Logger.Info("new processes are now symbolized from the mappings snapshotted as they exit", "why", why)
 }
 
 // enableSnapshots loads the exit snapshot program beside the running

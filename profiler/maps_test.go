@@ -225,6 +225,39 @@ func TestSnapshotsUnderChurn(t *testing.T) {
 	}
 }
 
+// TestMissedProcessSwitchesToSnapshots checks that one missed process,
+// with no churn at all, switches the sampler to exit snapshots at the
+// next poll.
+func TestMissedProcessSwitchesToSnapshots(t *testing.T) {
+	bpftest.Require(t)
+	p, err := Open(Config{Frequency: 999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	var records int
+	go func() {
+		done <- p.Run(ctx, func(*Record, int64) {
+			if records++; records == 1 {
+				p.MissedProcess()
+			}
+		})
+	}()
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		// spin: samples of this process
+	}
+	time.Sleep(200 * time.Millisecond) // a poll or two after the first record
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if records == 0 || !p.snapshotting() {
+		t.Fatalf("after %d records, one reported missed: snapshotting %v, want true", records, p.snapshotting())
+	}
+}
+
 func TestDecodeMaps(t *testing.T) {
 	rec := make([]byte, mapsHeaderSize+2*mappingSize)
 	le := binary.LittleEndian

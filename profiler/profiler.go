@@ -152,10 +152,12 @@ type Profiler struct {
 	spec        *ebpf.CollectionSpec
 	kernelTypes *btf.Spec
 	// churnSince and churnWakeups start the second over which the
-	// wakeups that call for snapshots are counted; snapshotsTried is set
-	// once enableSnapshots ran.
+	// wakeups that call for snapshots are counted; missedProcess is set
+	// when a process exited before its maps were read (MissedProcess);
+	// snapshotsTried is set once enableSnapshots ran.
 	churnSince     time.Time
 	churnWakeups   uint64
+	missedProcess  bool
 	snapshotsTried bool
 	mapsRing       *ring
 	exitProg       *ebpf.Program

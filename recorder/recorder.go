@@ -11,7 +11,9 @@
 // the snapshot the sampler took as it exited (profiler.Maps), handed to the
 // symbolizer before the samples of each poll. On kernels that cannot take
 // snapshots the sampler wakes the reader for each new process instead, so
-// that /proc is read while the process lives.
+// that /proc is read while the process lives. The sampler switches to
+// snapshots when it sees many new processes, or as soon as one of them is
+// missed: gone before its maps were read.
 package recorder
 
 import (
@@ -102,7 +104,11 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			// A new pid. It may have exited since this poll's snapshots
 			// were read; if not, Observe reads its /proc/PID/maps.
 			r.prof.DrainMaps()
-			r.sym.Observe(rec.PID)
+			if !r.sym.Observe(rec.PID) && len(rec.User) > 0 {
+				// Gone before anyone read its mappings: its user
+				// frames stay unknown. Snapshots would have kept them.
+				r.prof.MissedProcess()
+			}
 		}
 		s = sample.Sample{
 			Time:     wallNs,

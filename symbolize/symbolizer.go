@@ -117,7 +117,17 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 // symbolized even after it exits. The symbol tables are loaded later, the
 // first time an address falls in a mapping. For a process already known
 // it is a map lookup.
-func (s *Symbolizer) Observe(pid uint32) { s.process(pid) }
+//
+// It reports whether any executable mapping of the process is known:
+// false for a kernel thread, and for a process that exited (or whose mm
+// was released) before its maps were read, whose user frames will stay
+// unknown.
+func (s *Symbolizer) Observe(pid uint32) bool {
+	p := s.process(pid)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.maps) > 0
+}
 
 // process returns the state of pid, reading it on first sight.
 func (s *Symbolizer) process(pid uint32) *process {

@@ -552,6 +552,21 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
+// TestObserveReportsMissedProcess checks that Observe tells a live
+// process, whose mappings it read, from one gone before it was observed.
+func TestObserveReportsMissedProcess(t *testing.T) {
+	live, dead := startC(t), startC(t)
+	dead.kill()
+	waitGone(t, dead.pid)
+	s := New(nil, Options{})
+	if !s.Observe(live.pid) {
+		t.Error("Observe of a live process reports no mappings")
+	}
+	if s.Observe(dead.pid) {
+		t.Error("Observe of a process gone before it was observed reports mappings")
+	}
+}
+
 // TestForgetExited checks that the processes that exited are forgotten
 // once idle, and the live ones kept.
 func TestForgetExited(t *testing.T) {
