@@ -290,7 +290,9 @@ int profile(struct bpf_perf_event_data *ctx)
 
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u8 one = 1;
-	if (collect_user && tgid != 0 &&
+	// Look before inserting: an LRU hash update takes a free node (and
+	// may evict) before it finds the key exists, on every sample.
+	if (collect_user && tgid != 0 && !bpf_map_lookup_elem(&seen_pids, &tgid) &&
 	    bpf_map_update_elem(&seen_pids, &tgid, &one, BPF_NOEXIST) == 0) {
 		__u32 *snapshots = bpf_map_lookup_elem(&mode, &zero);
 		if (snapshots && *snapshots)
