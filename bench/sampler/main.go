@@ -86,6 +86,9 @@ type result struct {
 	bpfTime              float64 // seconds
 	hs, perf, perfScript usage
 	hsCPU                float64 // agent + BPF, seconds
+	// snapshots is whether the agent loaded its exit snapshot program
+	// (after process churn or a missed process), whose load costs CPU.
+	snapshots bool
 	storeBytes           int64
 	perfBytes            int64
 	perfSamples          int
@@ -120,8 +123,8 @@ func run(duration time.Duration, hz, runs int, throughput time.Duration) error {
 	cpus := runtime.NumCPU()
 	fmt.Printf("## Sampler: heatscope vs perf, %d runs of %v at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, kernelRelease())
 	fmt.Printf("Workload: one `bench/sampler/testdata/mixed.c` per CPU, pinned. Run 1 starts with a cold kernel symbol cache.\n\n")
-	fmt.Printf("| run | samples / expected | drops | heatscope agent CPU | BPF | heatscope incl. BPF, %% of one CPU | peak RSS | perf record CPU | ratio | perf record + perf script CPU | ratio | worst leaf difference: all samples, workload |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| run | samples / expected | drops | heatscope agent CPU | BPF | heatscope incl. BPF, %% of one CPU | peak RSS | perf record CPU | ratio | perf record + perf script CPU | ratio | worst leaf difference: all samples, workload | exit program loaded |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var results []result
 	for i := range runs {
 		r, err := measure(b, duration, hz, filepath.Join(dir, fmt.Sprintf("run%d", i)))
@@ -134,11 +137,11 @@ func run(duration time.Duration, hz, runs int, throughput time.Duration) error {
 			}
 		}
 		results = append(results, r)
-		fmt.Printf("| %d | %d / %.0f = %.1f%% | %d | %.3f s | %.3f s (%.1f µs/run) | %.3f%% | %.1f MB | %.3f s | %.2f | %.3f s | %.2f | %.2f pp, %.2f pp |\n",
+		fmt.Printf("| %d | %d / %.0f = %.1f%% | %d | %.3f s | %.3f s (%.1f µs/run) | %.3f%% | %.1f MB | %.3f s | %.2f | %.3f s | %.2f | %.2f pp, %.2f pp | %v |\n",
 			i+1, r.received, r.expected, 100*float64(r.received)/r.expected, r.dropped, r.hs.cpu.Seconds(),
 			r.bpfTime, 1e6*r.bpfTime/math.Max(1, float64(r.bpfRuns)), 100*r.hsCPU/r.recorded, float64(r.hs.maxRSS)/1e6,
 			r.perf.cpu.Seconds(), r.hsCPU/r.perf.cpu.Seconds(), (r.perf.cpu + r.perfScript.cpu).Seconds(),
-			r.hsCPU/(r.perf.cpu+r.perfScript.cpu).Seconds(), r.worstLeaf, r.worstWorkloadLeaf)
+			r.hsCPU/(r.perf.cpu+r.perfScript.cpu).Seconds(), r.worstLeaf, r.worstWorkloadLeaf, r.snapshots)
 	}
 	printSummary(results, throughput)
 	return nil
@@ -321,6 +324,7 @@ func measure(b binaries, duration time.Duration, hz int, dir string) (result, er
 	r.bpfRuns = intAfter(summary, `BPF program: (\d+) runs`)
 	r.bpfTime = floatAfter(summary, `runs, ([0-9.]+)s`)
 	r.recorded = floatAfter(summary, `recorded ([0-9.]+)s`)
+	r.snapshots = strings.Contains(summary, "snapshotted as they exit") // the switch is logged
 	r.expected = duration.Seconds() * float64(hz) * float64(runtime.NumCPU())
 	r.hsCPU = r.hs.cpu.Seconds() + r.bpfTime
 
