@@ -211,9 +211,10 @@ var (
 	descCuts          = desc("store_head_cuts_total", "Heads cut into blocks.")
 	descCompactions   = desc("store_compactions_total", "Compactions (merges of blocks).")
 	descRetention     = desc("store_retention_deletions_total", "Blocks deleted by retention or to free disk space.")
-	descCorruptSkips  = desc("store_corrupt_skips_total", "Corrupt blocks or WAL segments skipped.")
+	descCorruptSkips  = desc("store_corrupt_skips_total", "Corrupt blocks, block indexes or WAL segments skipped.")
+	descIndexBytes    = desc("store_index_cache_bytes", "Approximate memory of the block indexes (tables, summaries) cached for queries.")
 	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
-		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips}
+		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes}
 )
 
 // storeCollector reads the store's counters at scrape time.
@@ -243,6 +244,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		{descCompactions, prometheus.CounterValue, float64(st.Compactions)},
 		{descRetention, prometheus.CounterValue, float64(st.RetentionDrop)},
 		{descCorruptSkips, prometheus.CounterValue, float64(st.CorruptSkips)},
+		{descIndexBytes, prometheus.GaugeValue, float64(st.IndexCacheBytes)},
 	} {
 		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
 	}

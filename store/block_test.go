@@ -29,8 +29,12 @@ func synthTable(t testing.TB, cfg synth.Config) (*Table, []sample.Sample) {
 func readAll(t testing.TB, b *Block) []sample.Sample {
 	t.Helper()
 	var out []sample.Sample
+	ix, err := b.readIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range b.chunks {
-		c, err := b.readChunk(i)
+		c, err := b.readChunk(ix, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,8 +92,12 @@ func TestBlockRoundTrip(t *testing.T) {
 	if b.Meta.MinTime != want[0].Time || b.Meta.MaxTime != want[len(want)-1].Time {
 		t.Errorf("meta time range [%d, %d], samples [%d, %d]", b.Meta.MinTime, b.Meta.MaxTime, want[0].Time, want[len(want)-1].Time)
 	}
+	ix, err := b.readIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var total uint32
-	for _, e := range b.summary {
+	for _, e := range ix.summary {
 		total += e.count
 	}
 	if int(total) != len(want) {
@@ -99,8 +107,8 @@ func TestBlockRoundTrip(t *testing.T) {
 }
 
 // TestBlockCorruption flips and truncates bytes of a block's files: every
-// damaged block must fail to open or fail on the chunk it damaged, never
-// panic or return wrong samples silently.
+// damaged block must fail to open, or fail on the index or chunk it
+// damaged, never panic or return wrong samples silently.
 func TestBlockCorruption(t *testing.T) {
 	tab, _ := synthTable(t, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 5, Stacks: 50, Containers: true})
 	dir := t.TempDir()
@@ -117,8 +125,12 @@ func TestBlockCorruption(t *testing.T) {
 			return
 		}
 		defer b.Close()
+		ix, err := b.readIndex()
+		if err != nil {
+			return
+		}
 		for i := range b.chunks {
-			if _, err := b.readChunk(i); err != nil {
+			if _, err := b.readChunk(ix, i); err != nil {
 				return
 			}
 		}

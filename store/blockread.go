@@ -7,31 +7,58 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/heatscope/heatscope/sample"
 )
 
-// Block is an open, immutable block: its tables are in memory, its chunks
-// are read from disk when a query needs them.
+// Block is an open, immutable block. Only its meta and chunk index stay in
+// memory; its index (tables, summary: blockIndex) is read when a query
+// first needs it and kept in the DB's bounded index cache, and its chunks
+// are read when a query needs them.
 type Block struct {
 	Dir  string
 	Meta Meta
 
 	file      *os.File
 	tocOffset int64
-	tables    *Table // strings, frames, stacks, threads and cgroups; no samples
-	chunks    []chunkRef
-	summary   []summaryEntry
-	idle      idleMasks
+	// sections locates the index sections (strings to cgroups); a
+	// section a version 1 block lacks is zero.
+	sections [numSections + 1]section
+	chunks   []chunkRef
+	// loading serialises reads of the index, so that queries that need
+	// it at once read it once; indexErr, guarded by it, is why the index
+	// could not be read, kept since the block never changes.
+	loading  sync.Mutex
+	indexErr error
 
 	// refs counts the DB's reference plus one for every query part that
 	// will read a chunk; the file is closed with the last, so a block
 	// compacted away or expired while a query runs is still read whole.
 	refs atomic.Int32
-	// retired is set, under the chunk cache's lock, when the block leaves
-	// the DB, so that a query finishing late does not cache its chunks.
-	retired bool
+	// retired is set when the block leaves the DB, before its cached
+	// index and chunks are dropped, so that a query finishing late does
+	// not cache them again.
+	retired atomic.Bool
+}
+
+// blockIndex is what queries need of a block besides its chunks: the
+// string, frame, stack, thread and cgroup tables, the per-thread 10 s
+// summary and the idle masks.
+//
+// Why not kept for the block's life: the tables grow with the distinct
+// threads a block saw, so under process churn (every process a thread of
+// its own) a 12 h block's index is hundreds of MB, and with a week
+// retained every block's index in memory was neither bounded nor cheap to
+// read at start. Now memory is bounded by the cache, and a start opens
+// only the small chunk indexes.
+type blockIndex struct {
+	tables  *Table
+	summary []summaryEntry
+	idle    idleMasks
+	bytes   int64 // approximate memory held
 }
 
 // idleMasks marks idle stacks and idle threads of a table.
@@ -108,7 +135,6 @@ func (b *Block) load(f *os.File) error {
 	if crc32.Checksum(toc, castagnoli) != binary.LittleEndian.Uint32(trailer[12:]) {
 		return fmt.Errorf("%w: table of contents CRC mismatch", errCorrupt)
 	}
-	var raw [numSections + 1][]byte
 	for i := range sections {
 		e := toc[i*21:]
 		kind := int(e[0])
@@ -117,29 +143,66 @@ func (b *Block) load(f *os.File) error {
 		if kind != i+1 {
 			return fmt.Errorf("%w: section %d has kind %d", errCorrupt, i+1, kind)
 		}
-		if raw[kind], err = readSection(f, s, tocOffset); err != nil {
-			return fmt.Errorf("section %d: %w", kind, err)
+		if !s.within(tocOffset) {
+			return fmt.Errorf("section %d: %w: at %d+%d outside the file", kind, errCorrupt, s.offset, s.stored)
+		}
+		b.sections[kind] = s
+	}
+	b.tocOffset = tocOffset
+	raw, err := readSection(f, b.sections[sectionChunks], tocOffset)
+	if err != nil {
+		return fmt.Errorf("section %d: %w", sectionChunks, err)
+	}
+	if b.chunks, err = decodeChunkIndex(raw, tocOffset); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readIndex reads and checks the block's index sections.
+func (b *Block) readIndex() (*blockIndex, error) {
+	var raw [numSections + 1][]byte
+	for kind, s := range b.sections {
+		if kind == sectionChunks || s == (section{}) {
+			continue
+		}
+		var err error
+		if raw[kind], err = readSection(b.file, s, b.tocOffset); err != nil {
+			return nil, fmt.Errorf("block %s section %d: %w", b.Meta.ID, kind, err)
 		}
 	}
 	t, err := decodeTables(raw)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("block %s: %w", b.Meta.ID, err)
 	}
-	b.tables, b.tocOffset = t, tocOffset
-	if b.chunks, err = decodeChunkIndex(raw[sectionChunks], tocOffset); err != nil {
-		return err
+	ix := &blockIndex{tables: t, idle: idleMasks{stacks: idleStacks(t), threads: idleThreads(t)}}
+	if ix.summary, err = decodeSummary(raw[sectionSummary], len(t.Threads)); err != nil {
+		return nil, fmt.Errorf("block %s: %w", b.Meta.ID, err)
 	}
-	if b.summary, err = decodeSummary(raw[sectionSummary], len(t.Threads)); err != nil {
-		return err
+	ix.bytes = ix.size()
+	return ix, nil
+}
+
+// size approximates the memory the index holds.
+func (ix *blockIndex) size() int64 {
+	t := ix.tables
+	n := int64(len(t.Strings))*int64(unsafe.Sizeof("")) +
+		int64(len(t.Frames))*int64(unsafe.Sizeof(Frame{})) +
+		int64(len(t.StackStart)+len(t.StackFrames))*4 +
+		int64(len(t.Threads))*int64(unsafe.Sizeof(Thread{})) +
+		int64(len(t.Cgroups))*int64(unsafe.Sizeof(Cgroup{})) +
+		int64(len(ix.summary))*int64(unsafe.Sizeof(summaryEntry{})) +
+		int64(len(ix.idle.stacks)+len(ix.idle.threads))
+	for _, s := range t.Strings {
+		n += int64(len(s))
 	}
-	b.idle = idleMasks{stacks: idleStacks(t), threads: idleThreads(t)}
-	return nil
+	return n
 }
 
 // readSection reads, checks and decompresses one section that must end
 // before limit.
 func readSection(f *os.File, s section, limit int64) ([]byte, error) {
-	if s.offset < int64(len(blockMagic)) || s.offset+int64(s.stored) > limit {
+	if !s.within(limit) {
 		return nil, fmt.Errorf("%w: section at %d+%d outside the file", errCorrupt, s.offset, s.stored)
 	}
 	stored := make([]byte, s.stored)
@@ -295,14 +358,21 @@ func decodeSummary(raw []byte, threads int) ([]summaryEntry, error) {
 	return entries, nil
 }
 
-// readChunk reads chunk i into a Table that shares the block's tables.
-func (b *Block) readChunk(i int) (*Table, error) {
+// within reports whether the section lies between the block's magic and
+// limit.
+func (s section) within(limit int64) bool {
+	return s.offset >= int64(len(blockMagic)) && s.offset+int64(s.stored) <= limit
+}
+
+// readChunk reads chunk i into a Table that shares the tables of ix, the
+// block's index.
+func (b *Block) readChunk(ix *blockIndex, i int) (*Table, error) {
 	c := b.chunks[i]
 	raw, err := readSection(b.file, c.section, b.tocOffset)
 	if err != nil {
 		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
 	}
-	t := *b.tables
+	t := *ix.tables
 	if err := decodeChunk(&t, raw, c); err != nil {
 		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
 	}

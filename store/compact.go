@@ -112,6 +112,7 @@ func (db *DB) merge(blocks []*Block) error {
 // blockCursor walks one block's samples in time order, a chunk at a time.
 type blockCursor struct {
 	b     *Block
+	ix    *blockIndex // read with the first chunk, past the index cache
 	chunk int
 	t     *Table
 	m     *remap
@@ -125,7 +126,14 @@ func (c *blockCursor) next() (bool, error) {
 		if c.chunk >= len(c.b.chunks) {
 			return false, nil
 		}
-		t, err := c.b.readChunk(c.chunk)
+		if c.ix == nil {
+			ix, err := c.b.readIndex()
+			if err != nil {
+				return false, err
+			}
+			c.ix = ix
+		}
+		t, err := c.b.readChunk(c.ix, c.chunk)
 		if err != nil {
 			return false, err
 		}

@@ -44,6 +44,11 @@ type Options struct {
 	// ChunkCacheSamples bounds the cache of decoded chunks queries share
 	// (default 2 M samples, about 40 MB).
 	ChunkCacheSamples int
+	// IndexCacheBytes bounds the cache of block indexes (tables and
+	// summaries) queries share, in bytes (default 32 MiB). Blocks keep no
+	// index of their own: the memory of a DB does not grow with the data
+	// it retains.
+	IndexCacheBytes int64
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
 	MaxEvents int
@@ -68,8 +73,12 @@ type Stats struct {
 	Compactions   uint64
 	RetentionDrop uint64 // blocks deleted by retention or to free space
 	CorruptSkips  uint64 // corrupt blocks or WAL segments skipped
-	Events        int    // system events kept
-	EventsDropped uint64 // system events deleted by retention
+	// IndexesCached and IndexCacheBytes are the block indexes in memory
+	// and their approximate size (bounded by Options.IndexCacheBytes).
+	IndexesCached   int
+	IndexCacheBytes int64
+	Events          int    // system events kept
+	EventsDropped   uint64 // system events deleted by retention
 }
 
 // DB is a data directory: sealed blocks plus, for the recording source, an
@@ -89,6 +98,7 @@ type DB struct {
 
 	writeMu sync.Mutex // serialises block writes, compaction and retention
 	cache   chunkCache
+	indexes indexCache
 
 	stop chan struct{}
 	done chan struct{}
@@ -137,8 +147,12 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.ChunkCacheSamples <= 0 {
 		opts.ChunkCacheSamples = defaultChunkCacheSamples
 	}
+	if opts.IndexCacheBytes <= 0 {
+		opts.IndexCacheBytes = defaultIndexCacheBytes
+	}
 	db := &DB{dir: dir, opts: opts, log: opts.Logger}
 	db.cache.limit = opts.ChunkCacheSamples
+	db.indexes.limit = opts.IndexCacheBytes
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Join(dir, blocksDir), 0o755); err != nil {
 			return nil, fmt.Errorf("open data directory: %w", err)
@@ -587,6 +601,7 @@ func (db *DB) Stats() Stats {
 	for _, b := range db.blocks {
 		s.BlockBytes += b.Meta.Bytes
 	}
+	s.IndexesCached, s.IndexCacheBytes = db.indexes.stats()
 	if db.head != nil {
 		s.HeadSamples = db.head.T.Len()
 	}

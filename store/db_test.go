@@ -269,12 +269,23 @@ func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
 	if len(entries) < 3 {
 		t.Fatalf("%d blocks", len(entries))
 	}
-	// Damage a chunk of the first block and the meta of the second.
+	// Damage a chunk of the first block, the meta of the second and the
+	// index (its strings) of the third.
 	victim := filepath.Join(dir, blocksDir, entries[0].Name(), dataFile)
 	data, _ := os.ReadFile(victim)
 	data[20] ^= 0xff
 	os.WriteFile(victim, data, 0o644)
 	os.WriteFile(filepath.Join(dir, blocksDir, entries[1].Name(), metaFile), []byte("garbage"), 0o644)
+	third, err := openBlock(filepath.Join(dir, blocksDir, entries[2].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strs := third.sections[sectionStrings]
+	third.Close()
+	victim = filepath.Join(dir, blocksDir, entries[2].Name(), dataFile)
+	data, _ = os.ReadFile(victim)
+	data[strs.offset+int64(strs.stored)/2] ^= 0xff
+	os.WriteFile(victim, data, 0o644)
 
 	db, err = Open(dir, Options{Source: "host", ReadOnly: true})
 	if err != nil {
@@ -292,11 +303,63 @@ func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0].Error(), entries[0].Name()) {
-		t.Fatalf("warnings %v, want one naming block %s", warnings, entries[0].Name())
+	if len(warnings) != 2 || !strings.Contains(warnings[0].Error(), entries[0].Name()) || !strings.Contains(warnings[1].Error(), entries[2].Name()) {
+		t.Fatalf("warnings %v, want one naming block %s and one naming block %s", warnings, entries[0].Name(), entries[2].Name())
 	}
 	if got == 0 || got >= len(want) {
 		t.Fatalf("%d of %d samples answered around the damage", got, len(want))
+	}
+}
+
+// TestIndexCacheIsBounded checks that opening a directory reads no block's
+// index, that a query over every block answers every sample through an
+// index cache that holds one, and that the default cache keeps them all.
+func TestIndexCacheIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Hour).UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 100})
+	db.Close()
+	for _, limit := range []int64{1, 0} {
+		db, err := Open(dir, Options{Source: "host", ReadOnly: true, IndexCacheBytes: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := db.Stats()
+		if st.Blocks < 3 || st.IndexesCached != 0 || st.IndexCacheBytes != 0 {
+			t.Fatalf("opened: %d blocks, %d indexes (%d bytes) in memory; want several blocks, no index", st.Blocks, st.IndexesCached, st.IndexCacheBytes)
+		}
+		var got int
+		if _, err := db.Select(context.Background(), everything, &Filter{IncludeIdle: true}, func(b *Batch) error {
+			got += len(b.Rows)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		bucket := int64(summaryBucket) * 1000
+		r := Range{From: start / bucket * bucket, To: (start/bucket + 11) * bucket}
+		counts, _, err := db.Timeline(context.Background(), r, bucket, &Filter{IncludeIdle: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fromSummaries int64
+		for _, c := range counts {
+			fromSummaries += c
+		}
+		st = db.Stats()
+		db.Close()
+		if got != len(want) || fromSummaries != int64(len(want)) {
+			t.Errorf("cache of %d bytes: %d samples selected, %d in the timeline, %d stored", limit, got, fromSummaries, len(want))
+		}
+		switch {
+		case limit == 1 && st.IndexesCached != 1:
+			t.Errorf("a 1-byte cache holds %d indexes, want the last one read", st.IndexesCached)
+		case limit == 0 && (st.IndexesCached != st.Blocks || st.IndexCacheBytes <= 0):
+			t.Errorf("the default cache holds %d of %d indexes, %d bytes", st.IndexesCached, st.Blocks, st.IndexCacheBytes)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -94,9 +95,13 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 			return warnings, ctx.Err()
 		}
 		if res.err != nil {
-			db.corrupt.Add(1)
-			db.log.Warn("query skipped unreadable data", "err", res.err)
-			warnings = append(warnings, res.err)
+			// A damaged index fails every chunk of its block with the
+			// same error: one warning.
+			if !slices.Contains(warnings, res.err) {
+				db.corrupt.Add(1)
+				db.log.Warn("query skipped unreadable data", "err", res.err)
+				warnings = append(warnings, res.err)
+			}
 			continue
 		}
 		if res.batch == nil || len(res.batch.Rows) == 0 {
@@ -152,12 +157,12 @@ type maskCache struct {
 	m  map[*Block]*compiled
 }
 
-func (mc *maskCache) get(b *Block) *compiled {
+func (mc *maskCache) get(b *Block, ix *blockIndex) *compiled {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
 	c, ok := mc.m[b]
 	if !ok {
-		c = compile(mc.f, b.tables, &b.idle)
+		c = compile(mc.f, ix.tables, &ix.idle)
 		mc.m[b] = c
 	}
 	return c
@@ -167,11 +172,14 @@ func (mc *maskCache) get(b *Block) *compiled {
 func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 	t, mask := p.head, p.mask
 	if p.block != nil {
-		var err error
-		if t, err = db.chunk(p.block, p.chunk); err != nil {
+		ix, err := db.blockIndex(p.block)
+		if err != nil {
 			return nil, err
 		}
-		mask = masks.get(p.block)
+		if t, err = db.chunk(p.block, ix, p.chunk); err != nil {
+			return nil, err
+		}
+		mask = masks.get(p.block, ix)
 	}
 	b := &Batch{Source: p.source, T: t, KeepFrame: mask.keepFrame}
 	for i, ts := range t.Time {
@@ -208,7 +216,7 @@ type cachedChunk struct {
 // inside the span just drawn, not whole heatmaps.
 const defaultChunkCacheSamples = 2 << 20
 
-func (db *DB) chunk(b *Block, i int) (*Table, error) {
+func (db *DB) chunk(b *Block, ix *blockIndex, i int) (*Table, error) {
 	c := &db.cache
 	key := chunkKey{b, i}
 	c.mu.Lock()
@@ -222,13 +230,13 @@ func (db *DB) chunk(b *Block, i int) (*Table, error) {
 		return t, nil
 	}
 	c.mu.Unlock()
-	t, err := b.readChunk(i)
+	t, err := b.readChunk(ix, i)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.index[key]; !ok && !b.retired {
+	if _, ok := c.index[key]; !ok && !b.retired.Load() {
 		c.index[key] = c.lru.PushFront(&cachedChunk{key, t})
 		c.samples += t.Len()
 		for c.samples > c.limit && c.lru.Len() > 1 {
@@ -240,10 +248,13 @@ func (db *DB) chunk(b *Block, i int) (*Table, error) {
 	return t, nil
 }
 
-// retire drops a block that has left db.blocks: its cached chunks and the
-// DB's reference. Queries that planned to read it still can.
+// retire drops a block that has left db.blocks: its cached index and
+// chunks, and the DB's reference. Queries that planned to read it still
+// can.
 func (db *DB) retire(b *Block) {
+	b.retired.Store(true)
 	db.cache.forget(b)
+	db.indexes.forget(b)
 	b.Close()
 }
 
@@ -251,7 +262,6 @@ func (db *DB) retire(b *Block) {
 func (c *chunkCache) forget(b *Block) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b.retired = true
 	for k, e := range c.index {
 		if k.block == b {
 			c.lru.Remove(e)
@@ -259,4 +269,100 @@ func (c *chunkCache) forget(b *Block) {
 			c.samples -= e.Value.(*cachedChunk).table.Len()
 		}
 	}
+}
+
+// indexCache keeps the indexes of recently queried blocks, bounded by
+// their approximate memory. A cached chunk shares its block's tables, so
+// an index evicted here stays in memory while its chunks are cached.
+type indexCache struct {
+	mu    sync.Mutex
+	limit int64
+	bytes int64
+	lru   *list.List // of *cachedIndex, most recent first
+	index map[*Block]*list.Element
+}
+
+type cachedIndex struct {
+	block *Block
+	ix    *blockIndex
+}
+
+// defaultIndexCacheBytes bounds the index cache. A 2-minute block's index
+// is tens to hundreds of KB; a 12-hour one's a few MB, more under process
+// churn.
+const defaultIndexCacheBytes = 32 << 20
+
+// blockIndex returns b's index, from the cache or read from b's file (the
+// caller holds a reference to b).
+func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
+	if ix := db.indexes.get(b); ix != nil {
+		return ix, nil
+	}
+	b.loading.Lock()
+	defer b.loading.Unlock()
+	if ix := db.indexes.get(b); ix != nil {
+		return ix, nil // read by another query meanwhile
+	}
+	if b.indexErr != nil {
+		return nil, b.indexErr
+	}
+	ix, err := b.readIndex()
+	if err != nil {
+		b.indexErr = err
+		return nil, err
+	}
+	db.indexes.put(b, ix)
+	return ix, nil
+}
+
+func (c *indexCache) get(b *Block) *blockIndex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.index[b]
+	if !ok {
+		return nil
+	}
+	c.lru.MoveToFront(e)
+	return e.Value.(*cachedIndex).ix
+}
+
+// put caches ix, evicting the least recently used indexes beyond the
+// limit (but always keeping the newest), unless b has left the DB.
+func (c *indexCache) put(b *Block, ix *blockIndex) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b.retired.Load() {
+		return
+	}
+	if c.index == nil {
+		c.index, c.lru = map[*Block]*list.Element{}, list.New()
+	}
+	if _, ok := c.index[b]; ok {
+		return
+	}
+	c.index[b] = c.lru.PushFront(&cachedIndex{b, ix})
+	c.bytes += ix.bytes
+	for c.bytes > c.limit && c.lru.Len() > 1 {
+		old := c.lru.Remove(c.lru.Back()).(*cachedIndex)
+		delete(c.index, old.block)
+		c.bytes -= old.ix.bytes
+	}
+}
+
+// forget drops a block's index from the cache for good.
+func (c *indexCache) forget(b *Block) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.index[b]; ok {
+		c.lru.Remove(e)
+		delete(c.index, b)
+		c.bytes -= e.Value.(*cachedIndex).ix.bytes
+	}
+}
+
+// stats returns the cache's size in indexes and bytes.
+func (c *indexCache) stats() (n int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.index), c.bytes
 }

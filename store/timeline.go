@@ -31,15 +31,27 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		})
 		return counts, warnings, err
 	}
+	var blocks []*Block
 	db.mu.RLock()
-	blocks := append([]*Block(nil), db.blocks...)
+	for _, b := range db.blocks {
+		if f.keepsSource(b.Meta.Source) && r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
+			b.acquire()
+			blocks = append(blocks, b)
+		}
+	}
 	db.mu.RUnlock()
+	var warnings Warnings
 	for _, b := range blocks {
-		if !f.keepsSource(b.Meta.Source) || !r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
+		ix, err := db.blockIndex(b)
+		b.Close()
+		if err != nil {
+			db.corrupt.Add(1)
+			db.log.Warn("query skipped unreadable data", "err", err)
+			warnings = append(warnings, err)
 			continue
 		}
-		mask := compile(f, b.tables, &b.idle)
-		for _, e := range b.summary {
+		mask := compile(f, ix.tables, &ix.idle)
+		for _, e := range ix.summary {
 			start := e.bucket * bucket
 			if start < r.From || start >= r.To || !mask.threadOK[e.thread] {
 				continue
@@ -52,11 +64,11 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		}
 	}
 	// Heads have no summaries: scan them.
-	warnings, err := db.selectParts(ctx, db.plan(r, f, false), r, f, func(b *Batch) error {
+	headWarnings, err := db.selectParts(ctx, db.plan(r, f, false), r, f, func(b *Batch) error {
 		for _, i := range b.Rows {
 			counts[(b.T.Time[i]-r.From)/step]++
 		}
 		return nil
 	})
-	return counts, warnings, err
+	return counts, append(warnings, headWarnings...), err
 }
