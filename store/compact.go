@@ -21,6 +21,22 @@ var levelFactors = []int64{1, 10, 60, 360}
 // memory.
 const maxCompactedSamples = 200_000_000
 
+// maxMergedThreadBytes bounds the thread and summary sections (uncompressed)
+// of the blocks one merge reads, and so the memory it takes: a merge holds
+// its parents' indexes and builds the merged one, about ten times these
+// bytes at peak. They are what grows with time and churn (a thread per
+// process, a summary entry per thread per 10 s); strings, frames and stacks
+// grow with the code that ran and mostly repeat from block to block. A node
+// under heavy process churn therefore keeps smaller blocks, rather than
+// spiking by hundreds of MB every 2 or 12 hours.
+const maxMergedThreadBytes = 4 << 20
+
+// threadBytes is the uncompressed size of a block's thread and summary
+// sections.
+func (b *Block) threadBytes() int64 {
+	return int64(b.sections[sectionThreads].raw) + int64(b.sections[sectionSummary].raw)
+}
+
 // compact runs one compaction plan after another until none is left.
 func (db *DB) compact() error {
 	for {
@@ -66,11 +82,12 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 		slices.Sort(keys)
 		for _, k := range keys {
 			g := groups[k]
-			total := 0
+			samples, threadBytes := 0, int64(0)
 			for _, b := range g {
-				total += b.Meta.Samples
+				samples += b.Meta.Samples
+				threadBytes += b.threadBytes()
 			}
-			if len(g) >= 2 && total <= maxCompactedSamples {
+			if len(g) >= 2 && samples <= maxCompactedSamples && threadBytes <= db.maxMergedThreadBytes {
 				return g
 			}
 		}

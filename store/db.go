@@ -99,6 +99,8 @@ type DB struct {
 	writeMu sync.Mutex // serialises block writes, compaction and retention
 	cache   chunkCache
 	indexes indexCache
+	// maxMergedThreadBytes is maxMergedThreadBytes, lowered by tests.
+	maxMergedThreadBytes int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -153,6 +155,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db := &DB{dir: dir, opts: opts, log: opts.Logger}
 	db.cache.limit = opts.ChunkCacheSamples
 	db.indexes.limit = opts.IndexCacheBytes
+	db.maxMergedThreadBytes = maxMergedThreadBytes
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Join(dir, blocksDir), 0o755); err != nil {
 			return nil, fmt.Errorf("open data directory: %w", err)

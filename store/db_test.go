@@ -150,6 +150,42 @@ func TestCompactionKeepsEverySample(t *testing.T) {
 	}
 }
 
+// TestCompactionBoundsThreadTables checks that blocks whose thread and
+// summary sections together pass the merge bound are left unmerged, and
+// that below it they merge.
+func TestCompactionBoundsThreadTables(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 50})
+	db.mu.Lock()
+	db.cutLocked()
+	db.mu.Unlock()
+	waitSealed(t, db)
+	before := db.Stats().Blocks
+	db.mu.RLock()
+	one := db.blocks[0].threadBytes()
+	db.mu.RUnlock()
+	if before < 5 || one <= 0 {
+		t.Fatalf("%d blocks, the first with %d bytes of threads and summary", before, one)
+	}
+	db.maxMergedThreadBytes = 2*one - 1 // no two blocks fit
+	db.Maintain()
+	if st := db.Stats(); st.Compactions != 0 || st.Blocks != before {
+		t.Fatalf("over the bound: %d compactions, %d blocks of %d", st.Compactions, st.Blocks, before)
+	}
+	db.maxMergedThreadBytes = maxMergedThreadBytes
+	db.Maintain()
+	if st := db.Stats(); st.Compactions == 0 || st.Blocks >= before {
+		t.Fatalf("under the bound: %d compactions, %d blocks of %d", st.Compactions, st.Blocks, before)
+	}
+	sameSamples(t, all(t, db, Filter{}), want)
+}
+
 // TestQueriesDuringSealAndCompaction queries while heads are written as
 // blocks and blocks are merged: a query must never see a head and the block
 // written from it, or a merged block and its parents, both at once.
