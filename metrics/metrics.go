@@ -213,8 +213,9 @@ var (
 	descRetention     = desc("store_retention_deletions_total", "Blocks deleted by retention or to free disk space.")
 	descCorruptSkips  = desc("store_corrupt_skips_total", "Corrupt blocks, block indexes or WAL segments skipped.")
 	descIndexBytes    = desc("store_index_cache_bytes", "Approximate memory of the block indexes (tables, summaries) cached for queries.")
+	descIndexReads    = desc("store_index_reads_total", "Block indexes read from disk for queries (index cache misses).")
 	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
-		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes}
+		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads}
 )
 
 // storeCollector reads the store's counters at scrape time.
@@ -245,6 +246,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		{descRetention, prometheus.CounterValue, float64(st.RetentionDrop)},
 		{descCorruptSkips, prometheus.CounterValue, float64(st.CorruptSkips)},
 		{descIndexBytes, prometheus.GaugeValue, float64(st.IndexCacheBytes)},
+		{descIndexReads, prometheus.CounterValue, float64(st.IndexReads)},
 	} {
 		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
 	}

@@ -97,7 +97,7 @@ func TestBlockRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	var total uint32
-	for _, e := range ix.summary {
+	for _, e := range ix.summary.cells {
 		total += e.count
 	}
 	if int(total) != len(want) {

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -34,6 +35,11 @@ type Block struct {
 	loading  sync.Mutex
 	indexErr error
 
+	// totals is the block's summary summed over threads, kept once a
+	// timeline read it: small (16 bytes a 10 s bucket), it answers the
+	// overview of everything retained without the blocks' indexes.
+	totals atomic.Pointer[[]bucketTotal]
+
 	// refs counts the DB's reference plus one for every query part that
 	// will read a chunk; the file is closed with the last, so a block
 	// compacted away or expired while a query runs is still read whole.
@@ -42,6 +48,28 @@ type Block struct {
 	// index and chunks are dropped, so that a query finishing late does
 	// not cache them again.
 	retired atomic.Bool
+}
+
+// bucketTotal is the samples of one summary bucket, all threads together,
+// and how many of them were idle.
+type bucketTotal struct {
+	bucket      int64 // µs / summaryBucket
+	count, idle uint32
+}
+
+// sumBuckets sums a summary (in bucket order) over threads.
+func sumBuckets(sum summary) []bucketTotal {
+	var out []bucketTotal
+	for _, e := range sum.cells {
+		b := sum.base + int64(e.bucket)
+		if n := len(out); n > 0 && out[n-1].bucket == b {
+			out[n-1].count += e.count
+			out[n-1].idle += e.idle
+			continue
+		}
+		out = append(out, bucketTotal{b, e.count, e.idle})
+	}
+	return slices.Clip(out)
 }
 
 // blockIndex is what queries need of a block besides its chunks: the
@@ -56,7 +84,7 @@ type Block struct {
 // only the small chunk indexes.
 type blockIndex struct {
 	tables  *Table
-	summary []summaryEntry
+	summary summary
 	idle    idleMasks
 	bytes   int64 // approximate memory held
 }
@@ -191,7 +219,7 @@ func (ix *blockIndex) size() int64 {
 		int64(len(t.StackStart)+len(t.StackFrames))*4 +
 		int64(len(t.Threads))*int64(unsafe.Sizeof(Thread{})) +
 		int64(len(t.Cgroups))*int64(unsafe.Sizeof(Cgroup{})) +
-		int64(len(ix.summary))*int64(unsafe.Sizeof(summaryEntry{})) +
+		int64(len(ix.summary.cells))*int64(unsafe.Sizeof(summaryCell{})) +
 		int64(len(ix.idle.stacks)+len(ix.idle.threads))
 	for _, s := range t.Strings {
 		n += int64(len(s))
@@ -340,22 +368,43 @@ func decodeChunkIndex(raw []byte, limit int64) ([]chunkRef, error) {
 	return chunks, nil
 }
 
-func decodeSummary(raw []byte, threads int) ([]summaryEntry, error) {
+// summary is a block's per-thread 10 s counts as held in memory: 16 bytes
+// an entry, buckets counted from base. It is most of a block index's
+// memory (an entry per thread per 10 s).
+type summary struct {
+	base  int64 // bucket of the first entry, in µs / summaryBucket
+	cells []summaryCell
+}
+
+type summaryCell struct {
+	bucket      uint32 // after base
+	thread      uint32
+	count, idle uint32
+}
+
+func decodeSummary(raw []byte, threads int) (summary, error) {
 	r := &reader{b: raw}
-	entries := make([]summaryEntry, r.count("summary", 4))
-	prev := int64(0)
-	for i := range entries {
-		e := &entries[i]
+	cells := make([]summaryCell, r.count("summary", 4))
+	var base, prev int64
+	for i := range cells {
+		e := &cells[i]
 		prev += r.varint("summary bucket")
-		e.bucket = prev
+		if i == 0 {
+			base = prev
+		}
+		if off := prev - base; off >= 0 && off < 1<<32 {
+			e.bucket = uint32(off)
+		} else {
+			r.fail("summary bucket")
+		}
 		e.thread = r.u32("summary thread", uint64(threads))
 		e.count = r.u32("summary count", 1<<32)
 		e.idle = r.u32("summary idle", uint64(e.count)+1)
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("summary: %w", r.err)
+		return summary{}, fmt.Errorf("summary: %w", r.err)
 	}
-	return entries, nil
+	return summary{base: base, cells: cells}, nil
 }
 
 // within reports whether the section lies between the block's magic and

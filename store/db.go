@@ -77,6 +77,7 @@ type Stats struct {
 	// and their approximate size (bounded by Options.IndexCacheBytes).
 	IndexesCached   int
 	IndexCacheBytes int64
+	IndexReads      uint64 // block indexes read from disk (cache misses)
 	Events          int    // system events kept
 	EventsDropped   uint64 // system events deleted by retention
 }
@@ -109,8 +110,8 @@ type DB struct {
 	maintaining            sync.WaitGroup // Maintain runs started by Tick
 	maintainBusy           atomic.Bool
 
-	appended, lost, walDropped, cuts, compactions, dropped, corrupt atomic.Uint64
-	diskFull, closed                                                atomic.Bool
+	appended, lost, walDropped, cuts, compactions, dropped, corrupt, indexReads atomic.Uint64
+	diskFull, closed                                                            atomic.Bool
 	// walErr holds the last WAL write's error (nil after a good write),
 	// for Health.
 	walErr atomic.Pointer[error]
@@ -605,6 +606,7 @@ func (db *DB) Stats() Stats {
 		s.BlockBytes += b.Meta.Bytes
 	}
 	s.IndexesCached, s.IndexCacheBytes = db.indexes.stats()
+	s.IndexReads = db.indexReads.Load()
 	if db.head != nil {
 		s.HeadSamples = db.head.T.Len()
 	}

@@ -386,6 +386,14 @@ func TestIndexCacheIsBounded(t *testing.T) {
 			fromSummaries += c
 		}
 		st = db.Stats()
+		// The overview again: every block's totals are in memory now.
+		again, _, err := db.Timeline(context.Background(), r, bucket, &Filter{IncludeIdle: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reads := db.Stats().IndexReads - st.IndexReads; reads != 0 || !slices.Equal(again, counts) {
+			t.Errorf("cache of %d bytes: the second overview read %d indexes, counted %v, first %v", limit, reads, again, counts)
+		}
 		db.Close()
 		if got != len(want) || fromSummaries != int64(len(want)) {
 			t.Errorf("cache of %d bytes: %d samples selected, %d in the timeline, %d stored", limit, got, fromSummaries, len(want))

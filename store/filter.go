@@ -64,6 +64,13 @@ func (f *Filter) threadOnly() bool {
 	return len(f.CPUs) == 0 && f.Frame == nil && f.Stack == AllFrames
 }
 
+// allThreads reports whether the filter keeps every thread: it has no
+// process, thread, command, cgroup or container condition.
+func (f *Filter) allThreads() bool {
+	return len(f.PIDs)+len(f.TIDs)+len(f.Cgroups)+len(f.Containers)+len(f.Pods)+len(f.Namespaces)+len(f.QoS) == 0 &&
+		f.Comm == "" && f.CommRegex == nil
+}
+
 // compiled is a filter evaluated against one table's entries.
 type compiled struct {
 	f          *Filter

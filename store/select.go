@@ -306,6 +306,7 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	if b.indexErr != nil {
 		return nil, b.indexErr
 	}
+	db.indexReads.Add(1)
 	ix, err := b.readIndex()
 	if err != nil {
 		b.indexErr = err

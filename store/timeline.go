@@ -11,7 +11,10 @@ import (
 // When the filter looks only at threads (process, thread, command, cgroup,
 // container metadata, idleness) and r and step are whole multiples of 10 s, blocks answer from
 // their per-thread 10-second summaries without reading any chunk: that is
-// what makes a day-long overview cheap. Otherwise samples are scanned.
+// what makes a day-long overview cheap. Otherwise samples are scanned. A
+// filter that keeps every thread is answered from each block's totals per
+// 10 s, kept in memory once read: the overview of a week retained reads no
+// index after the first.
 func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]int64, Warnings, error) {
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("timeline: empty range or step")
@@ -40,8 +43,27 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		}
 	}
 	db.mu.RUnlock()
+	add := func(b int64, count, idle uint32) {
+		start := b * bucket
+		if start < r.From || start >= r.To {
+			return
+		}
+		c := int64(count)
+		if !f.IncludeIdle {
+			c -= int64(idle)
+		}
+		counts[(start-r.From)/step] += c
+	}
+	allThreads := f.allThreads()
 	var warnings Warnings
 	for _, b := range blocks {
+		if totals := b.totals.Load(); allThreads && totals != nil {
+			b.Close()
+			for _, e := range *totals {
+				add(e.bucket, e.count, e.idle)
+			}
+			continue
+		}
 		ix, err := db.blockIndex(b)
 		b.Close()
 		if err != nil {
@@ -50,17 +72,15 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 			warnings = append(warnings, err)
 			continue
 		}
+		if allThreads {
+			totals := sumBuckets(ix.summary)
+			b.totals.Store(&totals)
+		}
 		mask := compile(f, ix.tables, &ix.idle)
-		for _, e := range ix.summary {
-			start := e.bucket * bucket
-			if start < r.From || start >= r.To || !mask.threadOK[e.thread] {
-				continue
+		for _, e := range ix.summary.cells {
+			if mask.threadOK[e.thread] {
+				add(ix.summary.base+int64(e.bucket), e.count, e.idle)
 			}
-			c := int64(e.count)
-			if !f.IncludeIdle {
-				c -= int64(e.idle)
-			}
-			counts[(start-r.From)/step] += c
 		}
 	}
 	// Heads have no summaries: scan them.
