@@ -88,7 +88,7 @@ type result struct {
 	hsCPU                float64 // agent + BPF, seconds
 	// snapshots is whether the agent loaded its exit snapshot program
 	// (after process churn or a missed process), whose load costs CPU.
-	snapshots bool
+	snapshots            bool
 	storeBytes           int64
 	perfBytes            int64
 	perfSamples          int
