@@ -55,6 +55,8 @@ type walWriter struct {
 	size    int64
 	// raw writes and syncs pages with raw syscalls (Options.CallerTicks).
 	raw bool
+	// unsynced is set while pages written are not yet fsynced.
+	unsynced bool
 }
 
 func walPath(dir string, seq uint64) string {
@@ -125,11 +127,18 @@ func (w *walWriter) addSample(time int64, cpu, thread, stack uint32) {
 // buffered returns the bytes waiting to be written.
 func (w *walWriter) buffered() int { return len(w.pending) + len(w.samples) }
 
-// flush writes what is buffered as one page and syncs the segment. On error
-// the page is dropped (the samples stay in the head) and the count of
-// samples it held is returned with the error.
-func (w *walWriter) flush() (dropped int, err error) {
+// flush writes what is buffered as one page and, if sync, syncs the
+// segment (with the pages written before it). On error the page is dropped
+// (the samples stay in the head) and the count of samples it held is
+// returned with the error.
+func (w *walWriter) flush(sync bool) (dropped int, err error) {
 	if w.buffered() == 0 {
+		if sync && w.unsynced {
+			if err := w.f.Sync(); err != nil {
+				return 0, fmt.Errorf("sync WAL segment %d: %w", w.seq, err)
+			}
+			w.unsynced = false
+		}
 		return 0, nil
 	}
 	page := make([]byte, walPageHeader, walPageHeader+w.buffered()+16)
@@ -146,8 +155,8 @@ func (w *walWriter) flush() (dropped int, err error) {
 	w.pending, w.samples, w.nsample, w.last = w.pending[:0], w.samples[:0], 0, 0
 	var written int
 	if w.raw {
-		written, err = writeSyncRaw(w.f, page)
-	} else if written, err = w.f.Write(page); err == nil {
+		written, err = writeRaw(w.f, page, sync)
+	} else if written, err = w.f.Write(page); err == nil && sync {
 		err = w.f.Sync()
 	}
 	if err != nil {
@@ -157,17 +166,18 @@ func (w *walWriter) flush() (dropped int, err error) {
 		return n, fmt.Errorf("write WAL segment %d: %w", w.seq, err)
 	}
 	w.size += int64(written)
+	w.unsynced = !sync
 	return 0, nil
 }
 
-// writeSyncRaw writes b to f and fsyncs f with raw syscalls: the calling
+// writeRaw writes b to f, and fsyncs f if sync, with raw syscalls: the calling
 // goroutine keeps its P, so the Go runtime's sysmon thread is neither woken
 // nor given a P to retake and hand to a new thread while fsync waits for
 // the disk (which it did twice a second, about 60 of its wakeups each
 // time, on the recorder's one P). Every goroutine waiting for that P waits
 // for the fsync too: only for a recorder, whose poll goroutine would wait
 // for it anyway (it holds the store's lock meanwhile).
-func writeSyncRaw(f *os.File, b []byte) (written int, err error) {
+func writeRaw(f *os.File, b []byte, sync bool) (written int, err error) {
 	conn, err := f.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -184,7 +194,7 @@ func writeSyncRaw(f *os.File, b []byte) (written int, err error) {
 			}
 			written += int(n)
 		}
-		for {
+		for sync {
 			_, _, errno := syscall.RawSyscall(syscall.SYS_FSYNC, fd, 0, 0)
 			if errno != syscall.EINTR {
 				if errno != 0 {
@@ -193,6 +203,7 @@ func writeSyncRaw(f *os.File, b []byte) (written int, err error) {
 				return true
 			}
 		}
+		return true
 	})
 	if err == nil {
 		err = cerr
@@ -201,7 +212,7 @@ func writeSyncRaw(f *os.File, b []byte) (written int, err error) {
 }
 
 func (w *walWriter) close() error {
-	_, err := w.flush()
+	_, err := w.flush(true)
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}

@@ -28,7 +28,7 @@ func walBytes(t testing.TB, seconds float64) []byte {
 		n := b.T.Len() - 1
 		w.addSample(b.T.Time[n], b.T.CPU[n], b.T.Thread[n], b.T.Stack[n])
 		if i%50 == 0 {
-			w.flush()
+			w.flush(i%100 == 0)
 		}
 	}
 	w.close()
@@ -61,7 +61,7 @@ func testWALReplay(t *testing.T, raw bool) {
 		w.addSample(b.T.Time[n], b.T.CPU[n], b.T.Thread[n], b.T.Stack[n])
 		want = append(want, b.T.Sample(n))
 		if i%97 == 0 {
-			w.flush()
+			w.flush(i%100 == 0)
 		}
 	}
 	w.close()
@@ -111,6 +111,16 @@ func TestCallerTicks(t *testing.T) {
 	}
 	if replayed.T.Len() != len(want) {
 		t.Fatalf("WAL holds %d samples after Tick, appended %d", replayed.T.Len(), len(want))
+	}
+	// Written, safe from the agent's crash, but synced only every 5 s.
+	if !db.wal.unsynced {
+		t.Fatal("the WAL was fsynced 500 ms after Open; syncs are due every 5 s")
+	}
+	db.lastSync = db.lastSync.Add(-walSyncInterval)
+	time.Sleep(walFlushInterval)
+	db.Tick()
+	if db.wal.unsynced {
+		t.Fatal("a Tick with a sync due left the WAL unsynced")
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
