@@ -434,8 +434,30 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 	p.received.Add(uint64(n))
 }
 
-// Stats returns the program's counters and the agent's read counters.
+// Stats returns the program's counters, the agent's read counters and the
+// BPF programs' run times.
 func (p *Profiler) Stats() (Stats, error) {
+	s, err := p.Counters()
+	if err != nil {
+		return s, err
+	}
+	// The kernel counts run time while kernel.bpf_stats_enabled is on,
+	// whether Config.BPFStats or someone else (sysctl) turned it on.
+	if ps, err := p.objs.Profile.Stats(); err == nil {
+		s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
+	}
+	if p.exitProg != nil {
+		if ps, err := p.exitProg.Stats(); err == nil {
+			s.ExitRunTime, s.ExitRunCount = ps.Runtime, ps.RunCount
+		}
+	}
+	return s, nil
+}
+
+// Counters is Stats without the run times, which cost the agent a program
+// info query each: one map read, cheap enough for a progress line every
+// second.
+func (p *Profiler) Counters() (Stats, error) {
 	var perCPU []bpf.ProfileHsCounters
 	if err := p.objs.Stats.Lookup(uint32(0), &perCPU); err != nil {
 		return Stats{}, fmt.Errorf("read BPF counters: %w", err)
@@ -457,16 +479,6 @@ func (p *Profiler) Stats() (Stats, error) {
 			UserStackErrors: v.UserStackErrors, Filtered: v.Filtered}
 		s.PerCPU[cpu] = c
 		s.add(c)
-	}
-	// The kernel counts run time while kernel.bpf_stats_enabled is on,
-	// whether Config.BPFStats or someone else (sysctl) turned it on.
-	if ps, err := p.objs.Profile.Stats(); err == nil {
-		s.BPFRunTime, s.BPFRunCount = ps.Runtime, ps.RunCount
-	}
-	if p.exitProg != nil {
-		if ps, err := p.exitProg.Stats(); err == nil {
-			s.ExitRunTime, s.ExitRunCount = ps.Runtime, ps.RunCount
-		}
 	}
 	return s, nil
 }

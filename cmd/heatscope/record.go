@@ -344,7 +344,7 @@ func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration
 			return
 		}
 		last = now
-		st, err := rec.Stats()
+		st, err := rec.Counters()
 		if err != nil {
 			return
 		}
