@@ -124,6 +124,7 @@ var (
 	descMapsReads       = desc("symbolizer_maps_reads_total", "Reads of /proc/PID/maps.")
 	descMapsErrors      = desc("symbolizer_maps_errors_total", "Failed reads of /proc/PID/maps (mostly processes that had exited).")
 	descFrames          = desc("frames_total", "Frames symbolized, by result (resolved or unknown).", "result")
+	descStackHits       = desc("symbolizer_stack_cache_hits_total", "Stacks symbolized from the cache of recent stacks, without a lookup per frame.")
 	descUnknownRatio    = desc("frames_unknown_ratio", "Share of all frames symbolized so far that stayed unknown (0 to 1).")
 	descProcesses       = desc("processes_tracked", "Processes whose address maps the symbolizer holds.")
 	descBinariesTracked = desc("binaries_cached", "Binaries whose symbol tables the symbolizer holds.")
@@ -141,7 +142,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descDecodeErrors, descRingSize, descRingUsed, descRingFill, descBPFSeconds, descBPFRuns, descFrequency,
 		descExitSeconds, descExitRuns, descWakeups, descSnapshots, descSnapshotUnnamed,
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
-		descFrames, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes} {
+		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes} {
 		ch <- d
 	}
 }
@@ -191,6 +192,7 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSnapshotUnnamed, float64(sy.SnapshotUnknownFiles))
 	counter(descFrames, float64(sy.FramesResolved), "resolved")
 	counter(descFrames, float64(sy.FramesUnknown), "unknown")
+	counter(descStackHits, float64(sy.StackCacheHits))
 	if total := sy.FramesResolved + sy.FramesUnknown; total > 0 {
 		gauge(descUnknownRatio, float64(sy.FramesUnknown)/float64(total))
 	}

@@ -79,7 +79,8 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 
 // Run records until ctx is done, then drains the sampler and returns. The
 // sample passed to sink is reused after sink returns: copy what you keep
-// (its Stack slice is freshly allocated for each sample and may be kept).
+// (its Stack slice may be kept, but is shared with other samples of the
+// same stack: it must not be modified).
 func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
 	var sweptNs int64

@@ -38,11 +38,29 @@ func BenchmarkSymbolize(b *testing.B) {
 			b.Fatalf("unresolved frame %+v", f)
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		s.Symbolize(pid, kernel, user)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(kernel)+len(user))), "ns/frame")
+	// repeated: one stack over and over, as a busy loop is sampled (the
+	// stack cache answers); distinct: 4096 stacks in turn, more than the
+	// cache holds, each frame looked up.
+	b.Run("repeated", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Symbolize(pid, kernel, user)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(kernel)+len(user))), "ns/frame")
+	})
+	b.Run("distinct", func(b *testing.B) {
+		stacks := make([][]uint64, 4096)
+		for i := range stacks {
+			stacks[i] = append([]uint64{k.tab.syms[i*k.Len()/len(stacks)].addr}, kernel[1:]...)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s.Symbolize(pid, stacks[i%len(stacks)], user)
+			i++
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(kernel)+len(user))), "ns/frame")
+	})
 }
 
 // BenchmarkLoadBinary loads the symbol table of this test binary (a

@@ -31,6 +31,9 @@ type process struct {
 	exited bool
 	// maps holds the executable mappings, sorted by start address.
 	maps []userMapping
+	// version is new (Symbolizer.versions) each time maps is set: the
+	// stack cache's key.
+	version uint64
 	// readAt is when maps was last read (or tried).
 	readAt time.Time
 	// perf is the JIT perf map, opened the first time it is needed.
@@ -87,7 +90,7 @@ func (s *Symbolizer) readMaps(p *process) {
 		}
 		exec = append(exec, um)
 	}
-	p.maps = exec
+	p.maps, p.version = exec, s.versions.Add(1)
 }
 
 // mapsScratch is what reading a process's maps needs for a moment: the

@@ -72,7 +72,12 @@ type Symbolizer struct {
 		mapsReads, mapsErrors                  atomic.Uint64
 		snapshots, snapshotUnknownFiles        atomic.Uint64
 		framesResolved, framesUnknown          atomic.Uint64
+		stackHits                              atomic.Uint64
 	}
+	// stacks caches recently symbolized stacks; versions numbers the
+	// processes' mappings for its keys (process.version).
+	stacks   stackCache
+	versions atomic.Uint64
 }
 
 // New returns a Symbolizer that resolves kernel addresses with kernel,
@@ -153,9 +158,30 @@ func (s *Symbolizer) process(pid uint32) *process {
 // a return address, which may already belong to the next function: those
 // are looked up one byte lower, and reported as they are. A pid not yet
 // observed is observed now. Every address yields a frame.
+//
+// The frames of a stack seen recently in the same process image come from
+// a cache (stackCache) and are shared between the samples that return
+// them: callers may keep them but must not modify them.
 func (s *Symbolizer) Symbolize(pid uint32, kernel, user []uint64) []sample.Frame {
+	// Kernel-only stacks are the same in every process.
+	var p *process
+	var keyPID uint32
+	var version uint64
+	if len(user) > 0 {
+		p = s.process(pid)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		keyPID, version = pid, p.version
+	}
+	hash := stackHash(keyPID, version, kernel, user)
+	if frames := s.stacks.get(hash, keyPID, version, kernel, user); frames != nil {
+		s.stats.stackHits.Add(1)
+		s.stats.framesResolved.Add(uint64(len(frames)))
+		return frames
+	}
 	frames := make([]sample.Frame, 0, len(kernel)+len(user))
 	var resolved, unknown uint64
+	cacheable := true
 	count := func(f sample.Frame, ok bool) {
 		frames = append(frames, f)
 		if ok {
@@ -163,20 +189,19 @@ func (s *Symbolizer) Symbolize(pid uint32, kernel, user []uint64) []sample.Frame
 		} else {
 			unknown++
 		}
+		cacheable = cacheable && ok && f.Kind != sample.KindJIT
 	}
 	for i, addr := range kernel {
 		count(s.kernel.resolve(addr, lookupAddr(i, addr)))
 	}
-	if len(user) > 0 {
-		p := s.process(pid)
-		p.mu.Lock()
-		for i, addr := range user {
-			count(s.resolveUser(p, addr, lookupAddr(i, addr)))
-		}
-		p.mu.Unlock()
+	for i, addr := range user {
+		count(s.resolveUser(p, addr, lookupAddr(i, addr)))
 	}
 	s.stats.framesResolved.Add(resolved)
 	s.stats.framesUnknown.Add(unknown)
+	if cacheable && len(frames) > 0 {
+		s.stacks.put(hash, keyPID, version, kernel, user, frames)
+	}
 	return frames
 }
 
@@ -272,6 +297,8 @@ type Stats struct {
 	FramesResolved uint64
 	// FramesUnknown counts frames named "[module+0xoffset]".
 	FramesUnknown uint64
+	// StackCacheHits counts stacks symbolized from the stack cache.
+	StackCacheHits uint64
 	// Binaries is the number of binaries cached.
 	Binaries int
 	// BinaryBytes is about the memory their symbol tables take.
@@ -295,6 +322,7 @@ func (s *Symbolizer) Stats() Stats {
 		SnapshotUnknownFiles: s.stats.snapshotUnknownFiles.Load(),
 		FramesResolved:       s.stats.framesResolved.Load(),
 		FramesUnknown:        s.stats.framesUnknown.Load(),
+		StackCacheHits:       s.stats.stackHits.Load(),
 		Binaries:             binaries,
 		BinaryBytes:          binBytes,
 		Processes:            processes,

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +65,39 @@ func TestSymbolizeC(t *testing.T) {
 	st := s.Stats()
 	if st.FramesResolved != 4 || st.FramesUnknown != 0 || st.MapsReads != 1 || st.Processes != 1 {
 		t.Errorf("stats %+v: want 4 frames resolved, 1 maps read, 1 process", st)
+	}
+}
+
+// TestStackCache checks that a stack symbolized again in the same process
+// image comes from the cache, the same frames; that new mappings (a
+// snapshot, as after an exec) or an unknown frame are never answered from
+// it; and that every cached frame still counts as resolved.
+func TestStackCache(t *testing.T) {
+	fx := startC(t)
+	s := New(nil, Options{})
+	s.Observe(fx.pid)
+	stack, _, _ := cChain(t, fx)
+	first := s.Symbolize(fx.pid, nil, stack)
+	again := s.Symbolize(fx.pid, nil, stack)
+	if !slices.Equal(first, again) || &first[0] != &again[0] {
+		t.Fatalf("the same stack again: %v, first %v; want the cached frames", again, first)
+	}
+	if st := s.Stats(); st.StackCacheHits != 1 || st.FramesResolved != 8 {
+		t.Errorf("stats %+v: want 1 stack cache hit, 8 frames resolved", st)
+	}
+	// A stack with an unknown frame is not cached.
+	odd := append(slices.Clone(stack), 0xdead0000)
+	s.Symbolize(fx.pid, nil, odd)
+	before := s.Stats().StackCacheHits
+	s.Symbolize(fx.pid, nil, odd)
+	if s.Stats().StackCacheHits != before {
+		t.Error("a stack with an unknown frame came from the cache")
+	}
+	// New mappings for the pid: nothing named, since no file is known by
+	// that inode; the cached frames must not answer.
+	s.SetMaps(fx.pid, []SnapshotMapping{{Start: stack[0] &^ 0xfff, End: stack[0]&^0xfff + 0x1000, Dev: 1, Inode: 1}})
+	if f := s.Symbolize(fx.pid, nil, stack); f[0].Function == first[0].Function {
+		t.Errorf("after new mappings the stack was named %v, from the cache", f)
 	}
 }
 
