@@ -56,7 +56,13 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 	}
 	allThreads := f.allThreads()
 	var warnings Warnings
-	for _, b := range blocks {
+	for i, b := range blocks {
+		if err := ctx.Err(); err != nil {
+			for _, rest := range blocks[i:] {
+				rest.Close()
+			}
+			return nil, warnings, err
+		}
 		if totals := b.totals.Load(); allThreads && totals != nil {
 			b.Close()
 			for _, e := range *totals {
