@@ -120,6 +120,13 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 func (db *DB) plan(r Range, f *Filter, withBlocks bool) []part {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
+	return db.planLocked(r, f, withBlocks)
+}
+
+// planLocked is plan with db.mu held: what it lists and what the caller
+// reads under the same lock are one consistent view (a head being sealed
+// is in exactly one of the sealing heads and the blocks).
+func (db *DB) planLocked(r Range, f *Filter, withBlocks bool) []part {
 	var parts []part
 	for _, b := range db.blocks {
 		if !withBlocks {

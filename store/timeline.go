@@ -34,6 +34,8 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		})
 		return counts, warnings, err
 	}
+	// Blocks and heads under one lock: a head sealed in between would be
+	// in neither list, or in both.
 	var blocks []*Block
 	db.mu.RLock()
 	for _, b := range db.blocks {
@@ -42,6 +44,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 			blocks = append(blocks, b)
 		}
 	}
+	heads := db.planLocked(r, f, false)
 	db.mu.RUnlock()
 	add := func(b int64, count, idle uint32) {
 		start := b * bucket
@@ -90,7 +93,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		}
 	}
 	// Heads have no summaries: scan them.
-	headWarnings, err := db.selectParts(ctx, db.plan(r, f, false), r, f, func(b *Batch) error {
+	headWarnings, err := db.selectParts(ctx, heads, r, f, func(b *Batch) error {
 		for _, i := range b.Rows {
 			counts[(b.T.Time[i]-r.From)/step]++
 		}
