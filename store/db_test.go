@@ -123,19 +123,27 @@ func TestSecondWriterRefused(t *testing.T) {
 	reader.Close()
 }
 
-func TestCompactionKeepsEverySample(t *testing.T) {
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+// sealedBlocks appends cfg's samples, from the start of the hour three
+// hours ago, to a new DB in blocks of 10 s, all sealed on return.
+func sealedBlocks(t *testing.T, cfg synth.Config) (*DB, []sample.Sample) {
+	t.Helper()
+	db, err := Open(t.TempDir(), Options{Source: "host", BlockDuration: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 700, Stacks: 200, Containers: true})
+	t.Cleanup(func() { db.Close() })
+	cfg.CPUs, cfg.Hz = 2, 99
+	cfg.Start = time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	want := appendSynth(t, db, cfg)
 	db.mu.Lock()
 	db.cutLocked()
 	db.mu.Unlock()
 	waitSealed(t, db)
+	return db, want
+}
+
+func TestCompactionKeepsEverySample(t *testing.T) {
+	db, want := sealedBlocks(t, synth.Config{Seconds: 700, Stacks: 200, Containers: true})
 	before := db.Stats().Blocks
 	db.Maintain()
 	after := db.Stats()
@@ -154,18 +162,7 @@ func TestCompactionKeepsEverySample(t *testing.T) {
 // summary sections together pass the merge bound are left unmerged, and
 // that below it they merge.
 func TestCompactionBoundsThreadTables(t *testing.T) {
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 50})
-	db.mu.Lock()
-	db.cutLocked()
-	db.mu.Unlock()
-	waitSealed(t, db)
+	db, want := sealedBlocks(t, synth.Config{Seconds: 100, Stacks: 50})
 	before := db.Stats().Blocks
 	db.mu.RLock()
 	one := db.blocks[0].threadBytes()
@@ -292,15 +289,23 @@ func TestRetention(t *testing.T) {
 	}
 }
 
-func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: "host", BlockDuration: 20 * time.Second})
+// closedStore writes 100 s of synthetic samples an hour ago into a new
+// directory in blocks of blockDuration, and closes it.
+func closedStore(t *testing.T, blockDuration time.Duration) (dir string, start int64, want []sample.Sample) {
+	t.Helper()
+	dir = t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: blockDuration})
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now().Add(-time.Hour).UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 100})
+	start = time.Now().Add(-time.Hour).UnixNano()
+	want = appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 100})
 	db.Close()
+	return dir, start, want
+}
+
+func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
+	dir, _, want := closedStore(t, 20*time.Second)
 	entries, _ := os.ReadDir(filepath.Join(dir, blocksDir))
 	if len(entries) < 3 {
 		t.Fatalf("%d blocks", len(entries))
@@ -323,7 +328,7 @@ func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
 	data[strs.offset+int64(strs.stored)/2] ^= 0xff
 	os.WriteFile(victim, data, 0o644)
 
-	db, err = Open(dir, Options{Source: "host", ReadOnly: true})
+	db, err := Open(dir, Options{Source: "host", ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,14 +356,7 @@ func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
 // index, that a query over every block answers every sample through an
 // index cache that holds one, and that the default cache keeps them all.
 func TestIndexCacheIsBounded(t *testing.T) {
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now().Add(-time.Hour).UnixNano()
-	want := appendSynth(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 100, Stacks: 100})
-	db.Close()
+	dir, start, want := closedStore(t, 10*time.Second)
 	for _, limit := range []int64{1, 0} {
 		db, err := Open(dir, Options{Source: "host", ReadOnly: true, IndexCacheBytes: limit})
 		if err != nil {
