@@ -95,13 +95,7 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 			return warnings, ctx.Err()
 		}
 		if res.err != nil {
-			// A damaged index fails every chunk of its block with the
-			// same error: one warning.
-			if !slices.Contains(warnings, res.err) {
-				db.corrupt.Add(1)
-				db.log.Warn("query skipped unreadable data", "err", res.err)
-				warnings = append(warnings, res.err)
-			}
+			warnings = db.skipped(warnings, res.err)
 			continue
 		}
 		if res.batch == nil || len(res.batch.Rows) == 0 {
@@ -112,6 +106,18 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 		}
 	}
 	return warnings, nil
+}
+
+// skipped records that a query skipped unreadable data: counted, logged
+// and added to its warnings, once (a damaged index fails every chunk of its
+// block with the same error).
+func (db *DB) skipped(warnings Warnings, err error) Warnings {
+	if slices.Contains(warnings, err) {
+		return warnings
+	}
+	db.corrupt.Add(1)
+	db.log.Warn("query skipped unreadable data", "err", err)
+	return append(warnings, err)
 }
 
 // plan lists the heads, and the block chunks if withBlocks, that may hold

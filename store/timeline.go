@@ -76,9 +76,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		ix, err := db.blockIndex(b)
 		b.Close()
 		if err != nil {
-			db.corrupt.Add(1)
-			db.log.Warn("query skipped unreadable data", "err", err)
-			warnings = append(warnings, err)
+			warnings = db.skipped(warnings, err)
 			continue
 		}
 		if allThreads {
