@@ -5,6 +5,7 @@
 //
 //	go run ./bench/soak -duration 30m -hz 99 -churn 200   # the soak (as root)
 //	go run ./bench/soak -duration 2m -hz 999 -churn 200   # the high-frequency run
+//	go run ./bench/soak -duration 2h -heap-profiles DIR  # always-on: is memory flat?
 //
 // The workload starts -churn short-lived processes a second, each a copy
 // of the C fixture named "churn" that spins in hot_c_function for 10 to 50
@@ -13,6 +14,12 @@
 // default) so that its cost is measured, not capped, and with --bpf-stats so
 // that the BPF program's run time is counted. Every -every the agent's RSS
 // and CPU time are read from /proc and its counters from /metrics.
+//
+// With -heap-profiles DIR the agent runs with --heap-profile-dir DIR and
+// is sent SIGUSR1 at -heap-at (10 minutes) and 30 seconds before the end;
+// the report then shows `go tool pprof -top -diff_base` of the two: what
+// grew on the agent's Go heap between them. Each reading is also printed
+// on stderr as it is taken, so that a long run can be watched.
 //
 // The share of unknown frames is measured on the samples of the churn
 // processes, exported from the data directory after the run: frames left
@@ -33,6 +40,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,8 +59,13 @@ func main() {
 	churn := flag.Int("churn", 200, "short-lived processes started per second")
 	every := flag.Duration("every", 10*time.Second, "how often to read the agent's RSS, CPU and counters")
 	maxCPU := flag.String("max-cpu", "0", "the recorder's --max-cpu (0: guard off, the cost is measured)")
+	heapDir := flag.String("heap-profiles", "", "keep the agent's heap profiles, taken at -heap-at and just before the end, in this directory ('' for none)")
+	heapAt := flag.Duration("heap-at", 10*time.Minute, "when to take the first heap profile")
 	flag.Parse()
-	if err := run(*duration, *hz, *churn, *every, *maxCPU); err != nil {
+	if *heapDir != "" && *heapAt+time.Minute > *duration {
+		log.Fatalf("-heap-at %v: want at least a minute before the end of -duration %v", *heapAt, *duration)
+	}
+	if err := run(*duration, *hz, *churn, *every, *maxCPU, *heapDir, *heapAt); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -71,7 +84,7 @@ type point struct {
 	hz                            float64
 }
 
-func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU string) error {
+func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU, heapDir string, heapAt time.Duration) error {
 	dir, err := os.MkdirTemp("", "heatscope-soak-")
 	if err != nil {
 		return err
@@ -90,8 +103,18 @@ func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU stri
 		return err
 	}
 	data := filepath.Join(dir, "data")
-	rec := exec.Command(bin, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz), "--data", data,
-		"--listen", "127.0.0.1:"+port, "--bpf-stats", "--progress", "0", "--max-cpu", maxCPU)
+	args := []string{"record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz), "--data", data,
+		"--listen", "127.0.0.1:" + port, "--bpf-stats", "--progress", "0", "--max-cpu", maxCPU}
+	if heapDir != "" {
+		if heapDir, err = filepath.Abs(heapDir); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(heapDir, 0o755); err != nil {
+			return err
+		}
+		args = append(args, "--heap-profile-dir", heapDir)
+	}
+	rec := exec.Command(bin, args...)
 	var recErr bytes.Buffer
 	rec.Stderr = &recErr
 	started := time.Now()
@@ -117,12 +140,28 @@ func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU stri
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	pid := rec.Process.Pid
+	// The heap profiles: at heapAt and 30 s before the recorder stops.
+	var heapTimes <-chan time.Time
+	heapDue := []time.Duration{heapAt, duration - 30*time.Second}
+	if heapDir != "" {
+		heapTimes = time.After(heapAt - time.Since(started))
+	}
 	var recErrRun error
 loop:
 	for {
 		select {
 		case recErrRun = <-recDone:
 			break loop
+		case <-heapTimes:
+			if err := rec.Process.Signal(syscall.SIGUSR1); err != nil {
+				log.Printf("heap profile: %v", err)
+			}
+			log.Printf("asked for a heap profile at %.0fs", time.Since(started).Seconds())
+			heapDue = heapDue[1:]
+			heapTimes = nil
+			if len(heapDue) > 0 {
+				heapTimes = time.After(heapDue[0] - time.Since(started))
+			}
 		case <-tick.C:
 			p, err := read(pid, metricsURL)
 			if err != nil {
@@ -130,6 +169,7 @@ loop:
 			}
 			p.at = time.Since(started)
 			points = append(points, p)
+			log.Printf("t=%.0fs rss=%.1fMB cpu=%.1fs received=%.0f dropped=%.0f hz=%.0f", p.at.Seconds(), p.rssMB, p.cpu.Seconds(), p.received, p.dropped, p.hz)
 		}
 	}
 	stopChurn()
@@ -150,6 +190,34 @@ loop:
 	report(reportInput{duration: duration, hz: hz, churn: churn, every: every, maxCPU: maxCPU, points: points,
 		spawned: spawned.Load(), failed: failed.Load(), churnFor: churnFor, totalCPU: totalCPU, elapsed: elapsed,
 		peakMB: peakMB, summary: recErr.String(), unknown: unknown, frames: frames, churnSamples: churnSamples, hot: hot})
+	if heapDir != "" {
+		return heapDiff(heapDir)
+	}
+	return nil
+}
+
+// heapDiff prints what grew on the agent's heap between its first and its
+// last heap profile, as `go tool pprof -top -diff_base` says.
+func heapDiff(dir string) error {
+	names, err := filepath.Glob(filepath.Join(dir, "heap-*.pb.gz"))
+	if err != nil {
+		return err
+	}
+	if len(names) < 2 {
+		return fmt.Errorf("heap profiles: %d in %s, want 2 (the agent logs why one was not written)", len(names), dir)
+	}
+	// The names sort by time (UTC timestamp, then a sequence number).
+	first, last := names[0], names[len(names)-1]
+	cmd := []string{"tool", "pprof", "-top", "-sample_index=inuse_space", "-diff_base", first, last}
+	out, err := exec.Command("go", cmd...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(cmd, " "), err, out)
+	}
+	fmt.Printf("\nHeap growth between the first and the last profile: go %s\n\n", strings.Join(cmd, " "))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, line := range lines[:min(len(lines), 30)] {
+		fmt.Println("    " + line)
+	}
 	return nil
 }
 
@@ -304,6 +372,21 @@ func report(in reportInput) {
 			lateMin, lateMax = min(lateMin, p.rssMB), max(lateMax, p.rssMB)
 		}
 	}
+	// Steady state: the last hour of runs of two hours or more, else the
+	// second half.
+	from := max(in.elapsed/2, in.elapsed-time.Hour)
+	steady, nSteady := rssSlope(in.points, from)
+	var window []float64
+	for _, p := range in.points {
+		if p.at >= from {
+			window = append(window, p.rssMB)
+		}
+	}
+	sort.Float64s(window)
+	steadyMedian, steadyMax := math.NaN(), math.NaN()
+	if len(window) > 0 {
+		steadyMedian, steadyMax = window[len(window)/2], window[len(window)-1]
+	}
 	var last point
 	if len(in.points) > 0 {
 		last = in.points[len(in.points)-1]
@@ -324,6 +407,8 @@ func report(in reportInput) {
 	fmt.Printf("| peak RSS (VmHWM) | %.1f MB | <= 80 MB |\n", in.peakMB)
 	fmt.Printf("| RSS slope after the first minute (least squares over %d readings) | %+.2f MB/hour | ≈ 0 |\n", n, slope)
 	fmt.Printf("| RSS slope over the second half (least squares over %d readings; RSS %.1f-%.1f MB) | %+.2f MB/hour | ≈ 0 |\n", nLate, lateMin, lateMax, late)
+	fmt.Printf("| RSS slope from %.0f min to the end (least squares over %d readings) | **%+.2f MB/hour** | within ±2 MB/hour |\n", from.Minutes(), nSteady, steady)
+	fmt.Printf("| steady RSS from %.0f min to the end: median (max) | **%.1f MB** (%.1f MB) | <= 60 MB |\n", from.Minutes(), steadyMedian, steadyMax)
 	fmt.Printf("| agent CPU, whole run (user+sys) | %.3f%% of one CPU | |\n", agentPct)
 	fmt.Printf("| agent CPU after the first minute (user+sys) | %.3f%% of one CPU | |\n", steadyPct)
 	fmt.Printf("| BPF programs (sampler, exit snapshots) | %.3f%% of one CPU | |\n", bpfPct)

@@ -56,6 +56,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	memLimit := fs.String("memory-limit", "64MiB", "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
 		"and raised back when the cost allows (0: no guard)")
+	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the agent's own Go heap profile into this existing directory (to compare with go tool pprof -diff_base; '' for none)")
 	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	ef := addEventFlags(fs)
@@ -123,6 +124,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	if *data == "" && listenSet && *wf.listen != "" {
 		return usageError{errors.New("--listen serves the data directory: give --data too")}
+	}
+
+	if *heapDir != "" {
+		hp, err := startHeapProfiler(*heapDir)
+		if err != nil {
+			return usageError{err}
+		}
+		defer hp.stop()
 	}
 
 	var out *os.File
