@@ -96,7 +96,7 @@ func GrowthOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filt
 	scale := float64(a.To-a.From) / float64(b.To-b.From)
 	delta := func(a, b int64) int64 { return a - int64(math.Round(float64(b)*scale)) }
 	index := map[funcKey]int{}
-	g := &Growths{Samples: ta.Samples, Samples2: tb.Samples}
+	g := &Growths{Samples: ta.Samples, Samples2: tb.Samples, Functions: []Growth{}}
 	for _, fn := range ta.Functions {
 		index[funcKey{name: fn.Name, kind: fn.Kind}] = len(g.Functions)
 		g.Functions = append(g.Functions, Growth{Name: fn.Name, Kind: fn.Kind, Self: fn.Self, Total: fn.Total})

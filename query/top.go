@@ -48,7 +48,7 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g 
 func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, edges map[callEdge]int64) (*Top, store.Warnings, error) {
 	type key = funcKey
 	index := map[key]int{}
-	var funcs []Function
+	funcs := []Function{} // [] in JSON when no sample passes
 	top := &Top{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		t := b.T

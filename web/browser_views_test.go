@@ -80,15 +80,27 @@ func newBrowser(t *testing.T) *browser {
 		b.shotDir = dir
 	}
 	if err := chromedp.Listen(ctx, func(ev any) {
-		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
-			msg := ev.ExceptionDetails.Text
+		var msg string
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			msg = ev.ExceptionDetails.Text
 			if ev.ExceptionDetails.Exception != nil {
 				msg += " " + ev.ExceptionDetails.Exception.Description
 			}
-			select {
-			case b.jsErrors <- msg:
-			default:
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type != runtime.ConsoleAPICalledTypeError {
+				return
 			}
+			msg = "console.error:"
+			for _, arg := range ev.Args {
+				msg += " " + string(arg.Value) + arg.Description
+			}
+		default:
+			return
+		}
+		select {
+		case b.jsErrors <- msg:
+		default:
 		}
 	}); err != nil {
 		t.Fatal(err)

@@ -131,13 +131,48 @@ function setStatus(msg, error) {
   s.classList.toggle('error', !!error);
 }
 
+// FILTER_NAMES name the filters in messages.
+const FILTER_NAMES = {
+  comm: 'command', pid: 'pid', cpu: 'CPU', container: 'container', pod: 'pod', namespace: 'namespace',
+  qos: 'QoS class', frame: 'frame', stack: 'stack',
+};
+
+// filterText names the source and the filters in force, for messages.
+function filterText() {
+  const parts = [`source ${JSON.stringify(state.source)}`];
+  for (const f of FILTERS) {
+    if (state[f] && !(f === 'stack' && state[f] === 'all')) parts.push(`${FILTER_NAMES[f]} ${JSON.stringify(state[f])}`);
+  }
+  return parts.join(', ');
+}
+
+// windowText names a time window: its start and its length.
+function windowText(from, to) {
+  return `${formatTime(from)} + ${Math.round((to - from) * 1000) / 1000} s`;
+}
+
+// noSamples is the message of a view no sample reaches.
+function noSamples(from, to) {
+  return `No samples match ${filterText()} in ${windowText(from, to)}.`;
+}
+
+// showEmpty shows msg in the empty-state note id, or hides it when msg is
+// empty.
+function showEmpty(id, msg) {
+  const el = $(id);
+  el.textContent = msg || '';
+  el.hidden = !msg;
+}
+
 function setBusy(delta) {
   busy += delta;
   document.body.dataset.busy = String(busy);
 }
 
 // request runs one named request at a time: a newer one aborts the older.
-// get fetches and decodes the answer (getJSON unless given).
+// get fetches and decodes the answer (getJSON unless given). It returns
+// the answer, null when the request failed (the status says why), or
+// undefined when a newer request replaced it.
 async function request(name, path, params, get = getJSON) {
   if (inflight[name]) inflight[name].abort();
   const ctl = new AbortController();
@@ -145,9 +180,9 @@ async function request(name, path, params, get = getJSON) {
   setBusy(1);
   try {
     const data = await get(path, params, ctl.signal);
-    return ctl.signal.aborted ? null : data;
+    return ctl.signal.aborted ? undefined : data;
   } catch (e) {
-    if (e.name === 'AbortError' || ctl.signal.aborted) return null;
+    if (e.name === 'AbortError' || ctl.signal.aborted) return undefined;
     setStatus(`${path}: ${e.message}`, true);
     return null;
   } finally {
@@ -247,7 +282,7 @@ function showEvents() {
   timeline.setEvents(times);
   heatmap.events = times;
   heatmap.draw();
-  eventList.set(allEvents, state.from, state.to);
+  eventList.set(allEvents, state.from, state.to, windowText(state.from, state.to));
 }
 
 // setCompare enters or leaves compare mode; leaving drops the baseline.
@@ -297,6 +332,8 @@ async function loadTimeline() {
   }
   const data = await request('timeline', '/api/timeline', p);
   if (data) {
+    showEmpty('timeline-empty', data.counts.some((c) => c > 0) ? ''
+      : noSamples(data.start, data.start + data.counts.length * data.step));
     timeline.set(data, [state.from, state.to], state.viewFrom !== null ? [state.viewFrom, state.viewTo] : null);
     $('view-label').textContent = state.viewFrom !== null
       ? `view ${formatTime(state.viewFrom)} + ${state.viewTo - state.viewFrom} s, ${data.step} s a bar`
@@ -317,7 +354,9 @@ async function loadHeatmap() {
     heatmap.enhanced = state.enhanced;
     heatmap.set(data, state.selFrom !== null ? [state.selFrom, state.selTo] : null, hasBaseline() ? [state.bFrom, state.bTo] : null);
     measureDraw('heatmap', '/api/heatmap');
-    setStatus(`heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} sample${data.maxvalue === 1 ? '' : 's'}`);
+    const empty = data.maxvalue > 0 ? '' : noSamples(state.from, state.to);
+    showEmpty('heatmap-empty', empty);
+    setStatus(empty || `heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} sample${data.maxvalue === 1 ? '' : 's'}`);
   }
 }
 
@@ -328,6 +367,7 @@ async function loadPerCPU() {
   p.set('to', secs(state.to));
   const data = await request('percpu', '/api/percpu', p);
   if (data) {
+    showEmpty('percpu-empty', data.cpus.length > 0 ? '' : noSamples(state.from, state.to));
     perCPU.enhanced = state.enhanced;
     perCPU.set(data);
   }
@@ -369,10 +409,26 @@ async function loadSelection() {
     return gp;
   })()) : null;
   const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp, fetchTree), request('top', '/api/top', topParams), growthReq]);
-  if (fg) flame.set(fg);
-  if (fg) measureDraw('flame', flamePath);
-  if (top) showTop(top);
+  if (fg) showFlame(fg, from, to, flamePath);
+  if (top !== undefined) showTop(top, from, to);
   showGrowth(growth);
+}
+
+// showFlame draws a flame graph (or differential) tree, or says that no
+// sample reached it.
+function showFlame(fg, from, to, path) {
+  let empty = '';
+  if (fg.diff && fg.totalA === 0) {
+    empty = fg.totalB === 0
+      ? `No samples match ${filterText()} in the selection A (${windowText(from, to)}) nor in the baseline B (${windowText(state.bFrom, state.bTo)}).`
+      : `No samples match ${filterText()} in the selection A (${windowText(from, to)}); the baseline B holds ${fg.totalB}.`;
+  } else if (!fg.diff && (fg.n === 0 || fg.value[0] === 0)) {
+    empty = noSamples(from, to);
+  }
+  showEmpty('flame-empty', empty);
+  $('flame-box').hidden = !!empty;
+  flame.set(fg);
+  measureDraw('flame', path);
 }
 
 // showGrowth fills the table of functions that grew from B to A, or hides
@@ -383,6 +439,8 @@ function showGrowth(g) {
   lastGrowth = g;
   $('growth-box').hidden = !g;
   if (!g) return;
+  showEmpty('growth-empty', g.samples > 0 || g.samples2 > 0 ? ''
+    : `No samples match ${filterText()} in A (${windowText(state.selFrom, state.selTo)}) nor in B (${windowText(state.bFrom, state.bTo)}).`);
   $('growth-label').textContent = `A: ${g.samples} samples, B: ${g.samples2} (B scaled to A's length)`;
   $('growth-by-total').classList.toggle('sorted', state.growthOrder === 'total');
   $('growth-by-self').classList.toggle('sorted', state.growthOrder === 'self');
@@ -414,7 +472,15 @@ function showGrowth(g) {
   $('growth').tBodies[0].replaceChildren(...rows);
 }
 
-function showTop(top) {
+// showTop fills the top functions table; a failed request (top null)
+// empties it, so that it never shows an earlier query's rows.
+function showTop(top, from, to) {
+  if (!top) {
+    $('top').tBodies[0].replaceChildren();
+    showEmpty('top-empty', 'The top functions could not be loaded (see the message above).');
+    return;
+  }
+  showEmpty('top-empty', top.functions.length > 0 ? '' : noSamples(from, to));
   const rows = top.functions.map((f) => {
     const tr = document.createElement('tr');
     for (const [text, cls] of [[f.name], [f.kind], [f.self, 'num'], [pct(f.self, top.samples), 'num'],
@@ -487,7 +553,14 @@ async function loadAll() {
     setStatus('No samples yet: record or import some, then reload.');
     return;
   }
-  await Promise.all([loadTimeline(), loadHeatmap(), loadPerCPU(), loadSelection(), loadEvents()]);
+  const results = await Promise.allSettled([loadTimeline(), loadHeatmap(), loadPerCPU(), loadSelection(), loadEvents()]);
+  for (const r of results) {
+    if (r.status === 'rejected') {
+      // a bug in a view: say so, and let the others and the page finish
+      console.error(r.reason);
+      setStatus('internal error: ' + (r.reason && r.reason.message), true);
+    }
+  }
 }
 
 function wire() {
@@ -583,8 +656,11 @@ async function main() {
     setBusy(-1);
   }
   $('f-source').replaceChildren(...sources.map((s) => new Option(`${s.name} (${s.samples} samples)`, s.name)));
-  await loadAll();
-  document.body.dataset.ready = '1';
+  try {
+    await loadAll();
+  } finally {
+    document.body.dataset.ready = '1';
+  }
 }
 
 // For tests and the console: the state and what is drawn.

@@ -14,9 +14,11 @@ export class EventList {
     this.picked = null; // the time of the event picked, to highlight it
   }
 
-  // set shows the events (sorted by time) that fall in [from, to).
-  set(events, from, to) {
+  // set shows the events (sorted by time) that fall in [from, to), which
+  // span names.
+  set(events, from, to, span) {
     this.events = events.filter((e) => e.time >= from && e.time < to);
+    this.span = span;
     this.draw();
   }
 
@@ -24,7 +26,7 @@ export class EventList {
     if (this.events.length === 0) {
       const li = document.createElement('li');
       li.className = 'note';
-      li.textContent = 'No events in this span.';
+      li.textContent = `No events in the heatmap's span (${this.span}).`;
       this.list.replaceChildren(li);
       return;
     }

@@ -1,0 +1,127 @@
+package web
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// emptyNotes are the empty-state notes of the views that show samples.
+var emptyNotes = []string{"timeline-empty", "heatmap-empty", "percpu-empty", "flame-empty", "top-empty"}
+
+// notes reads the shown empty-state notes: id -> text ("" when hidden).
+func (b *browser) notes(ids ...string) map[string]string {
+	b.t.Helper()
+	return eval[map[string]string](b.t, b.ctx, fmt.Sprintf(`Object.fromEntries(%s.map((id) => {
+		const el = document.getElementById(id); return [id, el.hidden ? '' : el.textContent]; }))`, jsStrings(ids)))
+}
+
+func jsStrings(list []string) string {
+	return "['" + strings.Join(list, "','") + "']"
+}
+
+// topRows counts the rows of the top functions table.
+func (b *browser) topRows() int {
+	b.t.Helper()
+	return eval[int](b.t, b.ctx, `document.querySelector('#top tbody').rows.length`)
+}
+
+// openFresh loads url in a new document (not a hash change) and waits
+// until the page has finished loading.
+func (b *browser) openFresh(url string) {
+	b.t.Helper()
+	b.run("open "+url, chromedp.Navigate("about:blank"), chromedp.Navigate(url), settled)
+}
+
+// TestBrowserEmptyStates opens views no sample reaches (a command that
+// does not exist, a window before the data, a comparison of two such
+// windows) fresh and through the filter bar: each view says which filter
+// and window match no samples, the top table keeps none of the previous
+// rows, the page finishes loading, and no JavaScript error happens (the
+// browser's cleanup fails the test on any exception or console error).
+func TestBrowserEmptyStates(t *testing.T) {
+	fx := newFixture(t, uiStore(t), Options{})
+	b := newBrowser(t)
+	first := float64(base) + 0.3 // the fixture's first sample
+
+	// A filter that matches nothing, opened fresh.
+	b.openFresh(fx.url + "/#source=fixture&comm=nosuchcommand")
+	want := `No samples match source "fixture", command "nosuchcommand" in `
+	for id, text := range b.notes(emptyNotes...) {
+		if !strings.HasPrefix(text, want) {
+			t.Errorf("%s: %q, want %q…", id, text, want)
+		}
+	}
+	if n := b.topRows(); n != 0 {
+		t.Errorf("top table: %d rows, want none", n)
+	}
+	// The window: the seconds the capture touches.
+	if got := b.notes("heatmap-empty")["heatmap-empty"]; !strings.HasSuffix(got, " in 2026-11-21 05:03:00.000 UTC + 4 s.") {
+		t.Errorf("heatmap note %q names no window", got)
+	}
+	if got := eval[bool](t, b.ctx, `document.getElementById('flame-box').hidden`); !got {
+		t.Error("the empty flame graph's canvas is shown")
+	}
+	b.screenshot("empty-filter.png")
+
+	// Through the filter bar: the top table had rows, and loses them all.
+	b.openFresh(fx.url + "/#source=fixture")
+	if n := b.topRows(); n == 0 {
+		t.Fatal("top table empty without a filter")
+	}
+	for id, text := range b.notes(emptyNotes...) {
+		if text != "" {
+			t.Errorf("%s shown without a filter: %q", id, text)
+		}
+	}
+	b.run("filter on a command that does not exist",
+		chromedp.SetValue("#f-comm", "~^nosuch"), chromedp.Click("#f-apply"), settled)
+	want = `No samples match source "fixture", command "~^nosuch" in `
+	for id, text := range b.notes(emptyNotes...) {
+		if !strings.HasPrefix(text, want) {
+			t.Errorf("after apply, %s: %q, want %q…", id, text, want)
+		}
+	}
+	if n := b.topRows(); n != 0 {
+		t.Errorf("after apply, top table: %d rows, want none", n)
+	}
+
+	// A window before the data: no filter, no sample.
+	from, to := ftoa(float64(base)-20), ftoa(float64(base)-10)
+	b.openFresh(fx.url + "/#source=fixture&from=" + from + "&to=" + to)
+	want = `No samples match source "fixture" in 2026-11-21 05:02:40.000 UTC + 10 s.`
+	for _, id := range []string{"heatmap-empty", "percpu-empty", "flame-empty", "top-empty"} {
+		if got := b.notes(id)[id]; got != want {
+			t.Errorf("window before the data, %s: %q, want %q", id, got, want)
+		}
+	}
+	if got := b.notes("timeline-empty")["timeline-empty"]; got != "" {
+		t.Errorf("the timeline shows all the data, and has samples: %q", got)
+	}
+	if got := eval[string](t, b.ctx, `document.getElementById('events').textContent`); got != "No events in the heatmap's span (2026-11-21 05:02:40.000 UTC + 10 s)." {
+		t.Errorf("events: %q", got)
+	}
+
+	// A comparison of two windows that hold nothing for the filter.
+	sf, st := ftoa(first+1), ftoa(first+2)
+	bf, bt := ftoa(first), ftoa(first+1)
+	b.openFresh(fx.url + "/#source=fixture&from=" + ftoa(base) + "&to=" + ftoa(base+4) + "&comm=nosuchcommand&sf=" + sf + "&st=" + st + "&cmp=1&bf=" + bf + "&bt=" + bt)
+	if !eval[bool](t, b.ctx, `window.heatscope.state.compare`) {
+		t.Fatal("not in compare mode")
+	}
+	notes := b.notes("flame-empty", "growth-empty", "top-empty")
+	for id, text := range notes {
+		if !strings.HasPrefix(text, `No samples match source "fixture", command "nosuchcommand" in `) {
+			t.Errorf("compare, %s: %q", id, text)
+		}
+	}
+	if !strings.Contains(notes["flame-empty"], "nor in the baseline B (2026-11-21 05:03:00.300 UTC + 1 s)") {
+		t.Errorf("compare, flame-empty names no baseline: %q", notes["flame-empty"])
+	}
+	if n := eval[int](t, b.ctx, `document.querySelector('#growth tbody').rows.length`); n != 0 {
+		t.Errorf("growth table: %d rows", n)
+	}
+	b.screenshot("empty-compare.png")
+}
