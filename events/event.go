@@ -166,3 +166,20 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// KindLabel is the label that names an event's kind when its source sets
+// one ("cpu-saturation", "overhead-guard").
+const KindLabel = "kind"
+
+// Kind is what sort of event e is: its kind label, or for a kernel log
+// event the name of the pattern that matched ("ena-reset"); "" when it has
+// neither.
+func (e *Event) Kind() string {
+	if k := e.Labels[KindLabel]; k != "" {
+		return k
+	}
+	if e.Source == KmsgSourceName {
+		return e.Labels["pattern"]
+	}
+	return ""
+}
