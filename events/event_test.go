@@ -62,3 +62,20 @@ func TestSeverity(t *testing.T) {
 		t.Errorf("names: %s %s", Warning, Severity(9))
 	}
 }
+
+func TestKind(t *testing.T) {
+	for _, c := range []struct {
+		e    Event
+		want string
+	}{
+		{Event{Source: "heatscope", Labels: map[string]string{"kind": "cpu-saturation"}}, "cpu-saturation"},
+		{Event{Source: KmsgSourceName, Labels: map[string]string{"pattern": "ena-reset"}}, "ena-reset"},
+		{Event{Source: KmsgSourceName, Labels: map[string]string{"pattern": "ena-reset", "kind": "k"}}, "k"},
+		{Event{Source: "deploy", Labels: map[string]string{"pattern": "x"}}, ""},
+		{Event{Source: "deploy"}, ""},
+	} {
+		if got := c.e.Kind(); got != c.want {
+			t.Errorf("%+v: kind %q, want %q", c.e, got, c.want)
+		}
+	}
+}

@@ -386,15 +386,14 @@ func (l *eventLog) retain(cutoff int64) {
 	l.mu.Unlock()
 }
 
-// query returns the events in r from the given sources (all when none),
-// in time order, at most limit of them (0: all); more says whether there
-// were others.
-func (l *eventLog) query(r Range, sources []string, limit int) (out []events.Event, more bool) {
+// query returns the events in r that f selects, in time order, at most
+// limit of them (0: all); more says whether there were others.
+func (l *eventLog) query(r Range, f EventFilter, limit int) (out []events.Event, more bool) {
 	l.mu.Lock()
 	for _, s := range l.segs {
-		for _, e := range s.events {
-			if e.Time >= r.From && e.Time < r.To && (len(sources) == 0 || slices.Contains(sources, e.Source)) {
-				out = append(out, e)
+		for i := range s.events {
+			if e := &s.events[i]; e.Time >= r.From && e.Time < r.To && f.match(e) {
+				out = append(out, *e)
 			}
 		}
 	}
@@ -404,6 +403,20 @@ func (l *eventLog) query(r Range, sources []string, limit int) (out []events.Eve
 		return out[:limit], true
 	}
 	return out, false
+}
+
+// EventFilter selects events; an empty list selects all.
+type EventFilter struct {
+	// Sources are event sources ("kmsg", "heatscope", a POSTer's name).
+	Sources []string
+	// Kinds are event kinds (events.Event.Kind: "cpu-saturation",
+	// "ena-reset").
+	Kinds []string
+}
+
+func (f *EventFilter) match(e *events.Event) bool {
+	return (len(f.Sources) == 0 || slices.Contains(f.Sources, e.Source)) &&
+		(len(f.Kinds) == 0 || slices.Contains(f.Kinds, e.Kind()))
 }
 
 // latest returns the time of the newest event from source.
@@ -426,11 +439,10 @@ func (l *eventLog) latest(source string) (t int64, ok bool) {
 // 500 ms), so any part of the recorder may mark the time axis with it.
 func (db *DB) AppendEvent(e events.Event) error { return db.events.append(e) }
 
-// Events returns the events in r from the given event sources (all when
-// sources is empty), in time order, at most limit (0: no limit); more
-// says whether more matched.
-func (db *DB) Events(r Range, sources []string, limit int) (evs []events.Event, more bool) {
-	return db.events.query(r, sources, limit)
+// Events returns the events in r that f selects, in time order, at most
+// limit (0: no limit); more says whether more matched.
+func (db *DB) Events(r Range, f EventFilter, limit int) (evs []events.Event, more bool) {
+	return db.events.query(r, f, limit)
 }
 
 // ReadOnly reports whether the DB was opened read-only.

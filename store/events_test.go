@@ -43,19 +43,27 @@ func TestEventsAppendQueryReopen(t *testing.T) {
 	sorted := []events.Event{want[1], want[2], want[0]}
 	check := func(db *DB, what string) {
 		t.Helper()
-		got, more := db.Events(everything, nil, 0)
+		got, more := db.Events(everything, EventFilter{}, 0)
 		if more || !reflect.DeepEqual(got, sorted) {
 			t.Fatalf("%s: events %+v, want %+v", what, got, sorted)
 		}
-		got, _ = db.Events(Range{From: base + 1e9 + 1, To: base + 3e9}, nil, 0)
+		got, _ = db.Events(Range{From: base + 1e9 + 1, To: base + 3e9}, EventFilter{}, 0)
 		if len(got) != 1 || got[0].Text != want[2].Text {
 			t.Fatalf("%s: range query %+v", what, got)
 		}
-		got, _ = db.Events(everything, []string{"kmsg"}, 0)
+		got, _ = db.Events(everything, EventFilter{Sources: []string{"kmsg"}}, 0)
 		if len(got) != 2 || got[0].Source != "kmsg" || got[1].Source != "kmsg" {
 			t.Fatalf("%s: source query %+v", what, got)
 		}
-		got, more = db.Events(everything, nil, 2)
+		got, _ = db.Events(everything, EventFilter{Kinds: []string{"p", "other"}}, 0)
+		if len(got) != 2 || got[0].Kind() != "p" {
+			t.Fatalf("%s: kind query %+v", what, got)
+		}
+		got, _ = db.Events(everything, EventFilter{Sources: []string{"deploy"}, Kinds: []string{"p"}}, 0)
+		if len(got) != 0 {
+			t.Fatalf("%s: kind and source query %+v", what, got)
+		}
+		got, more = db.Events(everything, EventFilter{}, 2)
 		if len(got) != 2 || !more || got[1].Time != base+2e9 {
 			t.Fatalf("%s: limited query %+v, more %v", what, got, more)
 		}
@@ -85,7 +93,7 @@ func TestEventsAppendQueryReopen(t *testing.T) {
 	if err := ro.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := ro.Events(everything, nil, 0); len(got) != 4 || !reflect.DeepEqual(got[3], late) {
+	if got, _ := ro.Events(everything, EventFilter{}, 0); len(got) != 4 || !reflect.DeepEqual(got[3], late) {
 		t.Fatalf("reader after refresh: %+v", got)
 	}
 	if err := ro.AppendEvent(late); err == nil {
@@ -100,7 +108,7 @@ func TestEventsAppendQueryReopen(t *testing.T) {
 	}
 	defer db.Close()
 	sorted = append(sorted, late)
-	if got, _ := db.Events(everything, nil, 0); !reflect.DeepEqual(got, sorted) {
+	if got, _ := db.Events(everything, EventFilter{}, 0); !reflect.DeepEqual(got, sorted) {
 		t.Fatalf("after reopen: %+v", got)
 	}
 	if err := db.AppendEvent(testEvent(base+5e9, "kmsg", "after reopen")); err != nil {
@@ -122,7 +130,7 @@ func TestAppendEventRefusesInvalid(t *testing.T) {
 	if err := db.AppendEvent(e); !errors.As(err, &fe) || fe.Field != "text" {
 		t.Fatalf("AppendEvent: %v, want a field error naming text", err)
 	}
-	if got, _ := db.Events(everything, nil, 0); len(got) != 0 {
+	if got, _ := db.Events(everything, EventFilter{}, 0); len(got) != 0 {
 		t.Fatalf("stored %+v", got)
 	}
 }
@@ -148,7 +156,7 @@ func TestEventsTornTail(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := db.Events(everything, nil, 0)
+		got, _ := db.Events(everything, EventFilter{}, 0)
 		if len(got) != 5 || got[4].Text != "event 4" {
 			t.Fatalf("after a torn tail: %d events", len(got))
 		}
@@ -168,7 +176,7 @@ func TestEventsTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if got, _ := db.Events(everything, nil, 0); len(got) < 1 || len(got) >= 5 {
+	if got, _ := db.Events(everything, EventFilter{}, 0); len(got) < 1 || len(got) >= 5 {
 		t.Fatalf("after corruption: %d events, want those before the damage", len(got))
 	}
 }
@@ -191,7 +199,7 @@ func TestEventsRetention(t *testing.T) {
 	}
 	db.AppendEvent(testEvent(now.UnixNano(), "kmsg", "new"))
 	db.applyRetention(now)
-	if got, _ := db.Events(everything, nil, 0); len(got) != 1 || got[0].Text != "new" {
+	if got, _ := db.Events(everything, EventFilter{}, 0); len(got) != 1 || got[0].Text != "new" {
 		t.Fatalf("after age retention: %+v", got)
 	}
 	if st := db.Stats(); st.EventsDropped != 1 || st.Events != 1 {
@@ -207,7 +215,7 @@ func TestEventsRetention(t *testing.T) {
 	db.AppendEvent(testEvent(now.UnixNano()+1, "kmsg", "newer"))
 	db.AppendEvent(testEvent(now.UnixNano()+2, "kmsg", "newest"))
 	db.applyRetention(now)
-	if got, _ := db.Events(everything, nil, 0); len(got) != 2 || got[0].Text != "newer" {
+	if got, _ := db.Events(everything, EventFilter{}, 0); len(got) != 2 || got[0].Text != "newer" {
 		t.Fatalf("after the count limit: %+v", got)
 	}
 	db.Close()
@@ -230,20 +238,20 @@ func TestEventsGoWithSizeRetention(t *testing.T) {
 	db.mu.Unlock()
 	waitSealed(t, db)
 	db.applyRetention(time.Now())
-	if got, _ := db.Events(everything, nil, 0); len(got) != 2 {
+	if got, _ := db.Events(everything, EventFilter{}, 0); len(got) != 2 {
 		t.Fatalf("without limits: %d events", len(got))
 	}
 	st := db.Stats()
 	db.opts.RetentionSize = st.BlockBytes / 2
 	db.applyRetention(time.Now())
-	got, _ := db.Events(everything, nil, 0)
+	got, _ := db.Events(everything, EventFilter{}, 0)
 	if len(got) != 1 || got[0].Text != "late" {
 		t.Fatalf("after size retention: %+v, want only the event after the oldest sample left", got)
 	}
 	// With no recorded block left there is nothing to measure from.
 	db.opts.RetentionSize = 1
 	db.applyRetention(time.Now())
-	if got, _ := db.Events(everything, nil, 0); db.Stats().Blocks != 0 || len(got) != 1 {
+	if got, _ := db.Events(everything, EventFilter{}, 0); db.Stats().Blocks != 0 || len(got) != 1 {
 		t.Fatalf("all blocks dropped: %d blocks, %d events", db.Stats().Blocks, len(got))
 	}
 }
@@ -274,7 +282,7 @@ func TestEventsSurviveSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	got, _ := db.Events(everything, nil, 0)
+	got, _ := db.Events(everything, EventFilter{}, 0)
 	if len(got) < last+1 {
 		t.Fatalf("%d events after SIGKILL, the child had reported %d", len(got), last+1)
 	}

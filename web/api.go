@@ -50,7 +50,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/diff":       {with("from", "to", "from2", "to2", "encoding", "normalize"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
 		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order", "group"), s.top},
-		eventsPath:        {[]string{"from", "to", "source", "limit"}, s.listEvents},
+		eventsPath:        {[]string{"from", "to", "source", "kind", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
 	}
 }

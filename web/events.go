@@ -60,8 +60,8 @@ type eventsJSON struct {
 }
 
 // listEvents answers GET /api/events: the events in [from, to) (default:
-// all), from the event sources named by source (comma-separated; default:
-// all), in time order, at most limit.
+// all), from the event sources named by source and of the kinds named by
+// kind (comma-separated; default: all), in time order, at most limit.
 func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.Warnings, error) {
 	r, err := p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true)
 	if err != nil {
@@ -71,14 +71,16 @@ func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.War
 	if err != nil {
 		return nil, err
 	}
-	var sources []string
-	if v := p.get("source"); v != "" {
-		sources = strings.Split(v, ",")
-		if len(sources) > maxListItems {
-			return nil, paramErr("source", "%d items, at most %d", len(sources), maxListItems)
+	var f store.EventFilter
+	for name, list := range map[string]*[]string{"source": &f.Sources, "kind": &f.Kinds} {
+		if v := p.get(name); v != "" {
+			*list = strings.Split(v, ",")
+			if len(*list) > maxListItems {
+				return nil, paramErr(name, "%d items, at most %d", len(*list), maxListItems)
+			}
 		}
 	}
-	evs, more := s.db.Events(r, sources, limit)
+	evs, more := s.db.Events(r, f, limit)
 	out := eventsJSON{Events: make([]eventJSON, len(evs)), More: more}
 	for i := range evs {
 		out.Events[i] = toEventJSON(&evs[i])

@@ -62,11 +62,24 @@ func TestPostAndListEvents(t *testing.T) {
 	if len(some.Events) != 1 || some.Events[0].Text != "maintenance starts" {
 		t.Fatalf("range and source: %+v", some)
 	}
+	apitest.GetJSON(t, fx.url+"/api/events?kind=rollout,other", &some)
+	if len(some.Events) != 0 {
+		t.Fatalf("kind with no event: %+v", some)
+	}
+	fx.post(t, "/api/events", `{"time": 1795237395, "source": "ci", "text": "rollout", "labels": {"kind": "rollout"}}`)
+	apitest.GetJSON(t, fx.url+"/api/events?kind=rollout,other", &some)
+	if len(some.Events) != 1 || some.Events[0].Text != "rollout" {
+		t.Fatalf("kind: %+v", some)
+	}
+	apitest.GetJSON(t, fx.url+"/api/events?kind=rollout&source=api", &some)
+	if len(some.Events) != 0 {
+		t.Fatalf("kind and another source: %+v", some)
+	}
 	apitest.GetJSON(t, fx.url+"/api/events?limit=2", &some)
 	if len(some.Events) != 2 || !some.More {
 		t.Fatalf("limit: %+v", some)
 	}
-	for query, param := range map[string]string{"from=yesterday": "from", "from=10&to=5": "to", "limit=0": "limit", "comm=x": "comm", "limit=100001": "limit"} {
+	for query, param := range map[string]string{"from=yesterday": "from", "from=10&to=5": "to", "limit=0": "limit", "comm=x": "comm", "limit=100001": "limit", "kind=" + strings.Repeat("a,", 1024) + "a": "kind"} {
 		resp, b := fx.get(t, "/api/events?"+query)
 		var e errorBody
 		json.Unmarshal(b, &e)
@@ -120,7 +133,7 @@ func TestPostEventBadInput(t *testing.T) {
 	if resp, _ := fx.post(t, "/api/heatmap", `{}`); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /api/heatmap: %d", resp.StatusCode)
 	}
-	if evs, _ := fx.db.Events(store.Range{From: 0, To: maxTime}, nil, 0); len(evs) != 0 {
+	if evs, _ := fx.db.Events(store.Range{From: 0, To: maxTime}, store.EventFilter{}, 0); len(evs) != 0 {
 		t.Errorf("bad input stored %+v", evs)
 	}
 }
@@ -149,7 +162,7 @@ func TestPostEventAuthAndRate(t *testing.T) {
 	if created < postBurst || created > postBurst+5 || limited == 0 {
 		t.Fatalf("%d created, %d refused (burst %d)", created, limited, postBurst)
 	}
-	if evs, _ := fx.db.Events(store.Range{From: 0, To: maxTime}, nil, 0); len(evs) != created {
+	if evs, _ := fx.db.Events(store.Range{From: 0, To: maxTime}, store.EventFilter{}, 0); len(evs) != created {
 		t.Fatalf("%d events stored, %d created", len(evs), created)
 	}
 }
