@@ -14,6 +14,10 @@
 // that /proc is read while the process lives. The sampler switches to
 // snapshots when it sees many new processes, or as soon as one of them is
 // missed: gone before its maps were read.
+//
+// A saturation.Detector given to DetectSaturation sees every sample, with
+// the period it was taken at, and marks the spans where one thread kept
+// one CPU busy while the node was not.
 package recorder
 
 import (
@@ -25,6 +29,7 @@ import (
 	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/saturation"
 	"github.com/heatscope/heatscope/symbolize"
 )
 
@@ -41,6 +46,7 @@ type Recorder struct {
 	prof       *profiler.Profiler
 	sym        *symbolize.Symbolizer
 	containers *container.Resolver
+	saturation *saturation.Detector
 }
 
 // Open loads kernel symbols (from symOpts.KernelCacheDir when it holds
@@ -70,6 +76,13 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 // LabelContainers makes Run label each sample with its cgroup's container
 // metadata from res (nil: no labels). Call it before Run; Run then owns res.
 func (r *Recorder) LabelContainers(res *container.Resolver) { r.containers = res }
+
+// DetectSaturation makes Run feed each sample, with the sampling period
+// in force when it is read, to d, and flush d when it stops; d's events
+// are emitted on Run's goroutine. Call it before Run; Run then owns d.
+// The detector needs every CPU's samples, idle ones included: not for a
+// sampler restricted to some processes or a cgroup.
+func (r *Recorder) DetectSaturation(d *saturation.Detector) { r.saturation = d }
 
 // OnPoll makes Run call fn on its goroutine after each read of the
 // sampler's ring, about ten times a second (profiler.Profiler.OnPoll): the
@@ -123,8 +136,14 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 		if r.containers != nil {
 			s.Container = r.containers.Lookup(rec.CgroupID)
 		}
+		if r.saturation != nil {
+			r.saturation.Add(&s, r.PeriodNs())
+		}
 		sink(&s)
 	})
+	if r.saturation != nil {
+		r.saturation.Flush()
+	}
 	if err != nil {
 		return fmt.Errorf("record: %w", err)
 	}

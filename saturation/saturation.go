@@ -107,22 +107,33 @@ type Config struct {
 	Emit func(events.Event)
 }
 
-// Validate checks the thresholds and durations; errors name the field.
+// Validate checks the thresholds and durations; the error is a
+// *ConfigError naming the field.
 func (c *Config) Validate() error {
 	switch {
 	case !(c.CPUBusy >= 0.5 && c.CPUBusy < 1):
-		return fmt.Errorf("CPU threshold %g%%: want at least 50%% (one thread per CPU) and below 100%%", 100*c.CPUBusy)
+		return &ConfigError{"CPUBusy", fmt.Errorf("CPU threshold %g%%: want at least 50%% (one thread per CPU) and below 100%%", 100*c.CPUBusy)}
 	case !(c.NodeBusy > 0 && c.NodeBusy <= 1):
-		return fmt.Errorf("node threshold %g%%: want above 0%% and at most 100%%", 100*c.NodeBusy)
+		return &ConfigError{"NodeBusy", fmt.Errorf("node threshold %g%%: want above 0%% and at most 100%%", 100*c.NodeBusy)}
 	case c.MinDuration < 100*time.Millisecond || c.MinDuration > 10*time.Minute:
-		return fmt.Errorf("minimum duration %v: want 100ms to 10m", c.MinDuration)
+		return &ConfigError{"MinDuration", fmt.Errorf("minimum duration %v: want 100ms to 10m", c.MinDuration)}
 	case c.MaxSpan != 0 && c.MaxSpan < c.MinDuration:
-		return fmt.Errorf("longest span %v: want at least the minimum duration %v", c.MaxSpan, c.MinDuration)
+		return &ConfigError{"MaxSpan", fmt.Errorf("longest span %v: want at least the minimum duration %v", c.MaxSpan, c.MinDuration)}
 	case c.Emit == nil:
-		return fmt.Errorf("no Emit function")
+		return &ConfigError{"Emit", fmt.Errorf("no Emit function")}
 	}
 	return nil
 }
+
+// ConfigError is an invalid field of a Config.
+type ConfigError struct {
+	// Field is the Config field's name.
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Stats counts what a Detector saw.
 type Stats struct {

@@ -60,6 +60,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	ef := addEventFlags(fs)
+	sf := addSaturationFlags(fs)
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
@@ -105,6 +106,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("--block-duration %v: at least 1s", *blockDuration)}
 	}
 	patterns, err := ef.compile()
+	if err != nil {
+		return err
+	}
+	satCfg, satOff, err := sf.config()
 	if err != nil {
 		return err
 	}
@@ -167,6 +172,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		} else {
 			defer res.Close()
 			rec.LabelContainers(res)
+		}
+	}
+	if db != nil && !satOff {
+		if err := detectSaturation(rec, db, satCfg, cfg); err != nil {
+			return err
 		}
 	}
 	var guard *guarded
