@@ -45,7 +45,8 @@ export class EventList {
       sev.textContent = e.severity;
       const src = document.createElement('span');
       src.className = 'src';
-      src.textContent = e.source + (e.labels && e.labels.pattern ? ' · ' + e.labels.pattern : '');
+      const kind = e.labels && (e.labels.kind || (e.source === 'kmsg' && e.labels.pattern));
+      src.textContent = e.source + (kind ? ' · ' + kind : '');
       const text = document.createElement('span');
       text.className = 'text';
       text.textContent = e.text;
