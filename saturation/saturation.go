@@ -241,6 +241,13 @@ func (d *Detector) Add(s *sample.Sample, periodNs int64) {
 	if !d.started {
 		d.started, d.closed, d.newest = true, k-1, k
 	}
+	if k <= d.closed && d.closed-k > 2*ringSlots {
+		// Far behind: the wall clock was stepped back. Report what was
+		// open and start again from this sample.
+		d.Flush()
+		d.cpus, d.node = nil, [ringSlots]nodeSlot{}
+		d.closed, d.newest = k-1, k
+	}
 	if k <= d.closed {
 		d.stats.Late++
 		return

@@ -43,7 +43,7 @@ func frames(tid uint32, n int) []sample.Frame {
 
 // run feeds the samples of [0, to) (ns from base) to d in time order, then
 // flushes it.
-func (st stream) run(d *Detector, to int64) {
+func (st stream) run(d adder, to int64) {
 	next := make([]int64, st.cpus)
 	for c := range next {
 		next[c] = int64(c) * 1_300_000 // phases 1.3 ms apart
@@ -74,6 +74,25 @@ func (st stream) run(d *Detector, to int64) {
 	}
 	d.Flush()
 }
+
+// adder takes samples: a Detector, or one behind a clock step.
+type adder interface {
+	Add(s *sample.Sample, periodNs int64)
+	Flush()
+}
+
+// shifted moves the samples it adds to its detector by a clock step.
+type shifted struct {
+	d  *Detector
+	by int64
+}
+
+func (s *shifted) Add(x *sample.Sample, periodNs int64) {
+	x.Time += s.by
+	s.d.Add(x, periodNs)
+}
+
+func (s *shifted) Flush() { s.d.Flush() }
 
 // detect runs st through a detector of cfg (thresholds as fractions) and
 // returns the events.
@@ -411,6 +430,27 @@ func TestLateAndBadSamples(t *testing.T) {
 	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 1 << 20, TID: 1}, 1e7)
 	if s := d.Stats(); s.Samples != 2 || s.Late != 1 || s.Ignored != 2 {
 		t.Errorf("stats %+v, want 2 samples, 1 late, 2 ignored", s)
+	}
+}
+
+// TestClockStepBack: after the wall clock is stepped back, samples are
+// not all "late": the detector starts again, and finds a span after the
+// step.
+func TestClockStepBack(t *testing.T) {
+	var got []events.Event
+	d, err := New(Config{CPUBusy: 0.9, NodeBusy: 0.5, MinDuration: time.Second, Emit: func(e events.Event) { got = append(got, e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := stream{cpus: 4, period: hz(99), who: busy(0, 321, 1, 3)}
+	st.run(d, 4*sec)
+	// The same seconds again, an hour earlier, another thread.
+	stream{cpus: 4, period: hz(99), who: busy(2, 654, 1, 3)}.run(&shifted{d, -3600 * sec}, 4*sec)
+	if len(got) != 2 || got[0].Labels["tid"] != "321" || got[1].Labels["tid"] != "654" {
+		t.Fatalf("events %+v, want one before the step and one after", got)
+	}
+	if s := d.Stats(); s.Late > 2 {
+		t.Errorf("%d samples late after the step", s.Late)
 	}
 }
 
