@@ -56,6 +56,12 @@ type Meta struct {
 	ID      string `json:"id"`
 	// Source names where the samples came from: a host or an import.
 	Source string `json:"source"`
+	// Node is the machine whose data directory the block was written in
+	// ("" in blocks written before nodes: readers take the node of the
+	// directory, or of the bucket prefix, they find it in).
+	Node string `json:"node,omitempty"`
+	// NodeLabels describe the node (zone, cluster, instance type).
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
 	// MinTime and MaxTime bound the samples' times (Unix ns, inclusive).
 	MinTime int64 `json:"minTime"`
 	MaxTime int64 `json:"maxTime"`

@@ -1,11 +1,12 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
+	"io"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -15,23 +16,37 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
-// Block is an open, immutable block. Only its meta and chunk index stay in
-// memory; its index (tables, summary: blockIndex) is read when a query
-// first needs it and kept in the DB's bounded index cache, and its chunks
-// are read when a query needs them.
+// Block is an open, immutable block from a BlockSource. Only its meta and
+// chunk index stay in memory; its index (tables, summary: blockIndex) is
+// read when a query first needs it and kept in the DB's bounded index
+// cache, and its chunks are read when a query needs them. A block of the
+// local directory reads its table of contents and chunk index when it is
+// opened; a block of another source (a bucket) when a query first needs it.
 type Block struct {
+	// Dir is the block's directory when it is in the DB's own data
+	// directory, "" otherwise.
 	Dir  string
 	Meta Meta
 
-	file      *os.File
+	src BlockSource
+	key string
+
+	// opened is set once data, tocOffset, sections and chunks are read
+	// (under loading); they never change after.
+	opened atomic.Bool
+	data   BlockData
+	// openErr, guarded by loading, is why the block's header could not be
+	// read, kept unless the storage was unavailable.
+	openErr   error
 	tocOffset int64
 	// sections locates the index sections (strings to cgroups); a
 	// section a version 1 block lacks is zero.
 	sections [numSections + 1]section
 	chunks   []chunkRef
-	// loading serialises reads of the index, so that queries that need
-	// it at once read it once; indexErr, guarded by it, is why the index
-	// could not be read, kept since the block never changes.
+	// loading serialises reads of the header and the index, so that
+	// queries that need them at once read them once; indexErr, guarded by
+	// it, is why the index could not be read, kept since the block never
+	// changes (unless the storage was unavailable).
 	loading  sync.Mutex
 	indexErr error
 
@@ -41,13 +56,21 @@ type Block struct {
 	totals atomic.Pointer[[]bucketTotal]
 
 	// refs counts the DB's reference plus one for every query part that
-	// will read a chunk; the file is closed with the last, so a block
+	// will read a chunk; the data is closed with the last, so a block
 	// compacted away or expired while a query runs is still read whole.
 	refs atomic.Int32
 	// retired is set when the block leaves the DB, before its cached
 	// index and chunks are dropped, so that a query finishing late does
 	// not cache them again.
 	retired atomic.Bool
+}
+
+// String names the block in warnings: its key in its source.
+func (b *Block) String() string {
+	if b.Dir != "" {
+		return b.Meta.ID
+	}
+	return b.key
 }
 
 // bucketTotal is the samples of one summary bucket, all threads together,
@@ -92,47 +115,69 @@ type blockIndex struct {
 // idleMasks marks idle stacks and idle threads of a table.
 type idleMasks struct{ stacks, threads []bool }
 
-// openBlock opens the block in dir, checking its meta, trailer, table of
-// contents, and the CRC of every section it reads.
+// openBlock opens the block in the data directory dir, checking its meta,
+// trailer, table of contents, and the CRC of every section it reads.
 func openBlock(dir string) (*Block, error) {
-	b, err := openBlockFiles(dir)
+	src := dirSource{root: filepath.Dir(dir)}
+	key := filepath.Base(dir)
+	m, err := src.Meta(context.Background(), key)
 	if err != nil {
 		return nil, fmt.Errorf("open block %s: %w", dir, err)
 	}
+	b := newBlock(src, key, m)
+	b.Dir = dir
+	if err := b.header(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-func openBlockFiles(dir string) (*Block, error) {
-	mb, err := os.ReadFile(filepath.Join(dir, metaFile))
-	if err != nil {
-		return nil, err
-	}
-	b := &Block{Dir: dir}
-	if err := json.Unmarshal(mb, &b.Meta); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", errCorrupt, metaFile, err)
-	}
-	if b.Meta.Version != 1 && b.Meta.Version != FormatVersion {
-		return nil, fmt.Errorf("%s: format version %d, this heatscope reads 1 to %d", metaFile, b.Meta.Version, FormatVersion)
-	}
-	f, err := os.Open(filepath.Join(dir, dataFile))
-	if err != nil {
-		return nil, err
-	}
-	if err := b.load(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", dataFile, err)
-	}
-	b.file = f
+// newBlock returns a block of src whose data is opened when first needed.
+func newBlock(src BlockSource, key string, m Meta) *Block {
+	b := &Block{Meta: m, src: src, key: key}
 	b.refs.Store(1)
-	return b, nil
+	return b
 }
 
-func (b *Block) load(f *os.File) error {
-	fi, err := f.Stat()
+// header opens the block's data and reads its table of contents and chunk
+// index, once. The caller holds a reference.
+func (b *Block) header() error {
+	if b.opened.Load() {
+		return nil
+	}
+	b.loading.Lock()
+	defer b.loading.Unlock()
+	if b.opened.Load() {
+		return nil
+	}
+	if b.openErr != nil {
+		return b.openErr
+	}
+	err := func() error {
+		d, err := b.src.Open(context.Background(), b.key, b.Meta)
+		if err != nil {
+			return err
+		}
+		if err := b.load(d); err != nil {
+			d.Close()
+			return fmt.Errorf("%s: %w", dataFile, err)
+		}
+		b.data = d
+		return nil
+	}()
 	if err != nil {
+		err = fmt.Errorf("block %s: %w", b, err)
+		if !errors.Is(err, ErrUnavailable) {
+			b.openErr = err
+		}
 		return err
 	}
-	size := fi.Size()
+	b.opened.Store(true)
+	return nil
+}
+
+func (b *Block) load(f BlockData) error {
+	size := f.Size()
 	if size < int64(len(blockMagic))+trailerSize {
 		return fmt.Errorf("%w: %d bytes is too short for a block", errCorrupt, size)
 	}
@@ -195,17 +240,17 @@ func (b *Block) readIndex() (*blockIndex, error) {
 			continue
 		}
 		var err error
-		if raw[kind], err = readSection(b.file, s, b.tocOffset); err != nil {
-			return nil, fmt.Errorf("block %s section %d: %w", b.Meta.ID, kind, err)
+		if raw[kind], err = readSection(b.data, s, b.tocOffset); err != nil {
+			return nil, fmt.Errorf("block %s section %d: %w", b, kind, err)
 		}
 	}
 	t, err := decodeTables(raw)
 	if err != nil {
-		return nil, fmt.Errorf("block %s: %w", b.Meta.ID, err)
+		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
 	ix := &blockIndex{tables: t, idle: idleMasks{stacks: idleStacks(t), threads: idleThreads(t)}}
 	if ix.summary, err = decodeSummary(raw[sectionSummary], len(t.Threads)); err != nil {
-		return nil, fmt.Errorf("block %s: %w", b.Meta.ID, err)
+		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
 	ix.bytes = ix.size()
 	return ix, nil
@@ -229,7 +274,7 @@ func (ix *blockIndex) size() int64 {
 
 // readSection reads, checks and decompresses one section that must end
 // before limit.
-func readSection(f *os.File, s section, limit int64) ([]byte, error) {
+func readSection(f io.ReaderAt, s section, limit int64) ([]byte, error) {
 	if !s.within(limit) {
 		return nil, fmt.Errorf("%w: section at %d+%d outside the file", errCorrupt, s.offset, s.stored)
 	}
@@ -417,13 +462,13 @@ func (s section) within(limit int64) bool {
 // block's index.
 func (b *Block) readChunk(ix *blockIndex, i int) (*Table, error) {
 	c := b.chunks[i]
-	raw, err := readSection(b.file, c.section, b.tocOffset)
+	raw, err := readSection(b.data, c.section, b.tocOffset)
 	if err != nil {
-		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
+		return nil, fmt.Errorf("block %s chunk %d: %w", b, i, err)
 	}
 	t := *ix.tables
 	if err := decodeChunk(&t, raw, c); err != nil {
-		return nil, fmt.Errorf("block %s chunk %d: %w", b.Meta.ID, i, err)
+		return nil, fmt.Errorf("block %s chunk %d: %w", b, i, err)
 	}
 	return &t, nil
 }
@@ -501,10 +546,10 @@ func decodeChunk(t *Table, raw []byte, c chunkRef) error {
 func (b *Block) acquire() { b.refs.Add(1) }
 
 // Close drops a reference to the block: the DB's own, or a reader's taken
-// by acquire. The data file is closed with the last reference.
+// by acquire. The data is closed with the last reference.
 func (b *Block) Close() error {
-	if b.refs.Add(-1) == 0 {
-		return b.file.Close()
+	if b.refs.Add(-1) == 0 && b.opened.Load() {
+		return b.data.Close()
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 			if b.Meta.ImportedAt == 0 && start+width > now.UnixNano()-base {
 				continue
 			}
-			key := fmt.Sprintf("%s\x00%d", b.Meta.Source, start)
+			key := fmt.Sprintf("%s\x00%s\x00%d", b.Meta.Node, b.Meta.Source, start)
 			groups[key] = append(groups[key], b)
 		}
 		keys := make([]string, 0, len(groups))
@@ -99,7 +99,7 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 func (db *DB) merge(blocks []*Block) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
-	meta := Meta{Source: blocks[0].Meta.Source}
+	meta := Meta{Source: blocks[0].Meta.Source, Node: blocks[0].Meta.Node, NodeLabels: blocks[0].Meta.NodeLabels}
 	for _, b := range blocks {
 		meta.Level = max(meta.Level, b.Meta.Level+1)
 		meta.Parents = append(meta.Parents, b.Meta.ID)

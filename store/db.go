@@ -2,8 +2,10 @@ package store
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +23,12 @@ import (
 type Options struct {
 	// Source names the data this process records (usually the hostname).
 	Source string
+	// Node names this machine in the blocks it writes and for the blocks
+	// of its directory that name none (default: the hostname).
+	Node string
+	// NodeLabels describe this machine (zone, cluster, instance type) in
+	// the blocks it writes.
+	NodeLabels map[string]string
 	// PeriodNs is the recording's sampling period (1e9 / frequency),
 	// kept in each block's meta so exports know what a sample weighs.
 	PeriodNs int64
@@ -52,6 +60,11 @@ type Options struct {
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
 	MaxEvents int
+	// Sources are more places to read sealed blocks from, beside the data
+	// directory (a bucket: package bucketstore). Their blocks are opened
+	// when a query first needs them and followed by Refresh. Only a
+	// read-only DB takes them; its directory may then be "" (none).
+	Sources []BlockSource
 	// CallerTicks leaves the periodic work (syncing the WAL every 500 ms,
 	// cutting the head, compaction and retention every minute) to the
 	// caller, who then calls Tick at least every 100 ms or so, instead of
@@ -87,8 +100,15 @@ type Stats struct {
 type DB struct {
 	dir  string
 	opts Options
-	log  *slog.Logger
-	lock *os.File
+	// sources are where blocks are read from: the data directory's
+	// (local, nil without a directory) and Options.Sources.
+	local   BlockSource
+	sources []BlockSource
+	// sourceErr holds, per source, why its last listing failed (nil
+	// after a good one), for Health.
+	sourceErr []atomic.Pointer[error]
+	log       *slog.Logger
+	lock      *os.File
 
 	mu      sync.RWMutex
 	blocks  []*Block // sorted by MinTime
@@ -98,8 +118,12 @@ type DB struct {
 	events  *eventLog
 
 	writeMu sync.Mutex // serialises block writes, compaction and retention
-	cache   chunkCache
-	indexes indexCache
+	// refreshMu serialises Refresh; badMeta, guarded by it, holds the keys
+	// of blocks whose meta was found unreadable (warned about once).
+	refreshMu sync.Mutex
+	badMeta   map[string]bool
+	cache     chunkCache
+	indexes   indexCache
 	// maxMergedThreadBytes is maxMergedThreadBytes, lowered by tests.
 	maxMergedThreadBytes int64
 
@@ -147,17 +171,35 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.Source == "" {
 		opts.Source, _ = os.Hostname()
 	}
+	if opts.Node == "" {
+		opts.Node, _ = os.Hostname()
+	}
 	if opts.ChunkCacheSamples <= 0 {
 		opts.ChunkCacheSamples = defaultChunkCacheSamples
 	}
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = defaultIndexCacheBytes
 	}
-	db := &DB{dir: dir, opts: opts, log: opts.Logger}
+	if len(opts.Sources) > 0 && !opts.ReadOnly {
+		return nil, errors.New("open: block sources other than the data directory need a read-only DB")
+	}
+	if dir == "" && (!opts.ReadOnly || len(opts.Sources) == 0) {
+		return nil, errors.New("open: no data directory")
+	}
+	db := &DB{dir: dir, opts: opts, log: opts.Logger, badMeta: map[string]bool{}}
+	if dir != "" {
+		db.local = DirSource(dir)
+		db.sources = append(db.sources, db.local)
+	}
+	db.sources = append(db.sources, opts.Sources...)
+	db.sourceErr = make([]atomic.Pointer[error], len(db.sources))
 	db.cache.limit = opts.ChunkCacheSamples
 	db.indexes.limit = opts.IndexCacheBytes
 	db.maxMergedThreadBytes = maxMergedThreadBytes
-	if !opts.ReadOnly {
+	switch {
+	case dir == "":
+		// Other sources only: no directory, WAL or events of its own.
+	case !opts.ReadOnly:
 		if err := os.MkdirAll(filepath.Join(dir, blocksDir), 0o755); err != nil {
 			return nil, fmt.Errorf("open data directory: %w", err)
 		}
@@ -166,8 +208,10 @@ func Open(dir string, opts Options) (*DB, error) {
 			return nil, err
 		}
 		db.lock = lock
-	} else if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("open data directory: %w", err)
+	default:
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("open data directory: %w", err)
+		}
 	}
 	if err := db.loadBlocks(); err != nil {
 		db.Close()
@@ -190,49 +234,58 @@ func Open(dir string, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// loadBlocks opens every block, removing leftovers of interrupted writes
-// and compactions.
+// loadBlocks opens every block of the data directory, removing leftovers
+// of interrupted writes and compactions, and lists the other sources'
+// blocks (opened when first queried). A source that cannot be listed fails
+// the open: its error names it.
 func (db *DB) loadBlocks() error {
-	root := filepath.Join(db.dir, blocksDir)
-	entries, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list blocks: %w", err)
-	}
 	var blocks []*Block
-	for _, e := range entries {
-		path := filepath.Join(root, e.Name())
-		if strings.HasSuffix(e.Name(), ".tmp") {
-			if !db.opts.ReadOnly {
-				os.RemoveAll(path) // an interrupted write
+	if db.local != nil {
+		root := filepath.Join(db.dir, blocksDir)
+		entries, err := os.ReadDir(root)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("list blocks: %w", err)
+		}
+		for _, e := range entries {
+			path := filepath.Join(root, e.Name())
+			if strings.HasSuffix(e.Name(), ".tmp") {
+				if !db.opts.ReadOnly {
+					os.RemoveAll(path) // an interrupted write
+				}
+				continue
 			}
+			if !e.IsDir() {
+				continue
+			}
+			b, err := db.openLocal(path)
+			if err != nil {
+				db.corrupt.Add(1)
+				db.log.Warn("skipping unreadable block", "block", path, "err", err)
+				continue
+			}
+			blocks = append(blocks, b)
+		}
+	}
+	for i, src := range db.sources {
+		if src == db.local {
 			continue
 		}
-		if !e.IsDir() {
-			continue
-		}
-		b, err := openBlock(path)
+		added, err := db.listNew(i, nil)
 		if err != nil {
-			db.corrupt.Add(1)
-			db.log.Warn("skipping unreadable block", "block", path, "err", err)
-			continue
+			for _, b := range blocks {
+				b.Close()
+			}
+			return err
 		}
-		blocks = append(blocks, b)
+		blocks = append(blocks, added...)
 	}
 	// A compaction that crashed after writing its block but before deleting
 	// its parents leaves both: the parents go.
-	replaced := map[string]bool{}
+	replaced := replacedBy(blocks)
 	for _, b := range blocks {
-		for _, p := range b.Meta.Parents {
-			replaced[p] = true
-		}
-	}
-	for _, b := range blocks {
-		if replaced[b.Meta.ID] {
+		if replaced[parentKey{b.src, b.Meta.Node, b.Meta.ID}] {
 			b.Close()
-			if !db.opts.ReadOnly {
+			if !db.opts.ReadOnly && b.Dir != "" {
 				os.RemoveAll(b.Dir)
 			}
 			continue
@@ -241,6 +294,93 @@ func (db *DB) loadBlocks() error {
 	}
 	db.sortBlocks()
 	return nil
+}
+
+// openLocal opens a block of the data directory. A block that names no
+// node is this directory's node's.
+func (db *DB) openLocal(path string) (*Block, error) {
+	b, err := openBlock(path)
+	if err == nil && b.Meta.Node == "" {
+		b.Meta.Node = db.opts.Node
+	}
+	return b, err
+}
+
+// parentKey names a block a compaction may have replaced: compactions
+// merge blocks of one node in one source.
+type parentKey struct {
+	src      BlockSource
+	node, id string
+}
+
+// replacedBy returns the blocks the given blocks list as their parents.
+func replacedBy(blocks []*Block) map[parentKey]bool {
+	replaced := map[parentKey]bool{}
+	for _, b := range blocks {
+		for _, p := range b.Meta.Parents {
+			replaced[parentKey{b.src, b.Meta.Node, p}] = true
+		}
+	}
+	return replaced
+}
+
+// listNew lists source i and returns its blocks that known (keys of blocks
+// already open) lacks, with the keys it listed. Blocks of the data
+// directory are opened at once; others when a query first needs them. A
+// block still being written (no meta yet) is left for a later listing; a
+// block whose meta cannot be read is skipped with a warning.
+func (db *DB) listNew(i int, known map[string]bool) ([]*Block, error) {
+	added, _, err := db.listSource(i, known)
+	return added, err
+}
+
+func (db *DB) listSource(i int, known map[string]bool) (added []*Block, listed map[string]bool, err error) {
+	src := db.sources[i]
+	ctx := context.Background()
+	keys, err := src.List(ctx)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", src, err)
+		db.sourceErr[i].Store(&err)
+		return nil, nil, err
+	}
+	db.sourceErr[i].Store(nil)
+	listed = make(map[string]bool, len(keys))
+	for _, key := range keys {
+		listed[key] = true
+		if known[key] {
+			continue
+		}
+		if src == db.local {
+			b, err := db.openLocal(filepath.Join(db.dir, blocksDir, key))
+			if err != nil {
+				continue // being written or damaged: next time, or never
+			}
+			added = append(added, b)
+			continue
+		}
+		m, err := src.Meta(ctx, key)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // not completely uploaded yet
+		}
+		if err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				err = fmt.Errorf("%s: %w", src, err)
+				db.sourceErr[i].Store(&err)
+				for _, b := range added {
+					b.Close()
+				}
+				return nil, nil, err
+			}
+			if !db.badMeta[key] {
+				db.badMeta[key] = true
+				db.corrupt.Add(1)
+				db.log.Warn("skipping block with an unreadable meta", "source", src.String(), "block", key, "err", err)
+			}
+			continue
+		}
+		added = append(added, newBlock(src, key, m))
+	}
+	return added, listed, nil
 }
 
 func (db *DB) sortBlocks() {
@@ -252,6 +392,9 @@ func (db *DB) sortBlocks() {
 // loadWAL replays the WAL segments not yet in blocks. A writer turns each
 // into a block and starts a new segment; a reader keeps them in memory.
 func (db *DB) loadWAL() error {
+	if db.local == nil {
+		return nil
+	}
 	seqs, err := walSegments(db.dir)
 	if err != nil {
 		return err
@@ -392,7 +535,8 @@ func (db *DB) writeHead(sh *sealingHead) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
 	for {
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, Node: db.opts.Node, NodeLabels: db.opts.NodeLabels,
+			WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
 		if err == nil {
 			return db.addBlock(meta, sh, nil)
 		}
@@ -422,7 +566,7 @@ func (db *DB) SetPeriod(periodNs int64) {
 // was sealed from or the blocks it was merged from (either may be nil), so
 // that no query plans both and counts their samples twice.
 func (db *DB) addBlock(meta Meta, from *sealingHead, parents []*Block) error {
-	b, err := openBlock(filepath.Join(db.dir, blocksDir, meta.ID))
+	b, err := db.openLocal(filepath.Join(db.dir, blocksDir, meta.ID))
 	if err != nil {
 		return err
 	}
@@ -637,6 +781,14 @@ func (db *DB) Health() error {
 	if db.closed.Load() {
 		return errors.New("data directory closed")
 	}
+	for i := range db.sourceErr {
+		if p := db.sourceErr[i].Load(); p != nil {
+			return *p
+		}
+	}
+	if db.local == nil {
+		return nil
+	}
 	dir := db.dir
 	if !db.opts.ReadOnly {
 		dir = filepath.Join(db.dir, blocksDir)
@@ -650,11 +802,13 @@ func (db *DB) Health() error {
 	return nil
 }
 
-// Refresh brings a read-only DB up to date with the directory: it opens
-// blocks written since Open (or the last Refresh) and forgets blocks that
-// were deleted or compacted away. A reader beside a running recorder calls
-// it every few seconds; data still in the recorder's head shows up once the
-// head is cut into a block (record's own server shows it at once).
+// Refresh brings a read-only DB up to date with its sources: it opens
+// blocks written (or uploaded) since Open or the last Refresh and forgets
+// blocks that were deleted or compacted away. A reader beside a running
+// recorder calls it every few seconds; data still in the recorder's head
+// shows up once the head is cut into a block (record's own server shows it
+// at once). A source that cannot be listed keeps the blocks it had; the
+// error names it.
 func (db *DB) Refresh() error {
 	if !db.opts.ReadOnly {
 		return nil
@@ -662,60 +816,47 @@ func (db *DB) Refresh() error {
 	if err := db.events.refresh(); err != nil {
 		return err
 	}
-	root := filepath.Join(db.dir, blocksDir)
-	entries, err := os.ReadDir(root)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("refresh blocks: %w", err)
-	}
-	onDisk := map[string]bool{}
-	for _, e := range entries {
-		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
-			onDisk[e.Name()] = true
+	db.refreshMu.Lock()
+	defer db.refreshMu.Unlock()
+	var errs []error
+	for i, src := range db.sources {
+		db.mu.RLock()
+		known := map[string]bool{}
+		for _, b := range db.blocks {
+			if b.src == src {
+				known[b.key] = true
+			}
 		}
-	}
-	db.mu.RLock()
-	known := map[string]bool{}
-	anyGone := false
-	for _, b := range db.blocks {
-		known[b.Meta.ID] = true
-		anyGone = anyGone || !onDisk[b.Meta.ID]
-	}
-	db.mu.RUnlock()
-	var added []*Block
-	for name := range onDisk {
-		if known[name] {
+		db.mu.RUnlock()
+		added, listed, err := db.listSource(i, known)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		b, err := openBlock(filepath.Join(root, name))
-		if err != nil {
-			continue // being written or damaged: next time, or never
+		anyGone := false
+		for key := range known {
+			anyGone = anyGone || !listed[key]
 		}
-		added = append(added, b)
-	}
-	if len(added) == 0 && !anyGone {
-		return nil
-	}
-	// A compacted block replaces its parents even before they are deleted.
-	replaced := map[string]bool{}
-	for _, b := range added {
-		for _, p := range b.Meta.Parents {
-			replaced[p] = true
+		if len(added) == 0 && !anyGone {
+			continue
+		}
+		// A compacted block replaces its parents even before they are deleted.
+		replaced := replacedBy(added)
+		db.mu.Lock()
+		db.blocks = append(db.blocks, added...)
+		var gone []*Block
+		db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
+			if b.src == src && (!listed[b.key] || replaced[parentKey{b.src, b.Meta.Node, b.Meta.ID}]) {
+				gone = append(gone, b)
+				return true
+			}
+			return false
+		})
+		db.sortBlocks()
+		db.mu.Unlock()
+		for _, b := range gone {
+			db.retire(b)
 		}
 	}
-	db.mu.Lock()
-	db.blocks = append(db.blocks, added...)
-	var gone []*Block
-	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
-		if !onDisk[b.Meta.ID] || replaced[b.Meta.ID] {
-			gone = append(gone, b)
-			return true
-		}
-		return false
-	})
-	db.sortBlocks()
-	db.mu.Unlock()
-	for _, b := range gone {
-		db.retire(b)
-	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -76,7 +76,10 @@ func openEventLog(dir string, readOnly bool, maxEvents int, log *slog.Logger) (*
 	if maxEvents <= 0 {
 		maxEvents = defaultMaxEvents
 	}
-	l := &eventLog{dir: filepath.Join(dir, eventsDir), readOnly: readOnly, maxEvents: maxEvents, log: log}
+	l := &eventLog{readOnly: readOnly, maxEvents: maxEvents, log: log}
+	if dir != "" {
+		l.dir = filepath.Join(dir, eventsDir)
+	}
 	if err := l.refresh(); err != nil {
 		return nil, err
 	}
@@ -91,6 +94,9 @@ func (l *eventLog) segPath(seq uint64) string {
 // call, and forgets deleted ones. A writer calls it once, at open; a
 // reader at every DB.Refresh.
 func (l *eventLog) refresh() error {
+	if l.dir == "" {
+		return nil // no data directory
+	}
 	entries, err := os.ReadDir(l.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -25,6 +25,13 @@ const (
 type Filter struct {
 	// Sources keeps samples of these sources (all when empty).
 	Sources []string
+	// Nodes keeps samples of these nodes (all when empty); NodeRegex
+	// keeps those of nodes whose name matches.
+	Nodes     []string
+	NodeRegex *regexp.Regexp
+	// NodeLabels keeps samples of nodes that have every one of these
+	// labels with these values.
+	NodeLabels []Label
 	// PIDs and TIDs keep samples of these processes and threads.
 	PIDs, TIDs []uint32
 	// Comm keeps samples whose command is exactly this; CommRegex keeps
@@ -53,9 +60,34 @@ type Filter struct {
 	IncludeIdle bool
 }
 
+// Label is a node label, as in a block's meta (zone=us-east-1a).
+type Label struct{ Key, Value string }
+
 // keepsSource reports whether f selects source.
 func (f *Filter) keepsSource(source string) bool {
 	return len(f.Sources) == 0 || slices.Contains(f.Sources, source)
+}
+
+// KeepsNode reports whether f selects the samples of a node with these
+// labels.
+func (f *Filter) KeepsNode(node string, labels map[string]string) bool {
+	switch {
+	case len(f.Nodes) > 0 && !slices.Contains(f.Nodes, node),
+		f.NodeRegex != nil && !f.NodeRegex.MatchString(node):
+		return false
+	}
+	for _, l := range f.NodeLabels {
+		if v, ok := labels[l.Key]; !ok || v != l.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// keepsBlock reports whether f may select samples of a block with meta m:
+// its source and its node.
+func (f *Filter) keepsBlock(m *Meta) bool {
+	return f.keepsSource(m.Source) && f.KeepsNode(m.Node, m.NodeLabels)
 }
 
 // threadOnly reports whether the filter looks at nothing but thread

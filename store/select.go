@@ -3,6 +3,7 @@ package store
 import (
 	"container/list"
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -16,8 +17,9 @@ func (r Range) overlaps(min, max int64) bool { return min < r.To && max >= r.Fro
 
 // Batch is the samples of one table that passed a filter.
 type Batch struct {
-	// Source is where the samples came from.
-	Source string
+	// Source is where the samples came from, and Node the machine they
+	// were taken on.
+	Source, Node string
 	// T holds the samples and the tables their ids index.
 	T *Table
 	// Rows are the indices in T of the matching samples.
@@ -34,6 +36,7 @@ type Warnings []error
 // part is one unit of work for Select: a chunk of a block, or a head.
 type part struct {
 	source string
+	node   string
 	block  *Block
 	chunk  int
 	head   *Table
@@ -52,7 +55,12 @@ func (p *part) release() {
 // of fn, and cached; fn is called from one goroutine. Data that cannot be
 // read is skipped and named in the returned Warnings.
 func (db *DB) Select(ctx context.Context, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
-	return db.selectParts(ctx, db.plan(r, f, true), r, f, fn)
+	parts, warnings, err := db.plan(r, f)
+	if err != nil {
+		return warnings, err
+	}
+	more, err := db.selectParts(ctx, parts, r, f, fn)
+	return append(warnings, more...), err
 }
 
 func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
@@ -95,6 +103,9 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 			return warnings, ctx.Err()
 		}
 		if res.err != nil {
+			if errors.Is(res.err, ErrUnavailable) {
+				return warnings, res.err
+			}
 			warnings = db.skipped(warnings, res.err)
 			continue
 		}
@@ -120,35 +131,64 @@ func (db *DB) skipped(warnings Warnings, err error) Warnings {
 	return append(warnings, err)
 }
 
-// plan lists the heads, and the block chunks if withBlocks, that may hold
-// samples in r. Each block part holds a reference to its block, dropped by
-// part.release once it has been read.
-func (db *DB) plan(r Range, f *Filter, withBlocks bool) []part {
+// plan lists the block chunks and the heads that may hold samples in r.
+// Each block part holds a reference to its block, dropped by part.release
+// once it has been read. A block whose header cannot be read is skipped
+// and named in the warnings, unless its storage is unavailable: that fails
+// the plan.
+func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
 	db.mu.RLock()
-	defer db.mu.RUnlock()
-	return db.planLocked(r, f, withBlocks)
-}
-
-// planLocked is plan with db.mu held: what it lists and what the caller
-// reads under the same lock are one consistent view (a head being sealed
-// is in exactly one of the sealing heads and the blocks).
-func (db *DB) planLocked(r Range, f *Filter, withBlocks bool) []part {
+	blocks := db.blocksLocked(r, f)
+	heads := db.headsLocked(r, f)
+	db.mu.RUnlock()
 	var parts []part
-	for _, b := range db.blocks {
-		if !withBlocks {
-			break
-		}
-		if !f.keepsSource(b.Meta.Source) || !r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
+	var warnings Warnings
+	for i, b := range blocks {
+		if err := b.header(); err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				for _, p := range parts {
+					p.release()
+				}
+				for _, rest := range blocks[i:] {
+					rest.Close()
+				}
+				return nil, warnings, err
+			}
+			warnings = db.skipped(warnings, err)
+			b.Close()
 			continue
 		}
 		for i, c := range b.chunks {
 			if r.overlaps(c.minTime*1000, c.maxTime*1000+999) {
 				b.acquire()
-				parts = append(parts, part{source: b.Meta.Source, block: b, chunk: i})
+				parts = append(parts, part{source: b.Meta.Source, node: b.Meta.Node, block: b, chunk: i})
 			}
 		}
+		b.Close()
 	}
-	if f.keepsSource(db.opts.Source) {
+	return append(parts, heads...), warnings, nil
+}
+
+// blocksLocked returns the blocks that may hold samples in r that pass f,
+// each with a reference taken for the caller. db.mu must be held.
+func (db *DB) blocksLocked(r Range, f *Filter) []*Block {
+	var blocks []*Block
+	for _, b := range db.blocks {
+		if f.keepsBlock(&b.Meta) && r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
+			b.acquire()
+			blocks = append(blocks, b)
+		}
+	}
+	return blocks
+}
+
+// headsLocked lists the heads as parts, with db.mu held: what it lists and
+// the blocks the caller lists under the same lock are one consistent view
+// (a head being sealed is in exactly one of the sealing heads and the
+// blocks).
+func (db *DB) headsLocked(r Range, f *Filter) []part {
+	var parts []part
+	if f.keepsSource(db.opts.Source) && f.KeepsNode(db.opts.Node, db.opts.NodeLabels) {
 		var heads []*Table
 		for _, s := range db.sealing {
 			heads = append(heads, s.table.snapshot())
@@ -157,7 +197,7 @@ func (db *DB) planLocked(r Range, f *Filter, withBlocks bool) []part {
 			heads = append(heads, db.head.T.snapshot())
 		}
 		for _, h := range heads {
-			parts = append(parts, part{source: db.opts.Source, head: h, mask: compile(f, h, nil)})
+			parts = append(parts, part{source: db.opts.Source, node: db.opts.Node, head: h, mask: compile(f, h, nil)})
 		}
 	}
 	return parts
@@ -194,7 +234,7 @@ func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 		}
 		mask = masks.get(p.block, ix)
 	}
-	b := &Batch{Source: p.source, T: t, KeepFrame: mask.keepFrame}
+	b := &Batch{Source: p.source, Node: p.node, T: t, KeepFrame: mask.keepFrame}
 	for i, ts := range t.Time {
 		if ts >= r.From && ts < r.To && mask.keeps(t, i) {
 			b.Rows = append(b.Rows, int32(i))
@@ -311,6 +351,9 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	if ix := db.indexes.get(b); ix != nil {
 		return ix, nil
 	}
+	if err := b.header(); err != nil {
+		return nil, err
+	}
 	b.loading.Lock()
 	defer b.loading.Unlock()
 	if ix := db.indexes.get(b); ix != nil {
@@ -322,7 +365,9 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	db.indexReads.Add(1)
 	ix, err := b.readIndex()
 	if err != nil {
-		b.indexErr = err
+		if !errors.Is(err, ErrUnavailable) {
+			b.indexErr = err
+		}
 		return nil, err
 	}
 	db.indexes.put(b, ix)

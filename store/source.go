@@ -102,7 +102,8 @@ func (db *DB) Import(source string, periodNs int64, read func(fn func(*sample.Sa
 		t := &b.T
 		first, last := slices.Min(t.Time), slices.Max(t.Time)
 		db.writeMu.Lock()
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, ImportedAt: importedAt, PeriodNs: periodNs}, t)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, Node: db.opts.Node, NodeLabels: db.opts.NodeLabels,
+			ImportedAt: importedAt, PeriodNs: periodNs}, t)
 		if err == nil {
 			written = append(written, meta.ID)
 			err = db.addBlock(meta, nil, nil)
@@ -155,4 +156,62 @@ func (db *DB) removeBlocks(ids []string) {
 	for _, id := range ids { // written but never added
 		os.RemoveAll(filepath.Join(db.dir, blocksDir, id))
 	}
+}
+
+// NodeInfo describes one node whose samples the store holds.
+type NodeInfo struct {
+	Name string `json:"name"`
+	// Labels are the node's labels, from its newest block.
+	Labels map[string]string `json:"labels"`
+	// Blocks counts its sealed blocks; First and Last are the times of
+	// its first and last samples (Unix ns), Samples counts them (heads
+	// included).
+	Blocks  int   `json:"blocks"`
+	First   int64 `json:"first"`
+	Last    int64 `json:"last"`
+	Samples int   `json:"samples"`
+}
+
+// Nodes lists the nodes whose samples the store holds, by name.
+func (db *DB) Nodes() []NodeInfo {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	byNode := map[string]*NodeInfo{}
+	newest := map[string]int64{}
+	add := func(name string, labels map[string]string, first, last int64, n int) *NodeInfo {
+		ni, ok := byNode[name]
+		if !ok {
+			ni = &NodeInfo{Name: name, First: first, Last: last}
+			byNode[name] = ni
+		}
+		if last >= newest[name] || !ok {
+			ni.Labels, newest[name] = labels, last
+		}
+		ni.First, ni.Last, ni.Samples = min(ni.First, first), max(ni.Last, last), ni.Samples+n
+		return ni
+	}
+	for _, b := range db.blocks {
+		add(b.Meta.Node, b.Meta.NodeLabels, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples).Blocks++
+	}
+	heads := []*Table{}
+	for _, s := range db.sealing {
+		heads = append(heads, s.table)
+	}
+	if db.head != nil {
+		heads = append(heads, &db.head.T)
+	}
+	for _, h := range heads {
+		if h.Len() > 0 {
+			add(db.opts.Node, db.opts.NodeLabels, slices.Min(h.Time), slices.Max(h.Time), h.Len())
+		}
+	}
+	out := make([]NodeInfo, 0, len(byNode))
+	for _, ni := range byNode {
+		if ni.Labels == nil {
+			ni.Labels = map[string]string{}
+		}
+		out = append(out, *ni)
+	}
+	slices.SortFunc(out, func(a, b NodeInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }

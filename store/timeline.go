@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -36,15 +37,9 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 	}
 	// Blocks and heads under one lock: a head sealed in between would be
 	// in neither list, or in both.
-	var blocks []*Block
 	db.mu.RLock()
-	for _, b := range db.blocks {
-		if f.keepsSource(b.Meta.Source) && r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
-			b.acquire()
-			blocks = append(blocks, b)
-		}
-	}
-	heads := db.planLocked(r, f, false)
+	blocks := db.blocksLocked(r, f)
+	heads := db.headsLocked(r, f)
 	db.mu.RUnlock()
 	add := func(b int64, count, idle uint32) {
 		start := b * bucket
@@ -75,6 +70,12 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		}
 		ix, err := db.blockIndex(b)
 		b.Close()
+		if errors.Is(err, ErrUnavailable) {
+			for _, rest := range blocks[i+1:] {
+				rest.Close()
+			}
+			return nil, warnings, err
+		}
 		if err != nil {
 			warnings = db.skipped(warnings, err)
 			continue
