@@ -17,7 +17,14 @@ type FoldedBuilder struct {
 	counts   map[string]int64
 	line     strings.Builder
 	annotate bool
+	node     bool
 }
+
+// NodeFrames makes Add start each line with the sample's node as a frame
+// of its own, "node;comm;root;...;leaf count", so that the stacks of a
+// fleet stay apart and a flame graph's first level is the node. It is off
+// by default.
+func (b *FoldedBuilder) NodeFrames(on bool) { b.node = on }
 
 // AnnotateKinds makes Add mark kernel frames with a "_[k]" suffix and JIT
 // frames with "_[j]", as FlameGraph's stackcollapse-perf.pl --all does, so
@@ -35,6 +42,10 @@ var foldedEscaper = strings.NewReplacer(";", ":", "\n", " ")
 // Add adds one sample.
 func (b *FoldedBuilder) Add(s *sample.Sample) {
 	b.line.Reset()
+	if b.node {
+		b.line.WriteString(foldedEscaper.Replace(s.Node))
+		b.line.WriteByte(';')
+	}
 	b.line.WriteString(foldedEscaper.Replace(s.Comm))
 	for i := len(s.Stack) - 1; i >= 0; i-- {
 		b.line.WriteByte(';')

@@ -15,7 +15,8 @@ import (
 // PprofBuilder aggregates samples into a pprof profile as they arrive, so its
 // memory grows with the number of distinct stacks, not with the recording's
 // length. Sample types are samples/count and cpu/nanoseconds; each sample
-// carries the labels comm, pid and tid and the numeric label cpu (unit "cpu"),
+// carries the labels comm, pid and tid, node when it has one (the machine
+// it was taken on), and the numeric label cpu (unit "cpu"),
 // and, for samples with container metadata, the labels cgroup, container_id,
 // container_runtime, container, pod, pod_uid, namespace and qos (those
 // known); samples with a cgroup id carry it as the numeric label cgroup_id
@@ -95,6 +96,7 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 	key = binary.AppendUvarint(key, uint64(s.TID))
 	key = binary.AppendUvarint(key, uint64(s.CPU))
 	key = binary.AppendUvarint(key, s.CgroupID)
+	key = append(append(key, s.Node...), 0)
 	labels := containerLabels(s.Container)
 	for _, l := range labels {
 		key = append(append(key, l.value...), 0)
@@ -120,6 +122,9 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 		// A unit keeps CPU 0: pprof's encoding drops a numeric label
 		// whose value is 0 when it has no unit.
 		NumUnit: map[string][]string{"cpu": {"cpu"}},
+	}
+	if s.Node != "" {
+		ps.Label[nodeLabel] = []string{s.Node}
 	}
 	if s.CgroupID != 0 {
 		ps.NumLabel[cgroupIDLabel] = []int64{int64(s.CgroupID)}

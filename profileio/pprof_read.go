@@ -16,6 +16,9 @@ import (
 // sample's own time (PprofBuilder.KeepTimestamps).
 const timestampLabel = "timestamp_ns"
 
+// nodeLabel is the label that carries a sample's node.
+const nodeLabel = "node"
+
 // cgroupIDLabel is the numeric label that carries a sample's cgroup v2 id.
 const cgroupIDLabel = "cgroup_id"
 
@@ -132,6 +135,7 @@ func sampleCounter(p *profile.Profile) (func(*profile.Sample) int64, error) {
 func (rd *pprofReader) head(ps *profile.Sample) sample.Sample {
 	var s sample.Sample
 	s.Comm = stringLabel(ps, "comm")
+	s.Node = stringLabel(ps, nodeLabel)
 	s.PID = uint32Label(ps, "pid")
 	s.TID = uint32Label(ps, "tid")
 	s.CPU = uint32Label(ps, "cpu")

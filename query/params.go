@@ -94,10 +94,12 @@ const MaxCPU = 65535
 
 // FilterParams are the names of the filter parameters, the same as flags
 // and as URL query parameters.
-var FilterParams = []string{"source", "comm", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos", "frame", "stack", "idle"}
+var FilterParams = []string{"source", "node", "label", "comm", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos", "frame", "stack", "idle"}
 
 // ParseFilter builds a filter from parameters looked up by name (missing
-// ones are ""). comm is an exact command name, or a regular expression when
+// ones are ""). node is a comma separated list of node names, or a regular
+// expression when it starts with "~"; label is a comma separated list of
+// node labels, key=value, all of which a node must have. comm is an exact command name, or a regular expression when
 // it starts with "~" ("~^kube"); pid, tid, cpu and cgroup are comma
 // separated lists (cpu also takes ranges, "0-3,8"; cgroup also takes a
 // cgroup v2 path on this host); container (names or ids, ids maybe
@@ -111,6 +113,22 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 	if v := get("source"); v != "" {
 		f.Sources = strings.Split(v, ",")
 	}
+	if v := get("node"); strings.HasPrefix(v, "~") {
+		re, err := regexp.Compile(v[1:])
+		if err != nil {
+			return f, paramErr("node", "bad regular expression: %v", err)
+		}
+		f.NodeRegex = re
+	} else {
+		var err error
+		if f.Nodes, err = parseNames("node", v); err != nil {
+			return f, err
+		}
+	}
+	var err error
+	if f.NodeLabels, err = parseLabels(get("label")); err != nil {
+		return f, err
+	}
 	if v := get("comm"); strings.HasPrefix(v, "~") {
 		re, err := regexp.Compile(v[1:])
 		if err != nil {
@@ -120,7 +138,6 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 	} else {
 		f.Comm = v
 	}
-	var err error
 	if f.PIDs, err = parseIDs("pid", get("pid")); err != nil {
 		return f, err
 	}
@@ -212,6 +229,35 @@ func parseNames(param, v string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// maxLabelValue bounds a node label's value.
+const maxLabelValue = 256
+
+// parseLabels parses a comma separated list of node labels, key=value:
+// keys as names (letters, digits, '-', '.', '_', and '/' for a prefix as
+// in topology.kubernetes.io/zone), values printable, without commas.
+func parseLabels(v string) ([]store.Label, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var labels []store.Label
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, paramErr("label", "%q is not key=value", kv)
+		}
+		if len(k) > maxNameLen || strings.IndexFunc(k, func(c rune) bool {
+			return !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '/')
+		}) >= 0 {
+			return nil, paramErr("label", "key %q: keys hold at most %d letters, digits, '-', '.', '_' and '/'", k, maxNameLen)
+		}
+		if len(val) > maxLabelValue || strings.IndexFunc(val, func(c rune) bool { return c < ' ' || c == 0x7f }) >= 0 {
+			return nil, paramErr("label", "value of %q: at most %d printable characters", k, maxLabelValue)
+		}
+		labels = append(labels, store.Label{Key: k, Value: val})
+	}
+	return labels, nil
 }
 
 func parseIDs(param, v string) ([]uint32, error) {

@@ -17,6 +17,7 @@ func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, 
 	return db.Select(ctx, r, f, func(b *store.Batch) error {
 		for _, i := range b.Rows {
 			s := b.T.Sample(int(i))
+			s.Node = b.Node
 			if b.KeepFrame != nil {
 				ids := b.T.StackOf(b.T.Stack[i])
 				kept := s.Stack[:0]

@@ -84,6 +84,9 @@ type Sample struct {
 	Container *Container
 	// Stack holds the frames, leaf first: kernel frames before user frames.
 	Stack []Frame
+	// Node is the machine the sample was taken on, as queries give it
+	// (from the block it was read from); "" when not known.
+	Node string
 }
 
 // Container is what is known of the cgroup a sample ran in: its path and,

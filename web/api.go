@@ -44,6 +44,7 @@ func (s *Server) endpoints() map[string]endpoint {
 	with := func(names ...string) []string { return append(names, query.FilterParams...) }
 	return map[string]endpoint{
 		"/api/sources":    {nil, s.sources},
+		"/api/nodes":      {nil, s.nodes},
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
 		"/api/flamegraph": {with("from", "to", "encoding", "group"), s.flameGraph},
@@ -66,12 +67,12 @@ type selection struct {
 // parseSelection parses the filter and the from and to parameters. When
 // optional, missing ends default to the span of the selected sources.
 func (s *Server) parseSelection(p *params, optional bool) (*selection, error) {
-	sources := s.db.Sources()
-	f, err := p.filter(sources)
+	sources, nodes := s.db.Sources(), s.db.Nodes()
+	f, err := p.filter(sources, nodes)
 	if err != nil {
 		return nil, err
 	}
-	whole, period, ok := span(sources, &f)
+	whole, period, ok := span(sources, nodes, &f)
 	r, err := p.timeRange("from", "to", whole, ok, optional)
 	if err != nil {
 		return nil, err
@@ -99,6 +100,29 @@ func (s *Server) sources(_ context.Context, _ *params, rep *reply) (store.Warnin
 	for i, src := range list {
 		out[i] = sourceJSON{Name: src.Name, First: seconds(src.First), Last: seconds(src.Last), Samples: src.Samples,
 			Imported: src.Imported, PeriodNs: src.PeriodNs}
+	}
+	return nil, rep.json(out)
+}
+
+// nodeJSON is one entry of /api/nodes.
+type nodeJSON struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+	Blocks int               `json:"blocks"`
+	// First and Last are the times of the node's first and last samples,
+	// Unix seconds.
+	First   float64 `json:"first"`
+	Last    float64 `json:"last"`
+	Samples int     `json:"samples"`
+}
+
+// nodes answers /api/nodes: every node whose samples the store holds, with
+// its labels, blocks and span; [] when none.
+func (s *Server) nodes(_ context.Context, _ *params, rep *reply) (store.Warnings, error) {
+	list := s.db.Nodes()
+	out := make([]nodeJSON, len(list))
+	for i, n := range list {
+		out[i] = nodeJSON{Name: n.Name, Labels: n.Labels, Blocks: n.Blocks, First: seconds(n.First), Last: seconds(n.Last), Samples: n.Samples}
 	}
 	return nil, rep.json(out)
 }

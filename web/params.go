@@ -169,8 +169,8 @@ func (p *params) step() (ns int64, ok bool, err error) {
 // Lists, CPU numbers and cgroup paths are checked before query.ParseFilter
 // sees them, so a request cannot make a filter allocate gigabytes or probe
 // files outside the cgroup v2 hierarchy.
-func (p *params) filter(sources []store.SourceInfo) (store.Filter, error) {
-	for _, name := range []string{"source", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos"} {
+func (p *params) filter(sources []store.SourceInfo, nodes []store.NodeInfo) (store.Filter, error) {
+	for _, name := range []string{"source", "node", "label", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos"} {
 		if n := strings.Count(p.get(name), ",") + 1; n > maxListItems {
 			return store.Filter{}, paramErr(name, "%d items, at most %d", n, maxListItems)
 		}
@@ -188,6 +188,11 @@ func (p *params) filter(sources []store.SourceInfo) (store.Filter, error) {
 	for _, name := range f.Sources {
 		if !slices.ContainsFunc(sources, func(s store.SourceInfo) bool { return s.Name == name }) {
 			return f, paramErr("source", "no source named %q (see /api/sources)", name)
+		}
+	}
+	for _, name := range f.Nodes {
+		if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return n.Name == name }) {
+			return f, paramErr("node", "no node named %q (see /api/nodes)", name)
 		}
 	}
 	return f, nil
@@ -234,11 +239,12 @@ func checkCgroups(v string) error {
 	return nil
 }
 
-// span is the time range of the sources f selects, from the first sample
-// to just after the last (within the times parameters may name), and their
-// sampling period (0 when none records one); ok is false when they hold no
-// samples.
-func span(sources []store.SourceInfo, f *store.Filter) (r store.Range, periodNs int64, ok bool) {
+// span is the time range of the sources and nodes f selects, from the
+// first sample to just after the last (within the times parameters may
+// name), and their sampling period (0 when none records one); ok is false
+// when they hold no samples. With both a source and a node filter it is
+// the overlap of the two spans.
+func span(sources []store.SourceInfo, nodes []store.NodeInfo, f *store.Filter) (r store.Range, periodNs int64, ok bool) {
 	for _, s := range sources {
 		if len(f.Sources) > 0 && !slices.Contains(f.Sources, s.Name) {
 			continue
@@ -248,6 +254,21 @@ func span(sources []store.SourceInfo, f *store.Filter) (r store.Range, periodNs 
 		}
 		r.From, r.To = min(r.From, s.First), max(r.To, s.Last+1)
 		periodNs = max(periodNs, s.PeriodNs)
+	}
+	if len(f.Nodes) > 0 || f.NodeRegex != nil || len(f.NodeLabels) > 0 {
+		var nr store.Range
+		found := false
+		for _, n := range nodes {
+			if !f.KeepsNode(n.Name, n.Labels) {
+				continue
+			}
+			if !found {
+				nr, found = store.Range{From: n.First, To: n.Last + 1}, true
+			}
+			nr.From, nr.To = min(nr.From, n.First), max(nr.To, n.Last+1)
+		}
+		r.From, r.To = max(r.From, nr.From), min(r.To, nr.To)
+		ok = ok && found && r.From < r.To
 	}
 	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
 	return r, periodNs, ok

@@ -378,7 +378,8 @@ func warningValue(text string) string {
 }
 
 // fail sends err as an error response: 400 naming the parameter for bad
-// parameters, 413 for responses too large, 503 for queries out of time,
+// parameters, 413 for responses too large, 503 for queries out of time or
+// storage that does not answer,
 // and 500 for the rest, whose details go to the log only.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *query.ParamError
@@ -392,6 +393,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away (or the server is stopping): nobody reads this.
 		s.log.Debug("request cancelled", "url", r.URL.String(), "err", err)
 		writeError(w, http.StatusServiceUnavailable, "request cancelled", "")
+	case errors.Is(err, store.ErrUnavailable):
+		// The storage (a bucket) did not answer: say which, with no
+		// more of the error than the store put in it (never credentials).
+		s.log.Warn("request failed: storage unavailable", "url", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, err.Error(), "")
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf(
 			"the query took longer than %v: narrow the range or add filters", queryTimeout), "")

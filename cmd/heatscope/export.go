@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,10 +25,13 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	format := fs.String("format", "pprof", "output format: pprof, folded or perf-script")
 	output := fs.String("o", "", "file to write (- for standard output)")
 	fs.StringVar(output, "output", "", "same as -o")
+	nodeFrames := fs.Bool("node-frame", false, "folded: start each line with the sample's node as a frame (default: when the filter selects more than one node)")
 	filters := filterFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	nodeFramesSet := false
+	fs.Visit(func(fl *flag.Flag) { nodeFramesSet = nodeFramesSet || fl.Name == "node-frame" })
 	if *output == "" {
 		return usageError{errors.New("-o: name the file to write (- for standard output)")}
 	}
@@ -71,6 +75,10 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		}
 	case "folded":
 		fb := profileio.NewFoldedBuilder()
+		if !nodeFramesSet {
+			*nodeFrames = len(selectedNodes(db, &f)) > 1
+		}
+		fb.NodeFrames(*nodeFrames)
 		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample) error { n++; fb.Add(s); return nil })
 		if err == nil {
 			_, err = fb.WriteTo(bw)
@@ -144,6 +152,17 @@ func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, i
 		return r, 0, usageError{errors.New("--to must be after --from")}
 	}
 	return r, period, nil
+}
+
+// selectedNodes lists the nodes f selects of those db holds.
+func selectedNodes(db *store.DB, f *store.Filter) []string {
+	var names []string
+	for _, n := range db.Nodes() {
+		if f.KeepsNode(n.Name, n.Labels) {
+			names = append(names, n.Name)
+		}
+	}
+	return names
 }
 
 func contains(list []string, s string) bool {

@@ -53,6 +53,8 @@ func parseSize(s string) (int64, error) {
 func filterFlags(fs *flag.FlagSet) map[string]*string {
 	help := map[string]string{
 		"source":    "only these sources (comma-separated names)",
+		"node":      "only these nodes (comma-separated names); ~REGEX for a regular expression",
+		"label":     "only nodes with all these labels: key=value, comma-separated",
 		"comm":      "only this command; ~REGEX for a regular expression",
 		"pid":       "only these processes (comma-separated)",
 		"tid":       "only these threads (comma-separated)",
