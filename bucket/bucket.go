@@ -1,0 +1,330 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/prometheus/common/model"
+	"github.com/thanos-io/objstore"
+	"github.com/thanos-io/objstore/exthttp"
+	"github.com/thanos-io/objstore/providers/azure"
+	"github.com/thanos-io/objstore/providers/filesystem"
+	"github.com/thanos-io/objstore/providers/gcs"
+	"github.com/thanos-io/objstore/providers/s3"
+)
+
+// Options tune Open.
+type Options struct {
+	// Logger receives the client library's messages, credentials removed
+	// (default slog.Default()).
+	Logger *slog.Logger
+	// Component names the caller in the client's User-Agent ("record").
+	Component string
+	// ResponseTimeout bounds the wait for a response's headers (default
+	// 30 s): an unreachable store fails an operation, never hangs it.
+	ResponseTimeout time.Duration
+	// MaxRetries is how often the client itself retries a failed request
+	// (s3, gcs: default 2). Callers retry with their own backoff on top.
+	MaxRetries int
+}
+
+// Bucket is an object store opened from a Config. It implements
+// objstore.Bucket, with every object name relative to the config's
+// prefix, and every error an *Error that names the bucket, the operation
+// and the object, with credentials removed.
+type Bucket struct {
+	inner   objstore.Bucket
+	name    string
+	secrets []string
+}
+
+var _ objstore.Bucket = (*Bucket)(nil)
+
+// Open returns a client for cfg. It reads credential files but makes no
+// request: Check does.
+func Open(ctx context.Context, cfg Config, opts Options) (*Bucket, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("objstore config: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Component == "" {
+		opts.Component = "heatscope"
+	}
+	if opts.ResponseTimeout <= 0 {
+		opts.ResponseTimeout = 30 * time.Second
+	}
+	if opts.MaxRetries <= 0 {
+		opts.MaxRetries = 2
+	}
+	b := &Bucket{name: cfg.Name()}
+	b.secrets = envSecrets()
+	readSecret := func(path, what string) (string, error) {
+		if path == "" {
+			return "", nil
+		}
+		v, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("bucket %s: read %s: %w", b.name, what, err)
+		}
+		s := strings.TrimSpace(string(v))
+		if s == "" {
+			return "", fmt.Errorf("bucket %s: %s %s is empty", b.name, what, path)
+		}
+		b.secrets = append(b.secrets, s)
+		return s, nil
+	}
+	cr := cfg.Credentials
+	logger := slogKit{log: opts.Logger, scrub: b.scrub}
+	httpCfg := exthttp.DefaultHTTPConfig
+	httpCfg.ResponseHeaderTimeout = model.Duration(opts.ResponseTimeout)
+	httpCfg.TLSConfig = exthttp.TLSConfig{CAFile: cfg.TLS.CAFile, ServerName: cfg.TLS.ServerName, InsecureSkipVerify: cfg.TLS.InsecureSkipVerify}
+	var inner objstore.Bucket
+	var err error
+	switch cfg.Provider {
+	case "s3":
+		c := s3.DefaultConfig
+		c.Bucket, c.Endpoint, c.Region, c.Insecure = cfg.Bucket, cfg.Endpoint, cfg.Region, cfg.TLS.Insecure
+		c.HTTPConfig = httpCfg
+		c.MaxRetries = opts.MaxRetries
+		if c.AccessKey, err = readSecret(cr.AccessKeyFile, "access key file"); err != nil {
+			return nil, err
+		}
+		if c.SecretKey, err = readSecret(cr.SecretKeyFile, "secret key file"); err != nil {
+			return nil, err
+		}
+		if c.SessionToken, err = readSecret(cr.SessionTokenFile, "session token file"); err != nil {
+			return nil, err
+		}
+		inner, err = s3.NewBucketWithConfig(logger, c, opts.Component, nil)
+	case "gcs":
+		c := gcs.Config{Bucket: cfg.Bucket, HTTPConfig: httpCfg, MaxRetries: opts.MaxRetries}
+		if c.ServiceAccount, err = readSecret(cr.ServiceAccountFile, "service account file"); err != nil {
+			return nil, err
+		}
+		inner, err = gcs.NewBucketWithConfig(ctx, logger, c, opts.Component, nil)
+	case "azure":
+		c := azure.DefaultConfig
+		c.StorageAccountName, c.ContainerName, c.HTTPConfig = cfg.StorageAccount, cfg.Bucket, httpCfg
+		if cfg.Endpoint != "" {
+			c.Endpoint = cfg.Endpoint
+		}
+		if c.StorageAccountKey, err = readSecret(cr.AccountKeyFile, "account key file"); err != nil {
+			return nil, err
+		}
+		if c.StorageAccountKey == "" {
+			c.StorageAccountKey = os.Getenv("AZURE_STORAGE_ACCOUNT_KEY")
+		}
+		inner, err = azure.NewBucketWithConfig(logger, c, opts.Component, nil)
+	case "filesystem":
+		inner, err = filesystem.NewBucket(cfg.Directory)
+	}
+	if err != nil {
+		return nil, b.wrap("open", "", err)
+	}
+	if p := strings.Trim(cfg.Prefix, "/"); p != "" {
+		inner = objstore.NewPrefixedBucket(inner, p)
+	}
+	b.inner = inner
+	return b, nil
+}
+
+// envSecrets are the credentials the providers may take from the
+// environment: errors are scrubbed of them too.
+func envSecrets() []string {
+	var s []string
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SECRET_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"} {
+		if v := strings.TrimSpace(os.Getenv(k)); v != "" {
+			s = append(s, v)
+		}
+	}
+	return s
+}
+
+// Check makes one cheap request, listing dir (relative to the prefix), and
+// fails with what went wrong: a missing bucket, refused credentials, an
+// unreachable endpoint. A recorder checks its own node's directory at
+// start, so a node's policy need not allow listing the whole bucket.
+func (b *Bucket) Check(ctx context.Context, dir string) error {
+	errStop := errors.New("stop")
+	err := b.inner.Iter(ctx, dir, func(string) error { return errStop })
+	if err != nil && !errors.Is(err, errStop) {
+		return b.wrap("list", dir, err)
+	}
+	return nil
+}
+
+// Name names the bucket in messages: provider, bucket and prefix.
+func (b *Bucket) Name() string { return b.name }
+
+// Provider is the objstore provider.
+func (b *Bucket) Provider() objstore.ObjProvider { return b.inner.Provider() }
+
+// Close releases the client.
+func (b *Bucket) Close() error { return b.wrap("close", "", b.inner.Close()) }
+
+// Upload writes an object whole (it is visible only once written).
+func (b *Bucket) Upload(ctx context.Context, name string, r io.Reader, opts ...objstore.ObjectUploadOption) error {
+	return b.wrap("upload", name, b.inner.Upload(ctx, name, r, opts...))
+}
+
+// Delete removes an object.
+func (b *Bucket) Delete(ctx context.Context, name string) error {
+	return b.wrap("delete", name, b.inner.Delete(ctx, name))
+}
+
+// Iter calls f with the names under dir (directories end in "/").
+func (b *Bucket) Iter(ctx context.Context, dir string, f func(string) error, opts ...objstore.IterOption) error {
+	return b.wrapIter(dir, b.inner.Iter(ctx, dir, f, opts...))
+}
+
+// IterWithAttributes is Iter with each object's attributes.
+func (b *Bucket) IterWithAttributes(ctx context.Context, dir string, f func(objstore.IterObjectAttributes) error, opts ...objstore.IterOption) error {
+	return b.wrapIter(dir, b.inner.IterWithAttributes(ctx, dir, f, opts...))
+}
+
+// wrapIter wraps an Iter error unless it is f's own, returned as is.
+func (b *Bucket) wrapIter(dir string, err error) error {
+	var own *Error
+	if err == nil || errors.As(err, &own) {
+		return err
+	}
+	return b.wrap("list", dir, err)
+}
+
+// SupportedIterOptions lists the Iter options the provider supports.
+func (b *Bucket) SupportedIterOptions() []objstore.IterOptionType {
+	return b.inner.SupportedIterOptions()
+}
+
+// Get reads an object.
+func (b *Bucket) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	rc, err := b.inner.Get(ctx, name)
+	return rc, b.wrap("get", name, err)
+}
+
+// GetRange reads length bytes of an object from off (length -1: to the end).
+func (b *Bucket) GetRange(ctx context.Context, name string, off, length int64) (io.ReadCloser, error) {
+	rc, err := b.inner.GetRange(ctx, name, off, length)
+	return rc, b.wrap("get range", name, err)
+}
+
+// Exists reports whether an object exists.
+func (b *Bucket) Exists(ctx context.Context, name string) (bool, error) {
+	ok, err := b.inner.Exists(ctx, name)
+	return ok, b.wrap("exists", name, err)
+}
+
+// Attributes returns an object's size and modification time.
+func (b *Bucket) Attributes(ctx context.Context, name string) (objstore.ObjectAttributes, error) {
+	a, err := b.inner.Attributes(ctx, name)
+	return a, b.wrap("attributes", name, err)
+}
+
+// IsObjNotFoundErr reports whether err says an object does not exist.
+func (b *Bucket) IsObjNotFoundErr(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.NotFound
+}
+
+// IsAccessDeniedErr reports whether err says the credentials do not allow
+// the operation.
+func (b *Bucket) IsAccessDeniedErr(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.AccessDenied
+}
+
+// Error is a failed operation on a bucket. Its message and its wrapped
+// error carry no credential.
+type Error struct {
+	Bucket string // Config.Name()
+	Op     string // upload, get, list, …
+	Object string // relative to the prefix; "" for the bucket itself
+	// NotFound and AccessDenied classify the cause.
+	NotFound, AccessDenied bool
+	err                    error
+}
+
+func (e *Error) Error() string {
+	if e.Object == "" {
+		return fmt.Sprintf("bucket %s: %s: %v", e.Bucket, e.Op, e.err)
+	}
+	return fmt.Sprintf("bucket %s: %s %s: %v", e.Bucket, e.Op, e.Object, e.err)
+}
+
+// Unwrap returns the cause: the client's own error when its text held no
+// credential (so errors.Is finds context.DeadlineExceeded), otherwise a
+// plain error with the credentials removed.
+func (e *Error) Unwrap() error { return e.err }
+
+func (b *Bucket) wrap(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	e := &Error{Bucket: b.name, Op: op, Object: name, err: err}
+	if b.inner != nil {
+		e.NotFound = b.inner.IsObjNotFoundErr(err)
+		e.AccessDenied = b.inner.IsAccessDeniedErr(err)
+	}
+	// objstore's s3 provider calls only AccessDenied a denial; refused
+	// credentials are one as well.
+	switch minio.ToErrorResponse(err).Code {
+	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
+		e.AccessDenied = true
+	}
+	if msg := err.Error(); b.scrub(msg) != msg {
+		e.err = errors.New(b.scrub(msg))
+	}
+	return e
+}
+
+// scrub replaces every credential in s.
+func (b *Bucket) scrub(s string) string {
+	for _, secret := range b.secrets {
+		if len(secret) >= 4 {
+			s = strings.ReplaceAll(s, secret, "[credential removed]")
+		}
+	}
+	return s
+}
+
+// slogKit adapts go-kit's log.Logger, which objstore logs to, to slog,
+// removing credentials from every value.
+type slogKit struct {
+	log   *slog.Logger
+	scrub func(string) string
+}
+
+func (l slogKit) Log(keyvals ...any) error {
+	level, msg := slog.LevelDebug, "objstore"
+	var attrs []any
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		k := fmt.Sprint(keyvals[i])
+		v := l.scrub(fmt.Sprint(keyvals[i+1]))
+		switch k {
+		case "level":
+			switch v {
+			case "warn":
+				level = slog.LevelWarn
+			case "error":
+				level = slog.LevelError
+			case "info":
+				level = slog.LevelInfo
+			}
+		case "msg":
+			msg = v
+		default:
+			attrs = append(attrs, k, v)
+		}
+	}
+	l.log.Log(context.Background(), level, msg, attrs...)
+	return nil
+}

@@ -1,0 +1,294 @@
+// Package miniotest runs a real MinIO server for tests: on a free loopback
+// port, in a temporary directory, with random credentials and a throwaway
+// bucket, and writes an objstore config file for it. Tests stop and
+// restart it to see what heatscope does when its bucket goes away.
+//
+// The server binary is $HEATSCOPE_MINIO, else
+// ~/.cache/heatscope-minio/bin/minio (.ci/run installs it there). Without
+// it the test is skipped with the reason; with HEATSCOPE_REQUIRE_MINIO=1
+// (as CI sets) that skip is a failure.
+package miniotest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/heatscope/heatscope/bucket"
+)
+
+// PinnedVersion is the MinIO release .ci/run installs.
+const PinnedVersion = "github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// Server is a running MinIO.
+type Server struct {
+	// Endpoint is host:port on 127.0.0.1.
+	Endpoint string
+	// AccessKey and SecretKey are the root credentials.
+	AccessKey, SecretKey string
+	// Bucket is the throwaway bucket the server was started with.
+	Bucket string
+	// Dir holds the server's data, the credential files and configs.
+	Dir string
+
+	t      testing.TB
+	binary string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	logf   *os.File
+}
+
+// Binary returns the MinIO binary's path, or why there is none.
+func Binary() (string, error) {
+	path := os.Getenv("HEATSCOPE_MINIO")
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no $HEATSCOPE_MINIO and no home directory: %w", err)
+		}
+		path = filepath.Join(home, ".cache", "heatscope-minio", "bin", "minio")
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("no MinIO server binary at %s (install it: GOBIN=$HOME/.cache/heatscope-minio/bin go install %s, or set $HEATSCOPE_MINIO): %w", path, PinnedVersion, err)
+	}
+	if st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("MinIO server binary %s is not executable", path)
+	}
+	return path, nil
+}
+
+// Require returns the MinIO binary, or skips the test saying why (fails
+// it under HEATSCOPE_REQUIRE_MINIO=1).
+func Require(t testing.TB) string {
+	t.Helper()
+	path, err := Binary()
+	if err != nil {
+		if os.Getenv("HEATSCOPE_REQUIRE_MINIO") == "1" {
+			t.Fatalf("HEATSCOPE_REQUIRE_MINIO=1 but %v", err)
+		}
+		t.Skipf("skipping: this test needs a real MinIO server: %v", err)
+	}
+	return path
+}
+
+// Start starts MinIO on a free loopback port with a new bucket, and stops
+// it and removes its data when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, binary: Require(t), Dir: t.TempDir(),
+		AccessKey: "hs" + randomHex(8), SecretKey: randomHex(20), Bucket: "heatscope-" + randomHex(4)}
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("minio: find a free port: %v", err)
+	}
+	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if err := os.MkdirAll(filepath.Join(s.Dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if s.logf, err = os.Create(filepath.Join(s.Dir, "minio.log")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		s.logf.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(s.logf.Name()); err == nil && len(b) > 0 {
+				t.Logf("minio log:\n%s", tail(b, 4096))
+			}
+		}
+	})
+	s.Restart()
+	mc, err := s.client()
+	if err != nil {
+		t.Fatalf("minio: client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := mc.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("minio: create bucket %s: %v", s.Bucket, err)
+	}
+	return s
+}
+
+func (s *Server) client() (*minio.Client, error) {
+	return minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), MaxRetries: 1})
+}
+
+// Restart starts the server again (after Stop) on the same port and data;
+// it returns once the server answers its readiness probe.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.t.Fatal("minio: Restart while running")
+	}
+	cmd := exec.Command(s.binary, "server", "--quiet", "--address", s.Endpoint, "--console-address", "127.0.0.1:0", filepath.Join(s.Dir, "data"))
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1", "HOME="+s.Dir)
+	cmd.Stdout, cmd.Stderr = s.logf, s.logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("minio: start %s: %v", s.binary, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	// The readiness probe answers before the object layer is up: a
+	// request through the API is what tells it serves.
+	mc, err := s.client()
+	if err != nil {
+		s.t.Fatalf("minio: client: %v", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = mc.ListBuckets(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			b, _ := os.ReadFile(s.logf.Name())
+			s.t.Fatalf("minio: exited at start: %s", tail(b, 2048))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("minio: not serving after 60 s at %s (last: %v)", s.Endpoint, err)
+		}
+	}
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 10 s) and waits for
+// it; the data stays for Restart. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+// Config returns an objstore config for the bucket under prefix, with the
+// credentials in files under Dir.
+func (s *Server) Config(prefix string) bucket.Config {
+	s.t.Helper()
+	return s.ConfigWith(prefix, s.AccessKey, s.SecretKey, s.Bucket)
+}
+
+// ConfigWith is Config with other credentials or another bucket, for
+// tests of what a wrong one does.
+func (s *Server) ConfigWith(prefix, accessKey, secretKey, bucketName string) bucket.Config {
+	s.t.Helper()
+	dir, err := os.MkdirTemp(s.Dir, "creds-")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ak, sk := filepath.Join(dir, "access-key"), filepath.Join(dir, "secret-key")
+	for path, v := range map[string]string{ak: accessKey, sk: secretKey} {
+		if err := os.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return bucket.Config{Provider: "s3", Bucket: bucketName, Endpoint: s.Endpoint, Prefix: prefix,
+		TLS: bucket.TLS{Insecure: true}, Credentials: bucket.Credentials{AccessKeyFile: ak, SecretKeyFile: sk}}
+}
+
+// WriteConfig writes Config(prefix) as an objstore config file and
+// returns its path.
+func (s *Server) WriteConfig(prefix string) string {
+	s.t.Helper()
+	return s.WriteConfigOf(s.Config(prefix))
+}
+
+// WriteConfigOf writes cfg as an objstore config file and returns its path.
+func (s *Server) WriteConfigOf(cfg bucket.Config) string {
+	s.t.Helper()
+	f, err := os.CreateTemp(s.Dir, "objstore-*.yaml")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "provider: %s\nbucket: %s\nendpoint: %s\nprefix: %q\ntls:\n  insecure: %t\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
+		cfg.Provider, cfg.Bucket, cfg.Endpoint, cfg.Prefix, cfg.TLS.Insecure, cfg.Credentials.AccessKeyFile, cfg.Credentials.SecretKeyFile)
+	return f.Name()
+}
+
+// Open opens the bucket under prefix, closed when the test ends.
+func (s *Server) Open(prefix string) *bucket.Bucket {
+	s.t.Helper()
+	b, err := bucket.Open(context.Background(), s.Config(prefix), bucket.Options{Component: "test"})
+	if err != nil {
+		s.t.Fatalf("minio: open bucket: %v", err)
+	}
+	s.t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// Objects lists every object name under prefix (recursively), through the
+// root credentials.
+func (s *Server) Objects(prefix string) []string {
+	s.t.Helper()
+	mc, err := s.client()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var names []string
+	for o := range mc.ListObjects(context.Background(), s.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			s.t.Fatalf("minio: list %s: %v", prefix, o.Err)
+		}
+		names = append(names, o.Key)
+	}
+	return names
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(errors.New("crypto/rand failed"))
+	}
+	return hex.EncodeToString(b)
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
