@@ -64,14 +64,14 @@ func ParseNormalization(v string) (Normalization, error) {
 }
 
 // DiffOf compares the samples in a with those in b (both passing f),
-// scaling B as norm says. The tree is the union of both ranges' trees, so
-// frames that vanished show too.
-func DiffOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, norm Normalization) (*Diff, store.Warnings, error) {
-	ta, warnings, err := FlameGraphOf(ctx, db, a, f)
+// scaling B as norm says, unresolved frames named as fr says. The tree is
+// the union of both ranges' trees, so frames that vanished show too.
+func DiffOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, norm Normalization, fr Frames) (*Diff, store.Warnings, error) {
+	ta, warnings, err := GroupedFlameGraphOf(ctx, db, a, f, GroupNone, fr)
 	if err != nil {
 		return nil, warnings, err
 	}
-	tb, w2, err := FlameGraphOf(ctx, db, b, f)
+	tb, w2, err := GroupedFlameGraphOf(ctx, db, b, f, GroupNone, fr)
 	warnings = append(warnings, w2...)
 	if err != nil {
 		return nil, warnings, err

@@ -50,13 +50,14 @@ func kindString(k sample.Kind) string {
 // replaced a map from (parent, name) to child, which spent 70% of a 10 s
 // flame graph's time (236k nodes) growing that map.
 type treeBuilder struct {
-	group Group
-	ids   map[string]uint32 // name + kind byte -> id
-	names []string
-	kinds []sample.Kind
-	data  []uint32 // all paths' ids, back to back
-	paths []path
-	key   []byte
+	group  Group
+	frames Frames
+	ids    map[string]uint32 // name + kind byte -> id
+	names  []string
+	kinds  []sample.Kind
+	data   []uint32 // all paths' ids, back to back
+	paths  []path
+	key    []byte
 }
 
 type path struct {
@@ -64,7 +65,9 @@ type path struct {
 	count  int64
 }
 
-func newTreeBuilder(g Group) *treeBuilder { return &treeBuilder{group: g, ids: map[string]uint32{}} }
+func newTreeBuilder(g Group, fr Frames) *treeBuilder {
+	return &treeBuilder{group: g, frames: fr, ids: map[string]uint32{}}
+}
 
 func (tb *treeBuilder) id(name string, kind sample.Kind) uint32 {
 	tb.key = append(append(tb.key[:0], name...), byte(kind))
@@ -106,7 +109,7 @@ func (tb *treeBuilder) add(b *store.Batch) {
 				continue
 			}
 			if frameID[id] == 0 {
-				frameID[id] = int64(tb.id(t.Strings[t.Frames[id].Function], t.Frames[id].Kind)) + 1
+				frameID[id] = int64(tb.id(tb.frames.Name(t.Strings[t.Frames[id].Function]), t.Frames[id].Kind)) + 1
 			}
 			tb.data = append(tb.data, uint32(frameID[id]-1))
 		}
@@ -187,16 +190,18 @@ func (tb *treeBuilder) tree() *Node {
 	return &out[0]
 }
 
-// FlameGraphOf builds the flame graph of the samples in r that pass f. As in
-// FlameScope, the first level under the root is the command.
+// FlameGraphOf builds the flame graph of the samples in r that pass f,
+// unresolved frames grouped per module. As in FlameScope, the first level
+// under the root is the command.
 func FlameGraphOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*Node, store.Warnings, error) {
-	return GroupedFlameGraphOf(ctx, db, r, f, GroupNone)
+	return GroupedFlameGraphOf(ctx, db, r, f, GroupNone, GroupAddresses)
 }
 
 // GroupedFlameGraphOf is FlameGraphOf with a level of groups (containers,
-// pods, ...) between the root and the commands; GroupNone leaves it out.
-func GroupedFlameGraphOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group) (*Node, store.Warnings, error) {
-	tb := newTreeBuilder(g)
+// pods, ...) between the root and the commands (GroupNone leaves it out),
+// unresolved frames named as fr says.
+func GroupedFlameGraphOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, fr Frames) (*Node, store.Warnings, error) {
+	tb := newTreeBuilder(g, fr)
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		tb.add(b)
 		return nil

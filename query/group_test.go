@@ -66,7 +66,7 @@ func TestGroupedFlameGraph(t *testing.T) {
 		if len(want) < 3 {
 			t.Fatalf("%s: only %d groups in the test data", g, len(want))
 		}
-		root, _, err := GroupedFlameGraphOf(context.Background(), db, r, &store.Filter{}, g)
+		root, _, err := GroupedFlameGraphOf(context.Background(), db, r, &store.Filter{}, g, GroupAddresses)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -75,20 +75,20 @@ func ParseGrowthOrder(v string) (GrowthOrder, error) {
 
 // GrowthOf compares every function's samples in a with those in b (both
 // passing f), biggest growth first (by order), then by name, and marks
-// the pass-throughs (Growth.Via).
+// the pass-throughs (Growth.Via). Unresolved frames are named as fr says.
 //
 // Unlike DiffOf, which scales B by the ratio of the ranges' sample totals
 // (how each function's share changed), GrowthOf scales B by the ratio of
 // the ranges' lengths: a burst of CPU shows as growth even though it
 // raises A's total. For the two equal windows around an event the scale is
 // 1 and the deltas are plain differences.
-func GrowthOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, order GrowthOrder) (*Growths, store.Warnings, error) {
+func GrowthOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, order GrowthOrder, fr Frames) (*Growths, store.Warnings, error) {
 	edgesA, edgesB := map[callEdge]int64{}, map[callEdge]int64{}
-	ta, warnings, err := countFunctions(ctx, db, a, f, GroupNone, edgesA)
+	ta, warnings, err := countFunctions(ctx, db, a, f, GroupNone, fr, edgesA)
 	if err != nil {
 		return nil, warnings, err
 	}
-	tb, w2, err := countFunctions(ctx, db, b, f, GroupNone, edgesB)
+	tb, w2, err := countFunctions(ctx, db, b, f, GroupNone, fr, edgesB)
 	warnings = append(warnings, w2...)
 	if err != nil {
 		return nil, warnings, err

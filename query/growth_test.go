@@ -35,7 +35,7 @@ func TestGrowthOf(t *testing.T) {
 	add(base+1e9, 20, "steady")     // A: [base+1s, base+3s)
 	add(base+1e9+1e8, 4, "shrinks") //
 	add(base+2e9, 30, "burst")      //
-	g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 3e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{}, ByTotal)
+	g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 3e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{}, ByTotal, GroupAddresses)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestGrowthPassThrough(t *testing.T) {
 	add(40, "entry", "syscall", "dispatch", "walk", "walk", "lookup")
 	add(2, "entry", "syscall")
 	for _, order := range []GrowthOrder{ByTotal, BySelf} {
-		g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 2e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{}, order)
+		g, _, err := GrowthOf(context.Background(), db, store.Range{From: base + 1e9, To: base + 2e9}, store.Range{From: base, To: base + 1e9}, &store.Filter{}, order, GroupAddresses)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -207,7 +207,7 @@ func TestTopAndDiff(t *testing.T) {
 	f := store.Filter{}
 	a := store.Range{From: start, To: start + 10e9}
 	b := store.Range{From: start + 10e9, To: start + 30e9}
-	top, _, err := TopOf(context.Background(), db, a, &f, GroupNone)
+	top, _, err := TopOf(context.Background(), db, a, &f, GroupNone, GroupAddresses)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestTopAndDiff(t *testing.T) {
 
 	// By totals (FlameScope's) and by the windows' lengths.
 	for _, norm := range []Normalization{ByTotals, ByLength} {
-		d, _, err := DiffOf(context.Background(), db, a, b, &f, norm)
+		d, _, err := DiffOf(context.Background(), db, a, b, &f, norm, GroupAddresses)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,14 +38,16 @@ type callEdge struct{ caller, callee funcKey }
 // TopOf counts every function's self and total samples in r (passing f),
 // sorted by self count, then total, then name. With a Group other than
 // GroupNone a function has one row per group its samples fall in.
-func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group) (*Top, store.Warnings, error) {
-	return countFunctions(ctx, db, r, f, g, nil)
+// Unresolved frames are named as fr says: grouped per module, a stripped
+// binary is one row.
+func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, fr Frames) (*Top, store.Warnings, error) {
+	return countFunctions(ctx, db, r, f, g, fr, nil)
 }
 
 // countFunctions is TopOf; when edges is not nil it also counts, for every
 // call from one function to another, the samples whose stack holds that
 // call (once per sample, like Total).
-func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, edges map[callEdge]int64) (*Top, store.Warnings, error) {
+func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, names Frames, edges map[callEdge]int64) (*Top, store.Warnings, error) {
 	type key = funcKey
 	index := map[key]int{}
 	funcs := []Function{} // [] in JSON when no sample passes
@@ -87,7 +89,7 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 				}
 				if funcOf[id] == 0 {
 					fr := t.Frames[id]
-					k := key{t.Strings[fr.Function], fr.Kind.String(), group}
+					k := key{names.Name(t.Strings[fr.Function]), fr.Kind.String(), group}
 					fi, ok := index[k]
 					if !ok {
 						fi = len(funcs)

@@ -47,10 +47,10 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/nodes":      {nil, s.nodes},
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
-		"/api/flamegraph": {with("from", "to", "encoding", "group"), s.flameGraph},
-		"/api/diff":       {with("from", "to", "from2", "to2", "encoding", "normalize"), s.diff},
+		"/api/flamegraph": {with("from", "to", "encoding", "group", "addresses"), s.flameGraph},
+		"/api/diff":       {with("from", "to", "from2", "to2", "encoding", "normalize", "addresses"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
-		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order", "group"), s.top},
+		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order", "group", "addresses"), s.top},
 		eventsPath:        {[]string{"from", "to", "source", "kind", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
 	}
@@ -280,7 +280,11 @@ func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.W
 	if err != nil {
 		return nil, err
 	}
-	root, warnings, err := query.GroupedFlameGraphOf(ctx, s.db, sel.r, &sel.f, group)
+	frames, err := query.ParseFrames(p.get("addresses"))
+	if err != nil {
+		return nil, err
+	}
+	root, warnings, err := query.GroupedFlameGraphOf(ctx, s.db, sel.r, &sel.f, group, frames)
 	if err != nil {
 		return warnings, fmt.Errorf("flame graph: %w", err)
 	}
@@ -307,7 +311,11 @@ func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warning
 	if err != nil {
 		return nil, err
 	}
-	d, warnings, err := query.DiffOf(ctx, s.db, sel.r, baseline, &sel.f, norm)
+	frames, err := query.ParseFrames(p.get("addresses"))
+	if err != nil {
+		return nil, err
+	}
+	d, warnings, err := query.DiffOf(ctx, s.db, sel.r, baseline, &sel.f, norm, frames)
 	if err != nil {
 		return warnings, fmt.Errorf("diff: %w", err)
 	}
@@ -326,6 +334,10 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 	if err != nil {
 		return nil, err
 	}
+	frames, err := query.ParseFrames(p.get("addresses"))
+	if err != nil {
+		return nil, err
+	}
 	if p.get("from2") != "" || p.get("to2") != "" {
 		if p.get("group") != "" {
 			return nil, paramErr("group", "applies to the top table, not to growth: leave out from2 and to2")
@@ -338,7 +350,7 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 		if err != nil {
 			return nil, err
 		}
-		g, warnings, err := query.GrowthOf(ctx, s.db, sel.r, baseline, &sel.f, order)
+		g, warnings, err := query.GrowthOf(ctx, s.db, sel.r, baseline, &sel.f, order, frames)
 		if err != nil {
 			return warnings, fmt.Errorf("top: %w", err)
 		}
@@ -352,7 +364,7 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 	if err != nil {
 		return nil, err
 	}
-	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f, group)
+	top, warnings, err := query.TopOf(ctx, s.db, sel.r, &sel.f, group, frames)
 	if err != nil {
 		return warnings, fmt.Errorf("top: %w", err)
 	}

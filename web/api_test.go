@@ -156,7 +156,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75", tc.query))
 			mustOK(t, "diff", resp, body)
-			d, _, err := query.DiffOf(ctx, db, rangeA, rangeB, &f, query.ByTotals)
+			d, _, err := query.DiffOf(ctx, db, rangeA, rangeB, &f, query.ByTotals, query.GroupAddresses)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +164,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75&normalize=length", tc.query))
 			mustOK(t, "diff by length", resp, body)
-			d, _, err = query.DiffOf(ctx, db, rangeA, rangeB, &f, query.ByLength)
+			d, _, err = query.DiffOf(ctx, db, rangeA, rangeB, &f, query.ByLength, query.GroupAddresses)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/top", queryA, "limit=20", tc.query))
 			mustOK(t, "top", resp, body)
-			top, _, err := query.TopOf(ctx, db, rangeA, &f, query.GroupNone)
+			top, _, err := query.TopOf(ctx, db, rangeA, &f, query.GroupNone, query.GroupAddresses)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -252,7 +252,7 @@ func TestFlameGraphGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			root, _, err := query.GroupedFlameGraphOf(context.Background(), db, rangeA, &f, g)
+			root, _, err := query.GroupedFlameGraphOf(context.Background(), db, rangeA, &f, g, query.GroupAddresses)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,7 +279,7 @@ func TestTopGroups(t *testing.T) {
 	for _, g := range []query.Group{query.GroupContainer, query.GroupPod, query.GroupNamespace, query.GroupQoS, query.GroupCgroup} {
 		resp, body := fx.get(t, withQuery("/api/top", queryA, "limit=10000", "group="+string(g)))
 		mustOK(t, "top", resp, body)
-		want, _, err := query.TopOf(context.Background(), db, rangeA, &store.Filter{}, g)
+		want, _, err := query.TopOf(context.Background(), db, rangeA, &store.Filter{}, g, query.GroupAddresses)
 		if err != nil {
 			t.Fatal(err)
 		}

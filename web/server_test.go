@@ -495,7 +495,7 @@ func TestPprofDownload(t *testing.T) {
 		n += s.Value[0]
 	}
 	top, _, err := query.TopOf(context.Background(), fx.db, store.Range{From: (base+10)*1e9 + 5e8, To: (base + 80) * 1e9},
-		&store.Filter{Comm: "java"}, query.GroupNone)
+		&store.Filter{Comm: "java"}, query.GroupNone, query.GroupAddresses)
 	if err != nil {
 		t.Fatal(err)
 	}

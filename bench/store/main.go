@@ -178,7 +178,10 @@ func queries(dir string, runs int) error {
 			nFlame = root.Value
 			return err
 		}},
-		{"top functions, 10 s", "", func() error { _, _, err := query.TopOf(ctx, db, tenSec, all, query.GroupNone); return err }},
+		{"top functions, 10 s", "", func() error {
+			_, _, err := query.TopOf(ctx, db, tenSec, all, query.GroupNone, query.GroupAddresses)
+			return err
+		}},
 		{"timeline, 24 h, 60 s steps", "<= 200 ms", func() error {
 			_, _, err := db.Timeline(ctx, day, int64(time.Minute), all)
 			return err

@@ -26,6 +26,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	output := fs.String("o", "", "file to write (- for standard output)")
 	fs.StringVar(output, "output", "", "same as -o")
 	nodeFrames := fs.Bool("node-frame", false, "folded: start each line with the sample's node as a frame (default: when the filter selects more than one node)")
+	addresses := fs.Bool("addresses", false, "folded: keep each unresolved frame's address ([gzip+0x4ce8]) instead of one frame per module ([gzip]); pprof and perf-script always keep them")
 	filters := filterFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -79,7 +80,11 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 			*nodeFrames = len(selectedNodes(db, &f)) > 1
 		}
 		fb.NodeFrames(*nodeFrames)
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample) error { n++; fb.Add(s); return nil })
+		frames := query.GroupAddresses
+		if *addresses {
+			frames = query.KeepAddresses
+		}
+		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample) error { n++; fb.Add(frames.Sample(s)); return nil })
 		if err == nil {
 			_, err = fb.WriteTo(bw)
 		}

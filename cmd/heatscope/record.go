@@ -23,6 +23,7 @@ import (
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/recorder"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -263,7 +264,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			pprofOut.Add(s)
 		}
 		if foldedOut != nil {
-			foldedOut.Add(s)
+			foldedOut.Add(query.GroupAddresses.Sample(s)) // as export does by default
 		}
 	})
 	stopEvents()

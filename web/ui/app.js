@@ -25,6 +25,7 @@ const state = {
   compare: false, bFrom: null, bTo: null, // compare mode and its baseline
   comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
   group: '', enhanced: false, icicle: false, search: '',
+  addresses: false, // unresolved frames one per address ([gzip+0x4ce8]), not per module ([gzip])
   norm: 'total', // how the differential flame graph scales B: by 'total' samples or window 'length'
   growthOrder: 'total', passThrough: false, // the growth table's order, and whether it shows pass-throughs
 };
@@ -66,6 +67,7 @@ function readURL() {
   state.group = GROUPS.includes(p.get('group')) ? p.get('group') : '';
   state.enhanced = p.get('enhanced') === '1';
   state.icicle = p.get('icicle') === '1';
+  state.addresses = p.get('addr') === '1';
   state.search = p.get('search') || '';
   state.growthOrder = p.get('gorder') === 'self' ? 'self' : 'total';
   state.passThrough = p.get('passthru') === '1';
@@ -98,6 +100,7 @@ function writeURL() {
   for (const f of FILTERS) if (state[f] && !(f === 'stack' && state[f] === 'all')) p.set(f, state[f]);
   if (state.enhanced) p.set('enhanced', '1');
   if (state.icicle) p.set('icicle', '1');
+  if (state.addresses) p.set('addr', '1');
   if (state.group) p.set('group', state.group);
   if (state.search) p.set('search', state.search);
   if (state.growthOrder !== 'total') p.set('gorder', state.growthOrder);
@@ -385,6 +388,7 @@ async function loadSelection() {
   $('selection-label').textContent = label;
   $('flame-label').textContent = label;
   $('pprof-link').href = '/api/pprof?' + p.toString();
+  if (state.addresses) p.set('addresses', 'show');
   const tp = new URLSearchParams(p);
   tp.set('limit', '100');
   const topParams = new URLSearchParams(tp);
@@ -526,6 +530,7 @@ function fillControls() {
   $('rows').value = String(state.rows);
   $('enhanced').checked = state.enhanced;
   $('icicle').checked = state.icicle;
+  $('addresses').checked = state.addresses;
   $('flame-group').value = state.group;
   $('diff-norm').value = state.norm;
   $('flame-search').value = state.search;
@@ -630,6 +635,11 @@ function wire() {
     state.icicle = flame.icicle = $('icicle').checked;
     writeURL();
     flame.draw();
+  });
+  $('addresses').addEventListener('change', () => {
+    state.addresses = $('addresses').checked;
+    writeURL();
+    loadSelection();
   });
   $('flame-search').addEventListener('input', () => {
     state.search = $('flame-search').value;
