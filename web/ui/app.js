@@ -14,7 +14,10 @@ import { EventList } from './events.js';
 const $ = (id) => document.getElementById(id);
 const FILTERS = ['comm', 'pid', 'cpu', 'container', 'pod', 'namespace', 'qos', 'frame', 'stack'];
 const GROUPS = ['', 'container', 'pod', 'namespace', 'qos', 'cgroup'];
-const DEFAULT_SPAN = 120; // seconds: the last 2 minutes of a source
+const DEFAULT_SPAN = 120; // seconds: at most the last 2 minutes of a source
+const GAP = 10; // seconds without a sample that end the data's last span
+const TOP_PAGE = 20; // rows of the top functions table shown at first, and added by "more"
+const TOP_LIMIT = 1000; // rows of the top functions table fetched
 const ROW_CHOICES = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
 const MIN_VIEW = 10; // seconds: the narrowest the timeline zooms
 
@@ -32,6 +35,8 @@ const state = {
 let sources = [];
 let allEvents = []; // every event (up to the API's default limit), by time
 let lastGrowth = null; // the growth table's data, null without a baseline
+let lastTop = null; // the top functions table's data
+let topShown = TOP_PAGE; // how many of its rows are shown
 let busy = 0;
 const inflight = {};
 
@@ -311,12 +316,31 @@ function currentSource() {
   return sources.find((s) => s.name === state.source);
 }
 
-// defaultSpan is the last 2 minutes of the source, or all of it if shorter.
-function defaultSpan() {
+// defaultSpan is the data's last span: the last 2 minutes of the source
+// (or all of it if shorter), cut after the last gap of GAP seconds without
+// a sample, idle included (the recorder was not running), so that a gap
+// does not leave most of the heatmap empty.
+async function defaultSpan() {
   const src = currentSource();
   if (!src) return;
   const to = Math.floor(src.last) + 1;
-  state.from = Math.max(Math.floor(src.first), to - DEFAULT_SPAN);
+  let from = Math.max(Math.floor(src.first), to - DEFAULT_SPAN);
+  const p = new URLSearchParams({ source: src.name, idle: 'include', from: secs(from), to: secs(to), step: '1s' });
+  const data = await request('span', '/api/timeline', p);
+  if (data) {
+    let first = data.counts.length; // the first step of the last run of data
+    let zeros = 0;
+    for (let i = data.counts.length - 1; i >= 0 && zeros < GAP; i--) {
+      if (data.counts[i] > 0) {
+        first = i;
+        zeros = 0;
+      } else if (first < data.counts.length) {
+        zeros++;
+      }
+    }
+    if (first < data.counts.length) from = Math.max(from, Math.floor(data.start + first * data.step));
+  }
+  state.from = from;
   state.to = to;
 }
 
@@ -390,7 +414,7 @@ async function loadSelection() {
   $('pprof-link').href = '/api/pprof?' + p.toString();
   if (state.addresses) p.set('addresses', 'show');
   const tp = new URLSearchParams(p);
-  tp.set('limit', '100');
+  tp.set('limit', String(TOP_LIMIT));
   const topParams = new URLSearchParams(tp);
   // The group-by choice splits the top table's rows as it does the flame
   // graph's (not the growth table's).
@@ -476,16 +500,31 @@ function showGrowth(g) {
   $('growth').tBodies[0].replaceChildren(...rows);
 }
 
-// showTop fills the top functions table; a failed request (top null)
-// empties it, so that it never shows an earlier query's rows.
+// showTop fills the top functions table with its first TOP_PAGE rows (the
+// "more" button adds more); a failed request (top null) empties it, so
+// that it never shows an earlier query's rows.
 function showTop(top, from, to) {
+  lastTop = top;
+  topShown = TOP_PAGE;
   if (!top) {
-    $('top').tBodies[0].replaceChildren();
+    drawTop();
     showEmpty('top-empty', 'The top functions could not be loaded (see the message above).');
     return;
   }
   showEmpty('top-empty', top.functions.length > 0 ? '' : noSamples(from, to));
-  const rows = top.functions.map((f) => {
+  drawTop();
+}
+
+function drawTop() {
+  const top = lastTop;
+  const list = top ? top.functions : [];
+  const shown = list.slice(0, topShown);
+  const more = $('top-more');
+  more.hidden = shown.length >= list.length;
+  more.textContent = `${Math.min(TOP_PAGE, list.length - shown.length)} more`;
+  $('top-count').textContent = list.length === 0 ? ''
+    : `${shown.length} of ${list.length}${list.length === TOP_LIMIT ? ' (the first ' + TOP_LIMIT + ')' : ''} functions`;
+  const rows = shown.map((f) => {
     const tr = document.createElement('tr');
     for (const [text, cls] of [[f.name], [f.kind], [f.self, 'num'], [pct(f.self, top.samples), 'num'],
       [f.total, 'num'], [pct(f.total, top.samples), 'num']]) {
@@ -538,7 +577,44 @@ function fillControls() {
   flame.search = searchRegexp(state.search);
 }
 
-async function loadAll() {
+// checkFilters asks the server whether a source and filters (name ->
+// value) parse, with a heatmap of a millisecond in 1970 (no block holds it,
+// so it reads nothing): the API's parsers are the judges, RE2 regexps
+// included. It returns null, or the error ({param, message}) of a 400.
+async function checkFilters(source, filters) {
+  const p = new URLSearchParams({ from: '0', to: '0.001', rows: '1' });
+  if (source) p.set('source', source);
+  for (const f of FILTERS) if (filters[f] && !(f === 'stack' && filters[f] === 'all')) p.set(f, filters[f]);
+  try {
+    await getJSON('/api/heatmap', p);
+  } catch (e) {
+    if (e.status === 400) return { param: e.param || '', message: e.message };
+  }
+  return null;
+}
+
+// markInvalid marks the filter field a 400 named (and says why), or clears
+// every mark when bad is null.
+function markInvalid(bad) {
+  for (const el of document.querySelectorAll('#filters .invalid')) {
+    el.classList.remove('invalid');
+    el.removeAttribute('aria-invalid');
+    el.title = '';
+  }
+  const msg = $('filter-error');
+  msg.hidden = !bad;
+  msg.textContent = bad ? `${bad.message}: nothing was changed` : '';
+  const el = bad && bad.param && $('f-' + bad.param);
+  if (el) {
+    el.classList.add('invalid');
+    el.setAttribute('aria-invalid', 'true');
+    el.title = bad.message;
+  }
+}
+
+// loadAll loads every view for the state; checked says that the filters
+// were just checked (checkFilters) and need not be again.
+async function loadAll(checked = false) {
   setStatus('loading…');
   if (!currentSource() && sources.length) {
     // the recording host if there is one, else the newest import
@@ -548,7 +624,7 @@ async function loadAll() {
     state.from = state.to = null;
   }
   if (state.from === null || state.to === null || !(state.to > state.from)) {
-    defaultSpan();
+    await defaultSpan();
     state.selFrom = state.selTo = null;
     state.compare = false;
   }
@@ -556,6 +632,12 @@ async function loadAll() {
   writeURL();
   if (!currentSource()) {
     setStatus('No samples yet: record or import some, then reload.');
+    return;
+  }
+  const bad = checked ? null : await checkFilters(state.source, state);
+  markInvalid(bad);
+  if (bad) {
+    setStatus('Fix the marked filter to see the views.', true);
     return;
   }
   const results = await Promise.allSettled([loadTimeline(), loadHeatmap(), loadPerCPU(), loadSelection(), loadEvents()]);
@@ -572,15 +654,28 @@ function wire() {
   const rowsSel = $('rows');
   const choices = ROW_CHOICES.includes(state.rows) ? ROW_CHOICES : [...ROW_CHOICES, state.rows].sort((a, b) => a - b);
   rowsSel.replaceChildren(...choices.map((r) => new Option(String(r), String(r))));
-  $('filters').addEventListener('submit', (ev) => {
+  $('filters').addEventListener('submit', async (ev) => {
     ev.preventDefault();
+    // A filter the API refuses (a bad regexp) is marked, and nothing
+    // changes: no view, no state, no URL.
     const newSource = $('f-source').value;
+    const filters = {};
+    for (const f of FILTERS) filters[f] = $('f-' + f).value.trim();
+    setBusy(1);
+    let bad;
+    try {
+      bad = await checkFilters(newSource, filters);
+    } finally {
+      setBusy(-1);
+    }
+    markInvalid(bad);
+    if (bad) return;
     if (newSource !== state.source) {
       state.source = newSource;
       state.from = state.to = state.selFrom = state.selTo = state.viewFrom = state.viewTo = null;
     }
-    for (const f of FILTERS) state[f] = $('f-' + f).value.trim();
-    loadAll();
+    Object.assign(state, filters);
+    loadAll(true);
   });
   $('f-source').addEventListener('change', () => $('filters').requestSubmit());
   $('f-stack').addEventListener('change', () => $('filters').requestSubmit());
@@ -607,6 +702,10 @@ function wire() {
     perCPU.draw();
   });
   $('clear-selection').addEventListener('click', () => heatmap.clear());
+  $('top-more').addEventListener('click', () => {
+    topShown += TOP_PAGE;
+    drawTop();
+  });
   $('timeline-in').addEventListener('click', () => timeline.zoom(1 / 2));
   $('timeline-out').addEventListener('click', () => timeline.zoom(2));
   $('timeline-all').addEventListener('click', () => setView(null));

@@ -130,7 +130,6 @@ export class FlameGraph {
     this.namesList = namesList; // a hidden list of the drawn frame names, for tests
     this.onChange = onChange; // called after zoom or search changes
     this.tree = null; // decodeTree's answer
-    this.depth = 0; // the tree's depth, the root's 0
     this.zoom = null; // the zoomed node, or null
     this.zoomPath = []; // the zoomed node's ancestors, root first
     this.search = null;
@@ -148,7 +147,6 @@ export class FlameGraph {
   // are A's counts.
   set(tree) {
     this.tree = tree;
-    this.depth = maxDepth(tree.size);
     this.hits = new Uint8Array(tree.names.length);
     this.colours = new Map();
     this.zoom = null;
@@ -238,39 +236,27 @@ export class FlameGraph {
       return;
     }
     const zoom = this.zoom === null ? 0 : this.zoom;
-    const height = (this.depth + 1) * ROW;
-    const ctx = sizeCanvas(this.canvas, width, height);
-    ctx.clearRect(0, 0, width, height);
-    ctx.font = '11px ui-monospace, monospace';
-    ctx.textBaseline = 'middle';
-    this.rects = [];
-    const names = new Set();
-    const yOf = (d) => (this.icicle ? d * ROW : height - (d + 1) * ROW);
-    // box draws node i at depth d; parent is the index of its parent's box
-    const box = (i, d, x, w, parent) => {
-      const y = yOf(d);
-      ctx.fillStyle = this.hit(i) ? '#e040fb' : this.colour(i);
-      ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
-      const name = this.name(i);
-      const label = trimText(ctx, name, w - 6);
-      if (label) {
-        ctx.fillStyle = '#111';
-        ctx.fillText(label, x + 3, y + ROW / 2);
-      }
-      this.rects.push({ x, y, w, node: i, parent });
-      names.add(t.name[i]);
-      return this.rects.length - 1;
+    // Lay out the frames wide enough to see first (at least 0.3 px), so
+    // that the canvas is as tall as what is drawn: the deepest stacks are
+    // often too narrow to show, and sizing for them left a tall empty
+    // canvas with the flame graph at its bottom.
+    const boxes = []; // {i, d, x, w, parent}
+    const lay = (i, d, x, w, parent) => {
+      boxes.push({ i, d, x, w, parent });
+      return boxes.length - 1;
     };
     // the zoomed frame's ancestors span the whole width
     let parent = -1;
-    this.zoomPath.forEach((a, d) => { parent = box(a, d, 0, width, parent); });
+    this.zoomPath.forEach((a, d) => { parent = lay(a, d, 0, width, parent); });
     const vals = t.diff ? t.a : t.value;
     const size = t.size;
     const scale = width / Math.max(1, vals[zoom]);
+    let deepest = 0;
     const walk = (i, d, x, p) => {
       const w = vals[i] * scale;
       if (w < 0.3) return;
-      const b = box(i, d, x, w, p);
+      const b = lay(i, d, x, w, p);
+      deepest = Math.max(deepest, d);
       let cx = x;
       for (let c = i + 1, end = i + size[i]; c < end; c += size[c]) {
         walk(c, d + 1, cx, b);
@@ -278,6 +264,26 @@ export class FlameGraph {
       }
     };
     walk(zoom, this.zoomPath.length, 0, parent);
+    const height = (deepest + 1) * ROW;
+    const ctx = sizeCanvas(this.canvas, width, height);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = '11px ui-monospace, monospace';
+    ctx.textBaseline = 'middle';
+    this.rects = [];
+    const names = new Set();
+    for (const { i, d, x, w, parent: p } of boxes) {
+      const y = this.icicle ? d * ROW : height - (d + 1) * ROW;
+      ctx.fillStyle = this.hit(i) ? '#e040fb' : this.colour(i);
+      ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
+      const label = trimText(ctx, this.name(i), w - 6);
+      if (label) {
+        ctx.fillStyle = '#111';
+        ctx.fillText(label, x + 3, y + ROW / 2);
+      }
+      this.rects.push({ x, y, w, node: i, parent: p });
+      names.add(t.name[i]);
+    }
+    this.canvas.dataset.depth = String(deepest);
     // the frame names drawn, as text, for tests and assistive tools
     const items = [...names].map((id) => t.names[id]).sort().map((name) => {
       const li = document.createElement('li');
@@ -324,17 +330,4 @@ export class FlameGraph {
     this.zoomPath = this.zoom === null ? [] : path;
     this.draw();
   }
-}
-
-// maxDepth is the depth of the deepest node of a pre-order tree given its
-// subtree sizes (0 for a lone root).
-function maxDepth(size) {
-  const ends = []; // the end of each open ancestor's subtree
-  let deepest = 0;
-  for (let i = 0; i < size.length; i++) {
-    while (ends.length > 0 && ends[ends.length - 1] <= i) ends.pop();
-    deepest = Math.max(deepest, ends.length);
-    ends.push(i + size[i]);
-  }
-  return deepest;
 }

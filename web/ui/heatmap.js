@@ -38,14 +38,16 @@ export class Heatmap {
     this.draw();
   }
 
-  // layout gives the cell size, computed from the box's width; the canvas
-  // publishes it as data attributes (tests click cells with them).
+  // layout gives the cell size, computed from the box's width: cells grow
+  // to fill it, so that a short source (a 6-second import) is as wide as a
+  // long one. The canvas publishes it as data attributes (tests click
+  // cells with them).
   layout() {
     const d = this.data;
     const cols = d.columns.length;
     const rows = d.rows.length;
     const avail = Math.max(200, this.canvas.parentElement.clientWidth - 2) - LEFT - 8;
-    const cellW = Math.max(1, Math.min(24, Math.floor(avail / Math.max(1, cols))));
+    const cellW = Math.max(1, Math.floor(avail / Math.max(1, cols)));
     const cellH = Math.max(3, Math.min(16, Math.floor(400 / rows)));
     return { cols, rows, cellW, cellH, left: LEFT, top: TOP, width: LEFT + cols * cellW + 8, height: TOP + rows * cellH + BOTTOM };
   }

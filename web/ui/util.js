@@ -1,7 +1,8 @@
 // Shared helpers: API requests, canvas set-up, the tooltip, formatting.
 
 // getJSON fetches an API path and returns its JSON, or throws an Error
-// carrying the API's error message. Once the body has arrived, before it is
+// carrying the API's error message, with the HTTP status as its status and
+// the parameter a 400 names as its param. Once the body has arrived, before it is
 // parsed, it sets the performance mark "received PATH", from which
 // measureDraw times the drawing.
 export async function getJSON(path, params, signal) {
@@ -17,7 +18,10 @@ export async function getJSON(path, params, signal) {
     throw new Error(`${path}: ${resp.status} ${resp.statusText}`);
   }
   if (!resp.ok) {
-    throw new Error(body && body.error ? body.error : `${path}: ${resp.status}`);
+    const e = new Error(body && body.error ? body.error : `${path}: ${resp.status}`);
+    e.status = resp.status;
+    e.param = body && body.param;
+    throw e;
   }
   return body;
 }
