@@ -245,7 +245,15 @@ func (d *Detector) Add(s *sample.Sample, periodNs int64) {
 		// Far behind: the wall clock was stepped back. Report what was
 		// open and start again from this sample.
 		d.Flush()
-		d.cpus, d.node = nil, [ringSlots]nodeSlot{}
+		for _, c := range d.cpus {
+			if c != nil {
+				*c = cpuState{cpu: c.cpu}
+				for i := range c.ring {
+					c.ring[i].slot = -1
+				}
+			}
+		}
+		d.node = [ringSlots]nodeSlot{}
 		d.closed, d.newest = k-1, k
 	}
 	if k <= d.closed {
