@@ -163,6 +163,8 @@ type NodeInfo struct {
 	Name string `json:"name"`
 	// Labels are the node's labels, from its newest block.
 	Labels map[string]string `json:"labels"`
+	// Sources are the sources of its samples, by name.
+	Sources []string `json:"sources"`
 	// Blocks counts its sealed blocks; First and Last are the times of
 	// its first and last samples (Unix ns), Samples counts them (heads
 	// included).
@@ -178,11 +180,14 @@ func (db *DB) Nodes() []NodeInfo {
 	defer db.mu.RUnlock()
 	byNode := map[string]*NodeInfo{}
 	newest := map[string]int64{}
-	add := func(name string, labels map[string]string, first, last int64, n int) *NodeInfo {
+	add := func(name, source string, labels map[string]string, first, last int64, n int) *NodeInfo {
 		ni, ok := byNode[name]
 		if !ok {
 			ni = &NodeInfo{Name: name, First: first, Last: last}
 			byNode[name] = ni
+		}
+		if i, found := slices.BinarySearch(ni.Sources, source); !found {
+			ni.Sources = slices.Insert(ni.Sources, i, source)
 		}
 		if last >= newest[name] || !ok {
 			ni.Labels, newest[name] = labels, last
@@ -191,7 +196,7 @@ func (db *DB) Nodes() []NodeInfo {
 		return ni
 	}
 	for _, b := range db.blocks {
-		add(b.Meta.Node, b.Meta.NodeLabels, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples).Blocks++
+		add(b.Meta.Node, b.Meta.Source, b.Meta.NodeLabels, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples).Blocks++
 	}
 	heads := []*Table{}
 	for _, s := range db.sealing {
@@ -202,7 +207,7 @@ func (db *DB) Nodes() []NodeInfo {
 	}
 	for _, h := range heads {
 		if h.Len() > 0 {
-			add(db.opts.Node, db.opts.NodeLabels, slices.Min(h.Time), slices.Max(h.Time), h.Len())
+			add(db.opts.Node, db.opts.Source, db.opts.NodeLabels, slices.Min(h.Time), slices.Max(h.Time), h.Len())
 		}
 	}
 	out := make([]NodeInfo, 0, len(byNode))

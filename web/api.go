@@ -106,9 +106,10 @@ func (s *Server) sources(_ context.Context, _ *params, rep *reply) (store.Warnin
 
 // nodeJSON is one entry of /api/nodes.
 type nodeJSON struct {
-	Name   string            `json:"name"`
-	Labels map[string]string `json:"labels"`
-	Blocks int               `json:"blocks"`
+	Name    string            `json:"name"`
+	Labels  map[string]string `json:"labels"`
+	Sources []string          `json:"sources"`
+	Blocks  int               `json:"blocks"`
 	// First and Last are the times of the node's first and last samples,
 	// Unix seconds.
 	First   float64 `json:"first"`
@@ -122,7 +123,7 @@ func (s *Server) nodes(_ context.Context, _ *params, rep *reply) (store.Warnings
 	list := s.db.Nodes()
 	out := make([]nodeJSON, len(list))
 	for i, n := range list {
-		out[i] = nodeJSON{Name: n.Name, Labels: n.Labels, Blocks: n.Blocks, First: seconds(n.First), Last: seconds(n.Last), Samples: n.Samples}
+		out[i] = nodeJSON{Name: n.Name, Labels: n.Labels, Sources: n.Sources, Blocks: n.Blocks, First: seconds(n.First), Last: seconds(n.Last), Samples: n.Samples}
 	}
 	return nil, rep.json(out)
 }

@@ -73,7 +73,7 @@ func TestNodes(t *testing.T) {
 		t.Fatalf("nodes %s, want node-a, node-b, node-c", body)
 	}
 	for _, n := range nodes {
-		if n.Samples != counts[n.Name] || n.Blocks < 2 || n.First < float64(base) || n.Last > float64(base+31) || n.Labels["zone"] == "" {
+		if n.Samples != counts[n.Name] || n.Blocks < 2 || len(n.Sources) != 1 || n.Sources[0] != n.Name || n.First < float64(base) || n.Last > float64(base+31) || n.Labels["zone"] == "" {
 			t.Errorf("node %+v: want %d samples in blocks, with a zone, within the recording", n, counts[n.Name])
 		}
 	}

@@ -12,7 +12,7 @@ import { PerCPU } from './percpu.js';
 import { EventList } from './events.js';
 
 const $ = (id) => document.getElementById(id);
-const FILTERS = ['comm', 'pid', 'cpu', 'container', 'pod', 'namespace', 'qos', 'frame', 'stack'];
+const FILTERS = ['node', 'comm', 'pid', 'cpu', 'container', 'pod', 'namespace', 'qos', 'frame', 'stack'];
 const GROUPS = ['', 'container', 'pod', 'namespace', 'qos', 'cgroup'];
 const DEFAULT_SPAN = 120; // seconds: at most the last 2 minutes of a source
 const GAP = 10; // seconds without a sample that end the data's last span
@@ -26,13 +26,14 @@ const state = {
   source: '', from: null, to: null, rows: 50, selFrom: null, selTo: null,
   viewFrom: null, viewTo: null, // the timeline's zoomed view (null: everything)
   compare: false, bFrom: null, bTo: null, // compare mode and its baseline
-  comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
+  node: '', comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
   group: '', enhanced: false, icicle: false, search: '',
   addresses: false, // unresolved frames one per address ([gzip+0x4ce8]), not per module ([gzip])
   norm: 'total', // how the differential flame graph scales B: by 'total' samples or window 'length'
   growthOrder: 'total', passThrough: false, // the growth table's order, and whether it shows pass-throughs
 };
 let sources = [];
+let nodes = []; // /api/nodes: the nodes whose samples the server holds
 let allEvents = []; // every event (up to the API's default limit), by time
 let lastGrowth = null; // the growth table's data, null without a baseline
 let lastTop = null; // the top functions table's data
@@ -141,7 +142,7 @@ function setStatus(msg, error) {
 
 // FILTER_NAMES name the filters in messages.
 const FILTER_NAMES = {
-  comm: 'command', pid: 'pid', cpu: 'CPU', container: 'container', pod: 'pod', namespace: 'namespace',
+  node: 'node', comm: 'command', pid: 'pid', cpu: 'CPU', container: 'container', pod: 'pod', namespace: 'namespace',
   qos: 'QoS class', frame: 'frame', stack: 'stack',
 };
 
@@ -678,6 +679,12 @@ function wire() {
     loadAll(true);
   });
   $('f-source').addEventListener('change', () => $('filters').requestSubmit());
+  $('f-node').addEventListener('change', () => {
+    // a node's samples are in its own sources: show one of them
+    const node = nodes.find((n) => n.name === $('f-node').value);
+    if (node && node.sources.length && !node.sources.includes($('f-source').value)) $('f-source').value = node.sources[0];
+    $('filters').requestSubmit();
+  });
   $('f-stack').addEventListener('change', () => $('filters').requestSubmit());
   $('f-qos').addEventListener('change', () => $('filters').requestSubmit());
   $('diff-norm').addEventListener('change', () => {
@@ -765,11 +772,40 @@ async function main() {
     setBusy(-1);
   }
   $('f-source').replaceChildren(...sources.map((s) => new Option(`${s.name} (${s.samples} samples)`, s.name)));
+  await loadNodes();
   try {
     await loadAll();
   } finally {
     document.body.dataset.ready = '1';
   }
+}
+
+// loadNodes fills the node picker from /api/nodes: every node, with its
+// labels, or a note that the server holds none (a fleet whose nodes have
+// not uploaded yet).
+async function loadNodes() {
+  try {
+    nodes = await getJSON('/api/nodes');
+  } catch (e) {
+    setStatus('/api/nodes: ' + e.message, true);
+    nodes = [];
+  }
+  const sel = $('f-node');
+  if (!nodes.length) {
+    const none = new Option('no nodes yet', '');
+    sel.replaceChildren(none);
+    sel.disabled = true;
+    sel.title = 'No node has samples here yet: nodes appear once they record (a fleet: once they upload a block).';
+    return;
+  }
+  sel.disabled = false;
+  sel.title = '';
+  const label = (n) => {
+    const kv = Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(', ');
+    return `${n.name}${kv ? ' (' + kv + ')' : ''}, ${n.blocks} blocks`;
+  };
+  sel.replaceChildren(new Option(`all ${nodes.length} nodes`, ''), ...nodes.map((n) => new Option(label(n), n.name)));
+  sel.value = state.node;
 }
 
 // For tests and the console: the state and what is drawn.
@@ -779,6 +815,8 @@ window.heatscope = {
   heatmap: () => heatmap.data,
   percpu: () => perCPU.data,
   events: () => eventList.events,
+  // the node picker's choices: [value, text]
+  nodeChoices: () => [...$('f-node').options].map((o) => [o.value, o.textContent]),
   // the functions in the growth table, as ranked
   growth: () => [...$('growth').tBodies[0].rows].map((r) => r.dataset.name),
   // the differential flame graph's root counts, null when not comparing
