@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"time"
 
@@ -18,8 +17,8 @@ import (
 )
 
 func runExport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("export", "export --data DIR [--from T] [--to T] [filter flags] --format pprof|folded|perf-script -o FILE", stderr)
-	data := fs.String("data", "./heatscope-data", "data directory")
+	fs := newFlagSet("export", "export [--data DIR] [--objstore-config FILE] [--from T] [--to T] [filter flags] --format pprof|folded|perf-script -o FILE", stderr)
+	qf := addQueryFlags(fs, "data directory")
 	from := fs.String("from", "", "start: RFC 3339, Unix seconds, or a duration ago like -5m (default: the first sample)")
 	to := fs.String("to", "", "end, as --from (default: just after the last sample)")
 	format := fs.String("format", "pprof", "output format: pprof, folded or perf-script")
@@ -43,10 +42,11 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	db, err := store.Open(*data, store.Options{ReadOnly: true, Logger: slog.Default()})
+	db, _, closeBucket, err := qf.open("export")
 	if err != nil {
 		return err
 	}
+	defer closeBucket()
 	defer db.Close()
 	r, period, err := exportRange(db, &f, *from, *to)
 	if err != nil {

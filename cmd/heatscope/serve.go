@@ -54,8 +54,8 @@ func (wf webFlags) server(db *store.DB, opts web.Options) (*web.Server, error) {
 }
 
 func runServe(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "serve [--data DIR] [--listen ADDR] [--auth-token TOKEN]", stderr)
-	data := fs.String("data", "./heatscope-data", "data directory to serve (opened read-only: no privileges needed)")
+	fs := newFlagSet("serve", "serve [--data DIR] [--objstore-config FILE] [--listen ADDR] [--auth-token TOKEN]", stderr)
+	qf := addQueryFlags(fs, "data directory to serve (opened read-only: no privileges needed)")
 	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token)")
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
@@ -64,21 +64,29 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if *wf.listen == "" {
 		return usageError{errors.New("--listen: give an address like " + defaultListen)}
 	}
-	db, err := store.Open(*data, store.Options{ReadOnly: true, Logger: slog.Default()})
+	db, src, closeBucket, err := qf.open("serve")
 	if err != nil {
 		return err
 	}
+	defer closeBucket()
 	defer db.Close()
 	m := metrics.New()
 	if err := m.RegisterStore(db); err != nil {
 		return err
+	}
+	every := refreshInterval
+	if src != nil {
+		every = bucketRefreshInterval
+		if err := m.RegisterBucketReads(src.Stats); err != nil {
+			return err
+		}
 	}
 	srv, err := wf.server(db, web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery})
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go refreshEvery(ctx, db, refreshInterval)
+	go refreshEvery(ctx, db, every)
 	defer stop()
 	return srv.ListenAndServe(ctx, *wf.listen)
 }
@@ -117,6 +125,11 @@ func serveWhileRecording(db *store.DB, wf webFlags, explicit bool, opts web.Opti
 // refreshInterval is how often serve picks up the blocks a recorder writes.
 const refreshInterval = 5 * time.Second
 
+// bucketRefreshInterval is how often serve lists a bucket for the blocks
+// nodes uploaded: a block is queryable within this of its upload (a LIST
+// of the nodes and one per node each time; docs/design.md prices it).
+const bucketRefreshInterval = 15 * time.Second
+
 // refreshEvery keeps a read-only store in step with the recorder writing it:
 // new blocks appear, compacted and expired ones go.
 func refreshEvery(ctx context.Context, db *store.DB, every time.Duration) {
@@ -128,7 +141,7 @@ func refreshEvery(ctx context.Context, db *store.DB, every time.Duration) {
 			return
 		case <-t.C:
 			if err := db.Refresh(); err != nil {
-				slog.Warn("refresh data directory", "err", err)
+				slog.Warn("refresh the blocks", "err", err)
 			}
 		}
 	}

@@ -1,0 +1,383 @@
+// Package bucketstore reads the blocks nodes upload to an object storage
+// bucket (package bucket, store/FORMAT.md's bucket layout) as a
+// store.BlockSource, so that a query service answers over a whole fleet
+// with the same store and queries as over one data directory.
+//
+// The bucket holds, under its prefix, <node>/blocks/<id>/data and
+// <node>/blocks/<id>/meta.json, the meta uploaded last: a block without
+// its meta is still being uploaded and is left for a later listing.
+// Listing costs one LIST of the nodes and one per node; a meta is read
+// once per block; a block's data is read with ranged GETs of what a query
+// needs: its tail (trailer, table of contents, chunk index and the index
+// sections after the chunks) in one GET of up to TailBytes when the block
+// is first queried, kept in a bounded cache, then the chunks the query
+// reads. The store keeps decoded indexes and chunks in its own bounded
+// caches above this.
+//
+// Errors: an object that is not there is fs.ErrNotExist (a block being
+// uploaded, or deleted under a query); any other failure of the bucket is
+// store.ErrUnavailable, so that a query fails (HTTP 503 naming the
+// bucket) instead of skipping data it could not read. Damaged objects
+// are the store's to find (CRCs, bounds): it skips them with a warning.
+package bucketstore
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/thanos-io/objstore"
+
+	"github.com/heatscope/heatscope/store"
+)
+
+// Options tune a Source.
+type Options struct {
+	// Timeout bounds each request to the bucket (default 10 s): a bucket
+	// that does not answer fails the query that waits on it, never hangs it.
+	Timeout time.Duration
+	// TailBytes is how much of a block's data the first read of its tail
+	// fetches (default 256 KiB): enough, for most blocks, to hold the
+	// trailer, the table of contents and every index section in one GET.
+	TailBytes int64
+	// TailCacheBytes bounds the memory the fetched tails take (default
+	// 64 MiB); the least recently used go first.
+	TailCacheBytes int64
+}
+
+const (
+	defaultTimeout        = 10 * time.Second
+	defaultTailBytes      = 256 << 10
+	defaultTailCacheBytes = 64 << 20
+	// maxMetaBytes bounds a meta.json read.
+	maxMetaBytes = 1 << 20
+	blocksDir    = "blocks"
+	metaFile     = "meta.json"
+	dataFile     = "data"
+)
+
+// Source is a bucket's blocks as a store.BlockSource. It is safe for
+// concurrent use.
+type Source struct {
+	bkt  objstore.BucketReader
+	name string
+	opts Options
+
+	tails tailCache
+	stats struct {
+		lists, gets, getBytes, tailHits, errors atomic.Uint64
+	}
+}
+
+// Stats counts a Source's requests.
+type Stats struct {
+	Lists    uint64 // LIST requests
+	Gets     uint64 // GET requests (whole objects and ranges)
+	GetBytes uint64 // bytes those GETs read
+	TailHits uint64 // reads answered from a cached block tail
+	Errors   uint64 // failed requests
+	// TailCacheBytes is the memory the cached tails take.
+	TailCacheBytes int64
+}
+
+// New returns the blocks of bkt as a BlockSource. name names the bucket in
+// messages (provider, bucket and prefix: never credentials).
+func New(bkt objstore.BucketReader, name string, opts Options) *Source {
+	if opts.Timeout <= 0 {
+		opts.Timeout = defaultTimeout
+	}
+	if opts.TailBytes <= 0 {
+		opts.TailBytes = defaultTailBytes
+	}
+	if opts.TailCacheBytes <= 0 {
+		opts.TailCacheBytes = defaultTailCacheBytes
+	}
+	s := &Source{bkt: bkt, name: name, opts: opts}
+	s.tails.limit = opts.TailCacheBytes
+	return s
+}
+
+// String names the source.
+func (s *Source) String() string { return "bucket " + s.name }
+
+// Stats returns the source's counters.
+func (s *Source) Stats() Stats {
+	return Stats{Lists: s.stats.lists.Load(), Gets: s.stats.gets.Load(), GetBytes: s.stats.getBytes.Load(),
+		TailHits: s.stats.tailHits.Load(), Errors: s.stats.errors.Load(), TailCacheBytes: s.tails.size()}
+}
+
+// List returns "<node>/<block id>" for every block of every node.
+func (s *Source) List(ctx context.Context) ([]string, error) {
+	nodes, err := s.iter(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, n := range nodes {
+		node, ok := strings.CutSuffix(n, "/")
+		if !ok || !validName(node) {
+			continue // an object at the top, or not a node's directory
+		}
+		blocks, err := s.iter(ctx, node+"/"+blocksDir+"/")
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range blocks {
+			dir, ok := strings.CutSuffix(b, "/")
+			if id := path.Base(dir); ok && validName(id) {
+				keys = append(keys, node+"/"+id)
+			}
+		}
+	}
+	return keys, nil
+}
+
+// validName accepts node names and block ids: what a recorder writes.
+func validName(s string) bool {
+	if s == "" || s == "." || s == ".." || len(s) > 253 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Source) iter(ctx context.Context, dir string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.stats.lists.Add(1)
+	var names []string
+	err := s.bkt.Iter(ctx, dir, func(name string) error {
+		names = append(names, name)
+		return nil
+	})
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return names, nil
+}
+
+// objectName returns a block's object name from its key.
+func objectName(key, file string) (string, error) {
+	node, id, ok := strings.Cut(key, "/")
+	if !ok || !validName(node) || !validName(id) {
+		return "", fmt.Errorf("bad block key %q", key)
+	}
+	return node + "/" + blocksDir + "/" + id + "/" + file, nil
+}
+
+// Meta reads a block's meta.json. Its node is the one in the block's
+// path, whatever the meta says.
+func (s *Source) Meta(ctx context.Context, key string) (store.Meta, error) {
+	name, err := objectName(key, metaFile)
+	if err != nil {
+		return store.Meta{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.stats.gets.Add(1)
+	rc, err := s.bkt.Get(ctx, name)
+	if err != nil {
+		return store.Meta{}, s.fail(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxMetaBytes+1))
+	if err != nil {
+		return store.Meta{}, s.fail(err)
+	}
+	s.stats.getBytes.Add(uint64(len(b)))
+	if len(b) > maxMetaBytes {
+		return store.Meta{}, fmt.Errorf("%s: larger than %d bytes", name, maxMetaBytes)
+	}
+	m, err := store.ParseMeta(b)
+	if err != nil {
+		return store.Meta{}, fmt.Errorf("%s: %w", name, err)
+	}
+	m.Node, _, _ = strings.Cut(key, "/")
+	return m, nil
+}
+
+// Open returns a block's data object, read in ranges. It asks the bucket
+// for the object's size (one HEAD): a truncated upload then shows as a
+// damaged block, not as reads past its end.
+func (s *Source) Open(ctx context.Context, key string, m store.Meta) (store.BlockData, error) {
+	name, err := objectName(key, dataFile)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	attrs, err := s.bkt.Attributes(ctx, name)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if m.Bytes > 0 && attrs.Size != m.Bytes {
+		return nil, fmt.Errorf("%s is %d bytes, its meta says %d: truncated or damaged", name, attrs.Size, m.Bytes)
+	}
+	return &object{s: s, name: name, size: attrs.Size}, nil
+}
+
+// fail classifies a bucket error: not found, or the bucket unavailable.
+func (s *Source) fail(err error) error {
+	s.stats.errors.Add(1)
+	if s.bkt.IsObjNotFoundErr(err) {
+		return fmt.Errorf("%w: %w", fs.ErrNotExist, err)
+	}
+	return &unavailableError{bucket: s.name, err: err}
+}
+
+// unavailableError is a bucket that failed a request: store.ErrUnavailable.
+type unavailableError struct {
+	bucket string
+	err    error
+}
+
+func (e *unavailableError) Error() string {
+	msg := e.err.Error()
+	if !strings.Contains(msg, e.bucket) {
+		msg = "bucket " + e.bucket + ": " + msg
+	}
+	return "storage unavailable: " + msg
+}
+
+func (e *unavailableError) Is(target error) bool { return target == store.ErrUnavailable }
+func (e *unavailableError) Unwrap() error        { return e.err }
+
+// object is a block's data in the bucket.
+type object struct {
+	s    *Source
+	name string
+	size int64
+}
+
+func (o *object) Size() int64  { return o.size }
+func (o *object) Close() error { o.s.tails.forget(o.name); return nil }
+
+// ReadAt reads len(p) bytes at off: from the cached tail when they lie in
+// it, fetching the tail first when they lie in its span, else with a
+// ranged GET of exactly these bytes.
+func (o *object) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > o.size {
+		return 0, fmt.Errorf("read %s at %d+%d: outside its %d bytes", o.name, off, len(p), o.size)
+	}
+	tailStart := max(0, o.size-o.s.opts.TailBytes)
+	if off >= tailStart {
+		tail, err := o.tail(tailStart)
+		if err != nil {
+			return 0, err
+		}
+		return copy(p, tail[off-tailStart:]), nil
+	}
+	b, err := o.get(off, int64(len(p)))
+	if err != nil {
+		return 0, err
+	}
+	return copy(p, b), nil
+}
+
+// tail returns the object's bytes from start to its end, from the cache or
+// fetched into it.
+func (o *object) tail(start int64) ([]byte, error) {
+	if b := o.s.tails.get(o.name); b != nil {
+		o.s.stats.tailHits.Add(1)
+		return b, nil
+	}
+	b, err := o.get(start, o.size-start)
+	if err != nil {
+		return nil, err
+	}
+	o.s.tails.put(o.name, b)
+	return b, nil
+}
+
+// get reads n bytes at off with one ranged GET.
+func (o *object) get(off, n int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.s.opts.Timeout)
+	defer cancel()
+	o.s.stats.gets.Add(1)
+	rc, err := o.s.bkt.GetRange(ctx, o.name, off, n)
+	if err != nil {
+		return nil, o.s.fail(err)
+	}
+	defer rc.Close()
+	b := make([]byte, n)
+	m, err := io.ReadFull(rc, b)
+	o.s.stats.getBytes.Add(uint64(m))
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %s at %d+%d: the object ended after %d bytes", o.name, off, n, m)
+	}
+	if err != nil {
+		return nil, o.s.fail(err)
+	}
+	return b, nil
+}
+
+// tailCache keeps fetched block tails, bounded by their bytes.
+type tailCache struct {
+	mu    sync.Mutex
+	limit int64
+	bytes int64
+	lru   *list.List // of *tailEntry, most recent first
+	index map[string]*list.Element
+}
+
+type tailEntry struct {
+	name string
+	b    []byte
+}
+
+func (c *tailCache) get(name string) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.index[name]
+	if !ok {
+		return nil
+	}
+	c.lru.MoveToFront(e)
+	return e.Value.(*tailEntry).b
+}
+
+func (c *tailCache) put(name string, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.index == nil {
+		c.index, c.lru = map[string]*list.Element{}, list.New()
+	}
+	if _, ok := c.index[name]; ok {
+		return
+	}
+	c.index[name] = c.lru.PushFront(&tailEntry{name, b})
+	c.bytes += int64(len(b))
+	for c.bytes > c.limit && c.lru.Len() > 1 {
+		old := c.lru.Remove(c.lru.Back()).(*tailEntry)
+		delete(c.index, old.name)
+		c.bytes -= int64(len(old.b))
+	}
+}
+
+func (c *tailCache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.index[name]; ok {
+		c.lru.Remove(e)
+		delete(c.index, name)
+		c.bytes -= int64(len(e.Value.(*tailEntry).b))
+	}
+}
+
+func (c *tailCache) size() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}

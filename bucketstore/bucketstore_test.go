@@ -1,0 +1,273 @@
+package bucketstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+// record writes cfg's samples into a new data directory as node and
+// returns it with its sample count.
+func record(t testing.TB, node string, labels map[string]string, cfg synth.Config) (string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: labels,
+		PeriodNs: int64(time.Second) / int64(cfg.Hz), BlockDuration: 30 * time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := synth.New(cfg)
+	n := 0
+	var s sample.Sample
+	for g.Next(&s) {
+		if err := db.Append(&s); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, n
+}
+
+// upload puts every block of dir into the bucket under node, as the
+// recorder's shipper does: data first, meta.json last.
+func upload(t testing.TB, bkt *bucket.Bucket, node, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range entries {
+		for _, f := range []string{dataFile, metaFile} {
+			b, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bkt.Upload(context.Background(), node+"/blocks/"+e.Name()+"/"+f, bytes.NewReader(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, e.Name())
+	}
+	return ids
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// count selects every sample (idle included) and counts them per node.
+func count(t testing.TB, db *store.DB, f store.Filter) (map[string]int, store.Warnings, error) {
+	t.Helper()
+	f.IncludeIdle = true
+	got := map[string]int{}
+	w, err := db.Select(context.Background(), store.Range{From: 0, To: 1 << 62}, &f, func(b *store.Batch) error {
+		got[b.Node] += len(b.Rows)
+		return nil
+	})
+	return got, w, err
+}
+
+var start = time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
+
+// TestQueriesAcrossNodes uploads two nodes' blocks to a real MinIO and
+// queries them through a store over the bucket: every sample, with its
+// node; a half-uploaded block (no meta) is invisible; the tails are read
+// once and then cached.
+func TestQueriesAcrossNodes(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("fleet")
+	dirA, nA := record(t, "node-a", map[string]string{"zone": "us-east-1a"}, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 90, Seed: 1})
+	dirB, nB := record(t, "node-b", map[string]string{"zone": "us-east-1b"}, synth.Config{CPUs: 3, Hz: 99, Start: start, Seconds: 90, Seed: 2})
+	upload(t, bkt, "node-a", dirA)
+	upload(t, bkt, "node-b", dirB)
+	// A block being uploaded: its data is there, its meta not yet.
+	if err := bkt.Upload(context.Background(), "node-b/blocks/1795237380000-0badf00d/data", strings.NewReader("partial")); err != nil {
+		t.Fatal(err)
+	}
+
+	src := New(bkt, bkt.Name(), Options{})
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	got, warnings, err := count(t, db, store.Filter{})
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("select: %v, warnings %v", err, warnings)
+	}
+	if got["node-a"] != nA || got["node-b"] != nB || len(got) != 2 {
+		t.Fatalf("samples per node %v, want node-a %d, node-b %d", got, nA, nB)
+	}
+	nodes := db.Nodes()
+	if len(nodes) != 2 || nodes[1].Name != "node-b" || nodes[1].Labels["zone"] != "us-east-1b" || nodes[1].Samples != nB {
+		t.Fatalf("nodes %+v", nodes)
+	}
+	if got, _, _ := count(t, db, store.Filter{NodeLabels: []store.Label{{Key: "zone", Value: "us-east-1a"}}}); got["node-b"] != 0 || got["node-a"] != nA {
+		t.Errorf("zone us-east-1a: %v, want node-a's %d only", got, nA)
+	}
+	st := src.Stats()
+	blocks := nodes[0].Blocks + nodes[1].Blocks
+	if st.Gets == 0 || st.TailHits == 0 {
+		t.Errorf("stats %+v: want GETs and tail cache hits", st)
+	}
+	// A second query reads no tail again: the index and chunks are the
+	// store's to cache, the tails this source's.
+	before := src.Stats().Gets
+	if _, _, err := count(t, db, store.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := src.Stats().Gets - before; again > uint64(4*blocks) {
+		t.Errorf("a second query made %d GETs over %d blocks", again, blocks)
+	}
+}
+
+// TestFollowsUploads: a block uploaded after the store opened is seen at
+// the next Refresh; a deleted one leaves.
+func TestFollowsUploads(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("")
+	dirA, nA := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 30, Seed: 1})
+	idsA := upload(t, bkt, "node-a", dirA)
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	dirC, nC := record(t, "node-c", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 3})
+	upload(t, bkt, "node-c", dirC)
+	if got, _, _ := count(t, db, store.Filter{}); got["node-c"] != 0 {
+		t.Fatalf("before Refresh: %v", got)
+	}
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-a"] != nA || got["node-c"] != nC {
+		t.Fatalf("after Refresh: %v, want node-a %d and node-c %d", got, nA, nC)
+	}
+	for _, id := range idsA {
+		for _, f := range []string{metaFile, dataFile} {
+			if err := bkt.Delete(context.Background(), "node-a/blocks/"+id+"/"+f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-a"] != 0 || got["node-c"] != nC {
+		t.Fatalf("after deleting node-a's blocks: %v", got)
+	}
+}
+
+// TestDamagedObjects: a truncated data object and a corrupt one are
+// skipped, each named in the warnings and counted; the rest answers.
+func TestDamagedObjects(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("")
+	dir, n := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 120, Seed: 1})
+	ids := upload(t, bkt, "node-a", dir)
+	if len(ids) < 3 {
+		t.Fatalf("%d blocks, want 3 or more", len(ids))
+	}
+	ctx := context.Background()
+	read := func(id string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, "blocks", id, dataFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	truncated, corrupt := ids[0], ids[1]
+	b := read(truncated)
+	if err := bkt.Upload(ctx, "node-a/blocks/"+truncated+"/data", bytes.NewReader(b[:len(b)/2])); err != nil {
+		t.Fatal(err)
+	}
+	b = read(corrupt)
+	for i := 100; i < len(b)-200; i += 97 {
+		b[i] ^= 0x5a
+	}
+	if err := bkt.Upload(ctx, "node-a/blocks/"+corrupt+"/data", bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	got, warnings, err := count(t, db, store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := ""
+	for _, w := range warnings {
+		text += w.Error() + "\n"
+	}
+	if !strings.Contains(text, truncated) || !strings.Contains(text, corrupt) {
+		t.Errorf("warnings:\n%s\nwant both %s (truncated) and %s (corrupt) named", text, truncated, corrupt)
+	}
+	if got["node-a"] == 0 || got["node-a"] >= n {
+		t.Errorf("%d samples answered, want the undamaged blocks' (some, fewer than %d)", got["node-a"], n)
+	}
+	if db.Stats().CorruptSkips < 2 {
+		t.Errorf("corrupt skips %d, want at least 2", db.Stats().CorruptSkips)
+	}
+}
+
+// TestBucketStopped: with MinIO stopped a query fails within the timeout
+// with store.ErrUnavailable naming the bucket (the web API answers 503),
+// instead of skipping blocks or hanging; once MinIO is back, it answers.
+func TestBucketStopped(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("")
+	dir, n := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 60, Seed: 1})
+	upload(t, bkt, "node-a", dir)
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{New(bkt, bkt.Name(), Options{Timeout: 3 * time.Second})}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m.Stop()
+	began := time.Now()
+	_, _, err = count(t, db, store.Filter{})
+	took := time.Since(began)
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), bkt.Name()) {
+		t.Fatalf("query with the bucket stopped: %v, want ErrUnavailable naming %s", err, bkt.Name())
+	}
+	if took > 30*time.Second {
+		t.Errorf("the failing query took %v", took)
+	}
+	if strings.Contains(err.Error(), m.SecretKey) || strings.Contains(err.Error(), m.AccessKey) {
+		t.Errorf("the error shows a credential: %v", err)
+	}
+	if err := db.Refresh(); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("refresh with the bucket stopped: %v, want ErrUnavailable", err)
+	}
+	if err := db.Health(); err == nil {
+		t.Error("healthy with the bucket stopped")
+	}
+	m.Restart()
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	got, warnings, err := count(t, db, store.Filter{})
+	if err != nil || len(warnings) > 0 || got["node-a"] != n {
+		t.Fatalf("after restart: %v (%v, %v), want %d samples", got, err, warnings, n)
+	}
+	if err := db.Health(); err != nil {
+		t.Errorf("unhealthy after the bucket came back: %v", err)
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/store"
+)
+
+// queryFlags choose what serve and export read: a data directory, the
+// blocks a fleet uploaded to a bucket, or both.
+type queryFlags struct {
+	data, objstore *string
+	fs             *flag.FlagSet
+}
+
+func addQueryFlags(fs *flag.FlagSet, dataHelp string) queryFlags {
+	return queryFlags{
+		fs:   fs,
+		data: fs.String("data", "./heatscope-data", dataHelp),
+		objstore: fs.String("objstore-config", "", "also read the blocks every node uploaded to this bucket "+
+			"(objstore config YAML: provider, bucket, endpoint, prefix; credentials from files or the environment); "+
+			"with it, --data is read only when given"),
+	}
+}
+
+// bucketTimeout bounds each request of a query service to its bucket.
+const bucketTimeout = 10 * time.Second
+
+// open opens the store the flags name, read-only. With a bucket it checks
+// at once that the bucket answers and the credentials may list it, so a
+// wrong config fails at start with the bucket and the operation named.
+func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func(), error) {
+	dataGiven := false
+	q.fs.Visit(func(f *flag.Flag) { dataGiven = dataGiven || f.Name == "data" })
+	dir := *q.data
+	if *q.objstore == "" {
+		db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: slog.Default()})
+		return db, nil, func() {}, err
+	}
+	if !dataGiven {
+		dir = ""
+	}
+	cfg, err := bucket.LoadConfig(*q.objstore)
+	if err != nil {
+		return nil, nil, nil, usageError{fmt.Errorf("--objstore-config: %w", err)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*bucketTimeout)
+	defer cancel()
+	bkt, err := bucket.Open(ctx, cfg, bucket.Options{Component: component, ResponseTimeout: bucketTimeout, Logger: slog.Default()})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := bkt.Check(ctx, ""); err != nil {
+		bkt.Close()
+		return nil, nil, nil, err
+	}
+	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: bucketTimeout})
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.Default()})
+	if err != nil {
+		bkt.Close()
+		return nil, nil, nil, err
+	}
+	slog.Info("reading the fleet's blocks", "bucket", bkt.Name(), "nodes", len(db.Nodes()))
+	return db, src, func() { bkt.Close() }, nil
+}

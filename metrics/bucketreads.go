@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heatscope/heatscope/bucketstore"
+)
+
+// The query service's reads of a bucket.
+var (
+	descBucketLists    = desc("bucket_read_lists_total", "LIST requests the query service sent to its bucket.")
+	descBucketGets     = desc("bucket_read_gets_total", "GET requests (whole objects and ranges) the query service sent to its bucket.")
+	descBucketGetBytes = desc("bucket_read_bytes_total", "Bytes the query service's GETs read from its bucket.")
+	descBucketTailHits = desc("bucket_read_tail_hits_total", "Reads of a block's tail (its indexes) answered from the query service's cache.")
+	descBucketErrors   = desc("bucket_read_errors_total", "Requests to the bucket that failed (not found, unreachable, refused).")
+	descBucketTailMem  = desc("bucket_read_tail_cache_bytes", "Memory of the block tails the query service keeps.")
+	bucketDescriptions = []*prometheus.Desc{descBucketLists, descBucketGets, descBucketGetBytes, descBucketTailHits, descBucketErrors, descBucketTailMem}
+)
+
+// RegisterBucketReads adds the counters of a query service's reads of its
+// bucket, read from stats at scrape time. They name no bucket and no
+// object: nothing of the config (let alone a credential) is in /metrics.
+func (m *Metrics) RegisterBucketReads(stats func() bucketstore.Stats) error {
+	return m.Register(bucketCollector(stats))
+}
+
+type bucketCollector func() bucketstore.Stats
+
+func (c bucketCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range bucketDescriptions {
+		ch <- d
+	}
+}
+
+func (c bucketCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c()
+	for _, m := range []struct {
+		d *prometheus.Desc
+		t prometheus.ValueType
+		v float64
+	}{
+		{descBucketLists, prometheus.CounterValue, float64(st.Lists)},
+		{descBucketGets, prometheus.CounterValue, float64(st.Gets)},
+		{descBucketGetBytes, prometheus.CounterValue, float64(st.GetBytes)},
+		{descBucketTailHits, prometheus.CounterValue, float64(st.TailHits)},
+		{descBucketErrors, prometheus.CounterValue, float64(st.Errors)},
+		{descBucketTailMem, prometheus.GaugeValue, float64(st.TailCacheBytes)},
+	} {
+		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
+	}
+}
