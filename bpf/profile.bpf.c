@@ -43,6 +43,10 @@ struct hs_sample {
 	__u16 kernel_frames;  // number of kernel frames at frames[0]
 	__u16 user_frames;    // number of user frames after the kernel ones
 	char comm[16];
+	// Bit i is set when user frame i+1 was found with an unwind table
+	// (frame 0, the sampled pc, needs no unwinding); clear for frame
+	// pointers. Only profile_dwarf sets bits.
+	__u64 dwarf_frames[2];
 	__u64 frames[FRAME_SLOTS];
 };
 
@@ -53,6 +57,13 @@ struct hs_counters {
 	__u64 kernel_stack_errors;
 	__u64 user_stack_errors;
 	__u64 filtered;       // program runs skipped by the pid/cgroup filters
+	// profile_dwarf only: user stacks walked with the process's tables,
+	// and those walked with frame pointers because its tables were not
+	// in yet; walks ended at an unsupported row, or at the frame limit.
+	__u64 dwarf_walks;
+	__u64 fp_walks;
+	__u64 unsupported_rows;
+	__u64 truncated_walks;
 };
 
 // Executable mappings of one process image. kind is one of HS_MAP_*.
@@ -156,6 +167,85 @@ struct {
 	__type(value, struct hs_maps);
 } maps_scratch SEC(".maps");
 
+
+// Unwind tables (profile_dwarf). Row kinds, as unwind.CFAKind/RBPKind.
+#define HS_CFA_NONE 0
+#define HS_CFA_RSP 1
+#define HS_CFA_RBP 2
+#define HS_CFA_PLT 3
+#define HS_CFA_SIGNAL 4
+#define HS_CFA_UNSUPPORTED 5
+#define HS_CFA_END 6
+#define HS_RBP_UNCHANGED 0
+#define HS_RBP_AT_CFA 1
+
+// One row of a binary's table (unwind.Row): from pc (an ELF address) to
+// the next row's, CFA = (rsp or rbp) + cfa_off, the return address is at
+// CFA - 8, the caller's rbp at CFA + rbp_off.
+struct hs_row {
+	__u32 pc;
+	__s16 cfa_off;
+	__s16 rbp_off;
+	__u8 cfa;
+	__u8 rbp;
+	__u8 arg;             // HS_CFA_PLT: the (pc & 15) threshold
+	__u8 _pad;
+};
+
+// One executable mapping of a process: table is the index of its rows in
+// unwind_tables, or HS_NO_TABLE (frame pointers).
+#define HS_NO_TABLE 0xffffffff
+struct hs_umap {
+	__u64 start, end;
+	__u64 bias;           // pc - bias is the ELF address
+	__u32 table;
+	__u32 rows;
+};
+
+#define MAX_UMAPS 64
+#define HS_PROC_TRUNCATED 1 // more executable mappings than MAX_UMAPS
+// A process's executable mappings, sorted by start, filled by the agent.
+struct hs_proc {
+	__u64 mm;             // the mm they were read for: an exec changes it
+	__u32 count;
+	__u32 flags;
+	struct hs_umap m[MAX_UMAPS];
+};
+
+// Each binary's rows are an array map of their own, sized to fit
+// (BPF_F_INNER_MAP: inner maps of any size), created by the agent.
+#define MAX_TABLES 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAX_TABLES);
+	__type(key, __u32);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_INNER_MAP);
+		__uint(max_entries, 1);
+		__type(key, __u32);
+		__type(value, struct hs_row);
+	});
+} unwind_tables SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct hs_proc);
+} unwind_procs SEC(".maps");
+
+// Processes whose mappings the agent should (re)read: new ones, those
+// that exec'd (another mm), those with a pc in no known mapping (dlopen).
+// The value is the mm seen.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_pending SEC(".maps");
+
 // snapshot writes the executable mappings of the current task's address
 // space to maps_ring.
 static __always_inline void snapshot(__u32 tgid, struct task_struct *task)
@@ -230,8 +320,266 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 	return 0;
 }
 
-SEC("perf_event")
-int profile(struct bpf_perf_event_data *ctx)
+
+// The state of one user stack walk, kept on the stack of the program
+// that calls bpf_loop. Since Linux 6.7 the verifier checks a bpf_loop
+// callback like a loop, until its state repeats: nothing here may be used
+// to index memory (that makes the verifier track its exact value, and
+// every frame a new state), so the frames go to walk_frames by key, and
+// the per-frame method bits are set by shifts.
+struct walk {
+	__u64 ip, sp, bp;
+	__u64 dwarf_lo, dwarf_hi;
+	__u32 tgid;
+	__u32 key;            // walk_frames key of the next frame
+	__u32 n;              // user frames written
+	__u32 unsupported;
+	__u32 ended;          // the walk reached the outermost frame or gave up
+	__u32 unknown_pc;     // a pc in no mapping of the process
+	struct hs_row row;    // the last row used (for debugging)
+};
+
+// The frames of the walk in progress, MAX_WALK_FRAMES per CPU, copied into
+// the sample when it is done. Sized by the agent (CPUs * MAX_WALK_FRAMES).
+#define MAX_WALK_FRAMES 128
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_WALK_FRAMES);
+	__type(key, __u32);
+	__type(value, __u64);
+} walk_frames SEC(".maps");
+
+static __always_inline __u64 read_user(__u64 addr)
+{
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr) < 0)
+		return 0;
+	return v;
+}
+
+// A binary search for a process's mapping, run by bpf_loop.
+struct umap_search {
+	struct hs_proc *proc;
+	__u32 lo, hi;         // the last mapping starting at or before pc is lo-1
+	__u64 pc;
+};
+
+static long umap_search_step(__u64 i, struct umap_search *us)
+{
+	if (us->lo >= us->hi)
+		return 1;
+	__u32 mid = us->lo + (us->hi - us->lo) / 2;
+	if (us->proc->m[mid & (MAX_UMAPS - 1)].start <= us->pc)
+		us->lo = mid + 1;
+	else
+		us->hi = mid;
+	return 0;
+}
+
+// find_umap returns the index of the process's mapping holding pc, or -1.
+static __always_inline int find_umap(struct hs_proc *proc, __u64 pc)
+{
+	__u32 count = proc->count;
+	if (count > MAX_UMAPS)
+		count = MAX_UMAPS;
+	struct umap_search us = {.proc = proc, .lo = 0, .hi = count, .pc = pc};
+	bpf_loop(8, umap_search_step, &us, 0);
+	if (us.lo == 0)
+		return -1;
+	__u32 idx = (us.lo - 1) & (MAX_UMAPS - 1);
+	if (pc >= proc->m[idx].end)
+		return -1;
+	return idx;
+}
+
+// A binary search for a row, run by bpf_loop.
+struct row_search {
+	void *rows;
+	__u32 lo, hi;         // the last row at or before pc is lo-1
+	__u32 pc;
+};
+
+static long row_search_step(__u64 i, struct row_search *rs)
+{
+	if (rs->lo >= rs->hi)
+		return 1;
+	__u32 mid = rs->lo + (rs->hi - rs->lo) / 2;
+	struct hs_row *r = bpf_map_lookup_elem(rs->rows, &mid);
+	if (!r) {
+		rs->lo = 0;
+		return 1;
+	}
+	if (r->pc <= rs->pc)
+		rs->lo = mid + 1;
+	else
+		rs->hi = mid;
+	return 0;
+}
+
+// find_row returns the last row of a table at or before pc, or NULL.
+static __always_inline struct hs_row *find_row(__u32 table, __u32 count, __u32 pc)
+{
+	void *rows = bpf_map_lookup_elem(&unwind_tables, &table);
+	if (!rows)
+		return NULL;
+	struct row_search rs = {.rows = rows, .lo = 0, .hi = count, .pc = pc};
+	bpf_loop(32, row_search_step, &rs, 0);
+	if (rs.lo == 0)
+		return NULL;
+	__u32 idx = rs.lo - 1;
+	return bpf_map_lookup_elem(rows, &idx);
+}
+
+// walk_step records the frame at w->ip and unwinds one frame: with the
+// row of its binary's table where there is one, with the frame pointer
+// otherwise. It returns 1 to stop the loop.
+static long walk_step(__u64 i, struct walk *w)
+{
+	if (w->n >= MAX_FRAMES || w->ip == 0)
+		goto stop;
+	__u64 *slot = bpf_map_lookup_elem(&walk_frames, &w->key);
+	if (!slot)
+		goto stop;
+	*slot = w->ip;
+	w->key++;
+	w->n++;
+	// A return address points after its call; the call is what the
+	// caller's row must cover (a call may be a function's last
+	// instruction).
+	__u64 pc = w->n == 1 ? w->ip : w->ip - 1;
+	struct hs_proc *proc = bpf_map_lookup_elem(&unwind_procs, &w->tgid);
+	struct hs_row *r = NULL;
+	if (proc) {
+		int idx = find_umap(proc, pc);
+		if (idx < 0) {
+			if (!(proc->flags & HS_PROC_TRUNCATED))
+				w->unknown_pc = 1;
+		} else {
+			struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
+			if (m->table != HS_NO_TABLE && pc - m->bias <= 0xffffffffULL)
+				r = find_row(m->table, m->rows, (__u32)(pc - m->bias));
+		}
+	}
+	__u64 cfa;
+	if (r && r->cfa != HS_CFA_NONE) {
+		w->row = *r;
+		switch (r->cfa) {
+		case HS_CFA_RSP:
+			cfa = w->sp + r->cfa_off;
+			break;
+		case HS_CFA_RBP:
+			if (w->bp == 0)
+				goto stop;
+			cfa = w->bp + r->cfa_off;
+			break;
+		case HS_CFA_PLT:
+			cfa = w->sp + r->cfa_off + (((pc & 15) >= r->arg) ? 8 : 0);
+			break;
+		case HS_CFA_SIGNAL:
+			// rsp points at the ucontext the kernel pushed:
+			// uc_mcontext (struct sigcontext) is 40 bytes in,
+			// and holds rbp at 80, rsp at 120, rip at 128.
+			w->bp = read_user(w->sp + 40 + 80);
+			w->ip = read_user(w->sp + 40 + 128);
+			w->sp = read_user(w->sp + 40 + 120);
+			goto dwarf;
+		case HS_CFA_UNSUPPORTED:
+			w->unsupported = 1;
+			goto stop;
+		default: // HS_CFA_END: the outermost frame
+			goto stop;
+		}
+		__u64 ra = read_user(cfa - 8);
+		if (r->rbp == HS_RBP_AT_CFA)
+			w->bp = read_user(cfa + r->rbp_off);
+		else if (r->rbp != HS_RBP_UNCHANGED)
+			w->bp = 0;
+		w->sp = cfa;
+		w->ip = ra;
+		goto dwarf;
+	}
+	// Frame pointers: the caller's rbp at rbp, the return address above.
+	if (w->bp == 0 || w->bp < w->sp)
+		goto stop;
+	w->ip = read_user(w->bp + 8);
+	w->sp = w->bp + 16;
+	w->bp = read_user(w->bp);
+	return 0;
+dwarf:
+	// Frame n (the caller just found) has bit n-1.
+	if (w->n <= 64)
+		w->dwarf_lo |= 1ULL << ((w->n - 1) & 63);
+	else
+		w->dwarf_hi |= 1ULL << ((w->n - 65) & 63);
+	return 0;
+stop:
+	w->ended = 1;
+	return 1;
+}
+
+// request_maps asks the agent to read the process's mappings.
+static __always_inline void request_maps(__u32 tgid, __u64 mm)
+{
+	bpf_map_update_elem(&unwind_pending, &tgid, &mm, BPF_NOEXIST);
+}
+
+// walk_user walks the current task's user stack with its tables into
+// s->frames at byte offset kbytes, and returns the bytes written, or -1
+// for a process whose tables are not in yet (the caller then uses frame
+// pointers).
+static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbytes,
+				      struct hs_counters *c)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 mm = (__u64)task->mm;
+	if (!mm)
+		return 0; // a kernel thread: no user stack
+	struct hs_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!proc || proc->mm != mm) {
+		request_maps(tgid, mm);
+		return -1;
+	}
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return -1;
+	struct walk w = {};
+	w.ip = BPF_CORE_READ(regs, ip);
+	w.sp = BPF_CORE_READ(regs, sp);
+	w.bp = BPF_CORE_READ(regs, bp);
+	w.tgid = tgid;
+	__u32 first = bpf_get_smp_processor_id() * MAX_WALK_FRAMES;
+	w.key = first;
+	// n starts at 0, read back from the map value so that the verifier
+	// does not know it: a known count is a new state at every frame.
+	s->user_frames = 0;
+	w.n = *(volatile __u16 *)&s->user_frames;
+	bpf_loop(MAX_FRAMES, walk_step, &w, 0);
+	__u64 *frames = bpf_map_lookup_elem(&walk_frames, &first);
+	if (!frames)
+		return -1;
+	// The CPU's frames are consecutive in the array's one allocation;
+	// all of them are copied, a constant size, so that the verifier need
+	// not know the exact count (see struct walk).
+	if (bpf_probe_read_kernel((void *)s->frames + (kbytes & 1023), MAX_FRAMES * 8, frames) < 0)
+		return -1;
+	// The count goes through the map value and is read back: the
+	// verifier then does not trace the ring buffer record's size back
+	// into the loop.
+	s->user_frames = w.n;
+	long bytes = (*(volatile __u16 *)&s->user_frames & 127) * 8;
+	if (w.unknown_pc)
+		request_maps(tgid, mm);
+	if (w.unsupported)
+		c->unsupported_rows++;
+	if (!w.ended)
+		c->truncated_walks++;
+	s->dwarf_frames[0] = w.dwarf_lo;
+	s->dwarf_frames[1] = w.dwarf_hi;
+	return bytes;
+}
+
+// sample takes one sample; dwarf selects the table walk for user stacks.
+static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 {
 	__u32 zero = 0;
 	struct hs_counters *c = bpf_map_lookup_elem(&stats, &zero);
@@ -275,12 +623,23 @@ int profile(struct bpf_perf_event_data *ctx)
 	kbytes &= 1023;
 
 	long ubytes = 0;
+	s->dwarf_frames[0] = s->dwarf_frames[1] = 0;
 	if (collect_user && tgid != 0) {
-		ubytes = bpf_get_stack(ctx, (void *)s->frames + kbytes,
-				       MAX_FRAMES * 8, BPF_F_USER_STACK);
+		ubytes = -1;
+		if (dwarf) {
+			ubytes = walk_user(s, tgid, kbytes, c);
+			if (ubytes >= 0)
+				c->dwarf_walks++;
+			else
+				c->fp_walks++;
+		}
 		if (ubytes < 0) {
-			c->user_stack_errors++;
-			ubytes = 0;
+			ubytes = bpf_get_stack(ctx, (void *)s->frames + kbytes,
+					       MAX_FRAMES * 8, BPF_F_USER_STACK);
+			if (ubytes < 0) {
+				c->user_stack_errors++;
+				ubytes = 0;
+			}
 		}
 	}
 	ubytes &= 1023;
@@ -305,6 +664,24 @@ int profile(struct bpf_perf_event_data *ctx)
 	if (bpf_ringbuf_output(&events, s, size, flags) < 0)
 		c->lost++;
 	return 0;
+}
+
+// profile walks user stacks with frame pointers (bpf_get_stack): it needs
+// no kernel BTF.
+SEC("perf_event")
+int profile(struct bpf_perf_event_data *ctx)
+{
+	return sample(ctx, false);
+}
+
+// profile_dwarf walks user stacks with the unwind tables the agent loads
+// (unwind/), frame pointers where a binary has none. It needs kernel BTF
+// and Linux 5.17 (bpf_loop, bpf_task_pt_regs); the agent loads one of the
+// two programs.
+SEC("perf_event")
+int profile_dwarf(struct bpf_perf_event_data *ctx)
+{
+	return sample(ctx, true);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

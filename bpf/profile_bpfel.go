@@ -20,6 +20,10 @@ type ProfileHsCounters struct {
 	KernelStackErrors uint64
 	UserStackErrors   uint64
 	Filtered          uint64
+	DwarfWalks        uint64
+	FpWalks           uint64
+	UnsupportedRows   uint64
+	TruncatedWalks    uint64
 }
 
 type ProfileHsMapping struct {
@@ -43,6 +47,25 @@ type ProfileHsMaps struct {
 	M     [128]ProfileHsMapping
 }
 
+type ProfileHsProc struct {
+	_     structs.HostLayout
+	Mm    uint64
+	Count uint32
+	Flags uint32
+	M     [64]ProfileHsUmap
+}
+
+type ProfileHsRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	CfaOff int16
+	RbpOff int16
+	Cfa    uint8
+	Rbp    uint8
+	Arg    uint8
+	Pad    uint8
+}
+
 type ProfileHsSample struct {
 	_            structs.HostLayout
 	KtimeNs      uint64
@@ -53,7 +76,17 @@ type ProfileHsSample struct {
 	KernelFrames uint16
 	UserFrames   uint16
 	Comm         [16]int8
+	DwarfFrames  [2]uint64
 	Frames       [256]uint64
+}
+
+type ProfileHsUmap struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	Table uint32
+	Rows  uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -69,8 +102,13 @@ const (
 	ProfileMapSeenPids       = "seen_pids"
 	ProfileMapStats          = "stats"
 	ProfileMapTargetPids     = "target_pids"
+	ProfileMapUnwindPending  = "unwind_pending"
+	ProfileMapUnwindProcs    = "unwind_procs"
+	ProfileMapUnwindTables   = "unwind_tables"
+	ProfileMapWalkFrames     = "walk_frames"
 	ProfileProgOnExit        = "on_exit"
 	ProfileProgProfile       = "profile"
+	ProfileProgProfileDwarf  = "profile_dwarf"
 	ProfileVarCollectKernel  = "collect_kernel"
 	ProfileVarCollectUser    = "collect_user"
 	ProfileVarFilterCgroupId = "filter_cgroup_id"
@@ -119,23 +157,28 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
-	OnExit  *ebpf.ProgramSpec `ebpf:"on_exit"`
-	Profile *ebpf.ProgramSpec `ebpf:"profile"`
+	OnExit       *ebpf.ProgramSpec `ebpf:"on_exit"`
+	Profile      *ebpf.ProgramSpec `ebpf:"profile"`
+	ProfileDwarf *ebpf.ProgramSpec `ebpf:"profile_dwarf"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	MapsRing    *ebpf.MapSpec `ebpf:"maps_ring"`
-	MapsScratch *ebpf.MapSpec `ebpf:"maps_scratch"`
-	Mode        *ebpf.MapSpec `ebpf:"mode"`
-	PendingPids *ebpf.MapSpec `ebpf:"pending_pids"`
-	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids    *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids  *ebpf.MapSpec `ebpf:"target_pids"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	MapsRing      *ebpf.MapSpec `ebpf:"maps_ring"`
+	MapsScratch   *ebpf.MapSpec `ebpf:"maps_scratch"`
+	Mode          *ebpf.MapSpec `ebpf:"mode"`
+	PendingPids   *ebpf.MapSpec `ebpf:"pending_pids"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindPending *ebpf.MapSpec `ebpf:"unwind_pending"`
+	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
+	UnwindTables  *ebpf.MapSpec `ebpf:"unwind_tables"`
+	WalkFrames    *ebpf.MapSpec `ebpf:"walk_frames"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -168,15 +211,19 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Events      *ebpf.Map `ebpf:"events"`
-	MapsRing    *ebpf.Map `ebpf:"maps_ring"`
-	MapsScratch *ebpf.Map `ebpf:"maps_scratch"`
-	Mode        *ebpf.Map `ebpf:"mode"`
-	PendingPids *ebpf.Map `ebpf:"pending_pids"`
-	Scratch     *ebpf.Map `ebpf:"scratch"`
-	SeenPids    *ebpf.Map `ebpf:"seen_pids"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	TargetPids  *ebpf.Map `ebpf:"target_pids"`
+	Events        *ebpf.Map `ebpf:"events"`
+	MapsRing      *ebpf.Map `ebpf:"maps_ring"`
+	MapsScratch   *ebpf.Map `ebpf:"maps_scratch"`
+	Mode          *ebpf.Map `ebpf:"mode"`
+	PendingPids   *ebpf.Map `ebpf:"pending_pids"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
+	Stats         *ebpf.Map `ebpf:"stats"`
+	TargetPids    *ebpf.Map `ebpf:"target_pids"`
+	UnwindPending *ebpf.Map `ebpf:"unwind_pending"`
+	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
+	UnwindTables  *ebpf.Map `ebpf:"unwind_tables"`
+	WalkFrames    *ebpf.Map `ebpf:"walk_frames"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -190,6 +237,10 @@ func (m *ProfileMaps) Close() error {
 		m.SeenPids,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindPending,
+		m.UnwindProcs,
+		m.UnwindTables,
+		m.WalkFrames,
 	)
 }
 
@@ -207,14 +258,16 @@ type ProfileVariables struct {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
-	OnExit  *ebpf.Program `ebpf:"on_exit"`
-	Profile *ebpf.Program `ebpf:"profile"`
+	OnExit       *ebpf.Program `ebpf:"on_exit"`
+	Profile      *ebpf.Program `ebpf:"profile"`
+	ProfileDwarf *ebpf.Program `ebpf:"profile_dwarf"`
 }
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
 		p.OnExit,
 		p.Profile,
+		p.ProfileDwarf,
 	)
 }
 

@@ -129,6 +129,13 @@ var (
 	descProcesses       = desc("processes_tracked", "Processes whose address maps the symbolizer holds.")
 	descBinariesTracked = desc("binaries_cached", "Binaries whose symbol tables the symbolizer holds.")
 	descBinaryBytes     = desc("symbol_cache_bytes", "About the memory the cached symbol tables take (bounded by --symbol-cache).")
+	descUnwindWalks     = desc("unwind_walks_total", "User stacks walked with unwind tables (dwarf), or with frame pointers because the process's tables were not loaded yet (fp); --unwind dwarf only.", "method")
+	descUnwindStops     = desc("unwind_stops_total", "Table walks that stopped at a row they cannot follow (unsupported) or reached the frame limit (truncated).", "reason")
+	descUnwindTables    = desc("unwind_tables", "Unwind tables loaded into BPF maps.")
+	descUnwindBytes     = desc("unwind_table_bytes", "Bytes of the unwind tables loaded into BPF maps (bounded by --unwind-tables).")
+	descUnwindEvictions = desc("unwind_table_evictions_total", "Unwind tables evicted (least recently used) to stay within --unwind-tables.")
+	descUnwindNoCFI     = desc("unwind_binaries_without_cfi_total", "Mapped binaries without .eh_frame or .debug_frame: their frames are walked with frame pointers.")
+	descUnwindErrors    = desc("unwind_table_errors_total", "Mapped binaries whose unwind table could not be built.")
 )
 
 // recorderCollector reads the recorder's counters at scrape time.
@@ -142,7 +149,8 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descDecodeErrors, descRingSize, descRingUsed, descRingFill, descBPFSeconds, descBPFRuns, descFrequency,
 		descExitSeconds, descExitRuns, descWakeups, descSnapshots, descSnapshotUnnamed,
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
-		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes} {
+		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
+		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors} {
 		ch <- d
 	}
 }
@@ -177,6 +185,17 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descExitSeconds, st.ExitRunTime.Seconds())
 		counter(descExitRuns, float64(st.ExitRunCount))
 		counter(descWakeups, float64(st.Wakeups))
+		if st.Unwind.Enabled {
+			counter(descUnwindWalks, float64(st.DWARFWalks), "dwarf")
+			counter(descUnwindWalks, float64(st.FPWalks), "fp")
+			counter(descUnwindStops, float64(st.UnsupportedRows), "unsupported")
+			counter(descUnwindStops, float64(st.TruncatedWalks), "truncated")
+			gauge(descUnwindTables, float64(st.Unwind.Tables))
+			gauge(descUnwindBytes, float64(st.Unwind.TableBytes))
+			counter(descUnwindEvictions, float64(st.Unwind.Evictions))
+			counter(descUnwindNoCFI, float64(st.Unwind.NoCFI))
+			counter(descUnwindErrors, float64(st.Unwind.BuildErrors))
+		}
 	}
 	gauge(descFrequency, float64(c.rec.Frequency()))
 	if c.changes != nil {

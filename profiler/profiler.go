@@ -73,6 +73,14 @@ type Config struct {
 	BPFStats bool
 	// Logger receives what the profiler has to say (nil: nothing).
 	Logger *slog.Logger
+	// Unwind selects how user stacks are walked (default UnwindFP).
+	Unwind Unwind
+	// UnwindCacheDir keeps compiled unwind tables between runs ("": no
+	// cache).
+	UnwindCacheDir string
+	// UnwindMaxBytes bounds the unwind tables loaded into BPF maps (0:
+	// DefaultUnwindMaxBytes); the least recently used are evicted.
+	UnwindMaxBytes int64
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.
@@ -98,6 +106,12 @@ type Counters struct {
 	KernelStackErrors, UserStackErrors uint64
 	// Filtered is how many samples the pid or cgroup filter skipped.
 	Filtered uint64
+	// DWARFWalks counts user stacks walked with unwind tables, FPWalks
+	// those walked with frame pointers because the process's tables
+	// were not in yet (both zero with UnwindFP); UnsupportedRows the
+	// walks that stopped at a row they cannot follow, TruncatedWalks
+	// those that reached the frame limit.
+	DWARFWalks, FPWalks, UnsupportedRows, TruncatedWalks uint64
 }
 
 func (c *Counters) add(o Counters) {
@@ -106,6 +120,10 @@ func (c *Counters) add(o Counters) {
 	c.KernelStackErrors += o.KernelStackErrors
 	c.UserStackErrors += o.UserStackErrors
 	c.Filtered += o.Filtered
+	c.DWARFWalks += o.DWARFWalks
+	c.FPWalks += o.FPWalks
+	c.UnsupportedRows += o.UnsupportedRows
+	c.TruncatedWalks += o.TruncatedWalks
 }
 
 // Stats is a snapshot of the sampler's counters.
@@ -133,6 +151,8 @@ type Stats struct {
 	// RingBufferSize is the ring's size and RingBufferUsed the bytes
 	// waiting in it.
 	RingBufferSize, RingBufferUsed int
+	// Unwind describes the unwind tables (zero with UnwindFP).
+	Unwind UnwindStats
 }
 
 // Profiler samples stacks on every CPU with the BPF program.
@@ -166,6 +186,8 @@ type Profiler struct {
 	onMaps         func(*Maps)
 	clock          *wallclock.Clock
 	statsEnabled   interface{ Close() error }
+	// unwinder loads unwind tables (nil with UnwindFP).
+	unwinder *unwinder
 
 	received     atomic.Uint64
 	decodeErrors atomic.Uint64
@@ -206,6 +228,18 @@ func Open(cfg Config) (*Profiler, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch cfg.Unwind {
+	case UnwindDWARF:
+		if err := dwarfSupported(); err != nil {
+			return nil, fmt.Errorf("--unwind dwarf: %w", err)
+		}
+	case UnwindAuto:
+		cfg.Unwind = UnwindDWARF
+		if err := dwarfSupported(); err != nil {
+			cfg.Logger.Info("user stacks are walked with frame pointers", "err", err)
+			cfg.Unwind = UnwindFP
+		}
+	}
 	_ = rlimit.RemoveMemlock() // needed only before Linux 5.11; fails harmlessly after
 
 	p := &Profiler{cfg: cfg, clock: wallclock.New()}
@@ -213,6 +247,9 @@ func Open(cfg Config) (*Profiler, error) {
 	p.lastDrain.Store(time.Now().UnixNano())
 	if err := p.load(kernelTypes); err != nil {
 		return nil, err
+	}
+	if cfg.Unwind == UnwindDWARF {
+		p.unwinder = newUnwinder(&p.objs.ProfileMaps, cfg.UnwindCacheDir, cfg.UnwindMaxBytes, cfg.Logger)
 	}
 	if cfg.BPFStats {
 		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -295,6 +332,16 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
 	spec.Maps[bpf.ProfileMapEvents].MaxEntries = uint32(p.cfg.RingBufferSize)
+	if p.cfg.Unwind == UnwindDWARF {
+		// The sampler is the table-walking program; walk_frames holds
+		// each CPU's walk in progress.
+		spec.Programs[bpf.ProfileProgProfile] = spec.Programs[bpf.ProfileProgProfileDwarf]
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			return fmt.Errorf("count possible CPUs: %w", err)
+		}
+		spec.Maps[bpf.ProfileMapWalkFrames].MaxEntries = uint32(cpus * maxWalkFrames)
+	}
 	if n := len(p.cfg.PIDs); n > 0 {
 		spec.Maps[bpf.ProfileMapTargetPids].MaxEntries = uint32(n)
 	}
@@ -410,6 +457,9 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 		case <-wake:
 		}
 		p.drain(&rec, handle)
+		if p.unwinder != nil {
+			p.unwinder.kick()
+		}
 		p.maybeEnableSnapshots(time.Now())
 		if p.polled != nil {
 			p.polled()
@@ -476,12 +526,20 @@ func (p *Profiler) Counters() (Stats, error) {
 		}
 		v := perCPU[cpu]
 		c := Counters{Samples: v.Samples, Lost: v.Lost, KernelStackErrors: v.KernelStackErrors,
-			UserStackErrors: v.UserStackErrors, Filtered: v.Filtered}
+			UserStackErrors: v.UserStackErrors, Filtered: v.Filtered, DWARFWalks: v.DwarfWalks,
+			FPWalks: v.FpWalks, UnsupportedRows: v.UnsupportedRows, TruncatedWalks: v.TruncatedWalks}
 		s.PerCPU[cpu] = c
 		s.add(c)
 	}
+	if p.unwinder != nil {
+		s.Unwind = p.unwinder.Stats()
+	}
 	return s, nil
 }
+
+// Unwind returns how user stacks are walked: UnwindFP or UnwindDWARF
+// (UnwindAuto is resolved by Open).
+func (p *Profiler) Unwind() Unwind { return p.cfg.Unwind }
 
 // Frequency returns the sampling frequency in Hz now.
 func (p *Profiler) Frequency() int { return int(p.frequency.Load()) }
@@ -523,6 +581,10 @@ func (p *Profiler) closeEvents() {
 // Run has returned, and more than once.
 func (p *Profiler) Close() error {
 	p.closeEvents()
+	if p.unwinder != nil {
+		p.unwinder.close()
+		p.unwinder = nil
+	}
 	if p.waiter != nil {
 		p.waiter.close()
 		p.waiter = nil

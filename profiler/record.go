@@ -12,7 +12,7 @@ const MaxFrames = 127
 
 // recordHeaderSize is the size of struct hs_sample up to its frames array in
 // bpf/profile.bpf.c. A test checks it against the generated Go type.
-const recordHeaderSize = 48
+const recordHeaderSize = 64
 
 // Record is one decoded ring-buffer record: a raw, unsymbolized sample.
 type Record struct {
@@ -28,6 +28,18 @@ type Record struct {
 	Comm string
 	// Kernel and User are the frames' addresses, leaf first.
 	Kernel, User []uint64
+	// UserDWARF has bit i set when User[i+1] was found with an unwind
+	// table, clear when with frame pointers (UnwindDWARF only).
+	UserDWARF [2]uint64
+}
+
+// UnwoundWithTable reports whether user frame i (i ≥ 1) was found with an
+// unwind table.
+func (r *Record) UnwoundWithTable(i int) bool {
+	if i < 1 || i > 128 {
+		return false
+	}
+	return r.UserDWARF[(i-1)/64]&(1<<((i-1)%64)) != 0
 }
 
 // Decode parses one record written by the BPF program into r, reusing r's
@@ -58,6 +70,8 @@ func (r *Record) Decode(b []byte) error {
 	if r.Comm != string(comm) { // avoids an allocation per sample
 		r.Comm = string(comm)
 	}
+	r.UserDWARF[0] = le.Uint64(b[48:56])
+	r.UserDWARF[1] = le.Uint64(b[56:64])
 	frames := b[recordHeaderSize:]
 	r.Kernel = decodeFrames(r.Kernel[:0], frames[:8*nk])
 	r.User = decodeFrames(r.User[:0], frames[8*nk:8*(nk+nu)])

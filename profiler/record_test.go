@@ -30,6 +30,8 @@ func encodeRecord(r Record) []byte {
 	le.PutUint16(b[28:], uint16(len(r.Kernel)))
 	le.PutUint16(b[30:], uint16(len(r.User)))
 	copy(b[32:48], r.Comm)
+	le.PutUint64(b[48:], r.UserDWARF[0])
+	le.PutUint64(b[56:], r.UserDWARF[1])
 	off := recordHeaderSize
 	for _, a := range append(append([]uint64{}, r.Kernel...), r.User...) {
 		le.PutUint64(b[off:], a)
@@ -40,7 +42,8 @@ func encodeRecord(r Record) []byte {
 
 func TestDecode(t *testing.T) {
 	in := Record{KernelTime: 123456789, CgroupID: 42, PID: 1000, TID: 1001, CPU: 3, Comm: "kubelet",
-		Kernel: []uint64{0xffffffff81000010, 0xffffffff81000020}, User: []uint64{0x401000, 0x401100, 0x401200}}
+		Kernel: []uint64{0xffffffff81000010, 0xffffffff81000020}, User: []uint64{0x401000, 0x401100, 0x401200},
+		UserDWARF: [2]uint64{0b10, 0}}
 	var out Record
 	if err := out.Decode(encodeRecord(in)); err != nil {
 		t.Fatal(err)
@@ -51,6 +54,9 @@ func TestDecode(t *testing.T) {
 	}
 	if len(out.Kernel) != 2 || out.Kernel[1] != in.Kernel[1] || len(out.User) != 3 || out.User[2] != in.User[2] {
 		t.Fatalf("frames: kernel %x user %x", out.Kernel, out.User)
+	}
+	if out.UnwoundWithTable(1) || !out.UnwoundWithTable(2) || out.UnwoundWithTable(0) {
+		t.Fatalf("unwind bits %b: want frame 2 by table, 1 by frame pointer", out.UserDWARF)
 	}
 	// The kernel NUL-terminates comm, but a record without the NUL must
 	// still decode to the whole 16-byte field and no further.

@@ -41,7 +41,7 @@ func (c Cache) Load(path string) (t *Table, hit bool, err error) {
 		return nil, false, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
-	id := buildID(f)
+	id := BuildID(f)
 	file := c.file(id)
 	if file != "" {
 		if t, err := readCache(file); err == nil {

@@ -59,7 +59,7 @@ func CompileFile(f *elf.File) (*Table, error) {
 	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
 		return nil, fmt.Errorf("compile unwind table: %v %v binary: only x86-64 is supported", f.Class, f.Machine)
 	}
-	t := &Table{BuildID: buildID(f)}
+	t := &Table{BuildID: BuildID(f)}
 	var fdes []fde
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
 		if s.Addr == 0 {
@@ -298,8 +298,8 @@ func pltExpression(expr []byte) (off int64, threshold uint8, ok bool) {
 	return off, rest[2] - opLit0, true
 }
 
-// buildID returns the GNU build id of f in hex, or "".
-func buildID(f *elf.File) string {
+// BuildID returns the GNU build id of f in hex, or "".
+func BuildID(f *elf.File) string {
 	s := f.Section(".note.gnu.build-id")
 	if s == nil {
 		return ""

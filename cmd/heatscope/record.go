@@ -45,13 +45,15 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	pids := fs.String("pid", "", "only sample these processes (comma-separated pids)")
 	cgroup := fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
 	stacks := fs.String("stacks", "all", "which stacks to walk: all, kernel or user")
+	unwindMode := fs.String("unwind", "fp", "how user stacks are walked: fp (frame pointers), dwarf (unwind tables from each binary's .eh_frame, frame pointers where there are none; Linux 5.17) or auto (dwarf where the kernel can, else fp)")
+	unwindTables := fs.String("unwind-tables", "64MiB", "memory bound of the unwind tables loaded into BPF maps (--unwind dwarf): the least recently used are evicted beyond it")
 	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	top := fs.Int("top", 0, "when done, print this many top functions by self samples (keeps the run's profile in memory: for bounded runs)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	containers := fs.Bool("containers", true, "label samples with their container, pod and Kubernetes names, read from their cgroup (cgroup v2)")
 	hostRoot := fs.String("host-root", "/", "where the host's /var/log/pods, /var/log/containers and /var/lib/kubelet/pods are mounted (for --containers; e.g. /host in a container)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
-	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols are cached between runs ('' for no cache)")
+	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols and unwind tables are cached between runs ('' for no cache)")
 	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
 	symCache := fs.String("symbol-cache", "32MiB", "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
 	memLimit := fs.String("memory-limit", "64MiB", "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
@@ -85,6 +87,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if cfg.Stacks, err = profiler.ParseStacks(*stacks); err != nil {
 		return usageError{fmt.Errorf("--stacks: %w", err)}
 	}
+	if cfg.Unwind, err = profiler.ParseUnwind(*unwindMode); err != nil {
+		return usageError{fmt.Errorf("--unwind: %w", err)}
+	}
+	if cfg.UnwindMaxBytes, err = parseSize(*unwindTables); err != nil || cfg.UnwindMaxBytes <= 0 {
+		return usageError{fmt.Errorf("--unwind-tables %q: want a size such as 64MiB", *unwindTables)}
+	}
 	if cfg.PIDs, err = parsePIDs(*pids); err != nil {
 		return usageError{fmt.Errorf("--pid: %w", err)}
 	}
@@ -92,6 +100,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("--cgroup: %w", err)}
 	}
 	cfg.BTFPath = *btfPath
+	cfg.UnwindCacheDir = *cacheDir
 	cfg.BPFStats = *bpfStats
 	// The store's periodic work runs on the sampler's poll goroutine
 	// (rec.OnPoll below), so the agent has no timer of its own to wake for.

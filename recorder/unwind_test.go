@@ -1,0 +1,420 @@
+package recorder
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/symbolize"
+)
+
+// chainSource is a C program whose hot leaf is three calls below main,
+// built without frame pointers: frame pointers give "leaf_work" and
+// garbage callers; the unwind tables give the whole chain. middle_layer
+// also calls into libc (snprintf, atoi), itself built without them.
+const chainSource = `#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long leaf_work(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i * i; return s; }
+__attribute__((noinline)) long middle_layer(long n) { char buf[300]; snprintf(buf, sizeof buf, "%ld", n); return leaf_work(n + atoi(buf)) + 1; }
+__attribute__((noinline)) long outer_layer(long n) { return middle_layer(n) * 2; }
+int main(int argc, char **argv) { long t = 0; for (;;) t += outer_layer(argc * 1000000); return (int)t; }
+`
+
+// qsortSource sorts forever with a comparator that burns CPU: its samples
+// go comparator -> libc's sort (no frame pointers) -> qsort -> main.
+const qsortSource = `#include <stdlib.h>
+static volatile long sink;
+__attribute__((noinline)) int slow_compare(const void *a, const void *b) {
+	for (int i = 0; i < 200; i++) sink += i;
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+int main(void) {
+	static int v[4096];
+	for (;;) { for (int i = 0; i < 4096; i++) v[i] = (i * 7919) % 4096; qsort(v, 4096, sizeof v[0], slow_compare); }
+}
+`
+
+// cxxSource throws and catches in a loop below a hot function, with
+// exceptions on: its frames' CFI carries LSDA pointers ('L', 'P').
+const cxxSource = `#include <stdexcept>
+static volatile long sink;
+__attribute__((noinline)) long spin_inner(long n) { for (long i = 0; i < n; i++) sink += i; if (n < 0) throw std::runtime_error("neg"); return sink; }
+__attribute__((noinline)) long guarded(long n) { try { return spin_inner(n); } catch (const std::exception &) { return -1; } }
+int main() { for (;;) { guarded(3000000); try { spin_inner(-1); } catch (...) {} } }
+`
+
+func build(t *testing.T, compiler, src string, flags ...string) string {
+	t.Helper()
+	cc, err := exec.LookPath(compiler)
+	if err != nil {
+		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
+			t.Fatalf("%s is needed to build the fixture: %v", compiler, err)
+		}
+		t.Skipf("%s is not installed (apt-get install gcc g++): %v", compiler, err)
+	}
+	dir := t.TempDir()
+	ext := ".c"
+	if compiler == "g++" {
+		ext = ".cc"
+	}
+	srcPath := filepath.Join(dir, "fixture"+ext)
+	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "fixture")
+	args := append(append([]string{}, flags...), "-o", bin, srcPath)
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", compiler, args, err, out)
+	}
+	return bin
+}
+
+func start(t *testing.T, bin string) int {
+	t.Helper()
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// userStacks records pid's user stacks for d and returns each sample's
+// user function names root first, with its time, and the sampler's stats.
+type userStack struct {
+	at    time.Time
+	funcs []string
+}
+
+func recordUser(t *testing.T, pid int, unwind profiler.Unwind, d time.Duration) ([]userStack, profiler.Stats) {
+	t.Helper()
+	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser, Unwind: unwind,
+		UnwindCacheDir: t.TempDir()}
+	opened := time.Now()
+	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("open recorder: %v", err)
+	}
+	t.Logf("recorder (--unwind %v) opened in %v", unwind, time.Since(opened).Round(time.Millisecond))
+	defer rec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out []userStack
+	err = rec.Run(ctx, func(s *sample.Sample) {
+		var funcs []string
+		for i := len(s.Stack) - 1; i >= 0; i-- {
+			if s.Stack[i].Kind != sample.KindKernel {
+				funcs = append(funcs, s.Stack[i].Function)
+			}
+		}
+		out = append(out, userStack{time.Unix(0, s.Time), funcs})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rec.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, st
+}
+
+// inOrder reports whether want appear in stack (root first) in this
+// order, each right below the one before it (no frame between them).
+func inOrder(stack []string, want ...string) bool {
+	i := slices.Index(stack, want[0])
+	if i < 0 || len(stack) < i+len(want) {
+		return false
+	}
+	return slices.Equal(stack[i:i+len(want)], want)
+}
+
+// share returns the share of stacks (after skip) holding leaf whose stack
+// holds chain in order, the number with leaf, and an example of a stack
+// that does not.
+func share(stacks []userStack, after time.Time, leaf string, chain ...string) (float64, int, string) {
+	n, ok := 0, 0
+	bad := ""
+	for _, s := range stacks {
+		if s.at.Before(after) || len(s.funcs) == 0 || s.funcs[len(s.funcs)-1] != leaf {
+			continue
+		}
+		n++
+		if inOrder(s.funcs, chain...) {
+			ok++
+		} else if bad == "" {
+			bad = strings.Join(s.funcs, ";")
+		}
+	}
+	if n == 0 {
+		return 0, 0, ""
+	}
+	return float64(ok) / float64(n), n, bad
+}
+
+// tablesIn returns when the first sample whose stack holds chain was
+// taken: the process's tables were in by then (the first samples of a
+// process are walked with frame pointers). The time it took is logged,
+// not asserted: this machine is shared, and a busy one builds tables
+// slower than the second they take on an idle one.
+func tablesIn(t *testing.T, stacks []userStack, whole func([]string) bool) time.Time {
+	t.Helper()
+	if len(stacks) == 0 {
+		t.Fatal("no sample recorded")
+	}
+	for _, s := range stacks {
+		if whole(s.funcs) {
+			t.Logf("first whole stack %v after the first sample", s.at.Sub(stacks[0].at).Round(time.Millisecond))
+			return s.at
+		}
+	}
+	t.Fatalf("no stack of %d is whole; e.g. %s", len(stacks), example(stacks))
+	return time.Time{}
+}
+
+// checkChain records a running fixture with the table walk and checks
+// that, once the tables are in, at least minShare of the samples in leaf
+// have the whole chain.
+func checkChain(t *testing.T, bin string, minShare float64, leaf string, chain ...string) profiler.Stats {
+	t.Helper()
+	pid := start(t, bin)
+	time.Sleep(50 * time.Millisecond)
+	stacks, st := recordUser(t, pid, profiler.UnwindDWARF, 4*time.Second)
+	got, n, bad := share(stacks, tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) }), leaf, chain...)
+	if n < 20 {
+		t.Fatalf("%d samples in %s once the tables were in (of %d): the fixture did not run; e.g. %s", n, leaf, len(stacks), example(stacks))
+	}
+	if got < minShare {
+		t.Errorf("%.1f%% of %d samples in %s have %s, want at least %.0f%%; e.g. %s", 100*got, n, leaf,
+			strings.Join(chain, ";"), 100*minShare, bad)
+	}
+	if st.DWARFWalks == 0 || st.Unwind.Tables == 0 {
+		t.Errorf("no stack walked with tables (%d walks, %d tables loaded)", st.DWARFWalks, st.Unwind.Tables)
+	}
+	t.Logf("%.1f%% of %d samples in %s whole; walks: %d with tables, %d frame pointers first; tables %d (%d bytes), built %d",
+		100*got, n, leaf, st.DWARFWalks, st.FPWalks, st.Unwind.Tables, st.Unwind.TableBytes, st.Unwind.Built)
+	return st
+}
+
+func TestUnwindChainWithoutFramePointers(t *testing.T) {
+	bpftest.Require(t)
+	bin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer")
+	checkChain(t, bin, 0.95, "leaf_work", "main", "outer_layer", "middle_layer", "leaf_work")
+
+	// The same fixture with frame pointers walked: the chain is lost,
+	// which is what this test would not see if the walk did nothing.
+	pid := start(t, bin)
+	stacks, _ := recordUser(t, pid, profiler.UnwindFP, 2*time.Second)
+	if got, n, _ := share(stacks, time.Time{}, "leaf_work", "main", "outer_layer", "middle_layer", "leaf_work"); n > 0 && got > 0.5 {
+		t.Errorf("frame pointers found the chain in %.0f%% of %d samples: the fixture has frame pointers after all", 100*got, n)
+	}
+}
+
+func TestUnwindThroughLibc(t *testing.T) {
+	bpftest.Require(t)
+	bin := build(t, "gcc", qsortSource, "-O2", "-fomit-frame-pointer")
+	pid := start(t, bin)
+	time.Sleep(50 * time.Millisecond)
+	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 4*time.Second)
+	// libc's own frames between qsort and the comparator vary
+	// (msort_with_tmp recursion): main, then qsort's frames, then the
+	// comparator, in that order, is what must hold.
+	whole := func(f []string) bool {
+		i := slices.Index(f, "main")
+		j := slices.IndexFunc(f, func(s string) bool { return strings.Contains(s, "qsort") })
+		return i >= 0 && j == i+1 && len(f)-1 > j && f[len(f)-1] == "slow_compare"
+	}
+	in := tablesIn(t, stacks, whole)
+	n, ok := 0, 0
+	bad := ""
+	for _, s := range stacks {
+		if s.at.Before(in) || len(s.funcs) == 0 || s.funcs[len(s.funcs)-1] != "slow_compare" {
+			continue
+		}
+		n++
+		if whole(s.funcs) {
+			ok++
+		} else if bad == "" {
+			bad = strings.Join(s.funcs, ";")
+		}
+	}
+	if n < 20 {
+		t.Fatalf("%d samples in slow_compare: the fixture did not run", n)
+	}
+	if float64(ok) < 0.95*float64(n) {
+		t.Errorf("%d of %d comparator samples reach main through qsort; e.g. %s", ok, n, bad)
+	}
+	t.Logf("%d of %d comparator samples reach main through qsort", ok, n)
+}
+
+func TestUnwindCPlusPlusExceptions(t *testing.T) {
+	bpftest.Require(t)
+	bin := build(t, "g++", cxxSource, "-O2", "-fomit-frame-pointer", "-fexceptions")
+	checkChain(t, bin, 0.95, "spin_inner", "main", "guarded", "spin_inner")
+}
+
+func TestUnwindStrippedBinary(t *testing.T) {
+	bpftest.Require(t)
+	bin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer", "-g")
+	stripped := bin + "-stripped"
+	if out, err := exec.Command("objcopy", "--strip-all", "--keep-section=.eh_frame", bin, stripped).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	// Symbols are gone, so the fixture's frames are addresses; what must
+	// hold is the depth: below libc's __libc_start_call_main, the four
+	// frames of main, outer_layer, middle_layer and leaf_work (or more,
+	// in libc's snprintf).
+	pid := start(t, stripped)
+	time.Sleep(50 * time.Millisecond)
+	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 4*time.Second)
+	whole := func(f []string) bool {
+		i := slices.Index(f, "__libc_start_call_main")
+		return i >= 0 && len(f)-i-1 >= 4
+	}
+	in := tablesIn(t, stacks, whole)
+	n, deep := 0, 0
+	for _, s := range stacks {
+		if s.at.Before(in) || len(s.funcs) == 0 {
+			continue
+		}
+		n++
+		if whole(s.funcs) {
+			deep++
+		}
+	}
+	if n < 20 {
+		t.Fatalf("%d samples: the fixture did not run", n)
+	}
+	if float64(deep) < 0.95*float64(n) {
+		t.Errorf("%d of %d samples of the stripped binary have four frames below __libc_start_call_main; e.g. %s", deep, n, example(stacks))
+	}
+}
+
+// example returns the last stack, for messages.
+func example(stacks []userStack) string {
+	if len(stacks) == 0 {
+		return "(no sample)"
+	}
+	return strings.Join(stacks[len(stacks)-1].funcs, ";")
+}
+
+// goSource is a Go program with a hot chain under main.main. Go keeps
+// frame pointers and writes .debug_frame (no .eh_frame): the walks must
+// agree, except that frame pointers skip the caller of a leaf that sets
+// up no frame (main.leaf here), which the tables do not.
+const goSource = `package main
+
+var sink int
+
+//go:noinline
+func leaf(n int) int {
+	s := 0
+	for i := 0; i < n; i++ {
+		s += i * i
+	}
+	return s
+}
+
+//go:noinline
+func middle(n int) int { return leaf(n) + 1 }
+
+//go:noinline
+func outer(n int) int { return middle(n) * 2 }
+
+func main() {
+	for {
+		sink += outer(5000000)
+	}
+}
+`
+
+func TestUnwindGoAgreesWithFramePointers(t *testing.T) {
+	bpftest.Require(t)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool on PATH to build the Go fixture: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(goSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "gofixture")
+	cmd := exec.Command(goTool, "build", "-o", bin, "main.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	chain := []string{"main.main", "main.outer", "main.middle", "main.leaf"}
+	st := checkChain(t, bin, 0.95, "main.leaf", chain...)
+	if st.Unwind.Built+st.Unwind.CacheHits == 0 {
+		t.Error("no table was built for the Go binary (.debug_frame)")
+	}
+	pid := start(t, bin)
+	stacks, _ := recordUser(t, pid, profiler.UnwindFP, 3*time.Second)
+	n, agree := 0, 0
+	bad := ""
+	for _, s := range stacks {
+		if len(s.funcs) == 0 || s.funcs[len(s.funcs)-1] != "main.leaf" {
+			continue
+		}
+		n++
+		// The frame-pointer stack is the chain, or the chain without
+		// main.middle (the leaf's caller).
+		if inOrder(s.funcs, chain...) || inOrder(s.funcs, "main.main", "main.outer", "main.leaf") {
+			agree++
+		} else if bad == "" {
+			bad = strings.Join(s.funcs, ";")
+		}
+	}
+	if n < 10 || float64(agree) < 0.95*float64(n) {
+		t.Errorf("frame pointers: %d of %d samples in main.leaf agree with the tables' chain; e.g. %s", agree, n, bad)
+	}
+}
+
+// execSource spins for three seconds, then execs the program named
+// by its argument: the same pid with another address space.
+const execSource = `#include <time.h>
+#include <unistd.h>
+static volatile long sink;
+int main(int argc, char **argv) {
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do { for (int i = 0; i < 100000; i++) sink += i; clock_gettime(CLOCK_MONOTONIC, &t); }
+	while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 3000);
+	execv(argv[1], argv + 1);
+	return 1;
+}
+`
+
+func TestUnwindAfterExec(t *testing.T) {
+	bpftest.Require(t)
+	chainBin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer")
+	execBin := build(t, "gcc", execSource, "-O2")
+	cmd := exec.Command(execBin, chainBin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// The first process image's tables go in first; after the exec the
+	// walk sees another mm and asks for the new image's mappings.
+	chain := []string{"main", "outer_layer", "middle_layer", "leaf_work"}
+	stacks, st := recordUser(t, cmd.Process.Pid, profiler.UnwindDWARF, 6*time.Second)
+	in := tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) })
+	got, n, bad := share(stacks, in, "leaf_work", chain...)
+	if n < 20 || got < 0.95 {
+		t.Errorf("after the exec: %.0f%% of %d samples in leaf_work have the chain; e.g. %s", 100*got, n, bad)
+	}
+	if st.Unwind.MapsReads < 2 {
+		t.Errorf("the process's mappings were read %d times: the exec did not refresh them", st.Unwind.MapsReads)
+	}
+}
