@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -97,8 +98,14 @@ type userStack struct {
 
 func recordUser(t *testing.T, pid int, unwind profiler.Unwind, d time.Duration) ([]userStack, profiler.Stats) {
 	t.Helper()
+	return recordUserCached(t, pid, unwind, d, t.TempDir())
+}
+
+// recordUserCached is recordUser with the unwind tables cached in dir.
+func recordUserCached(t *testing.T, pid int, unwind profiler.Unwind, d time.Duration, dir string) ([]userStack, profiler.Stats) {
+	t.Helper()
 	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser, Unwind: unwind,
-		UnwindCacheDir: t.TempDir()}
+		UnwindCacheDir: dir}
 	opened := time.Now()
 	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -417,4 +424,86 @@ func TestUnwindAfterExec(t *testing.T) {
 	if st.Unwind.MapsReads < 2 {
 		t.Errorf("the process's mappings were read %d times: the exec did not refresh them", st.Unwind.MapsReads)
 	}
+}
+
+// nodeScript keeps three named JS functions hot for 30 s.
+const nodeScript = `function leafJs(n) { let s = 0; for (let i = 0; i < n; i++) { s += i % 7; } return s; }
+function middleJs(n) { return leafJs(n) + 1; }
+function outerJs(n) { return middleJs(n) * 2; }
+let total = 0;
+const end = Date.now() + 30000;
+while (Date.now() < end) { total += outerJs(1000000); }
+console.log(total);
+`
+
+// TestUnwindNodePerfMap runs Debian's node with --perf-basic-prof: its
+// native frames are walked with tables, V8's JIT frames with frame
+// pointers, and the JIT frames are named from /tmp/perf-PID.map.
+func TestUnwindNodePerfMap(t *testing.T) {
+	bpftest.Require(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
+			t.Fatalf("node is needed for this test (apt-get install nodejs): %v", err)
+		}
+		t.Skipf("node is not installed (apt-get install nodejs): %v", err)
+	}
+	script := filepath.Join(t.TempDir(), "hot.js")
+	if err := os.WriteFile(script, []byte(nodeScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Inlining would fold the three functions into one JIT frame. The
+	// script runs 30 s: two recordings.
+	cmd := exec.Command(node, "--perf-basic-prof", "--interpreted-frames-native-stack", "--no-turbo-inlining", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid))
+	})
+	time.Sleep(300 * time.Millisecond)
+	jsFrame := func(f []string, name string) int {
+		return slices.IndexFunc(f, func(s string) bool { return strings.HasPrefix(s, "JS:") && strings.Contains(s, name+" ") })
+	}
+	whole := func(f []string) bool {
+		native := slices.Index(f, "node::Start")
+		o, m, l := jsFrame(f, "outerJs"), jsFrame(f, "middleJs"), jsFrame(f, "leafJs")
+		return native >= 0 && o > native && m == o+1 && l == m+1 && l == len(f)-1
+	}
+	// node's own table is large (2.8 MB of .eh_frame, 370,000 rows):
+	// built for the first time it takes seconds on a busy machine
+	// (frame pointers until then), read from the cache after that. A
+	// first recording fills the cache; the second, checked, reads it,
+	// so that most of its samples are walked with the tables.
+	cacheDir := t.TempDir()
+	if _, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 10*time.Second, cacheDir); st.Unwind.Built == 0 {
+		t.Fatalf("no table built for node in 10 s: %+v", st.Unwind)
+	}
+	stacks, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 4*time.Second, cacheDir)
+	in := tablesIn(t, stacks, func(f []string) bool { return whole(f) })
+	if st.DWARFWalks == 0 {
+		t.Fatalf("no stack of node was walked with its tables (%d with frame pointers; %d tables loaded)", st.FPWalks, st.Unwind.Tables)
+	}
+	n, ok := 0, 0
+	bad := ""
+	for _, s := range stacks {
+		if s.at.Before(in) || len(s.funcs) == 0 || jsFrame(s.funcs, "leafJs") != len(s.funcs)-1 {
+			continue
+		}
+		n++
+		if whole(s.funcs) {
+			ok++
+		} else if bad == "" {
+			bad = strings.Join(s.funcs, ";")
+		}
+	}
+	if n < 20 || float64(ok) < 0.9*float64(n) {
+		t.Errorf("%d of %d samples in leafJs have node::Start, then outerJs, middleJs, leafJs; e.g. %s", ok, n, bad)
+	}
+	if st.DWARFWalks < st.FPWalks {
+		t.Errorf("%d stacks walked with tables, %d with frame pointers: node's cached table was not used", st.DWARFWalks, st.FPWalks)
+	}
+	t.Logf("%d of %d samples in leafJs whole; %d walks with tables, %d with frame pointers first; %d tables loaded", ok, n, st.DWARFWalks, st.FPWalks, st.Unwind.Tables)
 }
