@@ -455,6 +455,7 @@ func TestUnwindNodePerfMap(t *testing.T) {
 	// Inlining would fold the three functions into one JIT frame. The
 	// script runs 30 s: two recordings.
 	cmd := exec.Command(node, "--perf-basic-prof", "--interpreted-frames-native-stack", "--no-turbo-inlining", script)
+	cmd.Dir = filepath.Dir(script) // V8 writes its isolate-*.log there
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
