@@ -108,6 +108,7 @@ type execSegment struct{ off, vaddr, filesz uint64 }
 
 // mappedFile is what the unwinder knows of a mapped file.
 type mappedFile struct {
+	cfi  uint64
 	segs []execSegment
 	// key names its table (build id, or the file's identity), "" when
 	// it has none (no CFI, or an error).
@@ -122,10 +123,20 @@ type loadedTable struct {
 	lastUsed time.Time
 }
 
-// procState is what the unwinder did for one process.
+// procState is what the unwinder did for one process: the mappings it
+// read, and whether some of their tables were still to be built.
 type procState struct {
-	mm   uint64
-	read time.Time
+	mm       uint64
+	read     time.Time
+	root     string
+	maps     []execMapping
+	complete bool
+}
+
+// buildJob is a binary whose table some process waits for.
+type buildJob struct {
+	path string // as the first process that maps it sees it
+	cfi  uint64 // bytes of .eh_frame and .debug_frame: the build's cost
 }
 
 // unwinder reads sampled processes' mappings, builds and loads the
@@ -146,11 +157,13 @@ type unwinder struct {
 	// Owned by the worker goroutine.
 	files    map[fileKey]*mappedFile
 	loaded   map[string]*loadedTable
-	noCFI    map[string]bool
+	failed   map[string]bool
 	procList map[uint32]*procState
 	freeIDs  []uint32
 	nextID   uint32
 	swept    time.Time
+	// queue holds the binaries to build, by table key.
+	queue map[string]buildJob
 
 	mu    sync.Mutex
 	stats UnwindStats
@@ -173,8 +186,8 @@ func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, log *sl
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
 		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
-		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, noCFI: map[string]bool{},
-		procList: map[uint32]*procState{},
+		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{},
+		procList: map[uint32]*procState{}, queue: map[string]buildJob{},
 	}
 	u.stats.Enabled, u.stats.MaxBytes = true, maxBytes
 	u.wg.Go(u.run)
@@ -238,6 +251,7 @@ func (u *unwinder) poll(now time.Time) {
 		}
 		_ = u.pending.Delete(r.pid)
 	}
+	u.build(now)
 	if now.Sub(u.swept) >= 5*time.Second {
 		u.sweep()
 		u.swept = now
@@ -295,8 +309,9 @@ func readExecMaps(path string) ([]execMapping, error) {
 	return out, nil
 }
 
-// process reads a process's mappings, loads its binaries' tables and
-// writes its unwind_procs entry.
+// process reads a process's mappings and writes its unwind_procs entry
+// with the tables loaded so far; the others are queued for build, and
+// the entry is written again when they are in.
 func (u *unwinder) process(pid uint32, mm uint64, now time.Time) error {
 	u.mu.Lock()
 	u.stats.MapsReads++
@@ -306,18 +321,29 @@ func (u *unwinder) process(pid uint32, mm uint64, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	st := &procState{mm: mm, read: now, root: root, maps: maps}
+	u.procList[pid] = st
+	return u.writeEntry(pid, st, now)
+}
+
+// writeEntry writes a process's unwind_procs entry from its mappings.
+func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	var entry bpf.ProfileHsProc
-	entry.Mm = mm
-	st := &procState{mm: mm, read: now}
-	for _, m := range maps {
+	entry.Mm = st.mm
+	st.complete = true
+	for _, m := range st.maps {
 		if entry.Count >= maxUmaps {
 			entry.Flags |= 1 // HS_PROC_TRUNCATED
 			break
 		}
 		um := bpf.ProfileHsUmap{Start: m.start, End: m.end, Table: noTable}
 		if len(m.path) > 0 && m.path[0] == '/' {
-			if t, bias, ok := u.tableFor(root+"/root"+m.path, m.offset, m.start, now); ok {
+			t, bias, state := u.tableFor(st.root+"/root"+m.path, m.offset, m.start, now)
+			switch state {
+			case tableLoaded:
 				um.Table, um.Rows, um.Bias = t.id, t.rows, bias
+			case tableQueued:
+				st.complete = false
 			}
 		}
 		entry.M[entry.Count] = um
@@ -326,19 +352,63 @@ func (u *unwinder) process(pid uint32, mm uint64, now time.Time) error {
 	if err := u.procs.Put(pid, &entry); err != nil {
 		return fmt.Errorf("write the mappings of process %d: %w", pid, err)
 	}
-	u.procList[pid] = st
 	return nil
+}
+
+// buildBudget is how long one poll may spend building tables; the rest
+// wait for the next poll. Small tables go first: most processes then get
+// most of their frames soon, and one huge binary (a browser, node) does
+// not hold up the rest.
+const buildBudget = 200 * time.Millisecond
+
+// build builds queued tables, smallest first, for up to buildBudget (at
+// least one), then rewrites the entries of the processes that waited.
+func (u *unwinder) build(now time.Time) {
+	if len(u.queue) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(u.queue))
+	for k := range u.queue {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(u.queue[a].cfi, u.queue[b].cfi) })
+	start := time.Now()
+	for i, k := range keys {
+		if i > 0 && time.Since(start) >= buildBudget {
+			break
+		}
+		job := u.queue[k]
+		delete(u.queue, k)
+		if _, err := u.load(job.path, k, now); err != nil {
+			u.log.Debug("load unwind table", "path", job.path, "err", err)
+		}
+	}
+	for pid, st := range u.procList {
+		if !st.complete {
+			if err := u.writeEntry(pid, st, now); err != nil {
+				u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+			}
+		}
+	}
 }
 
 // noTable is HS_NO_TABLE.
 const noTable = 0xffffffff
 
+// What tableFor found.
+const (
+	tableNone   = iota // no table: no CFI, an error, not an ELF file
+	tableLoaded        // loaded
+	tableQueued        // to be built
+)
+
 // tableFor returns the loaded table of the file at path and the load bias
-// of its mapping at file offset off, address start.
-func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loadedTable, uint64, bool) {
+// of its mapping at file offset off, address start; or queues the table
+// for build.
+func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loadedTable, uint64, int) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
-		return nil, 0, false
+		return nil, 0, tableNone
 	}
 	fk := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}
 	b, ok := u.files[fk]
@@ -346,8 +416,8 @@ func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loa
 		b = u.readBinary(path, fk)
 		u.files[fk] = b
 	}
-	if b.key == "" {
-		return nil, 0, false
+	if b.key == "" || u.failed[b.key] {
+		return nil, 0, tableNone
 	}
 	var seg *execSegment
 	for i := range b.segs {
@@ -358,18 +428,17 @@ func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loa
 		}
 	}
 	if seg == nil {
-		return nil, 0, false
+		return nil, 0, tableNone
 	}
 	t := u.loaded[b.key]
 	if t == nil {
-		var err error
-		if t, err = u.load(path, b.key, now); err != nil {
-			u.log.Debug("load unwind table", "path", path, "err", err)
-			return nil, 0, false
+		if _, queued := u.queue[b.key]; !queued {
+			u.queue[b.key] = buildJob{path: path, cfi: b.cfi}
 		}
+		return nil, 0, tableQueued
 	}
 	t.lastUsed = now
-	return t, start - off + seg.off - seg.vaddr, true
+	return t, start - off + seg.off - seg.vaddr, tableLoaded
 }
 
 // readBinary reads a file's executable segments and names its table.
@@ -385,7 +454,12 @@ func (u *unwinder) readBinary(path string, fk fileKey) *mappedFile {
 			b.segs = append(b.segs, execSegment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
 		}
 	}
-	if f.Section(".eh_frame") == nil && f.Section(".debug_frame") == nil {
+	for _, name := range []string{".eh_frame", ".debug_frame"} {
+		if s := f.Section(name); s != nil {
+			b.cfi += s.Size
+		}
+	}
+	if b.cfi == 0 {
 		u.mu.Lock()
 		u.stats.NoCFI++
 		u.mu.Unlock()
@@ -401,10 +475,12 @@ func (u *unwinder) readBinary(path string, fk fileKey) *mappedFile {
 
 // load builds (or reads from the cache) a table and loads it into
 // unwind_tables, evicting the least recently used tables beyond maxBytes.
-func (u *unwinder) load(path, key string, now time.Time) (*loadedTable, error) {
-	if u.noCFI[key] {
-		return nil, unwind.ErrNoCFI
-	}
+func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err error) {
+	defer func() {
+		if err != nil {
+			u.failed[key] = true // neither retried nor counted again
+		}
+	}()
 	t, hit, err := u.cache.Load(path)
 	u.mu.Lock()
 	switch {
@@ -419,7 +495,6 @@ func (u *unwinder) load(path, key string, now time.Time) (*loadedTable, error) {
 	}
 	u.mu.Unlock()
 	if err != nil {
-		u.noCFI[key] = true // neither retried nor counted again
 		return nil, err
 	}
 	size := int64(t.Size())
@@ -460,7 +535,7 @@ func (u *unwinder) load(path, key string, now time.Time) (*loadedTable, error) {
 		u.freeIDs = append(u.freeIDs, id)
 		return nil, fmt.Errorf("add the table to unwind_tables: %w", err)
 	}
-	lt := &loadedTable{id: id, rows: uint32(len(t.Rows)), bytes: size, lastUsed: now}
+	lt = &loadedTable{id: id, rows: uint32(len(t.Rows)), bytes: size, lastUsed: now}
 	u.loaded[key] = lt
 	u.updateSizes()
 	return lt, nil

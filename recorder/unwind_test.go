@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
+	"github.com/heatscope/heatscope/unwind"
 )
 
 // chainSource is a C program whose hot leaf is three calls below main,
@@ -195,9 +197,11 @@ func checkChain(t *testing.T, bin string, minShare float64, leaf string, chain .
 	t.Helper()
 	pid := start(t, bin)
 	time.Sleep(50 * time.Millisecond)
-	stacks, st := recordUser(t, pid, profiler.UnwindDWARF, 4*time.Second)
+	stacks, st := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
 	got, n, bad := share(stacks, tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) }), leaf, chain...)
-	if n < 20 {
+	// The shared machine can starve a fixture to a few percent of a CPU:
+	// ten samples are the least a share is judged on.
+	if n < 10 {
 		t.Fatalf("%d samples in %s once the tables were in (of %d): the fixture did not run; e.g. %s", n, leaf, len(stacks), example(stacks))
 	}
 	if got < minShare {
@@ -231,7 +235,7 @@ func TestUnwindThroughLibc(t *testing.T) {
 	bin := build(t, "gcc", qsortSource, "-O2", "-fomit-frame-pointer")
 	pid := start(t, bin)
 	time.Sleep(50 * time.Millisecond)
-	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 4*time.Second)
+	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
 	// libc's own frames between qsort and the comparator vary
 	// (msort_with_tmp recursion): main, then qsort's frames, then the
 	// comparator, in that order, is what must hold.
@@ -254,7 +258,7 @@ func TestUnwindThroughLibc(t *testing.T) {
 			bad = strings.Join(s.funcs, ";")
 		}
 	}
-	if n < 20 {
+	if n < 10 {
 		t.Fatalf("%d samples in slow_compare: the fixture did not run", n)
 	}
 	if float64(ok) < 0.95*float64(n) {
@@ -282,7 +286,7 @@ func TestUnwindStrippedBinary(t *testing.T) {
 	// in libc's snprintf).
 	pid := start(t, stripped)
 	time.Sleep(50 * time.Millisecond)
-	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 4*time.Second)
+	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
 	whole := func(f []string) bool {
 		i := slices.Index(f, "__libc_start_call_main")
 		return i >= 0 && len(f)-i-1 >= 4
@@ -298,7 +302,7 @@ func TestUnwindStrippedBinary(t *testing.T) {
 			deep++
 		}
 	}
-	if n < 20 {
+	if n < 10 {
 		t.Fatalf("%d samples: the fixture did not run", n)
 	}
 	if float64(deep) < 0.95*float64(n) {
@@ -418,7 +422,7 @@ func TestUnwindAfterExec(t *testing.T) {
 	stacks, st := recordUser(t, cmd.Process.Pid, profiler.UnwindDWARF, 6*time.Second)
 	in := tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) })
 	got, n, bad := share(stacks, in, "leaf_work", chain...)
-	if n < 20 || got < 0.95 {
+	if n < 10 || got < 0.95 {
 		t.Errorf("after the exec: %.0f%% of %d samples in leaf_work have the chain; e.g. %s", 100*got, n, bad)
 	}
 	if st.Unwind.MapsReads < 2 {
@@ -426,12 +430,12 @@ func TestUnwindAfterExec(t *testing.T) {
 	}
 }
 
-// nodeScript keeps three named JS functions hot for 30 s.
+// nodeScript keeps three named JS functions hot for a minute.
 const nodeScript = `function leafJs(n) { let s = 0; for (let i = 0; i < n; i++) { s += i % 7; } return s; }
 function middleJs(n) { return leafJs(n) + 1; }
 function outerJs(n) { return middleJs(n) * 2; }
 let total = 0;
-const end = Date.now() + 30000;
+const end = Date.now() + 60000;
 while (Date.now() < end) { total += outerJs(1000000); }
 console.log(total);
 `
@@ -452,8 +456,7 @@ func TestUnwindNodePerfMap(t *testing.T) {
 	if err := os.WriteFile(script, []byte(nodeScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Inlining would fold the three functions into one JIT frame. The
-	// script runs 30 s: two recordings.
+	// Inlining would fold the three functions into one JIT frame.
 	cmd := exec.Command(node, "--perf-basic-prof", "--interpreted-frames-native-stack", "--no-turbo-inlining", script)
 	cmd.Dir = filepath.Dir(script) // V8 writes its isolate-*.log there
 	if err := cmd.Start(); err != nil {
@@ -475,14 +478,24 @@ func TestUnwindNodePerfMap(t *testing.T) {
 	}
 	// node's own table is large (2.8 MB of .eh_frame, 370,000 rows):
 	// built for the first time it takes seconds on a busy machine
-	// (frame pointers until then), read from the cache after that. A
-	// first recording fills the cache; the second, checked, reads it,
-	// so that most of its samples are walked with the tables.
+	// (frame pointers for node's own frames until then), read from the
+	// cache after that, as here: the tables of every binary node maps
+	// are built into the cache first, so that most samples are walked
+	// with them.
 	cacheDir := t.TempDir()
-	if _, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 10*time.Second, cacheDir); st.Unwind.Built == 0 {
-		t.Fatalf("no table built for node in 10 s: %+v", st.Unwind)
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
 	}
-	stacks, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 4*time.Second, cacheDir)
+	for line := range strings.Lines(string(maps)) {
+		f := strings.Fields(line)
+		if len(f) == 6 && strings.Contains(f[1], "x") && strings.HasPrefix(f[5], "/") {
+			if _, _, err := (unwind.Cache{Dir: cacheDir}).Load(f[5]); err != nil && !errors.Is(err, unwind.ErrNoCFI) {
+				t.Fatalf("build the unwind table of %s: %v", f[5], err)
+			}
+		}
+	}
+	stacks, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 6*time.Second, cacheDir)
 	in := tablesIn(t, stacks, func(f []string) bool { return whole(f) })
 	if st.DWARFWalks == 0 {
 		t.Fatalf("no stack of node was walked with its tables (%d with frame pointers; %d tables loaded)", st.FPWalks, st.Unwind.Tables)
@@ -500,11 +513,12 @@ func TestUnwindNodePerfMap(t *testing.T) {
 			bad = strings.Join(s.funcs, ";")
 		}
 	}
-	if n < 20 || float64(ok) < 0.9*float64(n) {
+	if n < 10 || float64(ok) < 0.9*float64(n) {
 		t.Errorf("%d of %d samples in leafJs have node::Start, then outerJs, middleJs, leafJs; e.g. %s", ok, n, bad)
 	}
-	if st.DWARFWalks < st.FPWalks {
-		t.Errorf("%d stacks walked with tables, %d with frame pointers: node's cached table was not used", st.DWARFWalks, st.FPWalks)
+	if st.DWARFWalks < st.FPWalks || st.Unwind.CacheHits == 0 {
+		t.Errorf("%d stacks walked with tables, %d with frame pointers, %d tables from the cache: node's cached tables were not used",
+			st.DWARFWalks, st.FPWalks, st.Unwind.CacheHits)
 	}
 	t.Logf("%d of %d samples in leafJs whole; %d walks with tables, %d with frame pointers first; %d tables loaded", ok, n, st.DWARFWalks, st.FPWalks, st.Unwind.Tables)
 }
