@@ -111,6 +111,19 @@ func TestEmptyResults(t *testing.T) {
 	if resp, body := empty.get(t, "/api/events"); resp.StatusCode != http.StatusOK || string(body) != `{"events":[],"more":false}` {
 		t.Errorf("events of an empty store: %d %s", resp.StatusCode, body)
 	}
+	if resp, body := empty.get(t, "/api/nodes"); resp.StatusCode != http.StatusOK || string(body) != `[]` {
+		t.Errorf("nodes of an empty store: %d %s", resp.StatusCode, body)
+	}
+	// Lists and maps of what there is: a node without labels has {}.
+	for _, target := range []string{"/api/nodes", "/api/sources"} {
+		resp, body := fx.get(t, target)
+		var v any
+		if err := json.Unmarshal(body, &v); resp.StatusCode != http.StatusOK || err != nil {
+			t.Errorf("GET %s: %d %s", target, resp.StatusCode, body)
+		} else if p := findNull(v, "$"); p != "" {
+			t.Errorf("GET %s: null at %s in %s", target, p, clipBody(body))
+		}
+	}
 }
 
 func clipBody(b []byte) string {
