@@ -99,16 +99,11 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 func (db *DB) merge(blocks []*Block) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
-	meta := Meta{Source: blocks[0].Meta.Source, Node: blocks[0].Meta.Node, NodeLabels: blocks[0].Meta.NodeLabels}
-	for _, b := range blocks {
-		meta.Level = max(meta.Level, b.Meta.Level+1)
-		meta.Parents = append(meta.Parents, b.Meta.ID)
-		meta.WALSegment = max(meta.WALSegment, b.Meta.WALSegment)
-		meta.ImportedAt = max(meta.ImportedAt, b.Meta.ImportedAt)
-		meta.PeriodNs = max(meta.PeriodNs, b.Meta.PeriodNs)
+	metas := make([]Meta, len(blocks))
+	for i, b := range blocks {
+		metas[i] = b.Meta
 	}
-	meta.Level = min(meta.Level, len(levelFactors))
-	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), meta, func(w *blockWriter) error {
+	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), mergedMeta(metas), func(w *blockWriter) error {
 		return mergeInTimeOrder(blocks, w)
 	})
 	if err != nil {
@@ -146,13 +141,13 @@ func (c *blockCursor) next() (bool, error) {
 		if c.ix == nil {
 			ix, err := c.b.readIndex()
 			if err != nil {
-				return false, err
+				return false, &BlockError{Key: c.b.key, Err: err}
 			}
 			c.ix = ix
 		}
 		t, err := c.b.readChunk(c.ix, c.chunk)
 		if err != nil {
-			return false, err
+			return false, &BlockError{Key: c.b.key, Err: err}
 		}
 		c.chunk++
 		if c.m == nil {

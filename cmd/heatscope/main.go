@@ -4,6 +4,7 @@
 //	heatscope serve [flags]    serve the UI and API over a data directory (no privileges needed)
 //	heatscope export [flags]   write a time range as pprof, folded or perf script
 //	heatscope import [flags] FILE...  store perf script, folded or pprof files
+//	heatscope compact [flags]  maintain a fleet's bucket (one compactor per bucket)
 //
 // Run "heatscope COMMAND --help" for a command's flags.
 package main
@@ -28,6 +29,7 @@ var commands = []command{
 	{"serve", "serve the UI and HTTP API over a data directory (no privileges needed)", runServe},
 	{"export", "write a time range of the data directory as pprof, folded stacks or perf script", runExport},
 	{"import", "store perf script, folded or pprof files in the data directory as sources", runImport},
+	{"compact", "maintain a fleet's bucket: merge blocks, apply retention, write the bucket index", runCompact},
 }
 
 func main() {

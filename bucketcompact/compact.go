@@ -1,0 +1,540 @@
+// Package bucketcompact maintains a bucket of heatscope blocks: the job
+// of the Thanos compactor, for the layout of store/FORMAT.md ("Bucket
+// layout"). One pass
+//
+//   - deletes the blocks whose deletion mark is older than the delete delay
+//     (meta.json first, so the block stops being listed as complete, then
+//     its data, then the mark), and partial uploads (data, no meta) older
+//     than the partial age;
+//   - marks for deletion the blocks a merged block replaces, the blocks
+//     older than the retention, and the oldest blocks while the bucket's
+//     blocks take more than the size limit;
+//   - merges each node's small blocks into larger ones: the blocks of one
+//     node and one source inside one aligned, closed window of a range
+//     (2 h, then 24 h by default) are downloaded into the work directory,
+//     merged by the store's streaming k-way merge, and uploaded as one
+//     block (data first, meta.json last, so readers see all of it or
+//     none); then its parents are marked for deletion;
+//   - writes the bucket index (package bucketindex).
+//
+// Readers never fail because of it: a merged block lists its parents, and
+// a reader that lists it stops reading them at once (store.DB does), while
+// a query already reading a parent has the delete delay to finish; a block
+// marked by retention is still read until it is deleted.
+//
+// One compactor runs per bucket. It writes a lock object
+// ("compactor-lock.json") and refuses to run while another holder's lock
+// is younger than the lock's time to live; object stores have no atomic
+// create, so this catches a second replica started by mistake, not a race
+// of two starting in the same second: deploy it as a single replica.
+package bucketcompact
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/thanos-io/objstore"
+
+	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/store"
+)
+
+// Options configure a Compactor.
+type Options struct {
+	// WorkDir holds the blocks being merged (required). It is emptied at
+	// the start of each merge.
+	WorkDir string
+	// Ranges are the widths of the aligned windows whose blocks are merged
+	// into one, smallest first (default 2 h, 24 h). A block goes into the
+	// widest window that has closed and that it fits in.
+	Ranges []time.Duration
+	// ShipDelay is how long after a window ends its blocks may still be
+	// uploaded (default 15 min): a window is merged only after that.
+	ShipDelay time.Duration
+	// Retention deletes blocks whose newest sample is older (0: keep).
+	Retention time.Duration
+	// RetentionBytes deletes the oldest blocks while all blocks take more
+	// bytes (0: no limit).
+	RetentionBytes int64
+	// DeleteDelay is how long a marked block stays readable (0: the
+	// default, 2 h).
+	DeleteDelay time.Duration
+	// PartialAge is how old a partial upload (data without meta.json) must
+	// be before it is deleted (default 48 h): a recorder whose bucket was
+	// away may still be retrying it.
+	PartialAge time.Duration
+	// MaxBlockBytes bounds a merged block's data (default 1 GiB).
+	MaxBlockBytes int64
+	// Holder names this compactor in its lock (default host:pid).
+	Holder string
+	// LockTTL is how long a lock stays valid without a pass renewing it
+	// (default 1 h).
+	LockTTL time.Duration
+	Logger  *slog.Logger
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultDeleteDelay = 2 * time.Hour
+	DefaultShipDelay   = 15 * time.Minute
+	DefaultPartialAge  = 48 * time.Hour
+	DefaultLockTTL     = time.Hour
+	// LockName is the lock object, relative to the bucket's prefix.
+	LockName = "compactor-lock.json"
+	// maxMergedSamples bounds a merged block, as the store's compaction does.
+	maxMergedSamples = 200_000_000
+)
+
+// DefaultRanges are the windows merged by default.
+var DefaultRanges = []time.Duration{2 * time.Hour, 24 * time.Hour}
+
+// Compactor maintains one bucket. Run one pass at a time.
+type Compactor struct {
+	bkt  objstore.Bucket
+	name string
+	opts Options
+	log  *slog.Logger
+
+	// metas and marks cache what never changes; corrupt names blocks
+	// skipped, with why.
+	metas   map[string]store.Meta
+	marks   map[string]bucketindex.DeletionMark
+	corrupt map[string]string
+
+	stats counters
+}
+
+type counters struct {
+	passes, failedPasses, merges, mergedParents      atomic.Uint64
+	marked, deleted, partialDeleted, corrupt         atomic.Uint64
+	lists, gets, puts, deletes, uploadBytes, dlBytes atomic.Uint64
+	blocks, bucketBytes, indexBytes, lastSuccess     atomic.Int64
+}
+
+// New returns a compactor for bkt; name names the bucket in messages.
+func New(bkt objstore.Bucket, name string, opts Options) (*Compactor, error) {
+	if opts.WorkDir == "" {
+		return nil, errors.New("compact: no work directory")
+	}
+	if len(opts.Ranges) == 0 {
+		opts.Ranges = DefaultRanges
+	}
+	for i, r := range opts.Ranges {
+		if r <= 0 || (i > 0 && r%opts.Ranges[i-1] != 0) {
+			return nil, fmt.Errorf("compact: ranges %v: each must be positive and a multiple of the one before", opts.Ranges)
+		}
+	}
+	if opts.ShipDelay <= 0 {
+		opts.ShipDelay = DefaultShipDelay
+	}
+	if opts.DeleteDelay < 0 || opts.Retention < 0 || opts.RetentionBytes < 0 {
+		return nil, errors.New("compact: delete delay, retention and retention size must not be negative")
+	}
+	if opts.DeleteDelay == 0 {
+		opts.DeleteDelay = DefaultDeleteDelay
+	}
+	if opts.PartialAge <= 0 {
+		opts.PartialAge = DefaultPartialAge
+	}
+	if opts.MaxBlockBytes <= 0 {
+		opts.MaxBlockBytes = 1 << 30
+	}
+	if opts.LockTTL <= 0 {
+		opts.LockTTL = DefaultLockTTL
+	}
+	if opts.Holder == "" {
+		host, _ := os.Hostname()
+		opts.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Compactor{bkt: bkt, name: name, opts: opts, log: opts.Logger,
+		metas: map[string]store.Meta{}, marks: map[string]bucketindex.DeletionMark{}, corrupt: map[string]string{}}, nil
+}
+
+// Report says what one pass did.
+type Report struct {
+	Nodes, Blocks int   // complete blocks after the pass, marked ones included
+	Bytes         int64 // their data
+	Merges        int   // merged blocks uploaded
+	MergedParents int
+	// Marked counts the deletion marks written, by reason.
+	Marked         map[string]int
+	Deleted        int // marked blocks deleted
+	PartialDeleted int // partial uploads deleted
+	// Corrupt names the blocks skipped as unreadable, with why.
+	Corrupt    []string
+	IndexBytes int
+}
+
+// Run makes one pass over the bucket. A failure of the bucket ends the
+// pass with an error that names the bucket and the operation; what the
+// pass did before stays done and the next pass goes on from there.
+func (c *Compactor) Run(ctx context.Context) (Report, error) {
+	c.stats.passes.Add(1)
+	rep, err := c.run(ctx)
+	if err != nil {
+		c.stats.failedPasses.Add(1)
+		return rep, err
+	}
+	c.stats.lastSuccess.Store(c.opts.Now().Unix())
+	return rep, nil
+}
+
+func (c *Compactor) run(ctx context.Context) (Report, error) {
+	rep := Report{Marked: map[string]int{}}
+	if err := c.lock(ctx); err != nil {
+		return rep, err
+	}
+	now := c.opts.Now()
+	blocks, err := c.scan(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("scan: %w", err)
+	}
+	// 1. Delete what is due: marked blocks past the delay, old partials.
+	kept := blocks[:0]
+	for _, b := range blocks {
+		switch {
+		case b.mark != nil && now.Sub(time.UnixMilli(b.mark.DeletionTime)) >= c.opts.DeleteDelay:
+			if err := c.deleteBlock(ctx, b); err != nil {
+				return rep, err
+			}
+			rep.Deleted++
+			continue
+		case b.mark == nil && !b.hasMeta && now.Sub(b.newest) >= c.opts.PartialAge:
+			c.log.Warn("deleting a partial upload", "bucket", c.name, "block", b.key(), "lastWritten", b.newest)
+			if err := c.deleteBlock(ctx, b); err != nil {
+				return rep, err
+			}
+			rep.PartialDeleted++
+			c.stats.partialDeleted.Add(1)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	blocks = kept
+	// 2. Mark what a merged block replaces, then retention.
+	if err := c.markReplaced(ctx, blocks, now, &rep); err != nil {
+		return rep, err
+	}
+	if err := c.applyRetention(ctx, blocks, now, &rep); err != nil {
+		return rep, err
+	}
+	// 3. Merge.
+	for {
+		plan := c.plan(blocks, now)
+		if len(plan) == 0 {
+			break
+		}
+		merged, err := c.merge(ctx, plan)
+		var be *store.BlockError
+		if errors.As(err, &be) && !errors.Is(err, store.ErrUnavailable) {
+			c.markCorrupt(plan[0].node+"/"+be.Key, be.Err)
+			continue // plan again without it
+		}
+		if err != nil {
+			return rep, err
+		}
+		rep.Merges++
+		rep.MergedParents += len(plan)
+		blocks = append(blocks, merged)
+		if err := c.markReplaced(ctx, blocks, now, &rep); err != nil {
+			return rep, err
+		}
+	}
+	// 4. The index.
+	ix := bucketindex.Index{UpdatedAt: c.opts.Now().UnixMilli()}
+	nodeSet := map[string]bool{}
+	for _, b := range blocks {
+		if b.meta == nil || !b.hasData {
+			continue
+		}
+		if _, bad := c.corrupt[b.key()]; bad {
+			continue
+		}
+		ix.Blocks = append(ix.Blocks, *b.meta)
+		nodeSet[b.node] = true
+		rep.Bytes += b.meta.Bytes
+		if b.mark != nil {
+			ix.DeletionMarks = append(ix.DeletionMarks, *b.mark)
+		}
+	}
+	slices.SortFunc(ix.Blocks, func(a, b store.Meta) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(ix.DeletionMarks, func(a, b bucketindex.DeletionMark) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
+	})
+	n, err := bucketindex.Write(ctx, c.bkt, ix)
+	if err != nil {
+		return rep, err
+	}
+	c.stats.puts.Add(1)
+	rep.IndexBytes = n
+	rep.Nodes, rep.Blocks = len(nodeSet), len(ix.Blocks)
+	for k, why := range c.corrupt {
+		rep.Corrupt = append(rep.Corrupt, k+": "+why)
+	}
+	slices.Sort(rep.Corrupt)
+	c.stats.blocks.Store(int64(rep.Blocks))
+	c.stats.bucketBytes.Store(rep.Bytes)
+	c.stats.indexBytes.Store(int64(n))
+	return rep, nil
+}
+
+// live reports whether b is a complete block that is not marked or corrupt.
+func (c *Compactor) live(b *blockObj) bool {
+	_, bad := c.corrupt[b.key()]
+	return b.meta != nil && b.hasData && b.mark == nil && !bad
+}
+
+func (c *Compactor) markCorrupt(key string, err error) {
+	if _, ok := c.corrupt[key]; ok {
+		return
+	}
+	c.corrupt[key] = err.Error()
+	c.stats.corrupt.Add(1)
+	c.log.Warn("skipping a corrupt block", "bucket", c.name, "block", key, "err", err)
+}
+
+// markReplaced marks the blocks that a complete block of their node lists
+// as parents (also after a crash between a merge's upload and its marks).
+func (c *Compactor) markReplaced(ctx context.Context, blocks []*blockObj, now time.Time, rep *Report) error {
+	byKey := map[string]*blockObj{}
+	for _, b := range blocks {
+		byKey[b.key()] = b
+	}
+	for _, b := range blocks {
+		if b.meta == nil || !b.hasData {
+			continue
+		}
+		for _, p := range b.meta.Parents {
+			if pb := byKey[b.node+"/"+p]; pb != nil && pb.mark == nil {
+				if err := c.mark(ctx, pb, "compacted", b.id, now, rep); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// applyRetention marks blocks older than the retention, then the oldest
+// while the live blocks take more than the size limit.
+func (c *Compactor) applyRetention(ctx context.Context, blocks []*blockObj, now time.Time, rep *Report) error {
+	var live []*blockObj
+	for _, b := range blocks {
+		if c.live(b) {
+			live = append(live, b)
+		}
+	}
+	slices.SortFunc(live, func(a, b *blockObj) int {
+		return cmp.Or(cmp.Compare(a.meta.MaxTime, b.meta.MaxTime), cmp.Compare(a.key(), b.key()))
+	})
+	var total int64
+	for _, b := range live {
+		total += b.meta.Bytes
+	}
+	for _, b := range live {
+		reason := ""
+		switch {
+		case c.opts.Retention > 0 && time.Unix(0, b.meta.MaxTime).Before(now.Add(-c.opts.Retention)):
+			reason = "retention-age"
+		case c.opts.RetentionBytes > 0 && total > c.opts.RetentionBytes:
+			reason = "retention-size"
+		default:
+			continue
+		}
+		if err := c.mark(ctx, b, reason, "", now, rep); err != nil {
+			return err
+		}
+		total -= b.meta.Bytes
+	}
+	return nil
+}
+
+// mark uploads a block's deletion mark.
+func (c *Compactor) mark(ctx context.Context, b *blockObj, reason, replacedBy string, now time.Time, rep *Report) error {
+	m := bucketindex.DeletionMark{Version: 1, Node: b.node, ID: b.id, DeletionTime: now.UnixMilli(), Reason: reason, ReplacedBy: replacedBy}
+	raw, _ := json.MarshalIndent(m, "", "  ")
+	c.stats.puts.Add(1)
+	if err := c.bkt.Upload(ctx, objName(b.node, b.id, deletionMarkFile), bytes.NewReader(raw)); err != nil {
+		return fmt.Errorf("mark block %s for deletion: %w", b.key(), err)
+	}
+	b.mark = &m
+	c.marks[b.key()] = m
+	rep.Marked[reason]++
+	c.stats.marked.Add(1)
+	c.log.Info("marked a block for deletion", "bucket", c.name, "block", b.key(), "reason", reason, "replacedBy", replacedBy)
+	return nil
+}
+
+// deleteBlock deletes a block's objects: meta.json first (the block is no
+// longer complete, readers stop listing it), then its data, then its
+// mark, so that a pass cut short leaves a mark the next pass finishes.
+func (c *Compactor) deleteBlock(ctx context.Context, b *blockObj) error {
+	for _, f := range []string{metaFile, dataFile, deletionMarkFile} {
+		c.stats.deletes.Add(1)
+		if err := c.bkt.Delete(ctx, objName(b.node, b.id, f)); err != nil && !c.bkt.IsObjNotFoundErr(err) {
+			return fmt.Errorf("delete block %s: %w", b.key(), err)
+		}
+	}
+	delete(c.metas, b.key())
+	delete(c.marks, b.key())
+	delete(c.corrupt, b.key())
+	if b.mark != nil {
+		c.stats.deleted.Add(1)
+	}
+	return nil
+}
+
+// plan returns the blocks of one node and source inside one aligned window
+// of the widest range they fit in whose window has closed: two or more,
+// within the size bounds. nil when nothing is left to merge.
+func (c *Compactor) plan(blocks []*blockObj, now time.Time) []*blockObj {
+	for i := len(c.opts.Ranges) - 1; i >= 0; i-- {
+		width := c.opts.Ranges[i].Nanoseconds()
+		groups := map[string][]*blockObj{}
+		var keys []string
+		for _, b := range blocks {
+			if !c.live(b) {
+				continue
+			}
+			start := floorDiv(b.meta.MinTime, width) * width
+			if b.meta.MaxTime >= start+width || start+width > now.Add(-c.opts.ShipDelay).UnixNano() {
+				continue // straddles the window, or it is still open
+			}
+			k := fmt.Sprintf("%s\x00%s\x00%d", b.node, b.meta.Source, start)
+			if groups[k] == nil {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], b)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			g := groups[k]
+			var bytes int64
+			samples := 0
+			for _, b := range g {
+				bytes += b.meta.Bytes
+				samples += b.meta.Samples
+			}
+			if len(g) >= 2 && bytes <= c.opts.MaxBlockBytes && samples <= maxMergedSamples {
+				slices.SortFunc(g, func(a, b *blockObj) int { return cmp.Compare(a.id, b.id) })
+				return g
+			}
+		}
+	}
+	return nil
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// merge downloads the parents into the work directory, merges them, and
+// uploads the merged block: data first, meta.json last.
+func (c *Compactor) merge(ctx context.Context, parents []*blockObj) (*blockObj, error) {
+	work := filepath.Join(c.opts.WorkDir, "merge")
+	if err := os.RemoveAll(work); err != nil {
+		return nil, fmt.Errorf("clear work directory: %w", err)
+	}
+	defer os.RemoveAll(work)
+	in := filepath.Join(work, "blocks")
+	out := filepath.Join(work, "out")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("work directory: %w", err)
+	}
+	ids := make([]string, len(parents))
+	for i, p := range parents {
+		ids[i] = p.id
+		if err := c.download(ctx, p, filepath.Join(in, p.id)); err != nil {
+			return nil, err
+		}
+	}
+	node := parents[0].node
+	meta, err := store.MergeBlocks(ctx, store.DirSource(work), ids, out)
+	if err != nil {
+		return nil, fmt.Errorf("merge blocks of node %s: %w", node, err)
+	}
+	meta.Node = node
+	dir := filepath.Join(out, meta.ID)
+	f, err := os.Open(filepath.Join(dir, dataFile))
+	if err != nil {
+		return nil, fmt.Errorf("merged block: %w", err)
+	}
+	defer f.Close()
+	c.stats.puts.Add(1)
+	if err := c.bkt.Upload(ctx, objName(node, meta.ID, dataFile), f); err != nil {
+		return nil, fmt.Errorf("upload merged block %s/%s: %w", node, meta.ID, err)
+	}
+	c.stats.uploadBytes.Add(uint64(meta.Bytes))
+	raw, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("merged block meta: %w", err)
+	}
+	c.stats.puts.Add(1)
+	if err := c.bkt.Upload(ctx, objName(node, meta.ID, metaFile), bytes.NewReader(raw)); err != nil {
+		return nil, fmt.Errorf("upload merged block %s/%s: %w", node, meta.ID, err)
+	}
+	c.stats.merges.Add(1)
+	c.stats.mergedParents.Add(uint64(len(parents)))
+	c.log.Info("merged blocks", "bucket", c.name, "node", node, "into", meta.ID, "parents", strings.Join(ids, ","), "samples", meta.Samples, "bytes", meta.Bytes)
+	b := &blockObj{node: node, id: meta.ID, hasData: true, hasMeta: true, meta: &meta, newest: c.opts.Now()}
+	c.metas[b.key()] = meta
+	return b, nil
+}
+
+// download copies a parent's data and meta into dir. A data object whose
+// length differs from its meta's is corrupt.
+func (c *Compactor) download(ctx context.Context, b *blockObj, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	raw, _ := json.Marshal(b.meta)
+	if err := os.WriteFile(filepath.Join(dir, metaFile), raw, 0o644); err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	c.stats.gets.Add(1)
+	rc, err := c.bkt.Get(ctx, objName(b.node, b.id, dataFile))
+	if err != nil {
+		return fmt.Errorf("download block %s: %w", b.key(), err)
+	}
+	defer rc.Close()
+	f, err := os.Create(filepath.Join(dir, dataFile))
+	if err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	n, err := io.Copy(f, rc)
+	c.stats.dlBytes.Add(uint64(n))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("download block %s: %w", b.key(), err)
+	}
+	if b.meta.Bytes > 0 && n != b.meta.Bytes {
+		return &store.BlockError{Key: b.id, Err: fmt.Errorf("data is %d bytes, meta.json says %d", n, b.meta.Bytes)}
+	}
+	return nil
+}

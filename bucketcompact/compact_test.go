@@ -1,0 +1,431 @@
+package bucketcompact
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/internal/miniotest"
+)
+
+// day is a UTC midnight two days back: every window of it has closed.
+func day() time.Time { return time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour) }
+
+func newCompactor(t *testing.T, bkt *faultyBucket, clk *clock, opts Options) *Compactor {
+	t.Helper()
+	opts.WorkDir = t.TempDir()
+	opts.Now = clk.now
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.Holder == "" {
+		opts.Holder = "test"
+	}
+	c, err := New(bkt, "test bucket", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func run(t *testing.T, c *Compactor) Report {
+	t.Helper()
+	rep, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+	return rep
+}
+
+// TestMergeKeepsEverySample merges two nodes' small blocks and checks,
+// through the store's Select over the bucket, that the samples are the
+// same before and after, that readers see only the merged blocks at once,
+// that the parents stay until the delete delay has passed, and what the
+// bucket index lists at each step.
+func TestMergeKeepsEverySample(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("fleet")}
+	d := day()
+	ship(t, bkt, "node-a", span(d.Add(10*time.Minute), 2*time.Minute), span(d.Add(20*time.Minute), 2*time.Minute), span(d.Add(30*time.Minute), 2*time.Minute))
+	ship(t, bkt, "node-b", span(d.Add(10*time.Minute), 2*time.Minute), span(d.Add(40*time.Minute), 2*time.Minute))
+	// A block in the next 2 h window of node-a: nothing to merge it with.
+	ship(t, bkt, "node-a", span(d.Add(3*time.Hour), 2*time.Minute))
+
+	db := reader(t, bkt)
+	before, sum := digest(t, db, nil)
+	if before == 0 {
+		t.Fatal("no samples shipped")
+	}
+	clk := newClock(time.Now())
+	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
+	rep := run(t, c)
+	if rep.Merges != 2 || rep.MergedParents != 5 || rep.Marked["compacted"] != 5 || rep.Deleted != 0 {
+		t.Fatalf("first pass: %+v, want 2 merges of 5 parents, 5 marked, none deleted", rep)
+	}
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range db.Nodes() {
+		if want := map[string]int{"node-a": 2, "node-b": 1}[n.Name]; n.Blocks != want {
+			t.Errorf("reader after the merge: node %s has %d blocks, want %d (merged + the lone one)", n.Name, n.Blocks, want)
+		}
+	}
+	if after, sum2 := digest(t, db, nil); after != before || sum2 != sum {
+		t.Fatalf("after the merge: %d samples (%s), before %d (%s)", after, sum2, before, sum)
+	}
+	objs := objects(t, bkt)
+	if got := countSuffix(objs, "/"+deletionMarkFile); got != 5 {
+		t.Fatalf("%d deletion marks, want 5: %v", got, objs)
+	}
+	if got := countSuffix(objs, "/"+dataFile); got != 8 {
+		t.Fatalf("%d data objects before the delete delay, want 8 (6 shipped + 2 merged)", got)
+	}
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ix.Blocks) != 8 || len(ix.DeletionMarks) != 5 || ix.Stale(clk.now(), time.Minute) {
+		t.Fatalf("index: %d blocks, %d marks, updated %d; want 8, 5, fresh", len(ix.Blocks), len(ix.DeletionMarks), ix.UpdatedAt)
+	}
+	// A fresh reader (a query service started now) sees the same samples.
+	if n, s := digest(t, reader(t, bkt), nil); n != before || s != sum {
+		t.Fatalf("fresh reader: %d samples, want %d", n, before)
+	}
+
+	clk.add(DefaultDeleteDelay + time.Minute)
+	rep = run(t, c)
+	if rep.Deleted != 5 || rep.Merges != 0 || rep.Blocks != 3 {
+		t.Fatalf("pass after the delay: %+v, want 5 deleted, no merge, 3 blocks", rep)
+	}
+	objs = objects(t, bkt)
+	if countSuffix(objs, "/"+dataFile) != 3 || countSuffix(objs, "/"+deletionMarkFile) != 0 || countSuffix(objs, "/"+metaFile) != 3 {
+		t.Fatalf("after deletion: %v", objs)
+	}
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if n, s := digest(t, db, nil); n != before || s != sum {
+		t.Fatalf("after deletion: %d samples, want %d", n, before)
+	}
+	ix, err = bucketindex.Read(context.Background(), bkt)
+	if err != nil || len(ix.Blocks) != 3 || len(ix.DeletionMarks) != 0 {
+		t.Fatalf("index after deletion: %+v, %v", ix, err)
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"heatscope_compactor_merges_total": 2, "heatscope_compactor_deleted_blocks_total": 5,
+		"heatscope_compactor_deletion_marks_total": 5, "heatscope_compactor_bucket_blocks": 3, "heatscope_compactor_passes_total": 2} {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				found = true
+				m := mf.GetMetric()[0]
+				got := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				if got != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no metric %s", name)
+		}
+	}
+	if n := testutil.CollectAndCount(c.Collector()); n < 15 {
+		t.Errorf("%d compactor metrics, want at least 15", n)
+	}
+}
+
+// TestQueryWhileCompacting runs a query that is part way through the
+// parents when the compactor merges and marks them, then again while it
+// deletes them: the query that started first finishes with every sample,
+// since the parents stay for the delete delay.
+func TestQueryWhileCompacting(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("")}
+	d := day()
+	ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 3*time.Minute), span(d.Add(15*time.Minute), 3*time.Minute), span(d.Add(25*time.Minute), 3*time.Minute))
+	db := reader(t, bkt)
+	want, sum := digest(t, db, nil)
+	clk := newClock(time.Now())
+	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
+
+	// The query holds after its first batch while a pass merges, marks,
+	// and the reader refreshes (as a query service does every few seconds).
+	n, s := digest(t, db, func() {
+		if rep := run(t, c); rep.Merges != 1 || rep.Marked["compacted"] != 3 {
+			t.Errorf("pass during the query: %+v", rep)
+		}
+		if err := db.Refresh(); err != nil {
+			t.Error(err)
+		}
+	})
+	if n != want || s != sum {
+		t.Fatalf("query running while the compactor merged: %d samples, want %d", n, want)
+	}
+	// A second query starts before the delay is over and holds while the
+	// parents are deleted: it reads the merged block, so it is whole too.
+	n, s = digest(t, db, func() {
+		clk.add(DefaultDeleteDelay)
+		if rep := run(t, c); rep.Deleted != 3 {
+			t.Errorf("pass after the delay: %+v, want 3 deleted", rep)
+		}
+	})
+	if n != want || s != sum {
+		t.Fatalf("query running while the compactor deleted: %d samples, want %d", n, want)
+	}
+}
+
+// TestRetention marks blocks by age and by size, and deletes them only
+// after the delay.
+func TestRetention(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("r")}
+	now := time.Now()
+	// One block in each hour; with 1 h ranges nothing merges.
+	old := ship(t, bkt, "node-a", span(now.Add(-50*time.Hour).Truncate(time.Hour), time.Minute), span(now.Add(-30*time.Hour).Truncate(time.Hour), time.Minute))
+	recent := ship(t, bkt, "node-a", span(now.Add(-5*time.Hour).Truncate(time.Hour), time.Minute), span(now.Add(-4*time.Hour).Truncate(time.Hour), time.Minute), span(now.Add(-3*time.Hour).Truncate(time.Hour), time.Minute))
+	clk := newClock(now)
+	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{time.Hour}, Retention: 24 * time.Hour})
+	rep := run(t, c)
+	if rep.Marked["retention-age"] != 2 || rep.Merges != 0 {
+		t.Fatalf("age retention: %+v, want the 2 blocks older than 24 h marked", rep)
+	}
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marked []string
+	var sizes = map[string]int64{}
+	for _, m := range ix.DeletionMarks {
+		marked = append(marked, m.ID)
+	}
+	for _, b := range ix.Blocks {
+		sizes[b.ID] = b.Bytes
+	}
+	slices.Sort(marked)
+	if !slices.Equal(marked, old) {
+		t.Fatalf("marked %v, want the old blocks %v", marked, old)
+	}
+	// Keep the two newest blocks' bytes: the oldest recent one goes.
+	limit := sizes[recent[1]] + sizes[recent[2]]
+	c.opts.RetentionBytes = limit
+	rep = run(t, c)
+	if rep.Marked["retention-size"] != 1 {
+		t.Fatalf("size retention: %+v, want 1 block marked", rep)
+	}
+	if m, ok := c.marks["node-a/"+recent[0]]; !ok || m.Reason != "retention-size" {
+		t.Fatalf("size retention marked %v, want %s", c.marks, recent[0])
+	}
+	if rep.Deleted != 0 || countSuffix(objects(t, bkt), "/"+dataFile) != 5 {
+		t.Fatalf("deleted before the delay: %+v", rep)
+	}
+	clk.add(DefaultDeleteDelay)
+	if rep = run(t, c); rep.Deleted != 3 || rep.Blocks != 2 || rep.Bytes != limit {
+		t.Fatalf("after the delay: %+v, want 3 deleted, 2 blocks of %d bytes", rep, limit)
+	}
+}
+
+// TestCorruptBlocksSkippedAndNamed damages one block's data and another
+// block's meta: each is skipped and named, and the rest is merged.
+func TestCorruptBlocksSkippedAndNamed(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("c")}
+	d := day()
+	a := ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute), span(d.Add(25*time.Minute), 2*time.Minute))
+	b := ship(t, bkt, "node-b", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute), span(d.Add(25*time.Minute), 2*time.Minute))
+	ctx := context.Background()
+	// Flip bytes in the middle of a data object (same size: only the
+	// block's CRCs can tell).
+	name := objName("node-a", a[1], dataFile)
+	rc, err := bkt.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(rc)
+	rc.Close()
+	for i := len(raw) / 4; i < len(raw)/4+64; i++ {
+		raw[i] ^= 0xff
+	}
+	if err := bkt.Upload(ctx, name, bytes.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bkt.Upload(ctx, objName("node-b", b[0], metaFile), strings.NewReader("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	c := newCompactor(t, bkt, newClock(time.Now()), Options{Ranges: []time.Duration{2 * time.Hour}})
+	rep := run(t, c)
+	if rep.Merges != 2 || rep.MergedParents != 4 {
+		t.Fatalf("%+v: want the 2 good blocks of each node merged", rep)
+	}
+	joined := strings.Join(rep.Corrupt, "\n")
+	if len(rep.Corrupt) != 2 || !strings.Contains(joined, "node-a/"+a[1]) || !strings.Contains(joined, "CRC") ||
+		!strings.Contains(joined, "node-b/"+b[0]) || !strings.Contains(joined, "meta.json") {
+		t.Fatalf("corrupt blocks named: %q", rep.Corrupt)
+	}
+	if got := testutil.ToFloat64(collectorOf(c, "heatscope_compactor_corrupt_blocks_total")); got != 2 {
+		t.Fatalf("corrupt metric %v, want 2", got)
+	}
+	// The damaged blocks are neither marked nor listed in the index.
+	ix, err := bucketindex.Read(ctx, bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ix.Blocks {
+		if m.ID == a[1] || m.ID == b[0] {
+			t.Fatalf("index lists corrupt block %s/%s", m.Node, m.ID)
+		}
+	}
+	for _, m := range ix.DeletionMarks {
+		if m.ID == a[1] || m.ID == b[0] {
+			t.Fatalf("corrupt block %s/%s marked for deletion", m.Node, m.ID)
+		}
+	}
+}
+
+// collectorOf returns one metric of the compactor's collector.
+func collectorOf(c *Compactor, name string) prometheus.Collector {
+	return filtered{c.Collector(), name}
+}
+
+type filtered struct {
+	prometheus.Collector
+	name string
+}
+
+func (f filtered) Collect(ch chan<- prometheus.Metric) {
+	all := make(chan prometheus.Metric, 64)
+	go func() { f.Collector.Collect(all); close(all) }()
+	for m := range all {
+		if strings.Contains(m.Desc().String(), `"`+f.name+`"`) {
+			ch <- m
+		}
+	}
+}
+
+// TestIdempotentAndCrashes re-runs passes (nothing more happens), and
+// cuts passes short at each upload: before the merged block's meta (no
+// partial block is visible; the partial upload goes after the partial
+// age), and before the parents' marks (readers already skip the parents;
+// the next pass marks them).
+func TestIdempotentAndCrashes(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("i")}
+	d := day()
+	ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
+	ship(t, bkt, "node-b", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
+	db := reader(t, bkt)
+	want, sum := digest(t, db, nil)
+	clk := newClock(time.Now())
+	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
+
+	// Crash 1: the merged block's data is up, its meta is not.
+	suffix := "/" + metaFile
+	bkt.failSuffix.Store(&suffix)
+	if _, err := c.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "injected crash") {
+		t.Fatalf("pass with a crash before the meta: %v", err)
+	}
+	bkt.failSuffix.Store(nil)
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(db.Nodes()); n != 2 || db.Nodes()[0].Blocks != 2 {
+		t.Fatalf("reader after the crash: %+v, want the 2 shipped blocks per node", db.Nodes())
+	}
+	if n, s := digest(t, db, nil); n != want || s != sum {
+		t.Fatalf("after a crash before the meta: %d samples, want %d", n, want)
+	}
+	// Crash 2: a merged block is complete, its parents are not marked.
+	suffix = "/" + deletionMarkFile
+	bkt.failSuffix.Store(&suffix)
+	if _, err := c.Run(context.Background()); err == nil {
+		t.Fatal("pass with a crash before the marks succeeded")
+	}
+	bkt.failSuffix.Store(nil)
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if n, s := digest(t, db, nil); n != want || s != sum {
+		t.Fatalf("after a crash before the marks: %d samples, want %d", n, want)
+	}
+	// The next pass finishes the job: node-a's parents are marked without
+	// merging again; node-b is merged.
+	rep := run(t, c)
+	if rep.Merges != 1 || rep.Marked["compacted"] != 4 {
+		t.Fatalf("pass after the crashes: %+v, want node-b merged and 4 parents marked", rep)
+	}
+	// Idempotent: another pass changes nothing.
+	ix1, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, bkt)
+	rep = run(t, c)
+	if rep.Merges != 0 || len(rep.Marked) != 0 || rep.Deleted != 0 || rep.PartialDeleted != 0 {
+		t.Fatalf("second pass did something: %+v", rep)
+	}
+	ix2, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ix1.Blocks) != len(ix2.Blocks) || !slices.Equal(objs, objects(t, bkt)) {
+		t.Fatalf("second pass changed the bucket: %d→%d indexed blocks", len(ix1.Blocks), len(ix2.Blocks))
+	}
+	// After the delay and the partial age, only the merged blocks are left.
+	clk.add(DefaultPartialAge + time.Hour)
+	rep = run(t, c)
+	if rep.Deleted != 4 || rep.PartialDeleted != 1 || rep.Blocks != 2 {
+		t.Fatalf("pass after the delays: %+v, want 4 deleted, the partial upload deleted, 2 blocks", rep)
+	}
+	if got := objects(t, bkt); countSuffix(got, "/"+dataFile) != 2 || countSuffix(got, "/"+metaFile) != 2 {
+		t.Fatalf("left in the bucket: %v", got)
+	}
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if n, s := digest(t, db, nil); n != want || s != sum {
+		t.Fatalf("at the end: %d samples, want %d", n, want)
+	}
+}
+
+// TestOneCompactorPerBucket: a second compactor is refused while the
+// first's lock is fresh, and takes over once it is released or expired.
+func TestOneCompactorPerBucket(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("l")}
+	clk := newClock(time.Now())
+	first := newCompactor(t, bkt, clk, Options{Holder: "first"})
+	second := newCompactor(t, bkt, clk, Options{Holder: "second"})
+	run(t, first)
+	if _, err := second.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "another compactor (first)") {
+		t.Fatalf("second compactor: %v, want a refusal naming the first", err)
+	}
+	run(t, first) // renews its own lock
+	clk.add(DefaultLockTTL + time.Minute)
+	run(t, second) // expired: taken over
+	if _, err := first.Run(context.Background()); err == nil {
+		t.Fatal("first compactor ran over the second's lock")
+	}
+	if err := second.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	run(t, first)
+	// An empty bucket gets an empty index.
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil || len(ix.Blocks) != 0 || ix.Blocks == nil {
+		t.Fatalf("empty bucket's index: %+v, %v", ix, err)
+	}
+}

@@ -1,0 +1,197 @@
+package bucketcompact
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/thanos-io/objstore"
+
+	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/store"
+)
+
+// Object names of the bucket layout (store/FORMAT.md, "Bucket layout"),
+// relative to the bucket's prefix: <node>/blocks/<id>/<file>.
+const (
+	blocksDir        = "blocks"
+	dataFile         = "data"
+	metaFile         = "meta.json"
+	deletionMarkFile = "deletion-mark.json"
+	maxSmallObject   = 1 << 20 // a meta.json or a deletion mark
+)
+
+// blockObj is one block directory of the bucket as a pass found it.
+type blockObj struct {
+	node, id string
+	hasData  bool
+	hasMeta  bool
+	// newest is the newest modification time of the block's objects.
+	newest time.Time
+	meta   *store.Meta // nil until read, or when unreadable
+	mark   *bucketindex.DeletionMark
+}
+
+func (b *blockObj) key() string { return b.node + "/" + b.id }
+
+func objName(node, id, file string) string {
+	return node + "/" + blocksDir + "/" + id + "/" + file
+}
+
+// validName accepts node names and block ids as recorders write them.
+func validName(s string) bool {
+	if s == "" || s == "." || s == ".." || len(s) > 253 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// scan lists every node's blocks: one LIST of the top level, then one
+// recursive LIST per node (paged by the provider). It reads the metas
+// and deletion marks it has not read before (they never change).
+func (c *Compactor) scan(ctx context.Context) (blocks []*blockObj, err error) {
+	var nodes []string
+	c.stats.lists.Add(1)
+	err = c.bkt.Iter(ctx, "", func(name string) error {
+		if n, ok := strings.CutSuffix(name, "/"); ok && validName(n) {
+			nodes = append(nodes, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, node := range nodes {
+		byID := map[string]*blockObj{}
+		var order []string
+		c.stats.lists.Add(1)
+		dir := node + "/" + blocksDir + "/"
+		err := c.bkt.IterWithAttributes(ctx, dir, func(a objstore.IterObjectAttributes) error {
+			rest, ok := strings.CutPrefix(a.Name, dir)
+			if !ok {
+				return nil
+			}
+			id, file, ok := strings.Cut(rest, "/")
+			if !ok || !validName(id) {
+				return nil
+			}
+			b := byID[id]
+			if b == nil {
+				b = &blockObj{node: node, id: id}
+				byID[id] = b
+				order = append(order, id)
+			}
+			switch file {
+			case dataFile:
+				b.hasData = true
+			case metaFile:
+				b.hasMeta = true
+			case deletionMarkFile:
+				b.mark = &bucketindex.DeletionMark{} // read below
+			}
+			if t, ok := a.LastModified(); ok && t.After(b.newest) {
+				b.newest = t
+			}
+			return nil
+		}, objstore.WithRecursiveIter(), objstore.WithUpdatedAt())
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range order {
+			b := byID[id]
+			if b.mark != nil {
+				if b.mark, err = c.readMark(ctx, b); err != nil {
+					return nil, err
+				}
+			}
+			if b.hasMeta {
+				if err := c.readMeta(ctx, b); err != nil {
+					return nil, err
+				}
+			}
+			blocks = append(blocks, b)
+		}
+	}
+	return blocks, nil
+}
+
+// readMeta reads a block's meta.json, once: a meta that cannot be parsed
+// makes the block corrupt (named, skipped); a bucket that fails fails the
+// pass.
+func (c *Compactor) readMeta(ctx context.Context, b *blockObj) error {
+	if m, ok := c.metas[b.key()]; ok {
+		b.meta = &m
+		return nil
+	}
+	if _, bad := c.corrupt[b.key()]; bad {
+		return nil
+	}
+	raw, err := c.getSmall(ctx, objName(b.node, b.id, metaFile))
+	if err != nil {
+		if c.bkt.IsObjNotFoundErr(err) {
+			b.hasMeta = false // deleted since the listing
+			return nil
+		}
+		return err
+	}
+	m, err := store.ParseMeta(raw)
+	if err == nil && m.ID != b.id {
+		err = fmt.Errorf("meta.json names block %q", m.ID)
+	}
+	if err != nil {
+		c.markCorrupt(b.key(), fmt.Errorf("meta.json: %w", err))
+		return nil
+	}
+	m.Node = b.node // the node is the one whose prefix holds the block
+	c.metas[b.key()] = m
+	b.meta = &m
+	return nil
+}
+
+// readMark reads a block's deletion mark. One that cannot be parsed counts
+// as made when its object was last written.
+func (c *Compactor) readMark(ctx context.Context, b *blockObj) (*bucketindex.DeletionMark, error) {
+	if m, ok := c.marks[b.key()]; ok {
+		return &m, nil
+	}
+	raw, err := c.getSmall(ctx, objName(b.node, b.id, deletionMarkFile))
+	if err != nil {
+		if c.bkt.IsObjNotFoundErr(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var m bucketindex.DeletionMark
+	if err := json.Unmarshal(raw, &m); err != nil || m.DeletionTime <= 0 {
+		c.log.Warn("unreadable deletion mark: taking its object's time", "block", b.key(), "err", err)
+		m = bucketindex.DeletionMark{Version: 1, DeletionTime: b.newest.UnixMilli(), Reason: "unknown"}
+	}
+	m.Node, m.ID = b.node, b.id
+	c.marks[b.key()] = m
+	return &m, nil
+}
+
+func (c *Compactor) getSmall(ctx context.Context, name string) ([]byte, error) {
+	c.stats.gets.Add(1)
+	rc, err := c.bkt.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, maxSmallObject+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxSmallObject {
+		return nil, fmt.Errorf("%s: more than %d bytes", name, maxSmallObject)
+	}
+	return raw, nil
+}

@@ -1,0 +1,83 @@
+package bucketindex
+
+import (
+	"bytes"
+	"compress/gzip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/store"
+)
+
+func TestRoundTrip(t *testing.T) {
+	in := Index{UpdatedAt: 1700000000000,
+		Blocks:        []store.Meta{{Version: 2, ID: "0001700000000000-0a0b0c0d", Node: "node-a", Source: "node-a", MinTime: 1, MaxTime: 2, Samples: 3, Level: 2, Parents: []string{"p1", "p2"}, Bytes: 99}},
+		DeletionMarks: []DeletionMark{{Version: 1, Node: "node-a", ID: "p1", DeletionTime: 1700000000000, Reason: "compacted", ReplacedBy: "0001700000000000-0a0b0c0d"}}}
+	raw, err := Encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decode(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Version != Version || len(out.Blocks) != 1 || out.Blocks[0].Parents[1] != "p2" || out.DeletionMarks[0].ReplacedBy != in.Blocks[0].ID {
+		t.Fatalf("round trip: %+v", out)
+	}
+	if !out.Stale(time.UnixMilli(in.UpdatedAt).Add(time.Hour), 30*time.Minute) || out.Stale(time.UnixMilli(in.UpdatedAt).Add(time.Minute), 30*time.Minute) {
+		t.Fatal("Stale: wrong at 1 h and 1 min old with a 30 min limit")
+	}
+}
+
+func gz(s string) []byte {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write([]byte(s))
+	w.Close()
+	return b.Bytes()
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for _, c := range []struct {
+		in   []byte
+		want string
+	}{
+		{[]byte("not gzip"), "bucket index"},
+		{gz("{"), "unexpected end"},
+		{gz(`{"version":7}`), "version 7"},
+		{gz(`{"version":1,"blocks":[{"id":"x"}]}`), "block 0 names no node"},
+		{gz(`{"version":1,"deletionMarks":[{"node":"a"}]}`), "deletion mark 0"},
+	} {
+		_, err := Decode(bytes.NewReader(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Decode(%q): %v, want an error with %q", c.in, err, c.want)
+		}
+	}
+	ix, err := Decode(bytes.NewReader(gz(`{"version":1}`)))
+	if err != nil || ix.Blocks == nil || ix.DeletionMarks == nil {
+		t.Fatalf("empty index: %+v, %v; lists must be [] not null", ix, err)
+	}
+}
+
+// FuzzDecode: any bytes decode to an index or an error, never a panic;
+// a decoded index encodes and decodes to the same blocks.
+func FuzzDecode(f *testing.F) {
+	f.Add(gz(`{"version":1,"updatedAt":5,"blocks":[{"version":2,"id":"b","node":"n","minTime":1,"maxTime":2}],"deletionMarks":[{"node":"n","id":"b","deletionTime":3}]}`))
+	f.Add(gz(`{"version":1}`))
+	f.Add([]byte{0x1f, 0x8b})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ix, err := Decode(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		raw, err := Encode(ix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := Decode(bytes.NewReader(raw))
+		if err != nil || len(again.Blocks) != len(ix.Blocks) || len(again.DeletionMarks) != len(ix.DeletionMarks) {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketcompact"
+	"github.com/heatscope/heatscope/metrics"
+)
+
+// runCompact maintains a bucket: merges each node's small blocks, applies
+// the bucket's retention, deletes marked blocks after the delay and writes
+// the bucket index. One compactor per bucket.
+func runCompact(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	objCfg := fs.String("objstore-config", "", "the bucket's objstore config file (YAML; see README \"A fleet\")")
+	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "heatscope-compact"), "local directory for the blocks being merged (needs about twice the largest merged block)")
+	once := fs.Bool("once", false, "run one pass and exit")
+	interval := fs.Duration("interval", 5*time.Minute, "time between passes")
+	ranges := fs.String("ranges", "2h,24h", "widths of the aligned windows whose blocks are merged into one, smallest first")
+	shipDelay := fs.Duration("ship-delay", bucketcompact.DefaultShipDelay, "how long after a window ends its blocks may still arrive; merged only after that")
+	retention := fs.String("retention", "0", "delete blocks whose newest sample is older than this (e.g. 30d; 0 keeps them)")
+	retentionSize := fs.String("retention-size", "0", "delete the oldest blocks while the bucket's blocks take more (e.g. 5TB; 0: no limit)")
+	deleteDelay := fs.Duration("delete-delay", bucketcompact.DefaultDeleteDelay, "how long a block marked for deletion stays readable; queries in flight finish within it")
+	partialAge := fs.Duration("partial-age", bucketcompact.DefaultPartialAge, "delete partial uploads (data without meta.json) this old")
+	lockTTL := fs.Duration("lock-ttl", bucketcompact.DefaultLockTTL, "another compactor may take over the bucket when this one has not renewed its lock for this long")
+	listen := fs.String("listen", "127.0.0.1:7472", "address of /metrics ('' for none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *objCfg == "" {
+		return usageError{errors.New("--objstore-config is required: the bucket to maintain")}
+	}
+	opts := bucketcompact.Options{WorkDir: *workDir, ShipDelay: *shipDelay, PartialAge: *partialAge, LockTTL: *lockTTL}
+	for _, r := range strings.Split(*ranges, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(r))
+		if err != nil || d <= 0 {
+			return usageError{fmt.Errorf("--ranges: %q is not a duration like 2h", r)}
+		}
+		opts.Ranges = append(opts.Ranges, d)
+	}
+	var err error
+	if opts.Retention, err = parseDays(*retention); err != nil {
+		return usageError{fmt.Errorf("--retention: %w", err)}
+	}
+	if opts.RetentionBytes, err = parseSize(*retentionSize); err != nil {
+		return usageError{fmt.Errorf("--retention-size: %w", err)}
+	}
+	if *deleteDelay <= 0 {
+		return usageError{errors.New("--delete-delay must be positive: queries in flight read marked blocks until then")}
+	}
+	opts.DeleteDelay = *deleteDelay
+	if !*once && *interval <= 0 {
+		return usageError{errors.New("--interval must be positive (or use --once)")}
+	}
+	cfg, err := bucket.LoadConfig(*objCfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bkt, err := bucket.Open(ctx, cfg, bucket.Options{Component: "compact"})
+	if err != nil {
+		return err
+	}
+	defer bkt.Close()
+	if err := bkt.Check(ctx, ""); err != nil {
+		return err
+	}
+	c, err := bucketcompact.New(bkt, bkt.Name(), opts)
+	if err != nil {
+		return usageError{err}
+	}
+	if *listen != "" {
+		m := metrics.New()
+		if err := m.Register(c.Collector()); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		slog.Info("compactor metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Unlock(uctx); err != nil {
+			slog.Warn("release the compactor lock", "err", err)
+		}
+	}()
+	for {
+		start := time.Now()
+		rep, err := c.Run(ctx)
+		if err != nil {
+			if *once || ctx.Err() != nil {
+				return err
+			}
+			slog.Error("compaction pass failed; retrying at the next interval", "bucket", bkt.Name(), "err", err)
+		} else {
+			slog.Info("compaction pass", "bucket", bkt.Name(), "took", time.Since(start).Round(time.Millisecond), "nodes", rep.Nodes, "blocks", rep.Blocks,
+				"bytes", rep.Bytes, "merges", rep.Merges, "mergedParents", rep.MergedParents, "marked", rep.Marked, "deleted", rep.Deleted,
+				"partialDeleted", rep.PartialDeleted, "corrupt", len(rep.Corrupt), "indexBytes", rep.IndexBytes)
+			for _, c := range rep.Corrupt {
+				slog.Warn("corrupt block skipped", "bucket", bkt.Name(), "block", c)
+			}
+			if *once {
+				fmt.Fprintf(stdout, "%d nodes, %d blocks (%d bytes); merged %d blocks into %d; marked %d for deletion; deleted %d (and %d partial uploads); %d corrupt\n",
+					rep.Nodes, rep.Blocks, rep.Bytes, rep.MergedParents, rep.Merges, sum(rep.Marked), rep.Deleted, rep.PartialDeleted, len(rep.Corrupt))
+				for _, c := range rep.Corrupt {
+					fmt.Fprintf(stdout, "corrupt: %s\n", c)
+				}
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*interval):
+		}
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
