@@ -5,10 +5,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,102 +17,17 @@ import (
 
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
 
-// bucketSource reads the test bucket's complete blocks as a
-// store.BlockSource, by ranged GETs, the way a query service reads them.
-type bucketSource struct{ bkt objstore.Bucket }
-
-func (s bucketSource) String() string { return "test bucket" }
-
-func (s bucketSource) List(ctx context.Context) ([]string, error) {
-	var keys []string
-	var nodes []string
-	if err := s.bkt.Iter(ctx, "", func(n string) error {
-		if node, ok := strings.CutSuffix(n, "/"); ok {
-			nodes = append(nodes, node)
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	for _, node := range nodes {
-		err := s.bkt.Iter(ctx, node+"/blocks/", func(n string) error {
-			if id, ok := strings.CutSuffix(strings.TrimPrefix(n, node+"/blocks/"), "/"+metaFile); ok {
-				keys = append(keys, node+"/"+id)
-			}
-			return nil
-		}, objstore.WithRecursiveIter())
-		if err != nil {
-			return nil, err
-		}
-	}
-	return keys, nil
-}
-
-func (s bucketSource) name(key, file string) string {
-	node, id, _ := strings.Cut(key, "/")
-	return objName(node, id, file)
-}
-
-func (s bucketSource) Meta(ctx context.Context, key string) (store.Meta, error) {
-	rc, err := s.bkt.Get(ctx, s.name(key, metaFile))
-	if err != nil {
-		if s.bkt.IsObjNotFoundErr(err) {
-			return store.Meta{}, fmt.Errorf("%w: %v", fs.ErrNotExist, err)
-		}
-		return store.Meta{}, err
-	}
-	defer rc.Close()
-	raw, err := io.ReadAll(rc)
-	if err != nil {
-		return store.Meta{}, err
-	}
-	m, err := store.ParseMeta(raw)
-	m.Node, _, _ = strings.Cut(key, "/")
-	return m, err
-}
-
-func (s bucketSource) Open(ctx context.Context, key string, m store.Meta) (store.BlockData, error) {
-	name := s.name(key, dataFile)
-	a, err := s.bkt.Attributes(ctx, name)
-	if err != nil {
-		if s.bkt.IsObjNotFoundErr(err) {
-			return nil, fmt.Errorf("%w: %v", fs.ErrNotExist, err)
-		}
-		return nil, err
-	}
-	return &objData{bkt: s.bkt, name: name, size: a.Size}, nil
-}
-
-type objData struct {
-	bkt  objstore.Bucket
-	name string
-	size int64
-}
-
-func (d *objData) Size() int64  { return d.size }
-func (d *objData) Close() error { return nil }
-func (d *objData) ReadAt(p []byte, off int64) (int, error) {
-	rc, err := d.bkt.GetRange(context.Background(), d.name, off, int64(len(p)))
-	if err != nil {
-		return 0, err
-	}
-	defer rc.Close()
-	n, err := io.ReadFull(rc, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF
-	}
-	return n, err
-}
-
-// reader opens a read-only store over the bucket, as a query service does.
+// reader opens a read-only store over the bucket, as the query service
+// (heatscope serve --objstore-config) does.
 func reader(t *testing.T, bkt objstore.Bucket) *store.DB {
 	t.Helper()
-	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketSource{bkt}}})
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{})}})
 	if err != nil {
 		t.Fatal(err)
 	}
