@@ -194,6 +194,17 @@ func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, log *sl
 	return u
 }
 
+// closing reports whether close was called: the worker then stops
+// between steps (a table being compiled is finished first).
+func (u *unwinder) closing() bool {
+	select {
+	case <-u.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // kick makes the worker look at the pending processes.
 func (u *unwinder) kick() {
 	select {
@@ -224,7 +235,9 @@ func (u *unwinder) run() {
 			return
 		case <-u.wake:
 		}
-		u.poll(time.Now())
+		t0 := time.Now()
+		u.poll(t0)
+		u.log.Debug("unwinder poll", "took", time.Since(t0), "queue", len(u.queue), "procs", len(u.procList), "loaded", len(u.loaded))
 	}
 }
 
@@ -242,6 +255,9 @@ func (u *unwinder) poll(now time.Time) {
 		reqs = append(reqs, req{pid, mm})
 	}
 	for _, r := range reqs {
+		if u.closing() {
+			return
+		}
 		st := u.procList[r.pid]
 		if st != nil && st.mm == r.mm && now.Sub(st.read) < refreshInterval {
 			continue // asked again too soon: left pending for a later poll
@@ -374,7 +390,7 @@ func (u *unwinder) build(now time.Time) {
 	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(u.queue[a].cfi, u.queue[b].cfi) })
 	start := time.Now()
 	for i, k := range keys {
-		if i > 0 && time.Since(start) >= buildBudget {
+		if i > 0 && time.Since(start) >= buildBudget || u.closing() {
 			break
 		}
 		job := u.queue[k]
