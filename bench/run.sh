@@ -18,6 +18,9 @@ go test -run '^$' -bench . -benchmem -count 5 ./... | tee "$out/go-bench.txt"
 echo "== Sampler vs perf, 5 runs of 30 s, and the workload's throughput under each"
 { machine; go run ./bench/sampler -duration 30s -runs 5 -throughput 30s; } | tee "$out/sampler-30s.md"
 
+echo "== Unwinding: heatscope --unwind fp and dwarf vs perf -g and --call-graph dwarf, 3 runs of 20 s each"
+{ machine; go run ./bench/sampler -unwind -duration 20s -runs 3; } | tee "$out/sampler-unwind.md"
+
 if [ -z "${QUICK:-}" ]; then
   echo "== Sampler vs perf, 10 minutes (steady state, bytes per sample on disk)"
   { machine; go run ./bench/sampler -duration 10m -runs 1; } | tee "$out/sampler-10m.md"

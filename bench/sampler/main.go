@@ -15,6 +15,9 @@
 // workload: the work it completes per second alone, under perf record and
 // under heatscope, one after the other.
 //
+// With -unwind it compares the ways of walking user stacks instead
+// (unwind.go).
+//
 // Run it as root from the repository root: go run ./bench/sampler
 package main
 
@@ -45,8 +48,15 @@ func main() {
 	frequency := flag.Int("frequency", 99, "sampling frequency in Hz")
 	runs := flag.Int("runs", 3, "how many times to measure")
 	throughput := flag.Duration("throughput", 0, "when not 0, also measure the workload's throughput for this long alone, under perf and under heatscope, in each run")
+	unwind := flag.Bool("unwind", false, "instead, compare heatscope --unwind fp and dwarf with perf record -g and --call-graph dwarf on a workload without frame pointers")
 	flag.Parse()
 	log.SetFlags(0)
+	if *unwind {
+		if err := runUnwind(*duration, *frequency, *runs); err != nil {
+			log.Fatalf("unwind benchmark: %v", err)
+		}
+		return
+	}
 	if err := run(*duration, *frequency, *runs, *throughput); err != nil {
 		log.Fatalf("sampler benchmark: %v", err)
 	}

@@ -1,0 +1,213 @@
+package main
+
+// -unwind: heatscope's frame-pointer and table walks against perf's
+// frame-pointer and DWARF call graphs, on a workload built without frame
+// pointers (testdata/nofp.c, one per CPU, pinned). Each of the four
+// samplers records alone for -duration, one after the other, in each run,
+// so that none pays for another's work (perf --call-graph dwarf copies
+// 8 KB of stack per sample).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// unwindResult is one sampler's measurements in one run.
+type unwindResult struct {
+	received, expected float64
+	// bpfUs is heatscope's BPF run time per sample (µs), cpu the
+	// sampler's CPU incl. BPF (% of one CPU), rss its peak RSS (MB).
+	bpfUs, cpu, rss float64
+	// workload is the number of the workload's samples, main the share of
+	// them whose user stack reaches main.
+	workload int
+	main     float64
+}
+
+var unwindSamplers = []string{"heatscope --unwind fp", "heatscope --unwind dwarf", "perf record -g", "perf record --call-graph dwarf"}
+
+func runUnwind(duration time.Duration, hz, runs int) error {
+	dir, err := os.MkdirTemp("", "heatscope-bench-unwind-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := binaries{heatscope: filepath.Join(dir, "heatscope"), mixed: filepath.Join(dir, "nofp"), cacheDir: filepath.Join(dir, "cache")}
+	must(exec.Command("go", "build", "-o", b.heatscope, "./cmd/heatscope"))
+	must(exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", b.mixed, "bench/sampler/testdata/nofp.c"))
+	cpus := runtime.NumCPU()
+	fmt.Printf("## Unwinding: frame pointers vs tables, %d runs of %v each at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, kernelRelease())
+	fmt.Printf("Workload: one `bench/sampler/testdata/nofp.c` (gcc -O2 -fomit-frame-pointer) per CPU, pinned; each sampler records alone, one after the other. " +
+		"Run 1 of heatscope --unwind dwarf starts with no cached table (it builds them), later runs read them from --cache-dir. " +
+		"\"reach main\": the workload's samples whose user stack has `main`.\n\n")
+	fmt.Printf("| run | sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS | workload samples | reach main |\n|---|---|---|---|---|---|---|---|\n")
+	all := map[string][]unwindResult{}
+	for i := range runs {
+		for j, s := range unwindSamplers {
+			r, err := measureUnwind(b, s, duration, hz, filepath.Join(dir, fmt.Sprintf("run%d-%d", i, j)))
+			if err != nil {
+				return fmt.Errorf("run %d, %s: %w", i+1, s, err)
+			}
+			all[s] = append(all[s], r)
+			bpf := "-"
+			if strings.HasPrefix(s, "heatscope") {
+				bpf = fmt.Sprintf("%.2f", r.bpfUs)
+			}
+			fmt.Printf("| %d | %s | %.0f / %.0f = %.1f%% | %s | %.3f%% | %.1f MB | %d | %.1f%% |\n", i+1, s, r.received, r.expected,
+				100*r.received/r.expected, bpf, r.cpu, r.rss, r.workload, 100*r.main)
+		}
+	}
+	fmt.Printf("\nMedians (range) over the runs:\n\n| sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS, MB | reach main |\n|---|---|---|---|---|---|\n")
+	for _, s := range unwindSamplers {
+		rs := all[s]
+		stat := func(f func(unwindResult) float64) string {
+			var v []float64
+			for _, r := range rs {
+				v = append(v, f(r))
+			}
+			slices.Sort(v)
+			return fmt.Sprintf("%.2f (%.2f-%.2f)", median(v), v[0], v[len(v)-1])
+		}
+		bpf := "-"
+		if strings.HasPrefix(s, "heatscope") {
+			bpf = stat(func(r unwindResult) float64 { return r.bpfUs })
+		}
+		fmt.Printf("| %s | %s%% | %s | %s%% | %s | %s%% |\n", s, stat(func(r unwindResult) float64 { return 100 * r.received / r.expected }), bpf,
+			stat(func(r unwindResult) float64 { return r.cpu }), stat(func(r unwindResult) float64 { return r.rss }),
+			stat(func(r unwindResult) float64 { return 100 * r.main }))
+	}
+	fmt.Println("\nperf's CPU is `perf record`'s alone: it symbolizes and unwinds (for --call-graph dwarf) later, in `perf script`, which is not counted.")
+	return nil
+}
+
+// measureUnwind runs one sampler on the workload for d.
+func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir string) (unwindResult, error) {
+	var r unwindResult
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return r, err
+	}
+	workload, err := startWorkload(b.mixed)
+	if err != nil {
+		return r, err
+	}
+	defer stopWorkload(workload)
+	time.Sleep(time.Second)
+	r.expected = d.Seconds() * float64(hz) * float64(runtime.NumCPU())
+	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	var cmd *exec.Cmd
+	data := filepath.Join(dir, "data")
+	switch sampler {
+	case "perf record -g":
+		cmd = exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "-g", "-o", data, "--", "sleep", secs)
+	case "perf record --call-graph dwarf":
+		cmd = exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "--call-graph", "dwarf", "-o", data, "--", "sleep", secs)
+	default:
+		cmd = exec.Command(b.heatscope, "record", "--duration", d.String(), "--frequency", strconv.Itoa(hz), "--data", data,
+			"--cache-dir", b.cacheDir, "--bpf-stats", "--listen", "", "--unwind", strings.TrimPrefix(sampler, "heatscope --unwind "))
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return r, fmt.Errorf("%v\n%s", err, stderr.String())
+	}
+	u := usageOf(cmd.ProcessState)
+	r.rss = float64(u.maxRSS) / 1e6
+	if strings.HasPrefix(sampler, "perf") {
+		r.cpu = 100 * u.cpu.Seconds() / d.Seconds()
+		r.workload, r.main, r.received, err = perfReachMain(data, "nofp")
+		return r, err
+	}
+	summary := stderr.String()
+	r.received = float64(intAfter(summary, `recorded [0-9.]+s: (\d+) samples`))
+	runs := float64(intAfter(summary, `BPF program: (\d+) runs`))
+	bpfTime := floatAfter(summary, `runs, ([0-9.]+)s`)
+	r.bpfUs = 1e6 * bpfTime / math.Max(1, runs)
+	r.cpu = 100 * (u.cpu.Seconds() + bpfTime) / d.Seconds()
+	out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "folded", "-o", "-").Output()
+	if err != nil {
+		return r, fmt.Errorf("heatscope export: %w", err)
+	}
+	r.workload, r.main = foldedReachMain(out)
+	return r, nil
+}
+
+// foldedReachMain counts the samples of folded stacks and the share whose
+// stack has main.
+func foldedReachMain(folded []byte) (int, float64) {
+	var n, main int64
+	sc := bufio.NewScanner(bytes.NewReader(folded))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		c, err := strconv.ParseInt(line[i+1:], 10, 64)
+		if err != nil {
+			continue
+		}
+		n += c
+		if slices.Contains(strings.Split(line[:i], ";"), "main") {
+			main += c
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return int(n), float64(main) / float64(n)
+}
+
+// perfReachMain runs perf script and counts the samples, those of comm,
+// and the share of those whose stack has main.
+func perfReachMain(data, comm string) (int, float64, float64, error) {
+	cmd := exec.Command("perf", "script", "-i", data, "-F", "comm,ip,sym")
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("perf script: %w", err)
+	}
+	var total, n, main int
+	inSample, mine, hasMain := false, false, false
+	flush := func() {
+		if inSample && mine {
+			n++
+			if hasMain {
+				main++
+			}
+		}
+		inSample, mine, hasMain = false, false, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.TrimSpace(line) == "":
+			flush()
+		case !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, " "):
+			flush()
+			inSample, mine = true, strings.TrimSpace(line) == comm
+			total++
+		default:
+			f := strings.Fields(line)
+			if len(f) >= 2 && (f[1] == "main" || strings.HasPrefix(f[1], "main+")) {
+				hasMain = true
+			}
+		}
+	}
+	flush()
+	if n == 0 {
+		return 0, 0, float64(total), nil
+	}
+	return n, float64(main) / float64(n), float64(total), nil
+}
