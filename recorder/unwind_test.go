@@ -522,3 +522,43 @@ func TestUnwindNodePerfMap(t *testing.T) {
 	}
 	t.Logf("%d of %d samples in leafJs whole; %d walks with tables, %d with frame pointers first; %d tables loaded", ok, n, st.DWARFWalks, st.FPWalks, st.Unwind.Tables)
 }
+
+// TestUnwindTablesBounded loads the chain fixture's tables (its own,
+// libc's and ld.so's: about 370 KB) under a bound smaller than all three:
+// the least recently used are evicted, counted, and what is loaded stays
+// within the bound.
+func TestUnwindTablesBounded(t *testing.T) {
+	bpftest.Require(t)
+	bin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer")
+	pid := start(t, bin)
+	const bound = 350_000
+	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser,
+		Unwind: profiler.UnwindDWARF, UnwindCacheDir: t.TempDir(), UnwindMaxBytes: bound}
+	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("open recorder: %v", err)
+	}
+	defer rec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	maxBytes := int64(0)
+	rec.OnPoll(func() {
+		if st, err := rec.Counters(); err == nil {
+			maxBytes = max(maxBytes, st.Unwind.TableBytes)
+		}
+	})
+	if err := rec.Run(ctx, func(*sample.Sample) {}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rec.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Unwind.Evictions == 0 {
+		t.Errorf("no table evicted under a %d-byte bound: %+v", bound, st.Unwind)
+	}
+	if maxBytes > bound || st.Unwind.TableBytes > bound {
+		t.Errorf("tables of up to %d bytes loaded (now %d), over the %d-byte bound", maxBytes, st.Unwind.TableBytes, bound)
+	}
+	t.Logf("%+v; at most %d bytes loaded", st.Unwind, maxBytes)
+}
