@@ -248,3 +248,39 @@ func TestDocumentedCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployKubernetesCompactor checks the compactor's Deployment: one
+// replica, never two at once, the recorders' objstore Secret, no
+// privilege, and flags compact takes.
+func TestDeployKubernetesCompactor(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(deployDir, "kubernetes", "compactor.yaml"))
+	if len(docs) != 1 || docs[0]["kind"] != "Deployment" || dig(t, docs[0], "metadata", "namespace") != "heatscope" {
+		t.Fatalf("compactor.yaml: want one Deployment in namespace heatscope, got %d documents", len(docs))
+	}
+	d := docs[0]
+	if dig(t, d, "spec", "replicas") != 1 || dig(t, d, "spec", "strategy", "type") != "Recreate" {
+		t.Error("the compactor must be a single replica with the Recreate strategy (one compactor per bucket)")
+	}
+	pod := dig(t, d, "spec", "template", "spec")
+	c := dig(t, pod, "containers", 0)
+	sc := dig(t, c, "securityContext")
+	if dig(t, sc, "privileged") != false || dig(t, sc, "allowPrivilegeEscalation") != false || dig(t, pod, "securityContext", "runAsNonRoot") != true {
+		t.Error("the compactor needs no privilege: not privileged, no escalation, non-root")
+	}
+	if drop := strs(dig(t, sc, "capabilities", "drop")); !slices.Equal(drop, []string{"ALL"}) {
+		t.Errorf("the compactor drops %v, want ALL", drop)
+	}
+	if dig(t, pod, "volumes", 0, "secret", "secretName") != "heatscope-objstore" {
+		t.Error("the compactor does not read the recorders' objstore Secret")
+	}
+	args := strs(dig(t, c, "args"))
+	if len(args) == 0 || args[0] != "compact" || !slices.Contains(args, "--objstore-config=/etc/heatscope/objstore/objstore.yaml") {
+		t.Fatalf("compactor args %v", args)
+	}
+	// Every flag is one compact takes: with a bad --ranges after them, the
+	// only error is that one.
+	var stderr bytes.Buffer
+	if code := run(append(args, "--ranges", "bad"), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--ranges") {
+		t.Errorf("%v: exit %d: %s; want only the --ranges error", args, code, stderr.String())
+	}
+}
