@@ -5,6 +5,7 @@
 #   bench/run.sh            everything (about an hour: the sampler runs 5 x 30 s and 10 minutes, the soak 30 minutes)
 #   QUICK=1 bench/run.sh    skip the 10-minute size run, use a 2-hour synthetic store, soak 3 minutes
 #   SOAK=10m bench/run.sh   the always-on soak's length (default 30m)
+#   (bench/fleet needs the MinIO binary: see internal/miniotest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -39,6 +40,10 @@ if [ ! -d "$store/blocks" ]; then
   go run ./bench/store gen -dir "$store" -hours "$hours" | tee "$out/store-gen.md"
 fi
 { machine; go run ./bench/store query -dir "$store"; } | tee "$out/store-queries.md"
+
+echo "== Fleet in MinIO: 50/100/200 nodes x 10 min x 8 CPUs at 99 Hz through heatscope serve, 1,000-node simulation, compactor pass"
+echo "   (the full 1-hour fleet: go run ./bench/fleet -span 1h)"
+{ machine; go run ./bench/fleet; } | tee "$out/fleet.md"
 
 echo "== perf script import (10 x a 30 s perf record -F 999 -a -g)"
 tmp=$(mktemp -d)

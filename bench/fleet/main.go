@@ -1,0 +1,517 @@
+// Command fleet benchmarks heatscope over a synthetic fleet in a real
+// MinIO: blocks as recorders ship them (2-minute blocks, 8 CPUs at 99 Hz),
+// 50, 100 and 200 nodes, read by a real query service (heatscope serve
+// --objstore-config) over HTTP; then a 1,000-node fleet with short spans,
+// compacted by heatscope compact, whose figures back docs/design.md's
+// 10,000-node model.
+//
+//	go run ./bench/fleet                     # default: 10-minute spans (a few minutes)
+//	go run ./bench/fleet -span 1h            # the full run: 200 nodes x 1 h x 8 CPUs at 99 Hz (570 M samples)
+//
+// Generating: one node's blocks are generated once with the store's block
+// writer (internal/synth samples through store Import, one block per 2
+// minutes), the rate measured; every node then uploads a copy of those
+// blocks with its own meta (node name, zone label): the query service
+// reads each node's objects separately, so its costs are those of
+// distinct data, but the samples of all nodes are the same.
+//
+// Timings are medians of -repeat runs; the machine is shared, so ratios
+// between fleet sizes say more than any one figure.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketcompact"
+	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+func main() {
+	span := flag.Duration("span", 10*time.Minute, "each node's recording (the full run: 1h)")
+	sizes := flag.String("nodes", "50,100,200", "fleet sizes to measure, ascending")
+	cpus := flag.Int("cpus", 8, "CPUs per node")
+	hz := flag.Int("hz", 99, "sampling frequency")
+	sim := flag.Int("sim-nodes", 1000, "nodes of the short-span simulation (0: skip)")
+	simSpan := flag.Duration("sim-span", 2*time.Minute, "each simulated node's span")
+	repeat := flag.Int("repeat", 9, "warm repeats per query")
+	keep := flag.Bool("keep", false, "keep the MinIO directory")
+	flag.Parse()
+	var fleet []int
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 || (len(fleet) > 0 && n <= fleet[len(fleet)-1]) {
+			log.Fatalf("-nodes %q: want ascending positive counts", *sizes)
+		}
+		fleet = append(fleet, n)
+	}
+	b := newBench(*keep)
+	defer b.close()
+	b.repeat = *repeat
+	b.buildHeatscope()
+
+	fmt.Printf("# Fleet in MinIO: %d CPUs at %d Hz, %s per node, 2-minute blocks\n\n", *cpus, *hz, *span)
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
+	tmpl := b.generate(*cpus, *hz, start, *span)
+	fmt.Printf("- generated one node: %d samples in %d blocks, %.1f MB, in %s: %.2f M samples/s (store block writer, synth samples)\n",
+		tmpl.samples, len(tmpl.blocks), float64(tmpl.bytes)/1e6, tmpl.took.Round(time.Millisecond), float64(tmpl.samples)/tmpl.took.Seconds()/1e6)
+	fmt.Printf("- full fleet of %d nodes: %.0f M samples, %.2f GB\n\n", fleet[len(fleet)-1],
+		float64(tmpl.samples*fleet[len(fleet)-1])/1e6, float64(tmpl.bytes*int64(fleet[len(fleet)-1]))/1e9)
+	fmt.Println("| nodes | upload | serve start | /api/nodes warm | heatmap 1 node 10 min cold | warm | timeline all nodes 10 min warm | GETs (bytes) cold heatmap | LISTs per refresh | serve RSS (peak) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	have := 0
+	for _, n := range fleet {
+		t0 := time.Now()
+		b.upload("fleet", tmpl, have, n)
+		up := time.Since(t0)
+		have = n
+		r := b.measure("fleet", n, start, *span)
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %d (%.1f MB) | %d | %.0f MB (%.0f MB) |\n", n, up.Round(time.Millisecond), r.startup.Round(time.Millisecond),
+			ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), r.coldGets, float64(r.coldBytes)/1e6, r.lists, r.rssMB, r.hwmMB)
+	}
+	if *sim > 0 {
+		fmt.Printf("\n# Simulation: %d nodes x %s (short spans), then one compactor pass\n\n", *sim, *simSpan)
+		stmpl := b.generate(*cpus, *hz, start, *simSpan)
+		t0 := time.Now()
+		b.upload("sim", stmpl, 0, *sim)
+		fmt.Printf("- uploaded %d nodes x %d blocks (%d objects) in %s\n", *sim, len(stmpl.blocks), 2*(*sim)*len(stmpl.blocks), time.Since(t0).Round(time.Millisecond))
+		r := b.measure("sim", *sim, start, *simSpan)
+		fmt.Printf("- query service: start (listing %d prefixes) %s, LISTs per refresh %d, /api/nodes warm %s, one node's heatmap cold %s / warm %s, timeline over all nodes warm %s, RSS %.0f MB (peak %.0f MB)\n",
+			*sim, r.startup.Round(time.Millisecond), r.lists, ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), r.rssMB, r.hwmMB)
+		b.compact("sim", start)
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+type bench struct {
+	dir, bin   string
+	endpoint   string
+	ak, sk     string
+	bucketName string
+	minio      *exec.Cmd
+	keep       bool
+	repeat     int
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// newBench starts MinIO on a free loopback port with a throwaway bucket.
+func newBench(keep bool) *bench {
+	bin, err := miniotest.Binary()
+	if err != nil {
+		log.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "heatscope-bench-fleet-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	b := &bench{dir: dir, ak: "bench" + randHex(6), sk: randHex(16), bucketName: "fleet", keep: keep}
+	b.endpoint = fmt.Sprintf("127.0.0.1:%d", freePort())
+	b.minio = exec.Command(bin, "server", filepath.Join(dir, "minio"), "--address", b.endpoint, "--console-address", fmt.Sprintf("127.0.0.1:%d", freePort()), "--quiet")
+	b.minio.Env = append(os.Environ(), "MINIO_ROOT_USER="+b.ak, "MINIO_ROOT_PASSWORD="+b.sk, "MINIO_BROWSER=off")
+	logf, _ := os.Create(filepath.Join(dir, "minio.log"))
+	b.minio.Stdout, b.minio.Stderr = logf, logf
+	if err := b.minio.Start(); err != nil {
+		log.Fatal(err)
+	}
+	mc, err := minio.New(b.endpoint, &minio.Options{Creds: credentials.NewStaticV4(b.ak, b.sk, "")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = mc.MakeBucket(ctx, b.bucketName, minio.MakeBucketOptions{})
+		cancel()
+		if err == nil || minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.close()
+			log.Fatalf("MinIO did not start: %v (log: %s)", err, filepath.Join(dir, "minio.log"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, f := range []string{"access-key", "secret-key"} {
+		v := map[string]string{"access-key": b.ak, "secret-key": b.sk}[f]
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o600); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return b
+}
+
+func (b *bench) close() {
+	if b.minio != nil && b.minio.Process != nil {
+		b.minio.Process.Kill()
+		b.minio.Wait()
+	}
+	if !b.keep {
+		os.RemoveAll(b.dir)
+	}
+}
+
+func (b *bench) config(prefix string) bucket.Config {
+	return bucket.Config{Provider: "s3", Bucket: b.bucketName, Endpoint: b.endpoint, Prefix: prefix, TLS: bucket.TLS{Insecure: true},
+		Credentials: bucket.Credentials{AccessKeyFile: filepath.Join(b.dir, "access-key"), SecretKeyFile: filepath.Join(b.dir, "secret-key")}}
+}
+
+func (b *bench) configFile(prefix string) string {
+	c := b.config(prefix)
+	path := filepath.Join(b.dir, prefix+".yaml")
+	y := fmt.Sprintf("provider: s3\nbucket: %s\nendpoint: %s\nprefix: %s\ntls:\n  insecure: true\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
+		c.Bucket, c.Endpoint, c.Prefix, c.Credentials.AccessKeyFile, c.Credentials.SecretKeyFile)
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		log.Fatal(err)
+	}
+	return path
+}
+
+func (b *bench) open(prefix string) *bucket.Bucket {
+	bkt, err := bucket.Open(context.Background(), b.config(prefix), bucket.Options{Component: "bench"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return bkt
+}
+
+func (b *bench) buildHeatscope() {
+	b.bin = filepath.Join(b.dir, "heatscope")
+	cmd := exec.Command("go", "build", "-o", b.bin, "./cmd/heatscope")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		log.Fatalf("build heatscope: %v", err)
+	}
+}
+
+// template is one node's blocks, read into memory to upload for each node.
+type template struct {
+	blocks  []tblock
+	samples int
+	bytes   int64
+	took    time.Duration
+}
+
+type tblock struct {
+	meta store.Meta
+	data []byte
+}
+
+// generate writes one node's span as 2-minute blocks with the store's
+// block writer and reads them back.
+func (b *bench) generate(cpus, hz int, start time.Time, span time.Duration) template {
+	dir, err := os.MkdirTemp(b.dir, "gen-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := store.Open(dir, store.Options{Node: "template", Source: "template", CallerTicks: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var t template
+	t0 := time.Now()
+	for off := time.Duration(0); off < span; off += 2 * time.Minute {
+		g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: start.Add(off).UnixNano(), Seconds: min(2*time.Minute, span-off).Seconds(), Seed: uint64(off), Containers: true})
+		st, err := db.Import("template", int64(time.Second)/int64(hz), func(fn func(*sample.Sample) error) error { return g.Feed(fn) })
+		if err != nil {
+			log.Fatal(err)
+		}
+		t.samples += st.Samples
+	}
+	t.took = time.Since(t0)
+	if err := db.Close(); err != nil {
+		log.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range entries {
+		m, err := store.ReadMeta(filepath.Join(dir, "blocks", e.Name(), "meta.json"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), "data"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		m.ImportedAt = 0 // as recorded
+		t.blocks = append(t.blocks, tblock{m, data})
+		t.bytes += int64(len(data))
+	}
+	return t
+}
+
+func nodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
+
+// upload ships nodes [from, to) as recorders do: each block's data, then
+// its meta.json, 8 uploads at a time.
+func (b *bench) upload(prefix string, t template, from, to int) {
+	bkt := b.open(prefix)
+	defer bkt.Close()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	var mu sync.Mutex
+	var firstErr error
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				node := nodeName(i)
+				for _, blk := range t.blocks {
+					m := blk.meta
+					m.Node, m.Source = node, node
+					// Each node's blocks get ids of their own, as recorders' do.
+					m.ID = fmt.Sprintf("%s%08x", m.ID[:14], crc32.ChecksumIEEE([]byte(node+m.ID)))
+					m.NodeLabels = map[string]string{"zone": fmt.Sprintf("zone-%c", 'a'+i%3)}
+					raw, _ := json.MarshalIndent(m, "", "  ")
+					base := node + "/blocks/" + m.ID + "/"
+					err := bkt.Upload(context.Background(), base+"data", bytes.NewReader(blk.data))
+					if err == nil {
+						err = bkt.Upload(context.Background(), base+"meta.json", bytes.NewReader(raw))
+					}
+					if err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+	for i := from; i < to; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		log.Fatal(firstErr)
+	}
+}
+
+type result struct {
+	startup, nodesWarm, heatCold, heatWarm, timelineWarm time.Duration
+	coldGets, coldBytes, lists                           int64
+	rssMB, hwmMB                                         float64
+}
+
+// measure starts a query service over the bucket and times its queries.
+func (b *bench) measure(prefix string, nodes int, start time.Time, span time.Duration) result {
+	var r result
+	port := freePort()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(b.bin, "serve", "--objstore-config", b.configFile(prefix), "--listen", addr)
+	logf, _ := os.Create(filepath.Join(b.dir, "serve-"+prefix+".log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	base := "http://" + addr
+	for {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(t0) > 5*time.Minute {
+			log.Fatalf("serve did not start (log %s)", logf.Name())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.startup = time.Since(t0)
+	get := func(path string) time.Duration {
+		t := time.Now()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			log.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		return time.Since(t)
+	}
+	median := func(path string) time.Duration {
+		var ds []time.Duration
+		for range b.repeat {
+			ds = append(ds, get(path))
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	from := start.Add(span/2 - min(span/2, 5*time.Minute))
+	win := fmt.Sprintf("from=%d&to=%d", from.Unix(), from.Add(min(span, 10*time.Minute)).Unix())
+	node := nodeName(nodes / 2)
+	lists0, gets0, bytes0 := b.bucketMetrics(base)
+	r.heatCold = get("/api/heatmap?node=" + node + "&" + win)
+	lists1, gets1, bytes1 := b.bucketMetrics(base)
+	r.coldGets, r.coldBytes = gets1-gets0, bytes1-bytes0
+	_ = lists1 - lists0
+	r.heatWarm = median("/api/heatmap?node=" + node + "&" + win)
+	r.nodesWarm = median("/api/nodes")
+	get("/api/timeline?" + win) // the first read of every node's blocks
+	r.timelineWarm = median("/api/timeline?" + win)
+	// A refresh lists the bucket: the LISTs of one refresh interval.
+	l0, _, _ := b.bucketMetrics(base)
+	time.Sleep(bucketRefresh + 2*time.Second)
+	l1, _, _ := b.bucketMetrics(base)
+	r.lists = l1 - l0
+	r.rssMB, r.hwmMB = rss(cmd.Process.Pid)
+	return r
+}
+
+// bucketRefresh is serve's bucket refresh interval (cmd/heatscope).
+const bucketRefresh = 15 * time.Second
+
+func (b *bench) bucketMetrics(base string) (lists, gets, bytes int64) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "heatscope_bucket_read_lists_total":
+			lists = int64(v)
+		case "heatscope_bucket_read_gets_total":
+			gets = int64(v)
+		case "heatscope_bucket_read_bytes_total":
+			bytes = int64(v)
+		}
+	}
+	return
+}
+
+// rss returns a process's resident and peak resident memory in MB.
+func rss(pid int) (cur, peak float64) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			cur = kb / 1024
+		case "VmHWM:":
+			peak = kb / 1024
+		}
+	}
+	return
+}
+
+// compact runs one compactor pass over the simulated fleet and reports
+// its requests and the bucket index's size.
+func (b *bench) compact(prefix string, start time.Time) {
+	bkt := b.open(prefix)
+	defer bkt.Close()
+	work, _ := os.MkdirTemp(b.dir, "compact-")
+	c, err := bucketcompact.New(bkt, bkt.Name(), bucketcompact.Options{WorkDir: work, Ranges: []time.Duration{time.Hour}, ShipDelay: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	t0 := time.Now()
+	rep, err := c.Run(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	took := time.Since(t0)
+	reqs := requests(c)
+	t0 = time.Now()
+	if _, err := c.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	again := time.Since(t0)
+	reqs2 := requests(c)
+	for k := range reqs2 {
+		reqs2[k] -= reqs[k]
+	}
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		log.Fatal(err)
+	}
+	raw, _ := json.Marshal(ix)
+	fmt.Printf("- compactor pass: %s; merged %d blocks into %d; index of %d blocks (%d marked) over %d nodes: %d bytes gzipped (%d bytes JSON): %.0f bytes gzipped per block\n",
+		took.Round(time.Millisecond), rep.MergedParents, rep.Merges, len(ix.Blocks), len(ix.DeletionMarks), rep.Nodes, rep.IndexBytes, len(raw), float64(rep.IndexBytes)/float64(max(len(ix.Blocks), 1)))
+	fmt.Printf("- compactor requests, first pass (reads every meta): %v; a second pass (metas cached) %s: %v\n", reqs, again.Round(time.Millisecond), reqs2)
+	_ = start
+}
+
+// requests reads the compactor's bucket request counters by operation.
+func requests(c *bucketcompact.Compactor) map[string]float64 {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c.Collector()); err != nil {
+		log.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "heatscope_compactor_bucket_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
