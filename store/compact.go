@@ -60,6 +60,7 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 	for level := len(levelFactors) - 1; level >= 1; level-- {
 		width := base * levelFactors[level]
 		groups := map[string][]*Block{}
+		waiting := map[string]bool{}
 		for _, b := range db.blocks {
 			if b.Meta.Level > level {
 				continue
@@ -73,7 +74,13 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 				continue
 			}
 			key := fmt.Sprintf("%s\x00%s\x00%d", b.Meta.Node, b.Meta.Source, start)
+			if db.unshipped(b) {
+				waiting[key] = true // merged once shipped: the bucket gets every block cut
+			}
 			groups[key] = append(groups[key], b)
+		}
+		for key := range waiting {
+			delete(groups, key)
 		}
 		keys := make([]string, 0, len(groups))
 		for k := range groups {

@@ -71,6 +71,14 @@ type Options struct {
 	// a goroutine with its own timer. The recorder calls it from its poll
 	// loop: a timer of the store's own woke the agent twice a second more.
 	CallerTicks bool
+	// Unshipped reports a block that is not yet copied elsewhere (the
+	// shipper's bucket): compaction and the age limit leave it, and only
+	// the size limit or a full disk deletes it, as lost (counted in
+	// Stats.UnshippedDropped, logged as an error).
+	Unshipped func(*Meta) bool
+	// OnBlock is called, without locks held, after a head is written as
+	// a block (the shipper uploads it).
+	OnBlock func(Meta)
 }
 
 // Stats counts what the DB did and lost.
@@ -85,7 +93,10 @@ type Stats struct {
 	Cuts          uint64
 	Compactions   uint64
 	RetentionDrop uint64 // blocks deleted by retention or to free space
-	CorruptSkips  uint64 // corrupt blocks or WAL segments skipped
+	// UnshippedDropped counts blocks the size limit or a full disk
+	// deleted before Options.Unshipped let them go: lost to the bucket.
+	UnshippedDropped uint64
+	CorruptSkips     uint64 // corrupt blocks or WAL segments skipped
 	// IndexesCached and IndexCacheBytes are the block indexes in memory
 	// and their approximate size (bounded by Options.IndexCacheBytes).
 	IndexesCached   int
@@ -134,8 +145,8 @@ type DB struct {
 	maintaining                      sync.WaitGroup // Maintain runs started by Tick
 	maintainBusy                     atomic.Bool
 
-	appended, lost, walDropped, cuts, compactions, dropped, corrupt, indexReads atomic.Uint64
-	diskFull, closed                                                            atomic.Bool
+	appended, lost, walDropped, cuts, compactions, dropped, corrupt, indexReads, unshippedDropped atomic.Uint64
+	diskFull, closed                                                                              atomic.Bool
 	// walErr holds the last WAL write's error (nil after a good write),
 	// for Health.
 	walErr atomic.Pointer[error]
@@ -538,7 +549,13 @@ func (db *DB) writeHead(sh *sealingHead) error {
 		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, Node: db.opts.Node, NodeLabels: db.opts.NodeLabels,
 			WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
 		if err == nil {
-			return db.addBlock(meta, sh, nil)
+			if err := db.addBlock(meta, sh, nil); err != nil {
+				return err
+			}
+			if db.opts.OnBlock != nil {
+				db.opts.OnBlock(meta)
+			}
+			return nil
 		}
 		if !errors.Is(err, syscall.ENOSPC) || !db.dropOldest("disk full") {
 			return err
@@ -598,7 +615,18 @@ func (db *DB) removeBlock(b *Block, why string) {
 		db.log.Warn("delete block", "block", b.Dir, "err", err)
 	}
 	db.dropped.Add(1)
+	if db.unshipped(b) {
+		db.unshippedDropped.Add(1)
+		db.log.Error("block lost before it was shipped to the bucket", "block", b.Meta.ID, "samples", b.Meta.Samples,
+			"minTime", time.Unix(0, b.Meta.MinTime).UTC(), "maxTime", time.Unix(0, b.Meta.MaxTime).UTC(), "why", why)
+		return
+	}
 	db.log.Info("dropped block", "block", b.Meta.ID, "source", b.Meta.Source, "samples", b.Meta.Samples, "why", why)
+}
+
+// unshipped reports whether b waits to be copied elsewhere.
+func (db *DB) unshipped(b *Block) bool {
+	return db.opts.Unshipped != nil && db.opts.Unshipped(&b.Meta)
 }
 
 // walFlushInterval is how often the WAL is written: half the one second a
@@ -757,7 +785,8 @@ func (db *DB) Stats() Stats {
 	defer db.mu.RUnlock()
 	s := Stats{Appended: db.appended.Load(), Lost: db.lost.Load(), WALDropped: db.walDropped.Load(),
 		Cuts: db.cuts.Load(), Compactions: db.compactions.Load(), RetentionDrop: db.dropped.Load(),
-		CorruptSkips: db.corrupt.Load(), Blocks: len(db.blocks)}
+		UnshippedDropped: db.unshippedDropped.Load(),
+		CorruptSkips:     db.corrupt.Load(), Blocks: len(db.blocks)}
 	for _, b := range db.blocks {
 		s.BlockBytes += b.Meta.Bytes
 	}

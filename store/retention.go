@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// applyRetention deletes blocks past the age limit, then the oldest blocks
-// while the total size is over the size limit. A block's age runs from its
+// applyRetention deletes blocks past the age limit (but not those still to
+// be shipped), then the oldest blocks while the total size is over the size
+// limit (shipped or not). A block's age runs from its
 // newest sample, or for imported data (which keeps its own, possibly
 // ancient, timestamps) from when it was imported.
 func (db *DB) applyRetention(now time.Time) {
@@ -20,7 +21,7 @@ func (db *DB) applyRetention(now time.Time) {
 	if db.opts.Retention > 0 {
 		cutoff := now.Add(-db.opts.Retention).UnixNano()
 		for _, b := range db.blocks {
-			if blockAge(b) < cutoff {
+			if blockAge(b) < cutoff && !db.unshipped(b) {
 				doomed = append(doomed, b)
 			}
 		}

@@ -1,0 +1,439 @@
+// Package shipper uploads a recorder's sealed blocks and its system events
+// to a bucket, as the Thanos sidecar's shipper uploads Prometheus blocks:
+//
+//	<node>/blocks/<id>/data        first
+//	<node>/blocks/<id>/meta.json   last: a reader that sees it sees the whole block
+//	<node>/events/<segment>        the event segments, re-uploaded as they grow
+//
+// (all under the bucket config's prefix). Uploads are idempotent: a block
+// whose upload was interrupted (a SIGKILL, the bucket gone) is uploaded
+// again whole. What was shipped is remembered in <data>/shipped.json, so a
+// restarted recorder ships only what is new; the file lost, it ships
+// everything again, harmlessly. Failures are retried with exponential
+// backoff. Only blocks cut from the head are shipped (level 1, recorded):
+// local compaction and imports stay local, and the bucket's own compactor
+// merges what is in the bucket.
+package shipper
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/thanos-io/objstore"
+
+	"github.com/heatscope/heatscope/store"
+)
+
+// StateFile is the file in the data directory that lists what was shipped.
+const StateFile = "shipped.json"
+
+// Options configure a Shipper.
+type Options struct {
+	// Bucket receives the objects (a *bucket.Bucket: its prefix applied).
+	Bucket objstore.Bucket
+	// BucketName names the bucket in the state file: shipping to another
+	// bucket starts again from nothing.
+	BucketName string
+	// Dir is the data directory.
+	Dir string
+	// Node is the directory the node's objects go under.
+	Node   string
+	Logger *slog.Logger
+	// EventsEvery is how often event segments are looked at (default 15 s);
+	// blocks are shipped as soon as Notify says one was written.
+	EventsEvery time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a failed upload is
+	// tried again (default 1 s and 30 s, doubling in between).
+	MinBackoff, MaxBackoff time.Duration
+	// BeforeMeta, when set, is called between a block's data and its meta
+	// (tests: a SIGKILL there leaves a block that must stay invisible).
+	BeforeMeta func(id string)
+}
+
+// Shipper uploads a data directory's new blocks and events.
+type Shipper struct {
+	opts Options
+	log  *slog.Logger
+	wake chan struct{}
+
+	passMu sync.Mutex // one pass at a time
+
+	mu      sync.Mutex
+	state   state
+	ignored map[string]bool // blocks never to ship (compacted, imported, unreadable)
+	pending int             // blocks to ship, as of the last pass
+	stats   Stats
+}
+
+// Stats count what the shipper did.
+type Stats struct {
+	Uploads        uint64 // objects uploaded
+	Failures       uint64 // failed uploads
+	BlocksShipped  uint64
+	EventUploads   uint64
+	Bytes          uint64 // bytes uploaded
+	Pending        int    // blocks waiting, as of the last pass
+	NewestShipped  int64  // newest sample time in the bucket (Unix ns, 0: none)
+	LastErrorEpoch int64  // Unix s of the last failure (0: none)
+}
+
+// state is shipped.json.
+type state struct {
+	Version int    `json:"version"`
+	Bucket  string `json:"bucket"`
+	Node    string `json:"node"`
+	// Blocks maps each shipped block still on disk to its newest sample.
+	Blocks map[string]int64 `json:"blocks"`
+	// Events maps each event segment to the bytes of it uploaded.
+	Events map[string]int64 `json:"events"`
+}
+
+// New returns a shipper for dir, reading what it shipped before.
+func New(opts Options) (*Shipper, error) {
+	if opts.Bucket == nil || opts.Dir == "" || opts.Node == "" {
+		return nil, errors.New("shipper: a bucket, a data directory and a node are needed")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.EventsEvery <= 0 {
+		opts.EventsEvery = 15 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = time.Second
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(30*time.Second, opts.MinBackoff)
+	}
+	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{}}
+	s.state = state{Version: 1, Bucket: opts.BucketName, Node: opts.Node, Blocks: map[string]int64{}, Events: map[string]int64{}}
+	b, err := os.ReadFile(filepath.Join(opts.Dir, StateFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("shipper: read %s: %w", StateFile, err)
+	default:
+		var st state
+		if err := json.Unmarshal(b, &st); err != nil || st.Version != 1 {
+			s.log.Warn("shipper: state file unreadable; shipping every block again", "file", filepath.Join(opts.Dir, StateFile), "err", err)
+		} else if st.Bucket != opts.BucketName || st.Node != opts.Node {
+			s.log.Info("shipper: another bucket or node than last time; shipping every block", "was", st.Bucket+" "+st.Node)
+		} else {
+			if st.Blocks != nil {
+				s.state.Blocks = st.Blocks
+			}
+			if st.Events != nil {
+				s.state.Events = st.Events
+			}
+		}
+	}
+	for _, t := range s.state.Blocks {
+		s.stats.NewestShipped = max(s.stats.NewestShipped, t)
+	}
+	return s, nil
+}
+
+// Unshipped reports whether a block is one the shipper will upload and
+// has not yet: the store keeps it from compaction and age retention.
+func (s *Shipper) Unshipped(m *store.Meta) bool {
+	if !shippable(m) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.state.Blocks[m.ID]
+	return !ok
+}
+
+func shippable(m *store.Meta) bool { return m.Level == 1 && m.ImportedAt == 0 }
+
+// Notify wakes the shipper: a block was written.
+func (s *Shipper) Notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the shipper's counters.
+func (s *Shipper) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Pending = s.pending
+	return st
+}
+
+// Run ships until ctx is done: at once, then whenever Notify is called or
+// EventsEvery has passed, and after a failure with backoff (Notify does
+// not cut a backoff short).
+func (s *Shipper) Run(ctx context.Context) {
+	backoff := time.Duration(0)
+	for {
+		err := s.Sync(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := s.opts.EventsEvery
+		wake := s.wake
+		if err != nil {
+			backoff = min(max(2*backoff, s.opts.MinBackoff), s.opts.MaxBackoff)
+			wait, wake = backoff, nil
+			s.log.Warn("shipper: upload failed; retrying", "in", backoff, "pending", s.Stats().Pending, "err", err)
+		} else if backoff > 0 {
+			backoff = 0
+			s.log.Info("shipper: uploads resumed")
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Sync makes one pass: it uploads every block not yet shipped, oldest
+// first, then the event segments that grew. It stops at the first failure
+// and returns it.
+func (s *Shipper) Sync(ctx context.Context) error {
+	s.passMu.Lock()
+	defer s.passMu.Unlock()
+	err := s.syncBlocks(ctx)
+	if err == nil {
+		err = s.syncEvents(ctx)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.stats.Failures++
+		s.stats.LastErrorEpoch = time.Now().Unix()
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Shipper) syncBlocks(ctx context.Context) error {
+	root := filepath.Join(s.opts.Dir, "blocks")
+	entries, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("shipper: list blocks: %w", err)
+	}
+	onDisk := map[string]bool{}
+	var todo []string
+	s.mu.Lock()
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || strings.HasSuffix(id, ".tmp") {
+			continue
+		}
+		onDisk[id] = true
+		if _, done := s.state.Blocks[id]; !done && !s.ignored[id] {
+			todo = append(todo, id)
+		}
+	}
+	// Forget what is no longer on disk (compacted or retained away).
+	forgot := false
+	for id := range s.state.Blocks {
+		if !onDisk[id] {
+			delete(s.state.Blocks, id)
+			forgot = true
+		}
+	}
+	for id := range s.ignored {
+		if !onDisk[id] {
+			delete(s.ignored, id)
+		}
+	}
+	s.pending = len(todo)
+	s.mu.Unlock()
+	if forgot {
+		if err := s.save(); err != nil {
+			return err
+		}
+	}
+	slices.Sort(todo) // ids start with their creation time
+	for _, id := range todo {
+		if err := s.shipBlock(ctx, filepath.Join(root, id), id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shipBlock uploads one block: data, then meta.json.
+func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
+	metaBytes, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // deleted since the listing
+		}
+		return fmt.Errorf("shipper: block %s: %w", id, err)
+	}
+	var m store.Meta
+	if err := json.Unmarshal(metaBytes, &m); err != nil || m.ID != id {
+		s.log.Warn("shipper: not shipping a block whose meta.json is unreadable", "block", dir, "err", err)
+		s.ignore(id)
+		return nil
+	}
+	if !shippable(&m) {
+		s.ignore(id)
+		return nil
+	}
+	f, err := os.Open(filepath.Join(dir, "data"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // deleted since the listing
+	}
+	if err != nil {
+		return fmt.Errorf("shipper: block %s: %w", id, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("shipper: block %s: %w", id, err)
+	}
+	prefix := path.Join(s.opts.Node, "blocks", id)
+	if err := s.upload(ctx, prefix+"/data", f, st.Size()); err != nil {
+		return err
+	}
+	if s.opts.BeforeMeta != nil {
+		s.opts.BeforeMeta(id)
+	}
+	if err := s.upload(ctx, prefix+"/meta.json", bytes.NewReader(metaBytes), int64(len(metaBytes))); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.state.Blocks[id] = m.MaxTime
+	s.stats.BlocksShipped++
+	s.stats.NewestShipped = max(s.stats.NewestShipped, m.MaxTime)
+	s.pending = max(0, s.pending-1)
+	s.mu.Unlock()
+	return s.save()
+}
+
+func (s *Shipper) ignore(id string) {
+	s.mu.Lock()
+	s.ignored[id] = true
+	s.pending = max(0, s.pending-1)
+	s.mu.Unlock()
+}
+
+func (s *Shipper) upload(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := s.opts.Bucket.Upload(ctx, name, r); err != nil {
+		return err // a *bucket.Error names the bucket, the upload and the object
+	}
+	s.mu.Lock()
+	s.stats.Uploads++
+	s.stats.Bytes += uint64(size)
+	s.mu.Unlock()
+	return nil
+}
+
+// syncEvents uploads each event segment that grew since its last upload,
+// up to its last whole page (the writer may be appending one).
+func (s *Shipper) syncEvents(ctx context.Context) error {
+	root := filepath.Join(s.opts.Dir, "events")
+	entries, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("shipper: list events: %w", err)
+	}
+	onDisk := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".tmp") {
+			continue
+		}
+		onDisk[name] = true
+		info, err := e.Info()
+		if err != nil {
+			continue // deleted since the listing
+		}
+		s.mu.Lock()
+		done := s.state.Events[name]
+		s.mu.Unlock()
+		if info.Size() <= done {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("shipper: read event segment %s: %w", name, err)
+		}
+		b = b[:wholePages(b)]
+		if int64(len(b)) <= done {
+			continue
+		}
+		if err := s.upload(ctx, path.Join(s.opts.Node, "events", name), bytes.NewReader(b), int64(len(b))); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.state.Events[name] = int64(len(b))
+		s.stats.EventUploads++
+		s.mu.Unlock()
+		if err := s.save(); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	forgot := false
+	for name := range s.state.Events {
+		if !onDisk[name] {
+			delete(s.state.Events, name)
+			forgot = true
+		}
+	}
+	s.mu.Unlock()
+	if forgot {
+		return s.save()
+	}
+	return nil
+}
+
+// wholePages returns the length of b's leading whole pages (u32 length,
+// u32 CRC, payload; store/FORMAT.md), leaving a page still being written.
+func wholePages(b []byte) int {
+	n := 0
+	for len(b)-n >= 8 {
+		size := int(binary.LittleEndian.Uint32(b[n:]))
+		if size > len(b)-n-8 {
+			break
+		}
+		n += 8 + size
+	}
+	return n
+}
+
+// save writes the state file (a temporary file renamed over it).
+func (s *Shipper) save() error {
+	s.mu.Lock()
+	b, err := json.Marshal(&s.state)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.opts.Dir, StateFile)
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		return fmt.Errorf("shipper: write %s: %w", StateFile, err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("shipper: write %s: %w", StateFile, err)
+	}
+	return nil
+}

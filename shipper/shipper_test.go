@@ -1,0 +1,342 @@
+package shipper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/shipper"
+	"github.com/heatscope/heatscope/store"
+)
+
+// record appends seconds of synthetic samples (from start) and one event
+// to an open DB and returns how many samples it appended.
+func record(t *testing.T, db *store.DB, start int64, seconds float64) int {
+	t.Helper()
+	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: seconds, Stacks: 50, Seed: uint64(start)})
+	var s sample.Sample
+	n := 0
+	for g.Next(&s) {
+		s.Time = s.Time / 1000 * 1000
+		if err := db.Append(&s); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if err := db.AppendEvent(events.Event{Time: start, Source: "api", Severity: events.Warning, Text: "deploy"}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// openDB opens a data directory for node-a with 10 s blocks, wired to sh
+// once it exists (*sh is read at each call).
+func openDB(t *testing.T, dir string, sh **shipper.Shipper, opts store.Options) *store.DB {
+	t.Helper()
+	opts.Source, opts.Node, opts.BlockDuration = "node-a", "node-a", 10*time.Second
+	opts.Unshipped = func(m *store.Meta) bool { return *sh != nil && (*sh).Unshipped(m) }
+	opts.OnBlock = func(store.Meta) {
+		if *sh != nil {
+			(*sh).Notify()
+		}
+	}
+	db, err := store.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func newShipper(t *testing.T, b *bucket.Bucket, dir string, opts shipper.Options) *shipper.Shipper {
+	t.Helper()
+	opts.Bucket, opts.BucketName, opts.Dir, opts.Node = b, b.Name(), dir, "node-a"
+	sh, err := shipper.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+// bucketBlocks reads every visible block's meta (one with meta.json)
+// under node-a, and the block ids with data but no meta.
+func bucketBlocks(t *testing.T, srv *miniotest.Server, prefix string) (metas []store.Meta, partial []string) {
+	t.Helper()
+	p := prefix
+	if p != "" {
+		p += "/"
+	}
+	objs := srv.Objects(p + "node-a/blocks/")
+	b := srv.Open(prefix)
+	for _, o := range objs {
+		rel := strings.TrimPrefix(o, p)
+		id := path2id(rel)
+		switch {
+		case strings.HasSuffix(rel, "/meta.json"):
+			rc, err := b.Get(context.Background(), rel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m store.Meta
+			err = json.NewDecoder(rc).Decode(&m)
+			rc.Close()
+			if err != nil {
+				t.Fatalf("%s: %v", o, err)
+			}
+			metas = append(metas, m)
+		case strings.HasSuffix(rel, "/data") && !slices.Contains(objs, p+"node-a/blocks/"+id+"/meta.json"):
+			partial = append(partial, id)
+		}
+	}
+	return metas, partial
+}
+
+func path2id(rel string) string {
+	parts := strings.Split(rel, "/")
+	if len(parts) < 4 {
+		return ""
+	}
+	return parts[2]
+}
+
+func sumSamples(metas []store.Meta) int {
+	n := 0
+	for _, m := range metas {
+		n += m.Samples
+	}
+	return n
+}
+
+// TestShipsBlocksAndEvents ships a data directory into MinIO: every block
+// (data, then meta), the events; a second pass and a restarted shipper
+// upload nothing again.
+func TestShipsBlocksAndEvents(t *testing.T) {
+	srv := miniotest.Start(t)
+	b := srv.Open("fleet")
+	dir := t.TempDir()
+	var sh *shipper.Shipper
+	db := openDB(t, dir, &sh, store.Options{})
+	sh = newShipper(t, b, dir, shipper.Options{})
+	start := time.Now().Add(-time.Hour).UnixNano()
+	n := record(t, db, start, 45)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := sh.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	metas, partial := bucketBlocks(t, srv, "fleet")
+	if len(metas) < 4 || len(partial) > 0 {
+		t.Fatalf("bucket holds %d whole blocks and partial %v; want at least 4 whole ones", len(metas), partial)
+	}
+	if got := sumSamples(metas); got != n {
+		t.Fatalf("bucket holds %d samples, recorded %d", got, n)
+	}
+	for _, m := range metas {
+		if m.Node != "node-a" || m.Level != 1 {
+			t.Errorf("block %s: node %q level %d", m.ID, m.Node, m.Level)
+		}
+	}
+	evs := srv.Objects("fleet/node-a/events/")
+	if len(evs) != 1 {
+		t.Fatalf("event objects: %q, want one segment", evs)
+	}
+	local, _ := os.ReadFile(filepath.Join(dir, "events", filepath.Base(evs[0])))
+	rc, err := b.Get(ctx, strings.TrimPrefix(evs[0], "fleet/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(local, remote) || len(local) == 0 {
+		t.Fatalf("event segment: %d bytes local, %d in the bucket", len(local), len(remote))
+	}
+	st := sh.Stats()
+	if st.Uploads != uint64(2*len(metas)+1) || st.Pending != 0 || st.BlocksShipped != uint64(len(metas)) {
+		t.Fatalf("stats %+v after shipping %d blocks and one event segment", st, len(metas))
+	}
+	if err := sh.Sync(ctx); err != nil || sh.Stats().Uploads != st.Uploads {
+		t.Fatalf("a second pass uploaded %d objects more (err %v)", sh.Stats().Uploads-st.Uploads, err)
+	}
+	again := newShipper(t, b, dir, shipper.Options{})
+	if err := again.Sync(ctx); err != nil || again.Stats().Uploads != 0 {
+		t.Fatalf("a restarted shipper uploaded %d objects (err %v)", again.Stats().Uploads, err)
+	}
+	// Shipped blocks merge locally as before; the merged block stays local.
+	db = openDB(t, dir, &again, store.Options{})
+	db.Maintain()
+	if db.Stats().Compactions == 0 {
+		t.Error("shipped blocks were not compacted locally")
+	}
+	db.Close()
+	if err := again.Sync(ctx); err != nil || again.Stats().Uploads != 0 {
+		t.Fatalf("after local compaction the shipper uploaded %d objects (err %v)", again.Stats().Uploads, err)
+	}
+}
+
+// TestOutage stops MinIO while the store goes on cutting blocks (the
+// issue's "a minute": here 20 s, with the backoff capped at 2 s, since
+// what matters is that several retries fail and one succeeds after).
+// Nothing is lost, compaction and age retention keep the unshipped blocks,
+// and uploads resume once MinIO is back.
+func TestOutage(t *testing.T) {
+	srv := miniotest.Start(t)
+	b := srv.Open("")
+	dir := t.TempDir()
+	var sh *shipper.Shipper
+	db := openDB(t, dir, &sh, store.Options{Retention: time.Hour})
+	sh = newShipper(t, b, dir, shipper.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, EventsEvery: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sh.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// Old data, so that age retention would delete it at once.
+	start := time.Now().Add(-3 * time.Hour).UnixNano()
+	n := record(t, db, start, 15)
+	waitFor(t, "first blocks shipped", func() bool { return sh.Stats().BlocksShipped > 0 })
+	srv.Stop()
+	outage := time.Now()
+	n += record(t, db, start+int64(15*time.Second), 60)
+	for time.Since(outage) < 20*time.Second {
+		db.Maintain() // compaction and age retention must leave unshipped blocks
+		time.Sleep(time.Second)
+	}
+	st := sh.Stats()
+	if st.Failures < 3 || st.Pending == 0 {
+		t.Fatalf("during the outage: %+v, want failures and pending blocks", st)
+	}
+	if ds := db.Stats(); ds.UnshippedDropped != 0 || ds.Compactions != 0 {
+		t.Fatalf("during the outage retention dropped %d unshipped blocks and compaction merged %d times", ds.UnshippedDropped, ds.Compactions)
+	}
+	srv.Restart()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sh.Notify()
+	waitFor(t, "uploads resumed", func() bool { return sh.Stats().Pending == 0 && sh.Sync(context.Background()) == nil })
+	metas, partial := bucketBlocks(t, srv, "")
+	if got := sumSamples(metas); got != n || len(partial) > 0 {
+		t.Fatalf("bucket holds %d samples (partial blocks %v), recorded %d", got, partial, n)
+	}
+	// Shipped, the old blocks go by age.
+	db = openDB(t, dir, &sh, store.Options{Retention: time.Hour})
+	db.Maintain()
+	if st := db.Stats(); st.Blocks != 0 || st.UnshippedDropped != 0 {
+		t.Errorf("after shipping, age retention left %d blocks (%d dropped unshipped)", st.Blocks, st.UnshippedDropped)
+	}
+	db.Close()
+}
+
+// TestSizeLimitLosesUnshipped checks the one case where an unshipped
+// block goes: the local size limit. It is counted and logged.
+func TestSizeLimitLosesUnshipped(t *testing.T) {
+	srv := miniotest.Start(t)
+	b := srv.Open("")
+	srv.Stop()
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	var sh *shipper.Shipper
+	db := openDB(t, dir, &sh, store.Options{RetentionSize: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	sh = newShipper(t, b, dir, shipper.Options{})
+	record(t, db, time.Now().Add(-time.Hour).UnixNano(), 30)
+	db.Close()
+	db = openDB(t, dir, &sh, store.Options{RetentionSize: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	db.Maintain()
+	st := db.Stats()
+	db.Close()
+	if st.UnshippedDropped == 0 || st.UnshippedDropped != st.RetentionDrop {
+		t.Fatalf("size limit: %d dropped, %d of them unshipped", st.RetentionDrop, st.UnshippedDropped)
+	}
+	if !strings.Contains(logs.String(), "block lost before it was shipped to the bucket") {
+		t.Errorf("no log line for the lost blocks:\n%s", logs.String())
+	}
+}
+
+// TestKilledMidUpload SIGKILLs a shipping process between a block's data
+// and its meta: the bucket shows no partial block (data without meta is
+// invisible to readers), and a restarted shipper uploads it whole.
+func TestKilledMidUpload(t *testing.T) {
+	srv := miniotest.Start(t)
+	dir := t.TempDir()
+	var sh *shipper.Shipper
+	db := openDB(t, dir, &sh, store.Options{})
+	n := record(t, db, time.Now().Add(-time.Hour).UnixNano(), 25)
+	db.Close()
+
+	cfgPath := srv.WriteConfig("p")
+	marker := filepath.Join(t.TempDir(), "before-meta")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShipperChild$")
+	cmd.Env = append(os.Environ(), "SHIPPER_CHILD_CONFIG="+cfgPath, "SHIPPER_CHILD_DIR="+dir, "SHIPPER_CHILD_MARKER="+marker)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the child to upload a block's data", func() bool { _, err := os.Stat(marker); return err == nil })
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	metas, partial := bucketBlocks(t, srv, "p")
+	if len(metas) != 0 || len(partial) != 1 {
+		t.Fatalf("after the kill: %d whole blocks, partial %v; want none whole and one data object", len(metas), partial)
+	}
+
+	b := srv.Open("p")
+	sh = newShipper(t, b, dir, shipper.Options{})
+	if err := sh.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	metas, partial = bucketBlocks(t, srv, "p")
+	if sumSamples(metas) != n || len(partial) != 0 {
+		t.Fatalf("after the restart: %d samples in %d blocks (partial %v), recorded %d", sumSamples(metas), len(metas), partial, n)
+	}
+}
+
+// TestShipperChild is the process TestKilledMidUpload kills: it ships,
+// and hangs after the first block's data.
+func TestShipperChild(t *testing.T) {
+	cfgPath := os.Getenv("SHIPPER_CHILD_CONFIG")
+	if cfgPath == "" {
+		t.Skip("run by TestKilledMidUpload as the process it kills")
+	}
+	cfg, err := bucket.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bucket.Open(context.Background(), cfg, bucket.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, marker := os.Getenv("SHIPPER_CHILD_DIR"), os.Getenv("SHIPPER_CHILD_MARKER")
+	sh := newShipper(t, b, dir, shipper.Options{BeforeMeta: func(string) {
+		os.WriteFile(marker, nil, 0o644)
+		select {} // until SIGKILL
+	}})
+	sh.Sync(context.Background())
+	t.Fatal("the child shipped without hanging before a meta")
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 60 s waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
