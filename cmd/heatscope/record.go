@@ -64,11 +64,15 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
 	ef := addEventFlags(fs)
 	sf := addSaturationFlags(fs)
+	shf := addShipFlags(fs)
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
-	listenSet := false
-	fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "listen" })
+	listenSet, blockDurationSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		listenSet = listenSet || f.Name == "listen"
+		blockDurationSet = blockDurationSet || f.Name == "block-duration"
+	})
 
 	cfg := profiler.Config{Frequency: *frequency}
 	var err error
@@ -115,6 +119,24 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *blockDuration < time.Second {
 		return usageError{fmt.Errorf("--block-duration %v: at least 1s", *blockDuration)}
 	}
+	if storeOpts.Node, err = shf.nodeName(); err != nil {
+		return err
+	}
+	if storeOpts.NodeLabels, err = shf.nodeLabels(); err != nil {
+		return err
+	}
+	if *shf.objstore != "" {
+		if *data == "" {
+			return usageError{errors.New("--objstore-config ships the data directory's blocks: give --data too")}
+		}
+		// Blocks are what is shipped: a sample is in the bucket within
+		// about a block's duration (docs/design.md).
+		if !blockDurationSet {
+			storeOpts.BlockDuration = shipBlockDuration
+		} else if *blockDuration > time.Minute {
+			slog.Warn("samples reach the bucket up to --block-duration after they are taken", "block-duration", *blockDuration)
+		}
+	}
 	patterns, err := ef.compile()
 	if err != nil {
 		return err
@@ -156,12 +178,23 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 		defer out.Close()
 	}
+	var ship *shipping
+	if *shf.objstore != "" {
+		if ship, err = openShipping(*shf.objstore, *data, storeOpts.Node); err != nil {
+			return err
+		}
+		defer ship.close()
+		ship.hook(&storeOpts)
+	}
 	var db *store.DB
 	if *data != "" {
 		if db, err = store.Open(*data, storeOpts); err != nil {
 			return err
 		}
 		defer db.Close()
+	}
+	if ship != nil {
+		ship.start()
 	}
 
 	// With one P the runtime never wakes a second thread to look for work
@@ -201,6 +234,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	m, err := recorderMetrics(rec, db, guard, kmsg)
 	if err != nil {
 		return err
+	}
+	if ship != nil {
+		if err := m.Register(ship.collector(db)); err != nil {
+			return err
+		}
 	}
 	health := func() error {
 		if err := rec.Alive(aliveWithin); err != nil {
@@ -292,6 +330,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 		st := db.Stats()
 		fmt.Fprintf(stderr, "data directory %s: %d blocks, %d bytes, %d samples lost\n", *data, st.Blocks, st.BlockBytes, st.Lost)
+	}
+	if ship != nil {
+		ship.finish(stderr)
 	}
 	var prof *profile.Profile
 	if pprofOut != nil {

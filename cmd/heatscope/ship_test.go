@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/store"
+)
+
+// TestRecordShipsToMinIO records a fixture with --objstore-config into a
+// real MinIO: blocks appear under <prefix>/<node>/blocks/ while recording,
+// carry the node and its labels, hold every sample recorded once the
+// recorder stops, and no credential shows in /metrics or the output.
+func TestRecordShipsToMinIO(t *testing.T) {
+	bpftest.Require(t)
+	srv := miniotest.Start(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	start(t, hotc)
+	data := filepath.Join(dir, "data")
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "record", "--data", data, "--objstore-config", srv.WriteConfig("fleet"), "--node", "node-a",
+		"--node-label", "zone=us-east-1a", "--node-label", "cluster=ray", "--duration", "60s", "--listen", addr,
+		"--progress", "0", "--block-duration", "2s")
+	url := "http://" + addr
+	waitServing(t, d, url+"/healthz")
+	deadline := time.Now().Add(30 * time.Second)
+	for len(metasIn(t, srv, "fleet/node-a/blocks/")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no two blocks in the bucket after 30 s of recording\n%s", d.log())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, metricsText := httpGet(t, url+"/metrics")
+	fams := scrape(t, url+"/metrics")
+	d.stop(t)
+	for _, name := range []string{"heatscope_shipper_uploads_total", "heatscope_shipper_blocks_shipped_total", "heatscope_shipper_uploaded_bytes_total"} {
+		if v := metricSum(fams, name); v <= 0 {
+			t.Errorf("%s = %v while shipping", name, v)
+		}
+	}
+	if _, ok := fams["heatscope_shipper_lag_seconds"]; !ok {
+		t.Error("no heatscope_shipper_lag_seconds once blocks were shipped")
+	}
+	out := d.log()
+	for _, secret := range []string{srv.SecretKey, srv.AccessKey} {
+		if strings.Contains(metricsText, secret) || strings.Contains(out, secret) {
+			t.Errorf("a credential appears in /metrics or the recorder's output")
+		}
+	}
+	if !strings.Contains(out, "bucket s3://"+srv.Bucket+"/fleet: ") {
+		t.Errorf("the recorder's summary does not name the bucket:\n%s", out)
+	}
+
+	remote := metasIn(t, srv, "fleet/node-a/blocks/")
+	var inBucket, local int
+	for _, m := range remote {
+		inBucket += m.Samples
+		if m.Node != "node-a" || m.NodeLabels["zone"] != "us-east-1a" || m.NodeLabels["cluster"] != "ray" {
+			t.Errorf("block %s in the bucket: node %q labels %v", m.ID, m.Node, m.NodeLabels)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(data, "blocks"))
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(data, "blocks", e.Name(), "meta.json"))
+		if err != nil {
+			continue
+		}
+		var m store.Meta
+		if json.Unmarshal(b, &m) == nil {
+			local += m.Samples
+		}
+	}
+	if inBucket == 0 || inBucket != local {
+		t.Fatalf("the bucket holds %d samples in %d blocks, the data directory %d", inBucket, len(remote), local)
+	}
+}
+
+// metasIn reads the meta.json objects under prefix.
+func metasIn(t *testing.T, srv *miniotest.Server, prefix string) []store.Meta {
+	t.Helper()
+	b := srv.Open("")
+	var metas []store.Meta
+	for _, name := range srv.Objects(prefix) {
+		if !strings.HasSuffix(name, "/meta.json") {
+			continue
+		}
+		rc, err := b.Get(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(rc)
+		rc.Close()
+		var m store.Meta
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		metas = append(metas, m)
+	}
+	return metas
+}
+
+// TestRecordObjstoreErrors checks what record says at start about a
+// wrong credential, a missing bucket and bad flags: the bucket and the
+// operation, never a credential, before any sampling starts.
+func TestRecordObjstoreErrors(t *testing.T) {
+	srv := miniotest.Start(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	wrongSecret := "wrong" + srv.SecretKey[5:]
+	badKey := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badKey, []byte("provider: s3\nbucket: b\nendpoint: 127.0.0.1:1\nsecret_key: "+srv.SecretKey+"\n"), 0o600)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		want   string
+	}{
+		{"wrong secret", []string{"--objstore-config", srv.WriteConfigOf(srv.ConfigWith("p", srv.AccessKey, wrongSecret, srv.Bucket))}, 1,
+			"bucket s3://" + srv.Bucket + "/p: list node-a/: The request signature we calculated does not match"},
+		{"missing bucket", []string{"--objstore-config", srv.WriteConfigOf(srv.ConfigWith("p", srv.AccessKey, srv.SecretKey, "no-such-bucket"))}, 1,
+			"bucket s3://no-such-bucket/p: list node-a/: The specified bucket does not exist"},
+		{"secret in the config", []string{"--objstore-config", badKey}, 2, "secret_key: credentials are not written in the objstore config"},
+		{"no config file", []string{"--objstore-config", filepath.Join(dir, "none.yaml")}, 2, "none.yaml: no such file"},
+		{"no data directory", []string{"--objstore-config", srv.WriteConfig("p"), "--data", "", "--output", filepath.Join(dir, "x.pb.gz")}, 2, "give --data too"},
+		{"bad node", []string{"--node", "a/b"}, 2, `--node "a/b": a node name is`},
+		{"bad node label", []string{"--node-label", "zone"}, 2, `--node-label "zone": want key=value`},
+	} {
+		args := append([]string{"record", "--data", filepath.Join(dir, "data"), "--node", "node-a", "--duration", "1s", "--listen", ""}, c.args...)
+		_, stderr, err := runHeatscope(bin, args...)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != c.status || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: %v, stderr %q; want exit status %d saying %q", c.name, err, stderr, c.status, c.want)
+		}
+		for _, secret := range []string{srv.SecretKey, wrongSecret} {
+			if strings.Contains(stderr, secret) {
+				t.Errorf("%s: a credential appears in the output: %s", c.name, stderr)
+			}
+		}
+	}
+}
