@@ -134,6 +134,50 @@ func TestDeployKubernetes(t *testing.T) {
 			t.Errorf("no hostPath volume for %s", p)
 		}
 	}
+	// The recorder ships to the bucket of the Secret heatscope-objstore,
+	// under the node's name from the downward API.
+	nodeFromDownwardAPI := false
+	for _, e := range dig(t, c, "env").([]any) {
+		env := e.(map[string]any)
+		if env["name"] == "NODE_NAME" && dig(t, env, "valueFrom", "fieldRef", "fieldPath") == "spec.nodeName" {
+			nodeFromDownwardAPI = true
+		}
+		if strings.HasPrefix(env["name"].(string), "AWS_") && dig(t, env, "valueFrom", "secretKeyRef", "name") != "heatscope-objstore" {
+			t.Errorf("%s does not come from the Secret heatscope-objstore", env["name"])
+		}
+	}
+	if !nodeFromDownwardAPI {
+		t.Error("NODE_NAME does not come from the downward API (spec.nodeName)")
+	}
+	objstoreMount := ""
+	for _, m := range dig(t, c, "volumeMounts").([]any) {
+		if mm := m.(map[string]any); mm["name"] == "objstore" {
+			objstoreMount = mm["mountPath"].(string)
+		}
+	}
+	secretVolume := false
+	for _, v := range dig(t, pod, "volumes").([]any) {
+		if vv := v.(map[string]any); vv["name"] == "objstore" {
+			secretVolume = dig(t, vv, "secret", "secretName") == "heatscope-objstore"
+		}
+	}
+	if !secretVolume || objstoreMount == "" {
+		t.Error("no volume objstore from the Secret heatscope-objstore mounted in the container")
+	}
+	recordCfg, err := parseConfig([]byte(dig(t, kinds["ConfigMap"], "data", "heatscope.yaml").(string)), "record")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objstoreCfg := ""
+	for _, v := range recordCfg {
+		if v.name == "objstore-config" {
+			objstoreCfg = v.value
+		}
+	}
+	if objstoreCfg != objstoreMount+"/objstore.yaml" {
+		t.Errorf("record's objstore-config is %q, want the Secret's file %s/objstore.yaml", objstoreCfg, objstoreMount)
+	}
+
 	// The Service selects the pods and targets their port.
 	svc := kinds["Service"]
 	podLabels := dig(t, ds, "spec", "template", "metadata", "labels").(map[string]any)
