@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
@@ -338,5 +341,58 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out after 60 s waiting for %s", what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRevokedCredentials runs the shipper with a wrong secret (as after a
+// key rotation mid-run): uploads fail and are retried, and the secret
+// appears in none of the errors, the log lines and the metrics.
+func TestRevokedCredentials(t *testing.T) {
+	srv := miniotest.Start(t)
+	wrong := "revoked" + srv.SecretKey[7:]
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b, err := bucket.Open(context.Background(), srv.ConfigWith("", srv.AccessKey, wrong, srv.Bucket), bucket.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	dir := t.TempDir()
+	var sh *shipper.Shipper
+	db := openDB(t, dir, &sh, store.Options{})
+	record(t, db, time.Now().Add(-time.Hour).UnixNano(), 15)
+	db.Close()
+	sh, err = shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "node-a", Logger: logger,
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncErr := sh.Sync(context.Background())
+	if syncErr == nil || !strings.Contains(syncErr.Error(), "bucket s3://"+srv.Bucket+": upload node-a/blocks/") {
+		t.Fatalf("Sync with a revoked key: %v", syncErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	sh.Run(ctx)
+	cancel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sh.Collector(nil))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics bytes.Buffer
+	for _, f := range fams {
+		expfmt.MetricFamilyToText(&metrics, f)
+	}
+	if sh.Stats().Failures < 3 || !strings.Contains(metrics.String(), "heatscope_shipper_upload_failures_total") {
+		t.Fatalf("failures %d; metrics:\n%s", sh.Stats().Failures, metrics.String())
+	}
+	if !strings.Contains(logs.String(), "upload failed") {
+		t.Fatalf("no log line for the failed uploads:\n%s", logs.String())
+	}
+	for what, text := range map[string]string{"error": syncErr.Error(), "logs": logs.String(), "metrics": metrics.String()} {
+		if strings.Contains(text, wrong) || strings.Contains(text, srv.SecretKey) {
+			t.Errorf("a secret appears in the %s", what)
+		}
 	}
 }

@@ -121,12 +121,15 @@ func TestRecordObjstoreErrors(t *testing.T) {
 	wrongSecret := "wrong" + srv.SecretKey[5:]
 	badKey := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(badKey, []byte("provider: s3\nbucket: b\nendpoint: 127.0.0.1:1\nsecret_key: "+srv.SecretKey+"\n"), 0o600)
+	viaConfig := filepath.Join(dir, "heatscope.yaml")
+	os.WriteFile(viaConfig, []byte("record:\n  objstore-config: "+srv.WriteConfigOf(srv.ConfigWith("q", srv.AccessKey, srv.SecretKey, "no-such-bucket"))+"\n"), 0o600)
 	for _, c := range []struct {
 		name   string
 		args   []string
 		status int
 		want   string
 	}{
+		{"objstore-config in --config", []string{"--config", viaConfig}, 1, "bucket s3://no-such-bucket/q: list node-a/: The specified bucket does not exist"},
 		{"wrong secret", []string{"--objstore-config", srv.WriteConfigOf(srv.ConfigWith("p", srv.AccessKey, wrongSecret, srv.Bucket))}, 1,
 			"bucket s3://" + srv.Bucket + "/p: list node-a/: The request signature we calculated does not match"},
 		{"missing bucket", []string{"--objstore-config", srv.WriteConfigOf(srv.ConfigWith("p", srv.AccessKey, srv.SecretKey, "no-such-bucket"))}, 1,
