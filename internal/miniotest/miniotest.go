@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -156,14 +157,24 @@ func (s *Server) Restart() {
 	if err != nil {
 		s.t.Fatalf("minio: client: %v", err)
 	}
+	stranger, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4("probe"+randomHex(8), randomHex(20), ""), MaxRetries: 1})
+	if err != nil {
+		s.t.Fatalf("minio: client: %v", err)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = mc.ListBuckets(ctx)
-		cancel()
 		if err == nil {
-			return
+			// Its IAM comes up after the root user works: until then an
+			// unknown key gets "not initialized", not a refusal.
+			_, err = stranger.ListBuckets(ctx)
+			if err != nil && !strings.Contains(err.Error(), "not initialized") {
+				cancel()
+				return
+			}
 		}
+		cancel()
 		select {
 		case <-exited:
 			s.cmd = nil
