@@ -25,10 +25,25 @@ var (
 // compress zstd-compresses b. The encoder is shared: EncodeAll is safe for
 // concurrent use.
 func compress(b []byte) []byte {
-	encoderOnce.Do(func() {
-		encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
-	})
+	encoderOnce.Do(func() { encoder = newEncoder() })
 	return encoder.EncodeAll(b, nil)
+}
+
+// encoderWindow is the zstd window of block sections. The encoder keeps a
+// history buffer for the life of the agent, sized by the window: 16 MB at
+// the default 8 MiB window, a quarter of the agent's memory limit. A 1 MiB
+// window in the encoder's low-memory mode keeps about 1 MB, and compressed
+// the sections of 2- and 20-minute synthetic blocks to the same bytes
+// (docs/benchmarks.md, issue 14).
+const encoderWindow = 1 << 20
+
+func newEncoder() *zstd.Encoder {
+	e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(encoderWindow), zstd.WithLowerEncoderMem(true))
+	if err != nil {
+		panic(fmt.Sprintf("zstd encoder: %v", err)) // the options are constants
+	}
+	return e
 }
 
 // decompress undoes compress, refusing output larger than limit.

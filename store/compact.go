@@ -37,10 +37,11 @@ func (b *Block) threadBytes() int64 {
 	return int64(b.sections[sectionThreads].raw) + int64(b.sections[sectionSummary].raw)
 }
 
-// compact runs one compaction plan after another until none is left.
-func (db *DB) compact() error {
+// compact runs one compaction plan after another, as at time now, until
+// none is left.
+func (db *DB) compact(now time.Time) error {
 	for {
-		plan := db.planCompaction(time.Now())
+		plan := db.planCompaction(now)
 		if len(plan) == 0 {
 			return nil
 		}
