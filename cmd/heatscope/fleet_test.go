@@ -31,15 +31,21 @@ var fleetStart = time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
 // directory (blocks of 30 s) and uploads its blocks to bkt as the
 // recorder's shipper does: data first, meta.json last. It returns the
 // number of samples.
-func recordNode(t *testing.T, bkt *bucket.Bucket, node, zone string, seed uint64) int {
+func recordNode(t testing.TB, bkt *bucket.Bucket, node, zone string, seed uint64) int {
+	return uploadSynth(t, bkt, node, zone, synth.Config{CPUs: 2, Hz: 99, Start: fleetStart, Seconds: 60, Seed: seed}, 30*time.Second)
+}
+
+// uploadSynth records cfg as node in blocks of blockDuration and uploads
+// them; it returns the number of samples.
+func uploadSynth(t testing.TB, bkt *bucket.Bucket, node, zone string, cfg synth.Config, blockDuration time.Duration) int {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: map[string]string{"zone": zone},
-		PeriodNs: int64(time.Second) / 99, BlockDuration: 30 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		PeriodNs: int64(time.Second) / 99, BlockDuration: blockDuration, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: fleetStart, Seconds: 60, Seed: seed})
+	g := synth.New(cfg)
 	n := 0
 	var s sample.Sample
 	for g.Next(&s) {

@@ -18,7 +18,7 @@ import (
 )
 
 // buildHeatscope builds this command into dir and returns its path.
-func buildHeatscope(t *testing.T, dir string) string {
+func buildHeatscope(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "heatscope")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

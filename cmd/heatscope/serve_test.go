@@ -18,7 +18,7 @@ import (
 )
 
 // freePort returns a TCP port that nothing listens on right now.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +36,7 @@ type daemon struct {
 	done   chan error
 }
 
-func startDaemon(t *testing.T, bin string, args ...string) *daemon {
+func startDaemon(t testing.TB, bin string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{cmd: exec.Command(bin, args...), stderr: filepath.Join(t.TempDir(), "stderr"), done: make(chan error, 1)}
 	f, err := os.Create(d.stderr)
@@ -77,7 +77,7 @@ func (d *daemon) stop(t *testing.T) {
 }
 
 // waitServing polls url until the server answers.
-func waitServing(t *testing.T, d *daemon, url string) {
+func waitServing(t testing.TB, d *daemon, url string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
