@@ -29,6 +29,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -72,7 +74,12 @@ type Source struct {
 	opts Options
 
 	tails tailCache
-	stats struct {
+	// segments caches the events of event segments read, by object name:
+	// a node's segments other than its newest are complete and never read
+	// again.
+	segMu    sync.Mutex
+	segments map[string][]events.Event
+	stats    struct {
 		lists, gets, getBytes, tailHits, errors atomic.Uint64
 	}
 }
@@ -100,7 +107,7 @@ func New(bkt objstore.BucketReader, name string, opts Options) *Source {
 	if opts.TailCacheBytes <= 0 {
 		opts.TailCacheBytes = defaultTailCacheBytes
 	}
-	s := &Source{bkt: bkt, name: name, opts: opts}
+	s := &Source{bkt: bkt, name: name, opts: opts, segments: map[string][]events.Event{}}
 	s.tails.limit = opts.TailCacheBytes
 	return s
 }
@@ -138,6 +145,103 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// Events returns the events every node shipped (<node>/events/<segment>),
+// each labelled with its node. A node's segments other than its newest are
+// read once; its newest, which its recorder uploads again as it grows, at
+// every call. A damaged segment gives the events before the damage.
+func (s *Source) Events(ctx context.Context) ([]events.Event, error) {
+	nodes, err := s.iter(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []events.Event
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		node, ok := strings.CutSuffix(n, "/")
+		if !ok || !validName(node) {
+			continue
+		}
+		segs, err := s.iter(ctx, node+"/events/")
+		if err != nil {
+			return nil, err
+		}
+		slices.Sort(segs)
+		for i, name := range segs {
+			if strings.HasSuffix(name, "/") {
+				continue
+			}
+			seen[name] = true
+			s.segMu.Lock()
+			evs, ok := s.segments[name]
+			s.segMu.Unlock()
+			if !ok || i == len(segs)-1 {
+				var whole bool
+				if evs, whole, err = s.readSegment(ctx, node, name); err != nil {
+					return nil, err
+				}
+				if whole {
+					s.segMu.Lock()
+					s.segments[name] = evs
+					s.segMu.Unlock()
+				}
+			}
+			out = append(out, evs...)
+		}
+	}
+	s.segMu.Lock()
+	for name := range s.segments {
+		if !seen[name] {
+			delete(s.segments, name) // deleted by the bucket's retention
+		}
+	}
+	s.segMu.Unlock()
+	return out, nil
+}
+
+// readSegment reads one event segment object and labels its events with
+// node; whole is false when it stopped at a torn or damaged page (or a
+// failed read), so that it is read again next time.
+func (s *Source) readSegment(ctx context.Context, node, name string) (evs []events.Event, whole bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.stats.gets.Add(1)
+	rc, err := s.bkt.Get(ctx, name)
+	if s.bkt.IsObjNotFoundErr(err) {
+		return nil, false, nil // deleted since the listing
+	}
+	if err != nil {
+		return nil, false, s.fail(err)
+	}
+	defer rc.Close()
+	cr := &countingReader{r: rc}
+	evs, err = store.ReadEventSegment(cr, name)
+	s.stats.getBytes.Add(uint64(cr.n))
+	if err != nil && ctx.Err() != nil {
+		return nil, false, s.fail(err)
+	}
+	// A segment cut short or damaged keeps the events before it.
+	for i := range evs {
+		labels := make(map[string]string, len(evs[i].Labels)+1)
+		for k, v := range evs[i].Labels {
+			labels[k] = v
+		}
+		labels["node"] = node
+		evs[i].Labels = labels
+	}
+	return evs, err == nil, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
 
 // validName accepts node names and block ids: what a recorder writes.

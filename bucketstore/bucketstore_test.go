@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
@@ -269,5 +270,58 @@ func TestBucketStopped(t *testing.T) {
 	}
 	if err := db.Health(); err != nil {
 		t.Errorf("unhealthy after the bucket came back: %v", err)
+	}
+}
+
+// TestEventsAcrossNodes: each node's shipped event segments are read,
+// every event labelled with its node, beside the blocks.
+func TestEventsAcrossNodes(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("")
+	for i, node := range []string{"node-a", "node-b"} {
+		dir := t.TempDir()
+		db, err := store.Open(dir, store.Options{Source: node, Node: node, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			e := events.Event{Time: start + int64(i*10+j)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"}
+			if err := db.AppendEvent(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		segs, err := os.ReadDir(filepath.Join(dir, "events"))
+		if err != nil || len(segs) == 0 {
+			t.Fatalf("no event segment written: %v", err)
+		}
+		for _, s := range segs {
+			b, err := os.ReadFile(filepath.Join(dir, "events", s.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bkt.Upload(context.Background(), node+"/events/"+s.Name(), bytes.NewReader(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	evs, more := db.Events(store.Range{From: 0, To: 1 << 62}, store.EventFilter{}, 0)
+	if len(evs) != 6 || more {
+		t.Fatalf("%d events (more %v), want 6", len(evs), more)
+	}
+	byNode := map[string]int{}
+	for i, e := range evs {
+		byNode[e.Labels["node"]]++
+		if i > 0 && e.Time < evs[i-1].Time {
+			t.Fatalf("events out of time order at %d", i)
+		}
+	}
+	if byNode["node-a"] != 3 || byNode["node-b"] != 3 {
+		t.Fatalf("events per node label %v, want 3 each", byNode)
 	}
 }

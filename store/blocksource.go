@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/heatscope/heatscope/events"
 )
 
 // BlockSource is a place sealed blocks are read from: a local data
@@ -31,6 +34,23 @@ type BlockSource interface {
 	// Open opens a block's data. It may read nothing yet: a bucket reads
 	// the ranges a query needs, when it needs them.
 	Open(ctx context.Context, key string, m Meta) (BlockData, error)
+}
+
+// EventSource is a BlockSource that holds system events too: a bucket
+// holds each node's event segments. Refresh reads them; DB.Events answers
+// with them beside the directory's own.
+type EventSource interface {
+	// Events returns every event there, each labelled with its node
+	// (label "node").
+	Events(ctx context.Context) ([]events.Event, error)
+}
+
+// ReadEventSegment decodes the pages of an event segment (FORMAT.md) read
+// from r, named name in errors. It stops at the first torn or corrupt
+// page, returning the events before it and why.
+func ReadEventSegment(r io.Reader, name string) ([]events.Event, error) {
+	seg, err := readEvents(bufio.NewReader(r), name, &eventSegment{maxTime: -1 << 63})
+	return seg.events, err
 }
 
 // BlockData is a block's data file, read in ranges: a local file, or an

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -129,6 +130,9 @@ type DB struct {
 	events  *eventLog
 
 	writeMu sync.Mutex // serialises block writes, compaction and retention
+	// sourceEvents are the events of the sources that hold some
+	// (EventSource), by time, as their last Refresh read them.
+	sourceEvents atomic.Pointer[[]events.Event]
 	// refreshMu serialises Refresh; badMeta, guarded by it, holds the keys
 	// of blocks whose meta was found unreadable (warned about once).
 	refreshMu sync.Mutex
@@ -236,6 +240,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	if db.events, err = openEventLog(dir, opts.ReadOnly, opts.MaxEvents, db.log); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if err := db.refreshSourceEvents(); err != nil {
+		db.log.Warn("reading events", "err", err)
 	}
 	db.lastTick, db.lastSync, db.lastMaintain = time.Now(), time.Now(), time.Now()
 	if !opts.ReadOnly && !opts.CallerTicks {
@@ -891,5 +898,38 @@ func (db *DB) Refresh() error {
 			db.retire(b)
 		}
 	}
+	if err := db.refreshSourceEvents(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// refreshSourceEvents reads the events of the sources that hold some,
+// keeping the newest MaxEvents. A source that fails keeps its events out
+// until it answers again; the error names it.
+func (db *DB) refreshSourceEvents() error {
+	var all []events.Event
+	var errs []error
+	found := false
+	for _, src := range db.sources {
+		es, ok := src.(EventSource)
+		if !ok {
+			continue
+		}
+		found = true
+		evs, err := es.Events(context.Background())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: events: %w", src, err))
+		}
+		all = append(all, evs...)
+	}
+	if !found {
+		return nil
+	}
+	slices.SortStableFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Time, b.Time) })
+	if limit := db.events.maxEvents; len(all) > limit {
+		all = all[len(all)-limit:]
+	}
+	db.sourceEvents.Store(&all)
 	return errors.Join(errs...)
 }

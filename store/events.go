@@ -448,7 +448,21 @@ func (db *DB) AppendEvent(e events.Event) error { return db.events.append(e) }
 // Events returns the events in r that f selects, in time order, at most
 // limit (0: no limit); more says whether more matched.
 func (db *DB) Events(r Range, f EventFilter, limit int) (evs []events.Event, more bool) {
-	return db.events.query(r, f, limit)
+	remote := db.sourceEvents.Load()
+	if remote == nil {
+		return db.events.query(r, f, limit)
+	}
+	evs, _ = db.events.query(r, f, 0)
+	for i := range *remote {
+		if e := &(*remote)[i]; e.Time >= r.From && e.Time < r.To && f.match(e) {
+			evs = append(evs, *e)
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b events.Event) int { return cmp.Compare(a.Time, b.Time) })
+	if limit > 0 && len(evs) > limit {
+		return evs[:limit], true
+	}
+	return evs, false
 }
 
 // ReadOnly reports whether the DB was opened read-only.

@@ -141,6 +141,7 @@ func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
 	blocks := db.blocksLocked(r, f)
 	heads := db.headsLocked(r, f)
 	db.mu.RUnlock()
+	openHeaders(blocks)
 	var parts []part
 	var warnings Warnings
 	for i, b := range blocks {
@@ -167,6 +168,29 @@ func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
 		b.Close()
 	}
 	return append(parts, heads...), warnings, nil
+}
+
+// headerReads bounds the block headers read at once.
+const headerReads = 16
+
+// openHeaders reads the headers of the blocks not opened yet, several at a
+// time: a block of a bucket costs two round trips (its size, its tail), and
+// a cold query of a node's 10 minutes meets several such blocks. Errors
+// are kept by each block for the caller's loop.
+func openHeaders(blocks []*Block) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, headerReads)
+	for _, b := range blocks {
+		if b.opened.Load() {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b.header()
+		})
+	}
+	wg.Wait()
 }
 
 // blocksLocked returns the blocks that may hold samples in r that pass f,
