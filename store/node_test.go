@@ -237,3 +237,19 @@ func TestOpenRefusesSourcesOnAWriter(t *testing.T) {
 		t.Error("a DB without a directory or sources opened")
 	}
 }
+
+// TestDirectoryBesideSources: a read-only directory and another source
+// answer together (serve --data with --objstore-config).
+func TestDirectoryBesideSources(t *testing.T) {
+	start := time.Now().Add(-time.Hour).UnixNano()
+	a, nA := nodeDir(t, "node-a", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 1})
+	b, nB := nodeDir(t, "node-b", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 2})
+	db, err := Open(a, Options{ReadOnly: true, Sources: []BlockSource{DirSource(b)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := perNode(t, db, Filter{}); got["node-a"] != nA || got["node-b"] != nB {
+		t.Fatalf("samples per node %v, want node-a %d (the directory) and node-b %d (the other source)", got, nA, nB)
+	}
+}
