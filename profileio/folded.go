@@ -13,11 +13,21 @@ import (
 // FoldedBuilder aggregates samples into Brendan Gregg's folded stack format:
 // one line per distinct stack, "comm;root;...;leaf count". Semicolons inside
 // names would split frames, so they are written as colons.
+//
+// A count is a number of samples taken at one rate. When the samples were
+// taken at different periods (SetPeriod: the overhead guard changed the
+// rate), every sample is weighed by its own period and the counts are
+// samples at the shortest period, rounded: widths stay proportional to CPU
+// time.
 type FoldedBuilder struct {
 	counts   map[string]int64
+	cpuNs    map[string]int64
 	line     strings.Builder
 	annotate bool
 	node     bool
+	periodNs int64
+	// minPeriod and maxPeriod are the periods seen, 0 before any.
+	minPeriod, maxPeriod int64
 }
 
 // NodeFrames makes Add start each line with the sample's node as a frame
@@ -34,7 +44,18 @@ func (b *FoldedBuilder) AnnotateKinds(on bool) { b.annotate = on }
 
 // NewFoldedBuilder returns an empty builder.
 func NewFoldedBuilder() *FoldedBuilder {
-	return &FoldedBuilder{counts: map[string]int64{}}
+	return &FoldedBuilder{counts: map[string]int64{}, cpuNs: map[string]int64{}, periodNs: 1}
+}
+
+// SetPeriod sets the sampling period, in nanoseconds of CPU time, of the
+// samples added from now on.
+func (b *FoldedBuilder) SetPeriod(periodNs int64) { b.periodNs = max(periodNs, 1) }
+
+// MixedPeriods returns the shortest and longest periods of the samples
+// added, and whether they differ (the counts are then samples at the
+// shortest).
+func (b *FoldedBuilder) MixedPeriods() (shortest, longest int64, mixed bool) {
+	return b.minPeriod, b.maxPeriod, b.minPeriod != b.maxPeriod
 }
 
 var foldedEscaper = strings.NewReplacer(";", ":", "\n", " ")
@@ -60,7 +81,13 @@ func (b *FoldedBuilder) Add(s *sample.Sample) {
 			}
 		}
 	}
-	b.counts[b.line.String()]++
+	key := b.line.String()
+	b.counts[key]++
+	b.cpuNs[key] += b.periodNs
+	if b.minPeriod == 0 || b.periodNs < b.minPeriod {
+		b.minPeriod = b.periodNs
+	}
+	b.maxPeriod = max(b.maxPeriod, b.periodNs)
 }
 
 // WriteTo writes the stacks, sorted, to w.
@@ -72,8 +99,13 @@ func (b *FoldedBuilder) WriteTo(w io.Writer) (int64, error) {
 	slices.Sort(stacks)
 	bw := bufio.NewWriter(w)
 	var n int64
+	_, _, mixed := b.MixedPeriods()
 	for _, s := range stacks {
-		m, err := fmt.Fprintf(bw, "%s %d\n", s, b.counts[s])
+		c := b.counts[s]
+		if mixed {
+			c = max(1, (b.cpuNs[s]+b.minPeriod/2)/b.minPeriod)
+		}
+		m, err := fmt.Fprintf(bw, "%s %d\n", s, c)
 		n += int64(m)
 		if err != nil {
 			return n, fmt.Errorf("write folded stacks: %w", err)

@@ -34,7 +34,9 @@ type PprofBuilder struct {
 	key       []byte
 	minTime   int64
 	maxTime   int64
-	keepTimes bool
+	// lastPeriod is the period of the sample at maxTime.
+	lastPeriod int64
+	keepTimes  bool
 }
 
 type functionKey struct{ name, module string }
@@ -82,7 +84,9 @@ func (b *PprofBuilder) SetPeriod(periodNs int64) { b.periodNs = periodNs }
 // Add adds one sample.
 func (b *PprofBuilder) Add(s *sample.Sample) {
 	b.minTime = min(b.minTime, s.Time)
-	b.maxTime = max(b.maxTime, s.Time)
+	if s.Time >= b.maxTime {
+		b.maxTime, b.lastPeriod = s.Time, b.periodNs
+	}
 	locs := make([]*profile.Location, len(s.Stack))
 	key := b.key[:0]
 	for i := range s.Stack {
@@ -209,12 +213,12 @@ func (b *PprofBuilder) function(f *sample.Frame) *profile.Function {
 }
 
 // Profile returns the profile built so far. Its time is the first sample's
-// and its duration spans to the last sample plus one period. The builder
+// and its duration spans to the last sample plus that sample's period. The builder
 // keeps the profile: call Profile once, after the last Add.
 func (b *PprofBuilder) Profile() *profile.Profile {
 	if len(b.prof.Sample) > 0 {
 		b.prof.TimeNanos = b.minTime
-		b.prof.DurationNanos = b.maxTime - b.minTime + b.periodNs
+		b.prof.DurationNanos = b.maxTime - b.minTime + b.lastPeriod
 	}
 	return b.prof
 }

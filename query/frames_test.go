@@ -191,7 +191,7 @@ func TestUnresolvedFramesGrouped(t *testing.T) {
 	}
 
 	// pprof keeps every address.
-	p, _, err := PprofOf(ctx, db, r, f, 10101010)
+	p, _, err := PprofOf(ctx, db, r, f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@ import (
 
 // Heatmap is FlameScope's subsecond heatmap: one column per second of the
 // range, one row per 1000/rows ms slice of the second, row 0 the highest
-// offset (drawn at the top), each cell the number of samples in it.
+// offset (drawn at the top), each cell the CPU time of the samples in it
+// and, as FlameScope gives it, their number.
 type Heatmap struct {
 	// Start is the Unix time (seconds) of column 0: the range's start
 	// rounded down to a whole second.
@@ -20,11 +21,25 @@ type Heatmap struct {
 	// Rows gives each row's offset within the second in milliseconds,
 	// highest first.
 	Rows []float64 `json:"rows"`
-	// Values holds the counts, Values[column][row].
+	// Values holds the sample counts, Values[column][row], as FlameScope
+	// gives them. A count depends on the sampling rate: show CPU instead.
 	Values [][]int `json:"values"`
 	// MaxValue is the largest count.
 	MaxValue int `json:"maxvalue"`
+	// Unit names what CPU holds: "cpu-seconds".
+	Unit string `json:"unit"`
+	// CPU holds each cell's CPU time in seconds, CPU[column][row]: each
+	// sample weighs its own sampling period, so a rate change leaves a
+	// steady load's cells as they were.
+	CPU [][]float64 `json:"cpu"`
+	// MaxCPU is the largest cell's CPU time.
+	MaxCPU float64 `json:"maxcpu"`
 }
+
+// UnitCPUSeconds names the unit of the views' CPU figures: CPU time in
+// seconds (the share of one CPU over a step is the value over the step's
+// length).
+const UnitCPUSeconds = "cpu-seconds"
 
 // MaxRows and MaxColumns bound a heatmap's size.
 const (
@@ -49,17 +64,20 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	if cols < 1 || cols > MaxColumns {
 		return nil, nil, fmt.Errorf("heatmap: %d columns (one per second), want 1 to %d", cols, MaxColumns)
 	}
-	h := &Heatmap{Start: start, Columns: make([]int, cols), Rows: make([]float64, rows), Values: make([][]int, cols)}
+	h := &Heatmap{Start: start, Columns: make([]int, cols), Rows: make([]float64, rows), Values: make([][]int, cols),
+		Unit: UnitCPUSeconds, CPU: make([][]float64, cols)}
 	for i := range rows {
 		h.Rows[rows-1-i] = 1000 * float64(i) / float64(rows)
 	}
 	cells := make([]int, cols*rows)
+	cpuNs := make([]int64, cols*rows)
 	for c := range cols {
 		h.Columns[c] = c
 		h.Values[c] = cells[c*rows : (c+1)*rows : (c+1)*rows]
 	}
 	fr := float64(rows)
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
+		w := b.Weight()
 		for _, i := range b.Rows {
 			t := seconds(b.T.Time[i])
 			col := int(math.Floor(t - start))
@@ -68,6 +86,7 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 			row := rows - int(math.Floor(fr*(t-math.Floor(t)))) - 1
 			if col >= 0 && col < cols && row >= 0 && row < rows {
 				cells[col*rows+row]++
+				cpuNs[col*rows+row] += w
 			}
 		}
 		return nil
@@ -77,6 +96,14 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	}
 	for _, v := range cells {
 		h.MaxValue = max(h.MaxValue, v)
+	}
+	cpu := make([]float64, len(cpuNs))
+	for i, ns := range cpuNs {
+		cpu[i] = seconds(ns)
+		h.MaxCPU = max(h.MaxCPU, cpu[i])
+	}
+	for c := range cols {
+		h.CPU[c] = cpu[c*rows : (c+1)*rows : (c+1)*rows]
 	}
 	return h, warnings, nil
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// PerCPU counts samples per CPU per time step, to show a saturated CPU
-// that the average over all of them hides.
+// PerCPU gives the CPU time (and the samples) per CPU per time step, to
+// show a saturated CPU that the average over all of them hides.
 type PerCPU struct {
 	// Start is the Unix time (seconds) of step 0, the range's start; Step
 	// is each step's length in seconds.
@@ -21,7 +21,14 @@ type PerCPU struct {
 	// Counts holds the counts, Counts[cpu index][step index], the CPU
 	// index being the position in CPUs. Step i covers
 	// [Start + i·Step, Start + (i+1)·Step); the last may be partial.
+	// Counts depend on the sampling rate: show CPU instead.
 	Counts [][]int `json:"counts"`
+	// Unit names what CPU holds: "cpu-seconds".
+	Unit string `json:"unit"`
+	// CPU holds the CPU time in seconds, CPU[cpu index][step index], each
+	// sample weighing its own sampling period; over Step seconds a busy
+	// CPU has CPU = Step.
+	CPU [][]float64 `json:"cpu"`
 }
 
 // MaxPerCPUSteps and MaxPerCPUs bound a per-CPU view's size.
@@ -52,20 +59,26 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 		return nil, nil, fmt.Errorf("per-CPU: %d steps, at most %d", n, MaxPerCPUSteps)
 	}
 	steps := int(n)
-	rows := map[uint32][]int{}
+	type row struct {
+		counts []int
+		cpuNs  []int64
+	}
+	rows := map[uint32]*row{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
+		w := b.Weight()
 		for _, i := range b.Rows {
 			cpu := b.T.CPU[i]
-			row, ok := rows[cpu]
+			rw, ok := rows[cpu]
 			if !ok {
 				if len(rows) == MaxPerCPUs {
 					return fmt.Errorf("per-CPU: %w: samples from more than %d CPUs", ErrTooManyCPUs, MaxPerCPUs)
 				}
-				row = make([]int, steps)
-				rows[cpu] = row
+				rw = &row{make([]int, steps), make([]int64, steps)}
+				rows[cpu] = rw
 			}
 			if s := (b.T.Time[i] - r.From) / step; s >= 0 && s < n {
-				row[s]++
+				rw.counts[s]++
+				rw.cpuNs[s] += w
 			}
 		}
 		return nil
@@ -73,13 +86,20 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 	if err != nil {
 		return nil, warnings, err
 	}
-	p := &PerCPU{Start: seconds(r.From), Step: float64(step) / 1e9, CPUs: make([]uint32, 0, len(rows)), Counts: make([][]int, 0, len(rows))}
+	p := &PerCPU{Start: seconds(r.From), Step: float64(step) / 1e9, CPUs: make([]uint32, 0, len(rows)), Counts: make([][]int, 0, len(rows)),
+		Unit: UnitCPUSeconds, CPU: make([][]float64, 0, len(rows))}
 	for cpu := range rows {
 		p.CPUs = append(p.CPUs, cpu)
 	}
 	slices.Sort(p.CPUs)
 	for _, cpu := range p.CPUs {
-		p.Counts = append(p.Counts, rows[cpu])
+		rw := rows[cpu]
+		p.Counts = append(p.Counts, rw.counts)
+		secs := make([]float64, steps)
+		for i, ns := range rw.cpuNs {
+			secs[i] = seconds(ns)
+		}
+		p.CPU = append(p.CPU, secs)
 	}
 	return p, warnings, nil
 }

@@ -273,10 +273,11 @@ func TestTimelineFastPathMatchesScan(t *testing.T) {
 	step := int64(20e9)
 	r := store.Range{From: start, To: start + 200e9}
 	for name, f := range map[string]store.Filter{"default": {}, "idle": {IncludeIdle: true}, "comm": {Comm: "java"}} {
-		counts, _, err := db.Timeline(context.Background(), r, step, &f)
+		tl, _, err := db.Timeline(context.Background(), r, step, &f)
 		if err != nil {
 			t.Fatal(err)
 		}
+		counts := tl.Samples
 		want := make([]int64, len(counts))
 		for i := range all {
 			if s := &all[i]; s.Time >= r.From && s.Time < r.To && keeps(&f, s) {

@@ -11,10 +11,12 @@ import (
 )
 
 // Samples calls fn with every sample in r that passes f, rebuilt as a
-// sample.Sample with the frames the filter's stack part keeps. Samples come
+// sample.Sample with the frames the filter's stack part keeps, and the CPU
+// time in nanoseconds it stands for (its own sampling period). Samples come
 // a chunk at a time, chunks in time order (within a chunk, CPU by CPU).
-func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, fn func(*sample.Sample) error) (store.Warnings, error) {
+func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, fn func(s *sample.Sample, periodNs int64) error) (store.Warnings, error) {
 	return db.Select(ctx, r, f, func(b *store.Batch) error {
+		period := b.Weight()
 		for _, i := range b.Rows {
 			s := b.T.Sample(int(i))
 			s.Node = b.Node
@@ -28,7 +30,7 @@ func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, 
 				}
 				s.Stack = kept
 			}
-			if err := fn(&s); err != nil {
+			if err := fn(&s, period); err != nil {
 				return err
 			}
 		}
@@ -36,14 +38,22 @@ func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, 
 	})
 }
 
-// PprofOf builds a pprof profile of the samples in r that pass f, sampled
-// every periodNs nanoseconds of CPU time.
-func PprofOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, periodNs int64) (*profile.Profile, store.Warnings, error) {
-	b := profileio.NewPprofBuilder(periodNs)
-	warnings, err := Samples(ctx, db, r, f, func(s *sample.Sample) error {
+// PprofOf builds a pprof profile of the samples in r that pass f, each
+// sample's CPU time its own sampling period. The profile's Period is the
+// first sample's.
+func PprofOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*profile.Profile, store.Warnings, error) {
+	var b *profileio.PprofBuilder
+	warnings, err := Samples(ctx, db, r, f, func(s *sample.Sample, periodNs int64) error {
+		if b == nil {
+			b = profileio.NewPprofBuilder(periodNs)
+		}
+		b.SetPeriod(periodNs)
 		b.Add(s)
 		return nil
 	})
+	if b == nil {
+		b = profileio.NewPprofBuilder(store.DefaultPeriodNs)
+	}
 	if err != nil {
 		return nil, warnings, err
 	}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/heatscope/heatscope/container"
@@ -47,6 +48,15 @@ type Recorder struct {
 	sym        *symbolize.Symbolizer
 	containers *container.Resolver
 	saturation *saturation.Detector
+
+	// change is the last frequency change, for PeriodAt.
+	changeMu sync.Mutex
+	change   periodChange
+}
+
+// periodChange is a change of sampling period at wall time at (Unix ns).
+type periodChange struct {
+	at, from, to int64
 }
 
 // Open loads kernel symbols (from symOpts.KernelCacheDir when it holds
@@ -164,7 +174,33 @@ func (r *Recorder) PeriodNs() int64 { return int64(1e9) / int64(r.prof.Frequency
 func (r *Recorder) Frequency() int { return r.prof.Frequency() }
 
 // SetFrequency changes the sampling frequency of the running sampler.
-func (r *Recorder) SetFrequency(hz int) error { return r.prof.SetFrequency(hz) }
+func (r *Recorder) SetFrequency(hz int) error {
+	from := r.PeriodNs()
+	if err := r.prof.SetFrequency(hz); err != nil {
+		return err
+	}
+	r.changeMu.Lock()
+	r.change = periodChange{at: time.Now().UnixNano(), from: from, to: r.PeriodNs()}
+	r.changeMu.Unlock()
+	return nil
+}
+
+// PeriodAt is the sampling period, in nanoseconds of CPU time, of a
+// sample taken at wall time t (Unix ns), as far as the last frequency
+// change goes: the new period takes effect at each CPU's next overflow,
+// so a sample taken up to one old period after the change still closes an
+// interval of the old period. Samples read from the ring after a change
+// were often taken before it: what they weigh follows their own time, not
+// the time they are read.
+func (r *Recorder) PeriodAt(t int64) int64 {
+	r.changeMu.Lock()
+	c := r.change
+	r.changeMu.Unlock()
+	if c.at != 0 && t < c.at+c.from {
+		return c.from
+	}
+	return r.PeriodNs()
+}
 
 // SymbolizerStats returns the symbolizer's counters and cache sizes.
 func (r *Recorder) SymbolizerStats() symbolize.Stats { return r.sym.Stats() }

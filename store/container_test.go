@@ -145,12 +145,12 @@ func TestContainerFilters(t *testing.T) {
 	// Namespace filters are thread attributes: the summaries answer.
 	f := Filter{Namespaces: []string{"shop"}, IncludeIdle: true}
 	r := Range{From: start, To: start + 70e9} // 60 s of ticks, jitter past the last
-	counts, _, err := db.Timeline(context.Background(), r, 10e9, &f)
+	tl, _, err := db.Timeline(context.Background(), r, 10e9, &f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var total int64
-	for _, c := range counts {
+	for _, c := range tl.Samples {
 		total += c
 	}
 	if n := len(all(t, db, f)); total != int64(n) {

@@ -154,6 +154,10 @@ type DB struct {
 	// walErr holds the last WAL write's error (nil after a good write),
 	// for Health.
 	walErr atomic.Pointer[error]
+	// closedBlocks and closedBytes are the blocks the directory held when
+	// Close released them, for Stats after Close.
+	closedBlocks int
+	closedBytes  int64
 }
 
 // sealingHead is a head that has been cut and is being written as a block;
@@ -436,14 +440,17 @@ func (db *DB) loadWAL() error {
 			db.corrupt.Add(1)
 			db.log.Warn("WAL segment damaged; keeping the samples before the damage", "segment", path, "samples", b.T.Len(), "err", err)
 		}
+		// Segments written before the period record existed take the
+		// period this process was given.
+		period := cmp.Or(b.periodNs, db.opts.PeriodNs)
 		if db.opts.ReadOnly {
 			if b.T.Len() > 0 {
-				db.sealing = append(db.sealing, &sealingHead{table: &b.T, walSeq: seq, periodNs: db.opts.PeriodNs})
+				db.sealing = append(db.sealing, &sealingHead{table: &b.T, walSeq: seq, periodNs: period})
 			}
 			continue
 		}
 		if b.T.Len() > 0 {
-			if err := db.writeHead(&sealingHead{table: &b.T, walSeq: seq, periodNs: db.opts.PeriodNs}); err != nil {
+			if err := db.writeHead(&sealingHead{table: &b.T, walSeq: seq, periodNs: period}); err != nil {
 				return err
 			}
 		}
@@ -462,7 +469,11 @@ func (db *DB) newHead(seq uint64) error {
 		return err
 	}
 	w.raw = db.opts.CallerTicks
+	if db.opts.PeriodNs > 0 {
+		w.setPeriod(db.opts.PeriodNs)
+	}
 	db.head = NewBuilder()
+	db.head.periodNs = db.opts.PeriodNs
 	db.head.onNew = w
 	db.wal = w
 	return nil
@@ -517,13 +528,14 @@ func (db *DB) cutLocked() {
 	if err := old.close(); err != nil {
 		db.log.Warn("closing WAL segment", "err", err)
 	}
-	sh := &sealingHead{table: &db.head.T, walSeq: old.seq, periodNs: db.opts.PeriodNs}
+	sh := &sealingHead{table: &db.head.T, walSeq: old.seq, periodNs: db.head.periodNs}
 	db.sealing = append(db.sealing, sh)
 	db.cuts.Add(1)
 	if err := db.newHead(old.seq + 1); err != nil {
 		// No WAL: keep recording into memory only, retrying at the next cut.
 		db.log.Warn("cannot start a WAL segment", "err", err)
 		db.head = NewBuilder()
+		db.head.periodNs = db.opts.PeriodNs
 		db.wal = &walWriter{seq: old.seq + 1, f: devNull()}
 	}
 	go db.seal(sh)
@@ -579,10 +591,18 @@ func (db *DB) SetPeriod(periodNs int64) {
 	if periodNs == db.opts.PeriodNs {
 		return
 	}
-	if !db.opts.ReadOnly {
-		db.cutLocked()
-	}
 	db.opts.PeriodNs = periodNs
+	if db.opts.ReadOnly || db.head == nil {
+		return
+	}
+	if db.head.T.Len() > 0 {
+		db.cutLocked() // the new head and its segment take the new period
+		return
+	}
+	// Nothing taken at the old period: the empty head takes the new one,
+	// and its segment says so (replay keeps the last period record).
+	db.head.periodNs = periodNs
+	db.wal.setPeriod(periodNs)
 }
 
 // addBlock opens a newly written block and adds it to the list. In the
@@ -780,6 +800,8 @@ func (db *DB) Close() error {
 	}
 	db.mu.Lock()
 	for _, b := range db.blocks {
+		db.closedBlocks++
+		db.closedBytes += b.Meta.Bytes
 		b.Close()
 	}
 	db.blocks = nil
@@ -800,6 +822,11 @@ func (db *DB) Stats() Stats {
 		CorruptSkips:     db.corrupt.Load(), Blocks: len(db.blocks)}
 	for _, b := range db.blocks {
 		s.BlockBytes += b.Meta.Bytes
+	}
+	if db.closed.Load() && db.blocks == nil {
+		// What the directory held when it was closed (the summary a
+		// recorder prints after Close).
+		s.Blocks, s.BlockBytes = db.closedBlocks, db.closedBytes
 	}
 	s.IndexesCached, s.IndexCacheBytes = db.indexes.stats()
 	s.IndexReads = db.indexReads.Load()

@@ -375,20 +375,22 @@ func TestIndexCacheIsBounded(t *testing.T) {
 		}
 		bucket := int64(summaryBucket) * 1000
 		r := Range{From: start / bucket * bucket, To: (start/bucket + 11) * bucket}
-		counts, _, err := db.Timeline(context.Background(), r, bucket, &Filter{IncludeIdle: true})
+		tl, _, err := db.Timeline(context.Background(), r, bucket, &Filter{IncludeIdle: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		counts := tl.Samples
 		var fromSummaries int64
 		for _, c := range counts {
 			fromSummaries += c
 		}
 		st = db.Stats()
 		// The overview again: every block's totals are in memory now.
-		again, _, err := db.Timeline(context.Background(), r, bucket, &Filter{IncludeIdle: true})
+		againTL, _, err := db.Timeline(context.Background(), r, bucket, &Filter{IncludeIdle: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		again := againTL.Samples
 		if reads := db.Stats().IndexReads - st.IndexReads; reads != 0 || !slices.Equal(again, counts) {
 			t.Errorf("cache of %d bytes: the second overview read %d indexes, counted %v, first %v", limit, reads, again, counts)
 		}

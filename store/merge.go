@@ -32,6 +32,8 @@ func mergedMeta(metas []Meta) Meta {
 		meta.Parents = append(meta.Parents, m.ID)
 		meta.WALSegment = max(meta.WALSegment, m.WALSegment)
 		meta.ImportedAt = max(meta.ImportedAt, m.ImportedAt)
+		// The data directory's compaction merges blocks of one period
+		// only; a merge of several states the longest.
 		meta.PeriodNs = max(meta.PeriodNs, m.PeriodNs)
 	}
 	meta.Level = min(meta.Level, len(levelFactors))

@@ -96,7 +96,7 @@ func TestBlocksFromSeveralSources(t *testing.T) {
 		t.Fatalf("timeline: %v, %v", err, warnings)
 	}
 	var sum int64
-	for _, c := range counts {
+	for _, c := range counts.Samples {
 		sum += c
 	}
 	if sum != int64(wantA) {

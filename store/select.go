@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Range is a half-open time range [From, To) in Unix nanoseconds.
@@ -24,9 +25,30 @@ type Batch struct {
 	T *Table
 	// Rows are the indices in T of the matching samples.
 	Rows []int32
+	// PeriodNs is the sampling period every sample of the batch was taken
+	// at, in nanoseconds of CPU time (0 when unknown, as for folded stacks
+	// imported without one): what each sample weighs. A batch is one
+	// block's chunk or one head, and each of those has one period.
+	PeriodNs int64
 	// KeepFrame, when not nil, says which frames (by id) the filter's
 	// stack part keeps; the others must be left out of stacks.
 	KeepFrame []bool
+}
+
+// DefaultPeriodNs is what a sample weighs when its data states no period
+// (folded stacks imported without one): 1/99 s, the rate heatscope and
+// perf users sample at by default.
+const DefaultPeriodNs = int64(time.Second) / 99
+
+// Weight is the CPU time, in nanoseconds, each sample of b stands for: its
+// period, or DefaultPeriodNs when that is unknown.
+func (b *Batch) Weight() int64 { return weightOf(b.PeriodNs) }
+
+func weightOf(periodNs int64) int64 {
+	if periodNs > 0 {
+		return periodNs
+	}
+	return DefaultPeriodNs
 }
 
 // Warnings lists data a query had to skip (a corrupt chunk, a block that
@@ -41,6 +63,8 @@ type part struct {
 	chunk  int
 	head   *Table
 	mask   *compiled // for heads, compiled at plan time
+	// periodNs is a head's sampling period (blocks state theirs).
+	periodNs int64
 }
 
 // release drops the reference to its block that plan took.
@@ -213,15 +237,14 @@ func (db *DB) blocksLocked(r Range, f *Filter) []*Block {
 func (db *DB) headsLocked(r Range, f *Filter) []part {
 	var parts []part
 	if f.keepsSource(db.opts.Source) && f.KeepsNode(db.opts.Node, db.opts.NodeLabels) {
-		var heads []*Table
+		add := func(h *Table, period int64) {
+			parts = append(parts, part{source: db.opts.Source, node: db.opts.Node, head: h, mask: compile(f, h, nil), periodNs: period})
+		}
 		for _, s := range db.sealing {
-			heads = append(heads, s.table.snapshot())
+			add(s.table.snapshot(), s.periodNs)
 		}
 		if db.head != nil && db.head.T.Len() > 0 {
-			heads = append(heads, db.head.T.snapshot())
-		}
-		for _, h := range heads {
-			parts = append(parts, part{source: db.opts.Source, node: db.opts.Node, head: h, mask: compile(f, h, nil)})
+			add(db.head.T.snapshot(), db.head.periodNs)
 		}
 	}
 	return parts
@@ -247,8 +270,9 @@ func (mc *maskCache) get(b *Block, ix *blockIndex) *compiled {
 
 // runPart reads one part and returns its matching rows.
 func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
-	t, mask := p.head, p.mask
+	t, mask, period := p.head, p.mask, p.periodNs
 	if p.block != nil {
+		period = p.block.Meta.PeriodNs
 		ix, err := db.blockIndex(p.block)
 		if err != nil {
 			return nil, err
@@ -258,7 +282,7 @@ func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 		}
 		mask = masks.get(p.block, ix)
 	}
-	b := &Batch{Source: p.source, Node: p.node, T: t, KeepFrame: mask.keepFrame}
+	b := &Batch{Source: p.source, Node: p.node, T: t, KeepFrame: mask.keepFrame, PeriodNs: period}
 	for i, ts := range t.Time {
 		if ts >= r.From && ts < r.To && mask.keeps(t, i) {
 			b.Rows = append(b.Rows, int32(i))

@@ -126,6 +126,10 @@ type Builder struct {
 	byHash map[uint64]uint32
 	seed   maphash.Seed
 
+	// periodNs is the sampling period a WAL replay read for the samples
+	// (0 when the segment names none).
+	periodNs int64
+
 	// onNew, when set, hears of every new string, frame, stack, cgroup
 	// and thread as it is interned (the WAL logs them ahead of the
 	// samples).

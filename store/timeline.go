@@ -6,8 +6,20 @@ import (
 	"fmt"
 )
 
-// Timeline counts the samples in r that pass f in consecutive steps of
-// step nanoseconds, starting at r.From; the last step may be partial.
+// Steps is a timeline: per step, the samples and the CPU time they stand
+// for.
+type Steps struct {
+	// Samples counts the samples of each step.
+	Samples []int64
+	// CPUNs is the CPU time of each step in nanoseconds: every sample
+	// weighs its own block's (or head's) sampling period, so a rate
+	// change does not change it.
+	CPUNs []int64
+}
+
+// Timeline counts the samples in r that pass f, and the CPU time they
+// stand for, in consecutive steps of step nanoseconds, starting at r.From;
+// the last step may be partial.
 //
 // When the filter looks only at threads (process, thread, command, cgroup,
 // container metadata, idleness) and r and step are whole multiples of 10 s, blocks answer from
@@ -16,7 +28,7 @@ import (
 // filter that keeps every thread is answered from each block's totals per
 // 10 s, kept in memory once read: the overview of a week retained reads no
 // index after the first.
-func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]int64, Warnings, error) {
+func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*Steps, Warnings, error) {
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("timeline: empty range or step")
 	}
@@ -24,16 +36,20 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 	if n > 1_000_000 {
 		return nil, nil, fmt.Errorf("timeline: %d steps, at most 1000000", n)
 	}
-	counts := make([]int64, n)
+	tl := &Steps{Samples: make([]int64, n), CPUNs: make([]int64, n)}
+	scan := func(b *Batch) error {
+		w := b.Weight()
+		for _, i := range b.Rows {
+			s := (b.T.Time[i] - r.From) / step
+			tl.Samples[s]++
+			tl.CPUNs[s] += w
+		}
+		return nil
+	}
 	bucket := int64(summaryBucket) * 1000 // ns
 	if !f.threadOnly() || step%bucket != 0 || r.From%bucket != 0 || r.To%bucket != 0 {
-		warnings, err := db.Select(ctx, r, f, func(b *Batch) error {
-			for _, i := range b.Rows {
-				counts[(b.T.Time[i]-r.From)/step]++
-			}
-			return nil
-		})
-		return counts, warnings, err
+		warnings, err := db.Select(ctx, r, f, scan)
+		return tl, warnings, err
 	}
 	// Blocks and heads under one lock: a head sealed in between would be
 	// in neither list, or in both.
@@ -41,7 +57,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 	blocks := db.blocksLocked(r, f)
 	heads := db.headsLocked(r, f)
 	db.mu.RUnlock()
-	add := func(b int64, count, idle uint32) {
+	add := func(b int64, count, idle uint32, weight int64) {
 		start := b * bucket
 		if start < r.From || start >= r.To {
 			return
@@ -50,7 +66,9 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		if !f.IncludeIdle {
 			c -= int64(idle)
 		}
-		counts[(start-r.From)/step] += c
+		s := (start - r.From) / step
+		tl.Samples[s] += c
+		tl.CPUNs[s] += c * weight
 	}
 	allThreads := f.allThreads()
 	var warnings Warnings
@@ -61,10 +79,11 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 			}
 			return nil, warnings, err
 		}
+		weight := weightOf(b.Meta.PeriodNs)
 		if totals := b.totals.Load(); allThreads && totals != nil {
 			b.Close()
 			for _, e := range *totals {
-				add(e.bucket, e.count, e.idle)
+				add(e.bucket, e.count, e.idle, weight)
 			}
 			continue
 		}
@@ -87,16 +106,11 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) ([]i
 		mask := compile(f, ix.tables, &ix.idle)
 		for _, e := range ix.summary.cells {
 			if mask.threadOK[e.thread] {
-				add(ix.summary.base+int64(e.bucket), e.count, e.idle)
+				add(ix.summary.base+int64(e.bucket), e.count, e.idle, weight)
 			}
 		}
 	}
 	// Heads have no summaries: scan them.
-	headWarnings, err := db.selectParts(ctx, heads, r, f, func(b *Batch) error {
-		for _, i := range b.Rows {
-			counts[(b.T.Time[i]-r.From)/step]++
-		}
-		return nil
-	})
-	return counts, append(warnings, headWarnings...), err
+	headWarnings, err := db.selectParts(ctx, heads, r, f, scan)
+	return tl, append(warnings, headWarnings...), err
 }

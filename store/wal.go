@@ -42,6 +42,7 @@ const (
 	recThread
 	recSamples
 	recCgroup
+	recPeriod
 )
 
 // walWriter appends pages to one segment.
@@ -112,6 +113,14 @@ func (w *walWriter) newCgroup(c Cgroup) {
 	for _, s := range []uint32{c.Path, c.ContainerID, c.Runtime, c.PodUID, c.QoS, c.Namespace, c.Pod, c.Container} {
 		w.pending = binary.AppendUvarint(w.pending, uint64(s))
 	}
+}
+
+// setPeriod logs the sampling period of the segment's samples, so that a
+// replay knows what they weigh (a segment holds one head, and a head one
+// period: DB.SetPeriod cuts it).
+func (w *walWriter) setPeriod(ns int64) {
+	w.pending = append(w.pending, recPeriod)
+	w.pending = binary.AppendUvarint(w.pending, uint64(ns))
 }
 
 // addSample logs one sample whose ids the head has already interned.
@@ -322,6 +331,10 @@ func replayRecords(payload []byte, b *Builder) error {
 			}
 			if r.err == nil {
 				b.addCgroup(c)
+			}
+		case recPeriod:
+			if p := r.uvarint("period"); r.err == nil {
+				b.periodNs = int64(min(p, 1<<62))
 			}
 		case recSamples:
 			n := r.count("samples", 4)

@@ -60,8 +60,10 @@ func (s *Server) endpoints() map[string]endpoint {
 type selection struct {
 	f store.Filter
 	r store.Range
-	// periodNs is the selected sources' sampling period, 0 if unknown.
-	periodNs int64
+	// data spans the selected sources' samples; hasData is false when
+	// they hold none.
+	data    store.Range
+	hasData bool
 }
 
 // parseSelection parses the filter and the from and to parameters. When
@@ -72,12 +74,12 @@ func (s *Server) parseSelection(p *params, optional bool) (*selection, error) {
 	if err != nil {
 		return nil, err
 	}
-	whole, period, ok := span(sources, nodes, &f)
+	whole, ok := span(sources, nodes, &f)
 	r, err := p.timeRange("from", "to", whole, ok, optional)
 	if err != nil {
 		return nil, err
 	}
-	return &selection{f: f, r: r, periodNs: period}, nil
+	return &selection{f: f, r: r, data: whole, hasData: ok}, nil
 }
 
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }
@@ -132,9 +134,23 @@ func (s *Server) nodes(_ context.Context, _ *params, rep *reply) (store.Warnings
 type timelineJSON struct {
 	// Start is the time of the first step, Unix seconds; Step is each
 	// step's length in seconds.
-	Start  float64 `json:"start"`
-	Step   float64 `json:"step"`
+	Start float64 `json:"start"`
+	Step  float64 `json:"step"`
+	// Unit names what CPU holds, "cpu-seconds": the CPU time of each
+	// step, every sample weighing its own sampling period.
+	Unit string    `json:"unit"`
+	CPU  []float64 `json:"cpu"`
+	// Counts are the samples of each step (they change with the rate).
 	Counts []int64 `json:"counts"`
+}
+
+// newTimelineJSON is the answer for steps of step ns from start.
+func newTimelineJSON(start, step int64, tl *store.Steps) timelineJSON {
+	cpu := make([]float64, len(tl.CPUNs))
+	for i, ns := range tl.CPUNs {
+		cpu[i] = seconds(ns)
+	}
+	return timelineJSON{Start: seconds(start), Step: seconds(step), Unit: query.UnitCPUSeconds, CPU: cpu, Counts: tl.Samples}
 }
 
 // selectionWithStep parses an endpoint's range (optional: the whole span
@@ -180,11 +196,11 @@ func (s *Server) timeline(ctx context.Context, p *params, rep *reply) (store.War
 	if n := steps(r, step); n > maxTimelinePoints {
 		return nil, paramErr("step", "%v over this range is %d points, at most %d", time.Duration(step), n, maxTimelinePoints)
 	}
-	counts, warnings, err := s.db.Timeline(ctx, r, step, &sel.f)
+	tl, warnings, err := s.db.Timeline(ctx, r, step, &sel.f)
 	if err != nil {
 		return warnings, fmt.Errorf("timeline: %w", err)
 	}
-	return warnings, rep.json(timelineJSON{Start: seconds(r.From), Step: seconds(step), Counts: counts})
+	return warnings, rep.json(newTimelineJSON(r.From, step, tl))
 }
 
 // width is r's length in ns (r.To > r.From, both in [0, maxTime]).
@@ -378,13 +394,12 @@ func (s *Server) pprof(ctx context.Context, p *params, rep *reply) (store.Warnin
 	if err != nil {
 		return nil, err
 	}
-	period := sel.periodNs
-	if period == 0 {
-		period = s.opts.PeriodNs
-	}
-	prof, warnings, err := query.PprofOf(ctx, s.db, sel.r, &sel.f, period)
+	prof, warnings, err := query.PprofOf(ctx, s.db, sel.r, &sel.f)
 	if err != nil {
 		return warnings, fmt.Errorf("pprof: %w", err)
+	}
+	if len(prof.Sample) == 0 {
+		return warnings, &query.NoSamplesError{Range: sel.r, Data: sel.data, HasData: sel.hasData}
 	}
 	if err := profileio.WritePprof(rep, prof); err != nil {
 		return warnings, fmt.Errorf("pprof: %w", err)

@@ -112,20 +112,20 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/timeline", queryA, "step=10s", tc.query))
 			mustOK(t, "timeline", resp, body)
-			counts, _, err := db.Timeline(ctx, rangeA, 10e9, &f)
+			tl, _, err := db.Timeline(ctx, rangeA, 10e9, &f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "timeline 10s", body, timelineJSON{Start: base + 10, Step: 10, Counts: counts})
+			wantJSON(t, "timeline 10s", body, newTimelineJSON((base+10)*1e9, 10e9, tl))
 
 			// A step that is no multiple of 10 s: the range is kept as given.
 			resp, body = fx.get(t, withQuery("/api/timeline", "from=1795237390.25&to=1795237459&step=2.5", tc.query))
 			mustOK(t, "timeline", resp, body)
 			r := store.Range{From: (base+10)*1e9 + 250e6, To: (base + 79) * 1e9}
-			if counts, _, err = db.Timeline(ctx, r, 2500e6, &f); err != nil {
+			if tl, _, err = db.Timeline(ctx, r, 2500e6, &f); err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "timeline 2.5 s", body, timelineJSON{Start: seconds(r.From), Step: 2.5, Counts: counts})
+			wantJSON(t, "timeline 2.5 s", body, newTimelineJSON(r.From, 2500e6, tl))
 
 			resp, body = fx.get(t, withQuery("/api/percpu", "from=1795237390.25&to=1795237459", "step=0.5", tc.query))
 			mustOK(t, "percpu", resp, body)
@@ -184,11 +184,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 
 			resp, body = fx.get(t, withQuery("/api/pprof", queryA, tc.query))
 			mustOK(t, "pprof", resp, body)
-			period := hostPeriod
-			if len(f.Sources) == 1 && f.Sources[0] == "capture" {
-				period = int64(time.Second) / 99 // the server's default
-			}
-			p, _, err := query.PprofOf(ctx, db, rangeA, &f, period)
+			p, _, err := query.PprofOf(ctx, db, rangeA, &f)
 			if err != nil {
 				t.Fatal(err)
 			}

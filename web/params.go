@@ -123,10 +123,22 @@ func (p *params) timeRange(from, to string, whole store.Range, hasWhole, optiona
 			*end.t = end.def
 		}
 	}
-	if r.To <= r.From {
+	if r.To > r.From {
+		return r, nil
+	}
+	if hasFrom && hasTo {
 		return r, paramErr(to, "must be after %s", from)
 	}
-	return r, nil
+	// An end left out defaulted to the data's start or end, which the end
+	// given lies beyond: say where the data is.
+	open := store.Range{From: math.MinInt64, To: math.MaxInt64}
+	name := to
+	if hasFrom {
+		open.From, name = r.From, from
+	} else {
+		open.To = r.To
+	}
+	return r, &query.ParamError{Param: name, Err: &query.NoSamplesError{Range: open, Data: whole, HasData: true}}
 }
 
 // int parses an integer parameter in [lo, hi], def when missing.
@@ -241,20 +253,10 @@ func checkCgroups(v string) error {
 
 // span is the time range of the sources and nodes f selects, from the
 // first sample to just after the last (within the times parameters may
-// name), and their sampling period (0 when none records one); ok is false
-// when they hold no samples. With both a source and a node filter it is
-// the overlap of the two spans.
-func span(sources []store.SourceInfo, nodes []store.NodeInfo, f *store.Filter) (r store.Range, periodNs int64, ok bool) {
-	for _, s := range sources {
-		if len(f.Sources) > 0 && !slices.Contains(f.Sources, s.Name) {
-			continue
-		}
-		if !ok {
-			r, ok = store.Range{From: s.First, To: s.Last + 1}, true
-		}
-		r.From, r.To = min(r.From, s.First), max(r.To, s.Last+1)
-		periodNs = max(periodNs, s.PeriodNs)
-	}
+// name); ok is false when they hold no samples. With both a source and a
+// node filter it is the overlap of the two spans.
+func span(sources []store.SourceInfo, nodes []store.NodeInfo, f *store.Filter) (r store.Range, ok bool) {
+	r, ok = query.Span(sources, f.Sources)
 	if len(f.Nodes) > 0 || f.NodeRegex != nil || len(f.NodeLabels) > 0 {
 		var nr store.Range
 		found := false
@@ -271,5 +273,5 @@ func span(sources []store.SourceInfo, nodes []store.NodeInfo, f *store.Filter) (
 		ok = ok && found && r.From < r.To
 	}
 	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
-	return r, periodNs, ok
+	return r, ok
 }

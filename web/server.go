@@ -44,9 +44,6 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxResponseBytes bounds a response body (default 64 MiB).
 	MaxResponseBytes int64
-	// PeriodNs is the sampling period pprof downloads state when the
-	// selected sources record none (default 1e9/99, heatscope's 99 Hz).
-	PeriodNs int64
 	// Metrics, when not nil, is served at GET /metrics (with the token,
 	// like the API).
 	Metrics http.Handler
@@ -62,7 +59,6 @@ type Options struct {
 // Defaults and limits.
 const (
 	defaultMaxResponseBytes = 64 << 20
-	defaultPeriodNs         = int64(time.Second) / 99
 	// queryTimeout bounds one request's query, under the server's write
 	// timeout so that the error can still be sent.
 	queryTimeout = 50 * time.Second
@@ -141,14 +137,11 @@ func New(db *store.DB, opts Options) (*Server, error) {
 			return nil, errors.New("web: the auth token must be printable ASCII without spaces, quotes, commas, semicolons or backslashes")
 		}
 	}
-	if opts.MaxResponseBytes < 0 || opts.PeriodNs < 0 {
-		return nil, fmt.Errorf("web: negative limit or period (MaxResponseBytes %d, PeriodNs %d)", opts.MaxResponseBytes, opts.PeriodNs)
+	if opts.MaxResponseBytes < 0 {
+		return nil, fmt.Errorf("web: negative MaxResponseBytes %d", opts.MaxResponseBytes)
 	}
 	if opts.MaxResponseBytes == 0 {
 		opts.MaxResponseBytes = defaultMaxResponseBytes
-	}
-	if opts.PeriodNs == 0 {
-		opts.PeriodNs = defaultPeriodNs
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -378,14 +371,17 @@ func warningValue(text string) string {
 }
 
 // fail sends err as an error response: 400 naming the parameter for bad
-// parameters, 413 for responses too large, 503 for queries out of time or
-// storage that does not answer,
-// and 500 for the rest, whose details go to the log only.
+// parameters, 404 for a download of a range without samples, 413 for
+// responses too large, 503 for queries out of time, and 500 for the rest,
+// whose details go to the log only.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *query.ParamError
+	var none *query.NoSamplesError
 	switch {
 	case errors.As(err, &pe):
 		writeError(w, http.StatusBadRequest, pe.Error(), pe.Param)
+	case errors.As(err, &none):
+		writeError(w, http.StatusNotFound, none.Error(), "")
 	case errors.Is(err, errTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
 			"response too large (more than %d bytes): narrow the range or add filters", s.opts.MaxResponseBytes), "")

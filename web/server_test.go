@@ -81,11 +81,11 @@ func TestDefaultRanges(t *testing.T) {
 	mustOK(t, "timeline", resp, body)
 	r := store.Range{From: host.First, To: host.Last + 1}
 	f := store.Filter{Sources: []string{"host"}}
-	counts, _, err := fx.db.Timeline(ctx, r, 100e6, &f) // 65 s / 1000 -> 100 ms
+	tl, _, err := fx.db.Timeline(ctx, r, 100e6, &f) // 65 s / 1000 -> 100 ms
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantJSON(t, "default timeline", body, timelineJSON{Start: seconds(r.From), Step: 0.1, Counts: counts})
+	wantJSON(t, "default timeline", body, newTimelineJSON(r.From, 100e6, tl))
 
 	// Long spans: multiples of 10 s, the range aligned to them, at most
 	// 1000 points even after aligning.
@@ -100,10 +100,11 @@ func TestDefaultRanges(t *testing.T) {
 	} {
 		resp, body := fx.get(t, "/api/timeline?"+tc.query)
 		mustOK(t, "timeline", resp, body)
-		counts, _, err := fx.db.Timeline(ctx, tc.r, tc.step, &store.Filter{})
+		tl, _, err := fx.db.Timeline(ctx, tc.r, tc.step, &store.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		counts := tl.Samples
 		var sum int64
 		for _, c := range counts {
 			sum += c
@@ -111,7 +112,7 @@ func TestDefaultRanges(t *testing.T) {
 		if sum == 0 || len(counts) > defaultTimelinePoints {
 			t.Fatalf("%s: %d points, %d samples", tc.query, len(counts), sum)
 		}
-		wantJSON(t, "timeline "+tc.query, body, timelineJSON{Start: seconds(tc.r.From), Step: seconds(tc.step), Counts: counts})
+		wantJSON(t, "timeline "+tc.query, body, newTimelineJSON(tc.r.From, tc.step, tl))
 	}
 
 	// An empty store has nothing to default to.

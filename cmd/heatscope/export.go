@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -48,7 +49,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeBucket()
 	defer db.Close()
-	r, period, err := exportRange(db, &f, *from, *to)
+	r, err := exportRange(db, &f, *from, *to)
 	if err != nil {
 		return err
 	}
@@ -67,11 +68,21 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	var n int
 	var warnings store.Warnings
 	switch *format {
+	// Every sample weighs its own period: the overhead guard may have
+	// changed the rate within the range.
 	case "pprof":
-		var p = profileio.NewPprofBuilder(period)
-		p.KeepTimestamps(true)
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample) error { n++; p.Add(s); return nil })
-		if err == nil {
+		var p *profileio.PprofBuilder
+		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample, period int64) error {
+			if p == nil {
+				p = profileio.NewPprofBuilder(period)
+				p.KeepTimestamps(true)
+			}
+			n++
+			p.SetPeriod(period)
+			p.Add(s)
+			return nil
+		})
+		if err == nil && p != nil {
 			err = profileio.WritePprof(bw, p.Profile())
 		}
 	case "folded":
@@ -84,14 +95,26 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		if *addresses {
 			frames = query.KeepAddresses
 		}
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample) error { n++; fb.Add(frames.Sample(s)); return nil })
+		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample, period int64) error {
+			n++
+			fb.SetPeriod(period)
+			fb.Add(frames.Sample(s))
+			return nil
+		})
 		if err == nil {
 			_, err = fb.WriteTo(bw)
 		}
+		if short, long, mixed := fb.MixedPeriods(); mixed {
+			fmt.Fprintf(stderr, "note: the samples were taken at %s to %s: each weighs its own period, and the counts are samples at %s\n",
+				hz(long), hz(short), hz(short))
+		}
 	case "perf-script":
 		pw := profileio.NewPerfScriptWriter(bw)
-		pw.SetPeriod(period)
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample) error { n++; return pw.Add(s) })
+		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample, period int64) error {
+			n++
+			pw.SetPeriod(period)
+			return pw.Add(s)
+		})
 		if err == nil {
 			err = pw.Flush()
 		}
@@ -105,6 +128,13 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	if n == 0 {
+		if file != nil {
+			os.Remove(*output)
+		}
+		data, found := query.Span(db.Sources(), f.Sources)
+		return &query.NoSamplesError{Range: r, Data: data, HasData: found}
+	}
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: skipped: %v\n", w)
 	}
@@ -113,50 +143,51 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// exportRange resolves --from and --to, defaulting to the selected sources'
-// whole span, and picks the sampling period to report.
-func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, int64, error) {
-	period := int64(time.Second / 99)
-	var r store.Range
-	first, last, found := int64(0), int64(0), false
-	for _, s := range db.Sources() {
-		if len(f.Sources) > 0 && !contains(f.Sources, s.Name) {
-			continue
-		}
-		if !found {
-			first, last, found = s.First, s.Last, true
-		}
-		first, last = min(first, s.First), max(last, s.Last)
-		if s.PeriodNs > 0 {
-			period = s.PeriodNs
-		}
-	}
+// exportRange resolves --from and --to, an end not given defaulting to the
+// selected sources' first or last sample. A range that cannot hold a
+// sample says where the data is.
+func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, error) {
+	data, found := query.Span(db.Sources(), f.Sources)
 	now := time.Now()
+	var r store.Range
 	var err error
-	switch {
-	case from != "":
+	if from != "" {
 		if r.From, err = query.ParseTime("from", from, now); err != nil {
-			return r, 0, usageError{fmt.Errorf("--%w", err)}
+			return r, usageError{fmt.Errorf("--%w", err)}
 		}
-	case found:
-		r.From = first
-	default:
-		return r, 0, errors.New("the data directory holds no samples for this filter's sources")
 	}
-	switch {
-	case to != "":
+	if to != "" {
 		if r.To, err = query.ParseTime("to", to, now); err != nil {
-			return r, 0, usageError{fmt.Errorf("--%w", err)}
+			return r, usageError{fmt.Errorf("--%w", err)}
 		}
-	case found:
-		r.To = last + 1
-	default:
-		r.To = now.UnixNano()
+	}
+	if from != "" && to != "" {
+		if r.To <= r.From {
+			return r, usageError{errors.New("--to must be after --from")}
+		}
+		return r, nil
+	}
+	open := store.Range{From: math.MinInt64, To: math.MaxInt64}
+	if from != "" {
+		open.From = r.From
+	}
+	if to != "" {
+		open.To = r.To
+	}
+	if !found {
+		return r, &query.NoSamplesError{Range: open}
+	}
+	if from == "" {
+		r.From = data.From
+	}
+	if to == "" {
+		r.To = data.To
 	}
 	if r.To <= r.From {
-		return r, 0, usageError{errors.New("--to must be after --from")}
+		// The end given lies before the data starts, or after it ends.
+		return r, &query.NoSamplesError{Range: open, Data: data, HasData: true}
 	}
-	return r, period, nil
+	return r, nil
 }
 
 // selectedNodes lists the nodes f selects of those db holds.
@@ -170,11 +201,5 @@ func selectedNodes(db *store.DB, f *store.Filter) []string {
 	return names
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
+// hz writes a sampling period as a frequency.
+func hz(periodNs int64) string { return fmt.Sprintf("%.4g Hz", 1e9/float64(periodNs)) }

@@ -289,19 +289,25 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	var foldedOut *profileio.FoldedBuilder
 	if *output != "" && *format == "folded" {
 		foldedOut = profileio.NewFoldedBuilder()
+		foldedOut.SetPeriod(rec.PeriodNs())
 	}
-	sampledHz := rec.Frequency()
+	period := rec.PeriodNs()
 	err = rec.Run(ctx, func(s *sample.Sample) {
 		// The overhead guard changed the frequency: what a sample weighs
-		// follows (from the next sample read: the ring may still hold a
-		// poll interval's worth taken at the old period).
-		if hz := rec.Frequency(); hz != sampledHz {
-			sampledHz = hz
+		// follows the sample's own time (the ring may still hold a poll
+		// interval's worth taken at the old period). Only forward: a
+		// sample from another CPU a little older than the last does not
+		// switch back.
+		if p := rec.PeriodAt(s.Time); p != period && p == rec.PeriodNs() {
+			period = p
 			if db != nil {
-				db.SetPeriod(rec.PeriodNs())
+				db.SetPeriod(p)
 			}
 			if pprofOut != nil {
-				pprofOut.SetPeriod(rec.PeriodNs())
+				pprofOut.SetPeriod(p)
+			}
+			if foldedOut != nil {
+				foldedOut.SetPeriod(p)
 			}
 		}
 		if db != nil {

@@ -78,9 +78,10 @@ export class Heatmap {
     Object.assign(cv.dataset, { cols: L.cols, rows: L.rows, cellW: L.cellW, cellH: L.cellH, left: L.left, top: L.top });
     const ctx = sizeCanvas(cv, L.width, L.height);
     ctx.clearRect(0, 0, L.width, L.height);
-    const max = Math.max(1, d.maxvalue);
+    // colour is CPU time (d.unit), not samples: a rate change keeps it
+    const max = d.maxcpu > 0 ? d.maxcpu : 1;
     for (let c = 0; c < L.cols; c++) {
-      const col = d.values[c];
+      const col = d.cpu[c];
       for (let r = 0; r < L.rows; r++) {
         ctx.fillStyle = this.colour(col[r], max);
         ctx.fillRect(L.left + c * L.cellW, L.top + r * L.cellH, L.cellW, L.cellH);

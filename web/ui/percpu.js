@@ -41,10 +41,11 @@ export class PerCPU {
     Object.assign(cv.dataset, { cpus: L.cpus, steps: L.steps, cellW: L.cellW, cellH: L.cellH, left: LEFT, top: TOP });
     const ctx = sizeCanvas(cv, Math.max(L.width, 200), L.height);
     ctx.clearRect(0, 0, L.width, L.height);
-    let max = 1;
-    for (const row of d.counts) for (const v of row) max = Math.max(max, v);
+    // colour is CPU time (d.unit), not samples: a rate change keeps it
+    let max = Number.MIN_VALUE;
+    for (const row of d.cpu) for (const v of row) max = Math.max(max, v);
     for (let i = 0; i < L.cpus; i++) {
-      const row = d.counts[i];
+      const row = d.cpu[i];
       for (let j = 0; j < L.steps; j++) {
         ctx.fillStyle = heatColour(row[j], max, this.enhanced);
         // cells overlap by a fraction of a pixel so that narrow ones leave no gaps

@@ -71,13 +71,14 @@ export class Timeline {
     ctx.clearRect(0, 0, w, HEIGHT);
     const d = this.data;
     if (!d || d.counts.length === 0) return;
-    const max = Math.max(1, ...d.counts);
+    // bar heights are CPU time (d.unit), not samples: a rate change keeps them
+    const max = Math.max(Number.MIN_VALUE, ...d.cpu);
     const [t0, t1] = this.view();
     const bw = (d.step / (t1 - t0)) * w;
     // while panning, the bars follow the pointer until the new view loads
     const dx = this.drag && this.drag.pan ? this.drag.x1 - this.drag.x0 : 0;
     ctx.fillStyle = '#4a7bb7';
-    d.counts.forEach((c, i) => {
+    d.cpu.forEach((c, i) => {
       if (c === 0) return;
       const h = Math.max(1, (c / max) * (HEIGHT - 4));
       ctx.fillRect(this.xOf(d.start + i * d.step) + dx, HEIGHT - h, Math.max(1, bw - (bw > 3 ? 1 : 0)), h);

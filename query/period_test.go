@@ -1,0 +1,167 @@
+package query
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+const (
+	period99 = int64(time.Second) / 99
+	period49 = int64(time.Second) / 49
+)
+
+// rateChangeStore records a process that keeps CPU 0 busy for 40 s at
+// 99 Hz, then, the rate halved as the overhead guard does, 40 s at 49 Hz,
+// from a whole 10 s start. It returns the store, the start, the time of the
+// change and the sum of the samples' periods.
+func rateChangeStore(t *testing.T, dir string) (db *store.DB, start, change, cpuNs int64) {
+	t.Helper()
+	db, err := store.Open(dir, store.Options{Source: "host", PeriodNs: period99, BlockDuration: 20 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	start = time.Now().Add(-time.Hour).Truncate(10 * time.Second).UnixNano()
+	stack := []sample.Frame{{Function: "burn", Module: "/usr/bin/burn", Kind: sample.KindUser},
+		{Function: "main", Module: "/usr/bin/burn", Kind: sample.KindUser}}
+	burn := func(from, to, period int64) {
+		for ts := from; ts < to; ts += period {
+			s := sample.Sample{Time: ts / 1000 * 1000, CPU: 0, PID: 7, TID: 7, Comm: "burn", Stack: stack}
+			if err := db.Append(&s); err != nil {
+				t.Fatal(err)
+			}
+			cpuNs += period
+		}
+	}
+	change = start + 40*int64(time.Second)
+	burn(start, change, period99)
+	db.SetPeriod(period49)
+	burn(change, change+40*int64(time.Second), period49)
+	return db, start, change, cpuNs
+}
+
+// within10 fails unless every value of after is within 10% of every value
+// of before.
+func within10(t *testing.T, what string, before, after []float64) {
+	t.Helper()
+	if len(before) == 0 || len(after) == 0 {
+		t.Fatalf("%s: nothing to compare (%d before, %d after)", what, len(before), len(after))
+	}
+	for _, b := range before {
+		for _, a := range after {
+			if b <= 0 || math.Abs(a-b) > 0.1*b {
+				t.Fatalf("%s: %v before the rate change, %v after: want within 10%%", what, before, after)
+			}
+		}
+	}
+}
+
+// TestViewsAcrossARateChange checks that a steady burn looks the same
+// before and after the sampling rate halves, in the heatmap, the timeline
+// (scanned and from the block summaries) and the per-CPU view, while the
+// sample counts halve; and that pprof's CPU time is the sum of the
+// samples' own periods, a pinned process never more than 100% of a CPU.
+func TestViewsAcrossARateChange(t *testing.T) {
+	dir := t.TempDir()
+	db, start, change, cpuNs := rateChangeStore(t, dir)
+	ctx := context.Background()
+	sec := int64(time.Second)
+	for _, state := range []string{"heads and blocks", "blocks"} {
+		if state == "blocks" {
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if db, err = store.Open(dir, store.Options{ReadOnly: true}); err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+		}
+		r := store.Range{From: start, To: change + 40*sec}
+		f := store.Filter{}
+
+		h, _, err := HeatmapOf(ctx, db, r, &f, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Unit != UnitCPUSeconds {
+			t.Fatalf("heatmap unit %q", h.Unit)
+		}
+		// Whole columns away from the change (one column holds a second).
+		colCPU := func(c int) float64 {
+			var s float64
+			for _, v := range h.CPU[c] {
+				s += v
+			}
+			return s
+		}
+		colCount := func(c int) int {
+			n := 0
+			for _, v := range h.Values[c] {
+				n += v
+			}
+			return n
+		}
+		var before, after []float64
+		for c := 1; c < 39; c++ {
+			before = append(before, colCPU(c))
+			after = append(after, colCPU(c+40))
+		}
+		within10(t, state+": heatmap columns' CPU", before, after)
+		if colCount(5) < 2*colCount(45)-3 {
+			t.Fatalf("%s: %d samples a second before the change, %d after: the rate did not halve", state, colCount(5), colCount(45))
+		}
+		if math.Abs(colCPU(5)-1) > 0.03 {
+			t.Fatalf("%s: a busy CPU's second shows %v CPU-seconds, want 1", state, colCPU(5))
+		}
+
+		for _, step := range []int64{sec, 10 * sec} { // scanned, and from the blocks' summaries
+			tl, _, err := db.Timeline(ctx, r, step, &f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := int(40 * sec / step)
+			before, after = nil, nil
+			for i := 1; i < n-1; i++ {
+				before = append(before, float64(tl.CPUNs[i]))
+				after = append(after, float64(tl.CPUNs[i+n]))
+			}
+			if step == 10*sec {
+				before, after = []float64{float64(tl.CPUNs[1]), float64(tl.CPUNs[2])}, []float64{float64(tl.CPUNs[5]), float64(tl.CPUNs[6])}
+			}
+			within10(t, state+": timeline CPU, step "+time.Duration(step).String(), before, after)
+		}
+
+		pc, _, err := PerCPUOf(ctx, db, r, &f, sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pc.CPUs) != 1 || pc.Unit != UnitCPUSeconds {
+			t.Fatalf("per-CPU: CPUs %v, unit %q", pc.CPUs, pc.Unit)
+		}
+		within10(t, state+": per-CPU", pc.CPU[0][1:39], pc.CPU[0][41:79])
+
+		p, _, err := PprofOf(ctx, db, r, &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, s := range p.Sample {
+			total += s.Value[1]
+		}
+		if total != cpuNs {
+			t.Fatalf("%s: pprof CPU %d ns, the samples' periods add up to %d", state, total, cpuNs)
+		}
+		if share := float64(total) / float64(p.DurationNanos); share > 1.001 {
+			t.Fatalf("%s: pprof says a process on one CPU took %.1f%% of it (%d ns in %d ns)", state, 100*share, total, p.DurationNanos)
+		}
+	}
+}
