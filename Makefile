@@ -5,10 +5,16 @@ BIN := bin/heatscope
 # BPF tests in different packages must not compete for the CPUs they measure.
 TESTFLAGS ?= -count=1 -p 1 -timeout 20m
 
-.PHONY: build generate test bench run fuzz clean
+# Where make install puts bin/heatscope (DESTDIR for staged installs).
+PREFIX ?= /usr/local
+
+.PHONY: build generate test bench run fuzz clean install
 
 build:
 	$(GO) build -o $(BIN) ./cmd/heatscope
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/heatscope
 
 # Rebuilds the committed bpf2go output; needs clang, llvm and bpftool.
 generate:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/pprof/profile"
 
@@ -81,7 +82,30 @@ func Detect(head []byte) (Format, error) {
 	if _, err := profile.ParseData(head); err == nil {
 		return FormatPprof, nil
 	}
-	return FormatUnknown, errors.New("detect format: neither perf script, folded stacks nor pprof")
+	return FormatUnknown, fmt.Errorf("detect format: %s", unknownLine(head))
+}
+
+// unknownLine says where a head of no known format goes wrong: the first
+// line that is not blank or a comment, which must be a perf script event
+// or a folded stack when the file is text.
+func unknownLine(head []byte) string {
+	const why = "neither perf script, folded stacks nor pprof"
+	// The head may end within a character: leave its last bytes out.
+	if bytes.IndexByte(head, 0) >= 0 || !utf8.Valid(head[:max(0, len(head)-utf8.UTFMax)]) {
+		return "binary data that is not pprof: " + why
+	}
+	for n, line := range bytes.Split(head, []byte("\n")) {
+		line = bytes.TrimRight(line, "\r")
+		if t := bytes.TrimSpace(line); len(t) == 0 || t[0] == '#' {
+			continue
+		}
+		if len(line) > 60 {
+			line = append(line[:57:57], "..."...)
+		}
+		return fmt.Sprintf("line %d: %q is %s: want a perf script event line (comm pid/tid [cpu] seconds: event:) "+
+			"or a folded stack (frame;frame;frame count)", n+1, line, why)
+	}
+	return why
 }
 
 // gunzipHead decompresses as much of a gzip stream's head as it holds.

@@ -122,3 +122,16 @@ func TestFormatString(t *testing.T) {
 		}
 	}
 }
+
+// TestDetectNamesTheLine checks that a file of no known format is refused
+// naming the first line that is neither perf script nor folded stacks.
+func TestDetectNamesTheLine(t *testing.T) {
+	_, err := Detect([]byte("# a comment\n\nthis is not a profile\nnor this\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 3: "this is not a profile"`) {
+		t.Errorf("garbage text: %v, want line 3 named", err)
+	}
+	_, err = Detect([]byte{0x00, 0x01, 0xfe, 0x42, 0x42, 0x42, 0x42, 0x42})
+	if err == nil || !strings.Contains(err.Error(), "binary data") {
+		t.Errorf("garbage bytes: %v, want binary data named", err)
+	}
+}

@@ -46,6 +46,9 @@ func ParseTime(param, s string, now time.Time) (int64, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
+		if _, lerr := time.Parse("2006-01-02T15:04:05.999999999", strings.Replace(s, " ", "T", 1)); lerr == nil {
+			return 0, paramErr(param, "%q has no time zone: add Z for UTC or an offset like +02:00 (%sZ)", s, s)
+		}
 		return 0, paramErr(param, "%q is not RFC 3339, Unix seconds or a duration ago like -5m", s)
 	}
 	if t.Year() < 1678 || t.Year() > 2261 { // outside what int64 nanoseconds hold

@@ -75,3 +75,17 @@ func TestParseFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestParseTimeWithoutZone checks that an RFC 3339 time without its zone
+// is refused with the reason and the fix.
+func TestParseTimeWithoutZone(t *testing.T) {
+	for _, s := range []string{"2026-11-21T14:03:00", "2026-11-21T14:03:00.25", "2026-11-21 14:03:00"} {
+		_, err := ParseTime("from", s, time.Now())
+		if err == nil || !strings.Contains(err.Error(), "no time zone") || !strings.Contains(err.Error(), "add Z") {
+			t.Errorf("ParseTime(%q): %v, want an error saying the zone is missing", s, err)
+		}
+	}
+	if _, err := ParseTime("from", "2026-11-21T14:03:00Z", time.Now()); err != nil {
+		t.Errorf("with Z: %v", err)
+	}
+}

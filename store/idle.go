@@ -86,3 +86,18 @@ func (l *lazyIdle) isIdle(thread, stack uint32) bool {
 	}
 	return l.stacks[stack] == 1
 }
+
+// IsIdle reports whether a sample of command comm whose stack holds these
+// functions is a CPU's idle loop: the rule queries apply when they leave
+// idle samples out.
+func IsIdle(comm string, functions []string) bool {
+	if !strings.HasPrefix(comm, "swapper") {
+		return false
+	}
+	for _, f := range functions {
+		if idleFrame.MatchString(f) {
+			return true
+		}
+	}
+	return false
+}

@@ -60,10 +60,6 @@ func (s *Server) endpoints() map[string]endpoint {
 type selection struct {
 	f store.Filter
 	r store.Range
-	// data spans the selected sources' samples; hasData is false when
-	// they hold none.
-	data    store.Range
-	hasData bool
 }
 
 // parseSelection parses the filter and the from and to parameters. When
@@ -79,7 +75,7 @@ func (s *Server) parseSelection(p *params, optional bool) (*selection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &selection{f: f, r: r, data: whole, hasData: ok}, nil
+	return &selection{f: f, r: r}, nil
 }
 
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }
@@ -397,9 +393,6 @@ func (s *Server) pprof(ctx context.Context, p *params, rep *reply) (store.Warnin
 	prof, warnings, err := query.PprofOf(ctx, s.db, sel.r, &sel.f)
 	if err != nil {
 		return warnings, fmt.Errorf("pprof: %w", err)
-	}
-	if len(prof.Sample) == 0 {
-		return warnings, &query.NoSamplesError{Range: sel.r, Data: sel.data, HasData: sel.hasData}
 	}
 	if err := profileio.WritePprof(rep, prof); err != nil {
 		return warnings, fmt.Errorf("pprof: %w", err)

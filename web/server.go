@@ -371,17 +371,13 @@ func warningValue(text string) string {
 }
 
 // fail sends err as an error response: 400 naming the parameter for bad
-// parameters, 404 for a download of a range without samples, 413 for
-// responses too large, 503 for queries out of time, and 500 for the rest,
-// whose details go to the log only.
+// parameters, 413 for responses too large, 503 for queries out of time,
+// and 500 for the rest, whose details go to the log only.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *query.ParamError
-	var none *query.NoSamplesError
 	switch {
 	case errors.As(err, &pe):
 		writeError(w, http.StatusBadRequest, pe.Error(), pe.Param)
-	case errors.As(err, &none):
-		writeError(w, http.StatusNotFound, none.Error(), "")
 	case errors.Is(err, errTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
 			"response too large (more than %d bytes): narrow the range or add filters", s.opts.MaxResponseBytes), "")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,11 +21,8 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	source := fs.String("source", "", "source name for the imported samples (default: each file's base name)")
 	span := fs.Duration("span", time.Minute, "folded stacks carry no times: spread them over this long, ending at import time")
 	foldedComm := fs.Bool("folded-comm", true, "the first frame of folded stacks is the command, as heatscope export and stackcollapse-perf.pl write them")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
+	if err := parseQuietly(fs, args); err != nil {
+		return err
 	}
 	files := fs.Args()
 	if len(files) == 0 {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +214,7 @@ func TestOverheadGuard(t *testing.T) {
 		t.Errorf("no progress line at 200 Hz:\n%s", log)
 	}
 	periods := map[int64]bool{}
+	var cpuNs int64 // what the blocks' samples weigh, each at its block's period
 	metas, _ := filepath.Glob(filepath.Join(data, "blocks", "*", "meta.json"))
 	for _, path := range metas {
 		b, err := os.ReadFile(path)
@@ -220,14 +223,49 @@ func TestOverheadGuard(t *testing.T) {
 		}
 		var meta struct {
 			PeriodNs int64 `json:"periodNs"`
+			Samples  int64 `json:"samples"`
 		}
 		if err := json.Unmarshal(b, &meta); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		periods[meta.PeriodNs] = true
+		cpuNs += meta.Samples * meta.PeriodNs
 	}
 	if !periods[1e9/400] || !periods[1e9/200] {
 		t.Errorf("blocks state periods %v, want both %d (400 Hz) and %d (200 Hz)", periods, int64(1e9/400), int64(1e9/200))
+	}
+	// The summary counts the blocks written, and says how to look at them.
+	if m := regexp.MustCompile(`data directory \S+: (\d+) blocks, (\d+) bytes`).FindStringSubmatch(log); m == nil || m[1] != strconv.Itoa(len(metas)) || m[2] == "0" {
+		t.Errorf("summary %q, want the %d blocks written", m, len(metas))
+	}
+	if !strings.Contains(log, "heatscope serve --data "+data) {
+		t.Errorf("no line saying how to serve what was recorded:\n%s", log)
+	}
+	// Exports across the change weigh each sample by its own period: the
+	// whole recording adds up to the blocks' samples times their periods,
+	// and the single-threaded fixture never takes more than one CPU.
+	all := filepath.Join(dir, "all.pb.gz")
+	if _, stderr, err := runHeatscope(bin, "export", "--data", data, "--idle", "include", "-o", all); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
+	}
+	var total int64
+	for _, s := range readProfile(t, all).Sample {
+		total += s.Value[1]
+	}
+	if total != cpuNs {
+		t.Errorf("export of the whole recording: %d ns of CPU, its blocks' samples weigh %d ns", total, cpuNs)
+	}
+	hot := filepath.Join(dir, "hotc.pb.gz")
+	if _, stderr, err := runHeatscope(bin, "export", "--data", data, "--comm", "hotc", "-o", hot); err != nil {
+		t.Fatalf("export --comm hotc: %v\n%s", err, stderr)
+	}
+	p := readProfile(t, hot)
+	total = 0
+	for _, s := range p.Sample {
+		total += s.Value[1]
+	}
+	if share := float64(total) / float64(p.DurationNanos); share > 1.02 || total == 0 {
+		t.Errorf("export --comm hotc: %.1f%% of a CPU (%d ns in %d ns), want at most 100%% for one thread", 100*share, total, p.DurationNanos)
 	}
 }
 

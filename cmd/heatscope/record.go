@@ -61,7 +61,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		"and raised back when the cost allows (0: no guard)")
 	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the agent's own Go heap profile into this existing directory (to compare with go tool pprof -diff_base; '' for none)")
 	config := addConfigFlag(fs)
-	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token)")
+	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token or --insecure-listen)")
 	ef := addEventFlags(fs)
 	sf := addSaturationFlags(fs)
 	shf := addShipFlags(fs)
@@ -161,6 +161,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	if *data == "" && listenSet && *wf.listen != "" {
 		return usageError{errors.New("--listen serves the data directory: give --data too")}
+	}
+	if *data != "" {
+		if _, err := wf.authToken(); err != nil {
+			return err
+		}
 	}
 
 	if *heapDir != "" {
@@ -336,6 +341,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 		st := db.Stats()
 		fmt.Fprintf(stderr, "data directory %s: %d blocks, %d bytes, %d samples lost\n", *data, st.Blocks, st.BlockBytes, st.Lost)
+		fmt.Fprintf(stderr, "look at it: heatscope serve --data %s   (then open http://%s/)\n", shellQuote(*data), defaultListen)
 	}
 	if ship != nil {
 		ship.finish(stderr)
@@ -359,7 +365,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "wrote %s (%s)\n", *output, *format)
 	}
 	if *top > 0 {
-		printTop(stdout, profileio.TopFunctions(prof), *top)
+		busy, idle := withoutIdle(prof)
+		printTop(stdout, profileio.TopFunctions(busy), *top)
+		if idle > 0 {
+			fmt.Fprintf(stdout, "(%d CPU idle samples left out, as export and the UI do)\n", idle)
+		}
 	}
 	return nil
 }
@@ -456,6 +466,40 @@ func printSummary(rec *recorder.Recorder, elapsed time.Duration, w io.Writer) {
 			st.ExitRunTime.Seconds(), 100*st.ExitRunTime.Seconds()/elapsed.Seconds())
 	}
 	fmt.Fprintln(w)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./+,:=@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// withoutIdle returns p without its CPU idle samples (store.IsIdle), and
+// how many it left out.
+func withoutIdle(p *profile.Profile) (*profile.Profile, int64) {
+	busy := p.Copy()
+	all := busy.Sample
+	busy.Sample = nil
+	var idle int64
+	var names []string
+	for _, s := range all {
+		names = names[:0]
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				if line.Function != nil {
+					names = append(names, line.Function.Name)
+				}
+			}
+		}
+		if comm := s.Label["comm"]; len(comm) > 0 && store.IsIdle(comm[0], names) {
+			idle += s.Value[0]
+			continue
+		}
+		busy.Sample = append(busy.Sample, s)
+	}
+	return busy, idle
 }
 
 func printTop(w io.Writer, top []profileio.FunctionCount, n int) {

@@ -28,22 +28,27 @@ const defaultListen = "127.0.0.1:7070"
 const tokenEnv = "HEATSCOPE_AUTH_TOKEN"
 
 // webFlags are the flags of the commands that serve the UI and API.
-type webFlags struct{ listen, token *string }
+type webFlags struct {
+	listen, token *string
+	insecure      *bool
+}
 
 func addWebFlags(fs *flag.FlagSet, listenHelp string) webFlags {
 	return webFlags{
 		listen: fs.String("listen", defaultListen, listenHelp),
 		token: fs.String("auth-token", "", "require this token on every request (default: $"+tokenEnv+
 			"); give one to serve beyond this machine"),
+		insecure: fs.Bool("insecure-listen", false, "serve a non-loopback --listen address without --auth-token: anyone who can reach it reads the profiles"),
 	}
 }
 
 // server returns the web server for db with opts (metrics, health) and the
-// flags' token.
+// flags' token. A non-loopback address without a token is refused unless
+// --insecure-listen says so.
 func (wf webFlags) server(db *store.DB, opts web.Options) (*web.Server, error) {
-	token := *wf.token
-	if token == "" {
-		token = os.Getenv(tokenEnv)
+	token, err := wf.authToken()
+	if err != nil {
+		return nil, err
 	}
 	opts.AuthToken, opts.Logger = token, slog.Default()
 	srv, err := web.New(db, opts)
@@ -53,11 +58,40 @@ func (wf webFlags) server(db *store.DB, opts web.Options) (*web.Server, error) {
 	return srv, nil
 }
 
+// authToken returns the token of --auth-token or $HEATSCOPE_AUTH_TOKEN; it
+// refuses to serve a non-loopback --listen address without one, unless
+// --insecure-listen says so.
+func (wf webFlags) authToken() (string, error) {
+	token := *wf.token
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	if token == "" && !*wf.insecure && *wf.listen != "" && !isLoopback(*wf.listen) {
+		return "", usageError{fmt.Errorf("--listen %s serves beyond this machine: give --auth-token (or $%s), "+
+			"or --insecure-listen to serve without authentication", *wf.listen, tokenEnv)}
+	}
+	return token, nil
+}
+
+// isLoopback reports whether addr (host:port) names a loopback address:
+// localhost or a loopback IP. An empty host is every address.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func runServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [--data DIR] [--objstore-config FILE] [--listen ADDR] [--auth-token TOKEN]", stderr)
 	qf := addQueryFlags(fs, "data directory to serve (opened read-only: no privileges needed)")
 	config := addConfigFlag(fs)
-	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token)")
+	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token or --insecure-listen)")
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}

@@ -176,13 +176,21 @@ func TestServe(t *testing.T) {
 	}
 }
 
-// TestServeOffLoopback serves on every address: without a token it warns
-// loudly; with one it asks for it.
+// TestServeOffLoopback serves on every address: without a token it is
+// refused, with --insecure-listen it warns loudly; with a token it asks
+// for it.
 func TestServeOffLoopback(t *testing.T) {
 	bin, _, data := importedDataDir(t, 10)
 
 	port := freePort(t)
-	d := startDaemon(t, bin, "serve", "--data", data, "--listen", "0.0.0.0:"+port)
+	for _, cmd := range [][]string{{"serve", "--data", data}, {"record", "--data", filepath.Join(t.TempDir(), "rec"), "--duration", "1s"}} {
+		_, stderr, err := runHeatscope(bin, append(cmd, "--listen", "0.0.0.0:"+port)...)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(stderr, "--auth-token") || !strings.Contains(stderr, "--insecure-listen") {
+			t.Fatalf("%s on 0.0.0.0 without a token: %v, stderr %q; want exit status 2 naming --auth-token and --insecure-listen", cmd[0], err, stderr)
+		}
+	}
+	d := startDaemon(t, bin, "serve", "--data", data, "--listen", "0.0.0.0:"+port, "--insecure-listen")
 	waitServing(t, d, "http://127.0.0.1:"+port+"/api/sources")
 	d.stop(t)
 	if log := d.log(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "WITHOUT AUTHENTICATION") || !strings.Contains(log, "--auth-token") {

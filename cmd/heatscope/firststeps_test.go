@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/heatscope/heatscope/profileio"
+	"github.com/heatscope/heatscope/sample"
+)
+
+// runIn runs heatscope in this process and returns its exit status and
+// what it printed.
+func runIn(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestFlagErrorIsLast checks that a bad flag value prints its error as the
+// last line, without the flag list above it, and that -h lists the flags.
+func TestFlagErrorIsLast(t *testing.T) {
+	for _, args := range [][]string{{"record", "--duration", "abc"}, {"export", "--nosuchflag"}, {"import", "--span", "x"}} {
+		code, _, stderr := runIn(args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code != 2 || len(lines) != 1 || !strings.Contains(last, args[1][1:]) || !strings.Contains(last, "heatscope "+args[0]+" -h") {
+			t.Errorf("%q: exit %d, stderr %q; want one line naming %s and -h", args, code, stderr, args[1])
+		}
+	}
+	code, _, stderr := runIn("record", "-h")
+	if code != 0 || !strings.Contains(stderr, "flags:") || !strings.Contains(stderr, "-duration") {
+		t.Errorf("record -h: exit %d, stderr %q; want the flag list", code, stderr)
+	}
+}
+
+// TestExportOutsideTheData exports ranges that hold no sample: the error
+// says so and where the data starts and ends, and no file is left.
+func TestExportOutsideTheData(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	script := filepath.Join(dir, "capture.perf")
+	writePerfScript(t, script, 300) // at 5000 s after the epoch: long ago
+	if code, _, stderr := runIn("import", "--data", data, script); code != 0 {
+		t.Fatalf("import: %d %s", code, stderr)
+	}
+	out := filepath.Join(dir, "out.pb.gz")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", "-1m"}, "no samples at or after "},
+		{[]string{"--to", "1970-01-01T00:00:01Z"}, "no samples before 1970-01-01T00:00:01Z"},
+		{[]string{"--from", "-1m", "--to", "-0s"}, "no samples from "},
+		{[]string{"--comm", "nosuchcommand"}, "no samples from 1970-01-01T01:23:20Z"},
+	} {
+		code, _, stderr := runIn(append([]string{"export", "--data", data, "-o", out}, tc.args...)...)
+		if code == 0 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "samples span 1970-01-01T01:23:20Z to 1970-01-01T01:23:22.99") ||
+			strings.Contains(stderr, "must be after") {
+			t.Errorf("export %q: exit %d, %q; want %q and where the data is", tc.args, code, stderr, tc.want)
+		}
+		if m, _ := filepath.Glob(out); len(m) != 0 {
+			t.Errorf("export %q left %s behind", tc.args, out)
+		}
+	}
+	code, _, stderr := runIn("export", "--data", data, "-o", out, "--from", "-1m", "--to", "-2m")
+	if code != 2 || !strings.Contains(stderr, "--to must be after --from") {
+		t.Errorf("export with --to before --from: %d %q", code, stderr)
+	}
+}
+
+// TestTopLeavesIdleOut checks that record --top counts no CPU idle
+// samples, as export and the UI do by default.
+func TestTopLeavesIdleOut(t *testing.T) {
+	b := profileio.NewPprofBuilder(int64(1e9) / 99)
+	idle := sample.Sample{Comm: "swapper/0", Stack: []sample.Frame{{Function: "pv_native_safe_halt", Kind: sample.KindKernel},
+		{Function: "default_idle", Kind: sample.KindKernel}}}
+	busy := sample.Sample{Comm: "gzip", PID: 9, TID: 9, Stack: []sample.Frame{{Function: "deflate", Module: "/usr/bin/gzip", Kind: sample.KindUser}}}
+	irq := sample.Sample{Comm: "swapper/1", Stack: []sample.Frame{{Function: "e1000_intr", Kind: sample.KindKernel}}}
+	for range 37 {
+		b.Add(&idle)
+	}
+	for range 60 {
+		b.Add(&busy)
+	}
+	for range 3 {
+		b.Add(&irq)
+	}
+	kept, left := withoutIdle(b.Profile())
+	var out bytes.Buffer
+	printTop(&out, profileio.TopFunctions(kept), 5)
+	if left != 37 || strings.Contains(out.String(), "halt") || !strings.Contains(out.String(), " 95.24% ") ||
+		!strings.Contains(out.String(), "e1000_intr") {
+		t.Fatalf("%d idle samples left out; top:\n%s", left, out.String())
+	}
+}
+
+// TestMakeInstall installs with make into a temporary PREFIX, as README
+// says, and runs what it installed.
+func TestMakeInstall(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed: make install cannot be tried")
+	}
+	prefix := t.TempDir()
+	out, err := exec.Command("make", "-C", filepath.Join("..", ".."), "install", "PREFIX="+prefix).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make install PREFIX=%s: %v\n%s", prefix, err, out)
+	}
+	bin := filepath.Join(prefix, "bin", "heatscope")
+	_, stderr, err := runHeatscope(bin, "--help")
+	if err != nil || !strings.Contains(stderr, "heatscope COMMAND") {
+		t.Fatalf("%s --help: %v\n%s", bin, err, stderr)
+	}
+}
