@@ -83,6 +83,12 @@ type Meta struct {
 	Bytes int64 `json:"bytes"`
 	// PeriodNs is the sampling period, when known (0 otherwise).
 	PeriodNs int64 `json:"periodNs,omitempty"`
+	// Files lists the SHA-256s (hex) of the imported files the block
+	// holds samples of.
+	Files []string `json:"files,omitempty"`
+	// Relative is true when the times are an import's own clock, not
+	// wall time.
+	Relative bool `json:"relative,omitempty"`
 }
 
 // chunkRef locates one chunk in the data file.

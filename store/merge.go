@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -35,6 +36,12 @@ func mergedMeta(metas []Meta) Meta {
 		// The data directory's compaction merges blocks of one period
 		// only; a merge of several states the longest.
 		meta.PeriodNs = max(meta.PeriodNs, m.PeriodNs)
+		meta.Relative = meta.Relative || m.Relative
+		for _, f := range m.Files {
+			if !slices.Contains(meta.Files, f) {
+				meta.Files = append(meta.Files, f)
+			}
+		}
 	}
 	meta.Level = min(meta.Level, len(levelFactors))
 	return meta

@@ -24,6 +24,10 @@ type SourceInfo struct {
 	Imported bool `json:"imported"`
 	// PeriodNs is the sampling period, when known.
 	PeriodNs int64 `json:"periodNs,omitempty"`
+	// Relative is true for an import whose times are not wall-clock
+	// times but the capture's own clock (seconds since its machine
+	// booted): show them relative to First.
+	Relative bool `json:"relative,omitempty"`
 }
 
 // Sources lists the sources in the store, by name.
@@ -31,7 +35,7 @@ func (db *DB) Sources() []SourceInfo {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
 	bySource := map[string]*SourceInfo{}
-	add := func(name string, first, last int64, n int, imported bool, period int64) {
+	add := func(name string, first, last int64, n int, imported bool, period int64) *SourceInfo {
 		s, ok := bySource[name]
 		if !ok {
 			s = &SourceInfo{Name: name, First: first, Last: last, Imported: imported}
@@ -39,9 +43,11 @@ func (db *DB) Sources() []SourceInfo {
 		}
 		s.First, s.Last, s.Samples = min(s.First, first), max(s.Last, last), s.Samples+n
 		s.PeriodNs = max(s.PeriodNs, period)
+		return s
 	}
 	for _, b := range db.blocks {
-		add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0, b.Meta.PeriodNs)
+		s := add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0, b.Meta.PeriodNs)
+		s.Relative = s.Relative || b.Meta.Relative
 	}
 	heads := []*Table{}
 	for _, s := range db.sealing {
@@ -74,18 +80,65 @@ type ImportStats struct {
 	Last    int64
 }
 
+// ImportOptions describes imported data.
+type ImportOptions struct {
+	// PeriodNs is the sampling period of the imported data, 0 when
+	// unknown.
+	PeriodNs int64
+	// File identifies the imported file (its SHA-256, in hex), kept in
+	// the blocks' meta: the same file is not imported into a source twice.
+	File string
+	// Replace drops what the source held once the import has succeeded;
+	// without it, a File the source already holds is refused
+	// (ErrAlreadyImported).
+	Replace bool
+	// Relative marks times that are the capture's own clock, not wall
+	// time (SourceInfo.Relative).
+	Relative bool
+}
+
+// ErrAlreadyImported is returned (wrapped) by ImportWith when the source
+// already holds the file.
+var ErrAlreadyImported = errors.New("already imported")
+
 // Import stores the samples read calls fn with as source, in blocks
 // written directly (imports bypass the head and WAL). It is all or nothing:
 // when read or a write fails, the blocks already written are removed.
 //
 // periodNs is the sampling period of the imported data, 0 when unknown.
 func (db *DB) Import(source string, periodNs int64, read func(fn func(*sample.Sample) error) error) (st ImportStats, err error) {
+	return db.ImportWith(source, ImportOptions{PeriodNs: periodNs}, read)
+}
+
+// ImportWith is Import with options: the file's identity, which a source
+// holds once, and whether the samples replace the source's.
+func (db *DB) ImportWith(source string, opts ImportOptions, read func(fn func(*sample.Sample) error) error) (st ImportStats, err error) {
 	if db.opts.ReadOnly {
 		return st, errors.New("import: data directory opened read-only")
 	}
 	if source == "" {
 		return st, errors.New("import: empty source name")
 	}
+	var replaced []string
+	db.mu.RLock()
+	for _, b := range db.blocks {
+		if b.Meta.Source != source {
+			continue
+		}
+		replaced = append(replaced, b.Meta.ID)
+		if opts.File != "" && !opts.Replace && slices.Contains(b.Meta.Files, opts.File) {
+			db.mu.RUnlock()
+			return st, fmt.Errorf("import %s: %w: source %q already holds this file (SHA-256 %s, imported %s): "+
+				"import it as another source, or give --replace to replace the source's samples", source, ErrAlreadyImported,
+				source, opts.File[:min(12, len(opts.File))], time.UnixMilli(b.Meta.ImportedAt).UTC().Format(time.RFC3339))
+		}
+	}
+	db.mu.RUnlock()
+	var files []string
+	if opts.File != "" {
+		files = []string{opts.File}
+	}
+	periodNs := opts.PeriodNs
 	importedAt := time.Now().UnixMilli()
 	var written []string
 	defer func() {
@@ -103,7 +156,7 @@ func (db *DB) Import(source string, periodNs int64, read func(fn func(*sample.Sa
 		first, last := slices.Min(t.Time), slices.Max(t.Time)
 		db.writeMu.Lock()
 		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, Node: db.opts.Node, NodeLabels: db.opts.NodeLabels,
-			ImportedAt: importedAt, PeriodNs: periodNs}, t)
+			ImportedAt: importedAt, PeriodNs: periodNs, Files: files, Relative: opts.Relative}, t)
 		if err == nil {
 			written = append(written, meta.ID)
 			err = db.addBlock(meta, nil, nil)
@@ -133,6 +186,11 @@ func (db *DB) Import(source string, periodNs int64, read func(fn func(*sample.Sa
 	}
 	if err := flush(); err != nil {
 		return st, fmt.Errorf("import %s: %w", source, err)
+	}
+	if opts.Replace && len(replaced) > 0 {
+		db.writeMu.Lock() // not while a compaction merges them
+		db.removeBlocks(replaced)
+		db.writeMu.Unlock()
 	}
 	return st, nil
 }

@@ -90,6 +90,10 @@ type sourceJSON struct {
 	Samples  int     `json:"samples"`
 	Imported bool    `json:"imported"`
 	PeriodNs int64   `json:"periodNs"`
+	// Relative is true for an import whose times are the capture's own
+	// clock (seconds since its machine booted), not wall time: show times
+	// as seconds from First, never as dates.
+	Relative bool `json:"relative"`
 }
 
 func (s *Server) sources(_ context.Context, _ *params, rep *reply) (store.Warnings, error) {
@@ -97,7 +101,7 @@ func (s *Server) sources(_ context.Context, _ *params, rep *reply) (store.Warnin
 	out := make([]sourceJSON, len(list))
 	for i, src := range list {
 		out[i] = sourceJSON{Name: src.Name, First: seconds(src.First), Last: seconds(src.Last), Samples: src.Samples,
-			Imported: src.Imported, PeriodNs: src.PeriodNs}
+			Imported: src.Imported, PeriodNs: src.PeriodNs, Relative: src.Relative}
 	}
 	return nil, rep.json(out)
 }

@@ -1,0 +1,96 @@
+package profileio
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// TestReadPerfScriptHeader reads the header of a real capture
+// (testdata/perf-record-header.perf: perf record -F 99 -g of a shell
+// loop, then perf script --header, perf 6.1).
+func TestReadPerfScriptHeader(t *testing.T) {
+	f, err := os.Open("testdata/perf-record-header.perf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, err := ReadPerfScriptHeader(f, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2026, 11, 24, 21, 41, 23, 0, time.UTC)
+	if !h.CapturedOn.Equal(want) || !h.HasSampleTimes || h.FirstSample != 3269_555182000 || h.LastSample != 3272_521358000 ||
+		h.PeriodNs != int64(time.Second)/99 {
+		t.Fatalf("header %+v; want captured on %v, samples 3269.555182 to 3272.521358, period %d", h, want, int64(time.Second)/99)
+	}
+	// The header's sample times are the samples'.
+	f.Seek(0, 0)
+	var first, last int64
+	n := 0
+	if err := ReadPerfScript(f, func(s *sample.Sample) error {
+		if n == 0 {
+			first = s.Time
+		}
+		last, n = s.Time, n+1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 20 || first != h.FirstSample || last != h.LastSample {
+		t.Fatalf("%d samples from %d to %d; the header says %d to %d", n, first, last, h.FirstSample, h.LastSample)
+	}
+}
+
+func TestEventPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want int64
+	}{
+		{"name = cpu-clock:ppp, , id = { 61, 62 }, type = 1, size = 128, { sample_period, sample_freq } = 99, sample_type = IP|TID, freq = 1, precise_ip = 3", 10101010},
+		{"name = cycles, , id = { 7 }, type = 0, size = 136, { sample_period, sample_freq } = 4000, sample_type = IP|TID|TIME|PERIOD, read_format = ID, freq = 1", 250000},
+		{"name = cpu-clock, , id = { 7 }, type = 1, size = 136, { sample_period, sample_freq } = 1000000, sample_type = IP|TID|TIME", 1000000},
+		{"name = cycles, , id = { 7 }, type = 0, size = 136, { sample_period, sample_freq } = 100003, sample_type = IP", 0}, // cycles, not time
+		{"name = cpu-clock, sample_freq = 49, freq = 1", 20408163},
+		{"garbage { without = an end", 0},
+	} {
+		if got := eventPeriod([]byte(tc.line)); got != tc.want {
+			t.Errorf("eventPeriod(%q) = %d, want %d", tc.line, got, tc.want)
+		}
+	}
+}
+
+// TestPeriodFromSpacing estimates the period of a header-less script from
+// the gaps between one CPU's samples.
+func TestPeriodFromSpacing(t *testing.T) {
+	var b strings.Builder
+	for i := range 200 { // two CPUs in turn, 5 ms apart
+		ns := int64(1000e9) + int64(i)*5e6
+		fmt.Fprintf(&b, "java 1/1 [%03d] %d.%06d: cpu-clock:\n\t0 f (/x)\n\n", i%2, ns/1e9, ns%1e9/1e3)
+	}
+	script := b.String()
+	got, err := PeriodFromSpacing(strings.NewReader(script), 10_000)
+	if err != nil || got != 10e6 {
+		t.Fatalf("period %d, %v; want 10 ms (each CPU sampled every 10 ms)", got, err)
+	}
+	if got, err := PeriodFromSpacing(strings.NewReader("java 1/1 [000] 5.000000: cpu-clock:\n\t0 f (/x)\n"), 10); err != nil || got != 0 {
+		t.Fatalf("one sample: %d, %v; want 0", got, err)
+	}
+}
+
+func FuzzReadPerfScriptHeader(f *testing.F) {
+	if b, err := os.ReadFile("testdata/perf-record-header.perf"); err == nil {
+		f.Add(string(b[:min(len(b), 3000)]))
+	}
+	f.Add("# captured on : Mon Jan  2 15:04:05 2006\n# event : name = x, { sample_period, sample_freq } = 0, freq = 1\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		h, err := ReadPerfScriptHeader(strings.NewReader(text), time.UTC)
+		if err == nil && h.PeriodNs < 0 {
+			t.Fatalf("negative period %d", h.PeriodNs)
+		}
+	})
+}
