@@ -271,11 +271,18 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	progressDue := reportProgress(rec, start, *progress, stderr)
+	var pidsLeft *pidWatch
+	if len(cfg.PIDs) > 0 {
+		pidsLeft = newPIDWatch(cfg.PIDs, pidCheckInterval, slog.Default())
+	}
 	rec.OnPoll(func() {
 		if db != nil {
 			db.Tick()
 		}
 		progressDue()
+		if pidsLeft != nil {
+			pidsLeft.check(time.Now())
+		}
 	})
 	stopEvents := func() {}
 	if db != nil && *ef.kmsg != "" {
@@ -373,6 +380,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// pidCheckInterval is how often record checks that a --pid process is left.
+const pidCheckInterval = 2 * time.Second
 
 // defaultCacheDir is the user's cache directory for heatscope, or "" when
 // there is none (no $HOME or $XDG_CACHE_HOME).
