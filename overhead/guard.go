@@ -50,6 +50,14 @@ type Config struct {
 	// RaiseAfter is how many windows in a row must be under LowWater
 	// before a raise (default 3).
 	RaiseAfter int
+	// Busy, when not nil, measures the time spent serving queries: the
+	// Guard judges the rest of each window, the sampling path's cost,
+	// and takes no decision on a window spent almost all serving.
+	Busy *Busy
+	// Warmup is how long after Run starts the first window begins
+	// (default 10 s): start-up work (symbols read for the first
+	// processes, caches filled) is not what the agent costs.
+	Warmup time.Duration
 	// OnChange, when not nil, is called after every change of frequency,
 	// with the reason (e.g. to record it as an event).
 	OnChange func(oldHz, newHz float64, reason string)
@@ -61,8 +69,12 @@ type Config struct {
 const (
 	MinFrequencyDefault = 10
 	defaultWindow       = 10 * time.Second
-	defaultLowWater     = 0.6
-	defaultRaiseAfter   = 3
+	defaultWarmup       = 10 * time.Second
+	// minIdleShare is the share of a window that must be spent not
+	// serving queries for the Guard to judge it.
+	minIdleShare      = 0.2
+	defaultLowWater   = 0.6
+	defaultRaiseAfter = 3
 )
 
 // Guard adjusts a Sampler's frequency to keep the agent's CPU under the
@@ -93,6 +105,11 @@ func New(cfg Config, sampler Sampler, meter CPUMeter) (*Guard, error) {
 	if cfg.Window <= 0 {
 		cfg.Window = defaultWindow
 	}
+	if cfg.Warmup < 0 {
+		cfg.Warmup = 0
+	} else if cfg.Warmup == 0 {
+		cfg.Warmup = defaultWarmup
+	}
 	if cfg.LowWater <= 0 || cfg.LowWater >= 1 {
 		cfg.LowWater = defaultLowWater
 	}
@@ -106,13 +123,23 @@ func New(cfg Config, sampler Sampler, meter CPUMeter) (*Guard, error) {
 }
 
 // Run measures every Window until ctx is done. The first window starts
-// when Run does, so start-up (loading kernel symbols) is not counted.
+// Warmup after Run does, so start-up (loading kernel symbols, reading the
+// first processes' binaries) is not counted.
 func (g *Guard) Run(ctx context.Context) error {
+	if _, err := g.meter(); err != nil {
+		return fmt.Errorf("overhead guard: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(g.cfg.Warmup):
+	}
 	prev, err := g.meter()
 	if err != nil {
 		return fmt.Errorf("overhead guard: %w", err)
 	}
 	prevAt := time.Now()
+	prevBusyWall, prevBusyCPU := g.busy(prevAt, prev)
 	t := time.NewTicker(g.cfg.Window)
 	defer t.Stop()
 	for {
@@ -125,11 +152,27 @@ func (g *Guard) Run(ctx context.Context) error {
 				g.cfg.Logger.Warn("overhead guard: cannot measure the agent's CPU", "err", err)
 				continue
 			}
-			share := 100 * (cpu - prev).Seconds() / now.Sub(prevAt).Seconds()
-			prev, prevAt = cpu, now
-			g.Observe(share)
+			busyWall, busyCPU := g.busy(now, cpu)
+			// The window without the time spent serving queries.
+			wall := now.Sub(prevAt) - (busyWall - prevBusyWall)
+			used := cpu - prev - (busyCPU - prevBusyCPU)
+			prev, prevAt, prevBusyWall, prevBusyCPU = cpu, now, busyWall, busyCPU
+			if wall < time.Duration(minIdleShare*float64(g.cfg.Window)) {
+				g.cfg.Logger.Debug("overhead guard: the window was spent serving queries; no decision", "unbusy", wall)
+				continue
+			}
+			g.Observe(100 * max(0, used).Seconds() / wall.Seconds())
 		}
 	}
+}
+
+// busy returns the wall and CPU time spent serving queries so far (0
+// without Config.Busy).
+func (g *Guard) busy(now time.Time, cpu time.Duration) (wall, busyCPU time.Duration) {
+	if g.cfg.Busy == nil {
+		return 0, 0
+	}
+	return g.cfg.Busy.totals(now, cpu)
 }
 
 // Observe takes one window's cost, in percent of one CPU, and changes the

@@ -51,6 +51,13 @@ type Options struct {
 	// returns nil, 503 with its error otherwise. /healthz needs no token
 	// (probes rarely carry one) and tells nothing about what is recorded.
 	Health func() error
+	// Busy, when not nil, hears of every request's start and end, so that
+	// a recorder's overhead guard can leave the CPU spent serving out of
+	// what sampling costs.
+	Busy interface {
+		Enter()
+		Leave()
+	}
 	// ObserveQuery, when not nil, is called after every API request with
 	// its path, HTTP status and duration.
 	ObserveQuery func(endpoint string, status int, elapsed time.Duration)
@@ -423,6 +430,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		loopback = a.IP.IsLoopback()
 	}
 	var h http.Handler = http.HandlerFunc(s.serveHTTP)
+	if b := s.opts.Busy; b != nil {
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b.Enter()
+			defer b.Leave()
+			next.ServeHTTP(w, r)
+		})
+	}
 	switch {
 	case s.opts.AuthToken != "":
 	case loopback:

@@ -26,7 +26,14 @@ const aliveWithin = 10 * time.Second
 type guarded struct {
 	*overhead.Guard
 	bpfStats io.Closer // nil when --bpf-stats or nobody turned them on
+	// busy hears of the requests record's own server serves: their CPU
+	// is not the sampling path's.
+	busy *overhead.Busy
 }
+
+// guardWarmup is how long after recording starts the guard's first window
+// begins: the first processes' binaries are read then.
+const guardWarmup = 5 * time.Second
 
 // newGuard returns the overhead guard of --max-cpu. It counts the BPF
 // program's run time, which the kernel charges to the sampled tasks, when
@@ -58,7 +65,8 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 		}
 		return cpu + st.BPFRunTime + st.ExitRunTime, nil
 	}
-	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: frequencyEvents(db)}, rec, meter)
+	g.busy = overhead.NewBusy(meter)
+	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: frequencyEvents(db), Busy: g.busy, Warmup: guardWarmup}, rec, meter)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("--max-cpu: %w", err)

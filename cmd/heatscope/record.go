@@ -255,8 +255,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	// Deferred after db.Close, so it runs first: no request outlives the DB.
-	stopServer, err := serveWhileRecording(db, wf, listenSet,
-		web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery})
+	webOpts := web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery}
+	if guard != nil {
+		webOpts.Busy = guard.busy
+	}
+	stopServer, err := serveWhileRecording(db, wf, listenSet, webOpts)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/browsertest"
+)
+
+// TestBrowsingDoesNotLowerTheRate records at 99 Hz under the default 1%
+// budget while a browser uses the recorder's own UI for 30 s: selecting
+// ranges in the heatmap (a flame graph and top table each), changing its
+// and reloading. The guard must judge the sampling path, not the
+// queries: the rate stays at 99 Hz.
+func TestBrowsingDoesNotLowerTheRate(t *testing.T) {
+	bpftest.Require(t)
+	ctx := browsertest.Start(t, 1300, 1000, 3*time.Minute)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	start(t, hotc)
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "60s", "--listen", addr,
+		"--block-duration", "10s", "--progress", "5s")
+	url := "http://" + addr
+	waitServing(t, d, url+"/healthz")
+	time.Sleep(3 * time.Second) // a few seconds of samples to look at
+
+	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
+		chromedp.WithPollingTimeout(30*time.Second))
+	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/"), settled); err != nil {
+		t.Fatalf("open the UI: %v\n%s", err, d.log())
+	}
+	clicks, reloads := 0, 0
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+		type layout struct{ X, Y, W, H, Cols, Rows float64 }
+		cell, err := chromedp.Run(ctx, chromedp.Evaluate[layout](`(() => { const c = document.getElementById('heatmap'), r = c.getBoundingClientRect(), d = c.dataset;
+			return {X: r.left + +d.left, Y: r.top + +d.top, W: +d.cellW, H: +d.cellH, Cols: +d.cols, Rows: +d.rows}; })()`))
+		if err != nil {
+			t.Fatalf("heatmap layout: %v", err)
+		}
+		if cell.Cols < 1 || cell.Rows < 1 {
+			t.Fatalf("no heatmap drawn: %+v", cell)
+		}
+		c0 := clicks % int(cell.Cols)
+		c1 := min(c0+1, int(cell.Cols)-1)
+		x0, y0 := cell.X+(float64(c0)+0.5)*cell.W, cell.Y+cell.H*(cell.Rows-0.5)
+		x1, y1 := cell.X+(float64(c1)+0.5)*cell.W, cell.Y+cell.H*0.5
+		actions := []chromedp.Action[chromedp.Void]{chromedp.MouseClickXY(x0, y0), chromedp.MouseClickXY(x1, y1), settled}
+		if clicks%4 == 3 {
+			actions = append(actions, chromedp.Reload(), settled)
+			reloads++
+		}
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("browse (click %d): %v", clicks, err)
+		}
+		clicks++
+	}
+	m := scrape(t, url+"/metrics")
+	hz, changes := metricSum(m, "heatscope_sampling_frequency_hertz"), metricSum(m, "heatscope_sampling_frequency_changes_total")
+	served := metricSum(m, "heatscope_query_duration_seconds_count")
+	d.stop(t)
+	t.Logf("browsed for 30 s: %d selections, %d reloads, %v API requests", clicks, reloads, served)
+	if served < 20 {
+		t.Fatalf("only %v API requests in 30 s of browsing: the test did not load the recorder", served)
+	}
+	if hz != 99 || changes != 0 {
+		t.Fatalf("after 30 s of browsing: %v Hz, %v changes; want 99 Hz, none\n%s", hz, changes, d.log())
+	}
+}

@@ -1,0 +1,104 @@
+package overhead
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeAgent is an agent whose sampling path costs 0.5% of a CPU and whose
+// queries, while one is served, take a whole CPU.
+type fakeAgent struct {
+	start     time.Time
+	mu        sync.Mutex
+	busy      bool
+	busySince time.Time
+	queryCPU  time.Duration
+}
+
+func (a *fakeAgent) meter() (time.Duration, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	q := a.queryCPU
+	if a.busy {
+		q += now.Sub(a.busySince)
+	}
+	return now.Sub(a.start)/200 + q, nil
+}
+
+func (a *fakeAgent) serve(on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if on {
+		a.busySince = now
+	} else {
+		a.queryCPU += now.Sub(a.busySince)
+	}
+	a.busy = on
+}
+
+// runBrowsed runs a Guard over a fakeAgent that serves queries 40% of the
+// time, and returns the frequency after about a dozen windows and the
+// shares it judged.
+func runBrowsed(t *testing.T, accountQueries bool) (hz int, shares []float64) {
+	t.Helper()
+	a := &fakeAgent{start: time.Now()}
+	s := &fixedSampler{hz: 99}
+	cfg := Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var busy *Busy
+	if accountQueries {
+		busy = NewBusy(a.meter)
+		cfg.Busy = busy
+	}
+	g, err := New(cfg, s, a.meter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx) }()
+	var observed []float64
+	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); {
+		if busy != nil {
+			busy.Enter()
+		}
+		a.serve(true)
+		time.Sleep(8 * time.Millisecond)
+		a.serve(false)
+		if busy != nil {
+			busy.Leave()
+		}
+		time.Sleep(12 * time.Millisecond)
+		if sh := g.LastShare(); len(observed) == 0 || observed[len(observed)-1] != sh {
+			observed = append(observed, sh)
+		}
+	}
+	cancel()
+	<-done
+	return s.Frequency(), observed
+}
+
+// TestGuardLeavesQueriesOut serves queries that cost 40 times the
+// sampling path: with Busy the Guard judges the sampling path alone and
+// keeps the rate; without it, it would halve it (the check that the test
+// can fail).
+func TestGuardLeavesQueriesOut(t *testing.T) {
+	hz, shares := runBrowsed(t, true)
+	if hz != 99 {
+		t.Fatalf("with queries accounted apart: %d Hz, shares %v; want 99 Hz", hz, shares)
+	}
+	for _, s := range shares[1:] {
+		if s > 0.8 {
+			t.Fatalf("judged shares %v: queries leaked into the sampling path's cost (0.5%%)", shares)
+		}
+	}
+	if hz, shares := runBrowsed(t, false); hz >= 99 {
+		t.Fatalf("without Busy: %d Hz, shares %v; the test's queries should have looked like agent cost", hz, shares)
+	}
+}
