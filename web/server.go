@@ -378,8 +378,9 @@ func warningValue(text string) string {
 }
 
 // fail sends err as an error response: 400 naming the parameter for bad
-// parameters, 413 for responses too large, 503 for queries out of time,
-// and 500 for the rest, whose details go to the log only.
+// parameters, 413 for responses too large, 503 for queries out of time or
+// storage that does not answer, and 500 for the rest, whose details go to
+// the log only.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *query.ParamError
 	switch {
