@@ -93,8 +93,10 @@ func TestGuardLeavesQueriesOut(t *testing.T) {
 	if hz != 99 {
 		t.Fatalf("with queries accounted apart: %d Hz, shares %v; want 99 Hz", hz, shares)
 	}
+	// Queries take 40% of a CPU; the sampling path 0.5%. Timer jitter on a
+	// busy machine moves a few ms between the two, never tens of %.
 	for _, s := range shares[1:] {
-		if s > 0.8 {
+		if s >= 1 {
 			t.Fatalf("judged shares %v: queries leaked into the sampling path's cost (0.5%%)", shares)
 		}
 	}

@@ -146,12 +146,15 @@ func (g *Guard) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-t.C:
+		case <-t.C:
 			cpu, err := g.meter()
 			if err != nil {
 				g.cfg.Logger.Warn("overhead guard: cannot measure the agent's CPU", "err", err)
 				continue
 			}
+			// The time the meter was read, not the tick's: on a busy
+			// machine this goroutine may run well after its tick.
+			now := time.Now()
 			busyWall, busyCPU := g.busy(now, cpu)
 			// The window without the time spent serving queries.
 			wall := now.Sub(prevAt) - (busyWall - prevBusyWall)
