@@ -45,6 +45,9 @@ echo "== Fleet in MinIO: 50/100/200 nodes x 10 min x 8 CPUs at 99 Hz through hea
 echo "   (the full 1-hour fleet: go run ./bench/fleet -span 1h)"
 { machine; go run ./bench/fleet; } | tee "$out/fleet.md"
 
+echo "== Fleet overview: 500 nodes x 24 h x 8 CPUs, API and UI (headless chromium)"
+{ machine; go run ./bench/overview; } | tee "$out/overview.md"
+
 echo "== perf script import (10 x a 30 s perf record -F 999 -a -g)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null || true' EXIT

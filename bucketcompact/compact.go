@@ -114,12 +114,16 @@ type Compactor struct {
 	metas   map[string]store.Meta
 	marks   map[string]bucketindex.DeletionMark
 	corrupt map[string]string
+	// implied holds when each block a merged block replaced was first
+	// found replaced (Unix ms): its deletion time (markReplaced).
+	implied map[string]int64
 
 	stats counters
 }
 
 type counters struct {
 	passes, failedPasses, merges, mergedParents      atomic.Uint64
+	indexUpdates                                     atomic.Uint64
 	marked, deleted, partialDeleted, corrupt         atomic.Uint64
 	lists, gets, puts, deletes, uploadBytes, dlBytes atomic.Uint64
 	blocks, bucketBytes, indexBytes, lastSuccess     atomic.Int64
@@ -167,7 +171,8 @@ func New(bkt objstore.Bucket, name string, opts Options) (*Compactor, error) {
 		opts.Now = time.Now
 	}
 	return &Compactor{bkt: bkt, name: name, opts: opts, log: opts.Logger,
-		metas: map[string]store.Meta{}, marks: map[string]bucketindex.DeletionMark{}, corrupt: map[string]string{}}, nil
+		metas: map[string]store.Meta{}, marks: map[string]bucketindex.DeletionMark{}, corrupt: map[string]string{},
+		implied: map[string]int64{}}, nil
 }
 
 // Report says what one pass did.
@@ -199,25 +204,44 @@ func (c *Compactor) Run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
+// listing is what a pass starts from: the lock taken, the bucket listed
+// at now, the blocks merged blocks replaced marked.
+type listing struct {
+	now      time.Time
+	blocks   []*blockObj
+	segments []bucketindex.Segment
+}
+
+func (c *Compactor) list(ctx context.Context, rep *Report) (listing, error) {
+	if err := c.lock(ctx); err != nil {
+		return listing{}, err
+	}
+	l := listing{now: c.opts.Now()}
+	var err error
+	if l.blocks, l.segments, err = c.scan(ctx); err != nil {
+		return listing{}, fmt.Errorf("scan: %w", err)
+	}
+	c.markReplaced(l.blocks, l.now, rep)
+	return l, nil
+}
+
 func (c *Compactor) run(ctx context.Context) (Report, error) {
 	rep := Report{Marked: map[string]int{}}
-	if err := c.lock(ctx); err != nil {
+	l, err := c.list(ctx, &rep)
+	if err != nil {
 		return rep, err
 	}
-	now := c.opts.Now()
-	blocks, err := c.scan(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("scan: %w", err)
-	}
-	// 1. Delete what is due: marked blocks past the delay, old partials.
+	now, blocks := l.now, l.blocks
+	// 1. Delete what is due: marked blocks past the delay, in the order
+	// they were marked (a block merged away goes before the block that
+	// replaced it, should that be due too: a pass cut short never leaves
+	// a parent without the merged block that marks it), and old partials.
+	var due []*blockObj
 	kept := blocks[:0]
 	for _, b := range blocks {
 		switch {
 		case b.mark != nil && now.Sub(time.UnixMilli(b.mark.DeletionTime)) >= c.opts.DeleteDelay:
-			if err := c.deleteBlock(ctx, b); err != nil {
-				return rep, err
-			}
-			rep.Deleted++
+			due = append(due, b)
 			continue
 		case b.mark == nil && !b.hasMeta && now.Sub(b.newest) >= c.opts.PartialAge:
 			c.log.Warn("deleting a partial upload", "bucket", c.name, "block", b.key(), "lastWritten", b.newest)
@@ -231,10 +255,14 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 		kept = append(kept, b)
 	}
 	blocks = kept
-	// 2. Mark what a merged block replaces, then retention.
-	if err := c.markReplaced(ctx, blocks, now, &rep); err != nil {
-		return rep, err
+	slices.SortStableFunc(due, func(a, b *blockObj) int { return cmp.Compare(a.mark.DeletionTime, b.mark.DeletionTime) })
+	for _, b := range due {
+		if err := c.deleteBlock(ctx, b); err != nil {
+			return rep, err
+		}
+		rep.Deleted++
 	}
+	// 2. Retention.
 	if err := c.applyRetention(ctx, blocks, now, &rep); err != nil {
 		return rep, err
 	}
@@ -256,12 +284,36 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 		rep.Merges++
 		rep.MergedParents += len(plan)
 		blocks = append(blocks, merged)
-		if err := c.markReplaced(ctx, blocks, now, &rep); err != nil {
-			return rep, err
-		}
+		c.markReplaced(blocks, c.opts.Now(), &rep)
 	}
 	// 4. The index.
-	ix := bucketindex.Index{UpdatedAt: c.opts.Now().UnixMilli()}
+	if err := c.writeIndex(ctx, blocks, l.segments, now, &rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// UpdateIndex rewrites the bucket index from a fresh listing, without
+// deleting, marking or merging anything: what the compactor does between
+// passes (heatscope compact --index-interval), so that query services
+// reading the index follow new uploads within seconds.
+func (c *Compactor) UpdateIndex(ctx context.Context) (Report, error) {
+	rep := Report{Marked: map[string]int{}}
+	l, err := c.list(ctx, &rep)
+	if err != nil {
+		return rep, err
+	}
+	if err := c.writeIndex(ctx, l.blocks, l.segments, l.now, &rep); err != nil {
+		return rep, err
+	}
+	c.stats.indexUpdates.Add(1)
+	return rep, nil
+}
+
+// writeIndex writes the bucket index of a pass that listed the bucket at
+// listedAt.
+func (c *Compactor) writeIndex(ctx context.Context, blocks []*blockObj, segments []bucketindex.Segment, listedAt time.Time, rep *Report) error {
+	ix := bucketindex.Index{UpdatedAt: c.opts.Now().UnixMilli(), ListedAt: listedAt.UnixMilli(), Segments: segments}
 	nodeSet := map[string]bool{}
 	for _, b := range blocks {
 		if b.meta == nil || !b.hasData {
@@ -281,9 +333,10 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 	slices.SortFunc(ix.DeletionMarks, func(a, b bucketindex.DeletionMark) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
 	})
+	slices.SortFunc(ix.Segments, func(a, b bucketindex.Segment) int { return cmp.Compare(a.Name, b.Name) })
 	n, err := bucketindex.Write(ctx, c.bkt, ix)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	c.stats.puts.Add(1)
 	rep.IndexBytes = n
@@ -295,7 +348,7 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 	c.stats.blocks.Store(int64(rep.Blocks))
 	c.stats.bucketBytes.Store(rep.Bytes)
 	c.stats.indexBytes.Store(int64(n))
-	return rep, nil
+	return nil
 }
 
 // live reports whether b is a complete block that is not marked or corrupt.
@@ -314,8 +367,15 @@ func (c *Compactor) markCorrupt(key string, err error) {
 }
 
 // markReplaced marks the blocks that a complete block of their node lists
-// as parents (also after a crash between a merge's upload and its marks).
-func (c *Compactor) markReplaced(ctx context.Context, blocks []*blockObj, now time.Time, rep *Report) error {
+// as parents, without writing anything: the merged block's meta.json,
+// uploaded last, is their deletion mark, made when the merged block was
+// uploaded (its object's time in the listing; the time of the merge for a
+// block this compactor just merged). So a merge costs no request beyond
+// its block's two uploads, there is no window where the merged block is
+// visible and its parents unmarked, and a pass that dies after the upload
+// leaves nothing to repair. One deletion-mark.json a parent (as Thanos
+// writes) would cost a PUT a parent: docs/design.md ("10,000 nodes").
+func (c *Compactor) markReplaced(blocks []*blockObj, now time.Time, rep *Report) {
 	byKey := map[string]*blockObj{}
 	for _, b := range blocks {
 		byKey[b.key()] = b
@@ -325,14 +385,24 @@ func (c *Compactor) markReplaced(ctx context.Context, blocks []*blockObj, now ti
 			continue
 		}
 		for _, p := range b.meta.Parents {
-			if pb := byKey[b.node+"/"+p]; pb != nil && pb.mark == nil {
-				if err := c.mark(ctx, pb, "compacted", b.id, now, rep); err != nil {
-					return err
-				}
+			pb := byKey[b.node+"/"+p]
+			if pb == nil || pb.mark != nil {
+				continue
 			}
+			at, known := c.implied[pb.key()]
+			if !known {
+				at = b.newest.UnixMilli()
+				if b.newest.IsZero() || b.newest.After(now) {
+					at = now.UnixMilli() // the provider gave no time: the delay runs from now
+				}
+				c.implied[pb.key()] = at
+				rep.Marked["compacted"]++
+				c.stats.marked.Add(1)
+				c.log.Info("marked a block for deletion", "bucket", c.name, "block", pb.key(), "reason", "compacted", "replacedBy", b.id)
+			}
+			pb.mark = &bucketindex.DeletionMark{Version: 1, Node: pb.node, ID: pb.id, DeletionTime: at, Reason: "compacted", ReplacedBy: b.id}
 		}
 	}
-	return nil
 }
 
 // applyRetention marks blocks older than the retention, then the oldest
@@ -377,7 +447,7 @@ func (c *Compactor) mark(ctx context.Context, b *blockObj, reason, replacedBy st
 	if err := c.bkt.Upload(ctx, objName(b.node, b.id, deletionMarkFile), bytes.NewReader(raw)); err != nil {
 		return fmt.Errorf("mark block %s for deletion: %w", b.key(), err)
 	}
-	b.mark = &m
+	b.mark, b.markObj = &m, true
 	c.marks[b.key()] = m
 	rep.Marked[reason]++
 	c.stats.marked.Add(1)
@@ -389,7 +459,11 @@ func (c *Compactor) mark(ctx context.Context, b *blockObj, reason, replacedBy st
 // longer complete, readers stop listing it), then its data, then its
 // mark, so that a pass cut short leaves a mark the next pass finishes.
 func (c *Compactor) deleteBlock(ctx context.Context, b *blockObj) error {
-	for _, f := range []string{metaFile, dataFile, deletionMarkFile} {
+	files := []string{metaFile, dataFile}
+	if b.markObj {
+		files = append(files, deletionMarkFile)
+	}
+	for _, f := range files {
 		c.stats.deletes.Add(1)
 		if err := c.bkt.Delete(ctx, objName(b.node, b.id, f)); err != nil && !c.bkt.IsObjNotFoundErr(err) {
 			return fmt.Errorf("delete block %s: %w", b.key(), err)
@@ -397,6 +471,7 @@ func (c *Compactor) deleteBlock(ctx context.Context, b *blockObj) error {
 	}
 	delete(c.metas, b.key())
 	delete(c.marks, b.key())
+	delete(c.implied, b.key())
 	delete(c.corrupt, b.key())
 	if b.mark != nil {
 		c.stats.deleted.Add(1)
@@ -420,7 +495,9 @@ func (c *Compactor) plan(blocks []*blockObj, now time.Time) []*blockObj {
 			if b.meta.MaxTime >= start+width || start+width > now.Add(-c.opts.ShipDelay).UnixNano() {
 				continue // straddles the window, or it is still open
 			}
-			k := fmt.Sprintf("%s\x00%s\x00%d", b.node, b.meta.Source, start)
+			// Blocks taken at different sampling periods stay apart: a
+			// block states one period, what each of its samples weighs.
+			k := fmt.Sprintf("%s\x00%s\x00%d\x00%d", b.node, b.meta.Source, start, b.meta.PeriodNs)
 			if groups[k] == nil {
 				keys = append(keys, k)
 			}

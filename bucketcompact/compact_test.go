@@ -15,6 +15,7 @@ import (
 
 	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/store"
 )
 
 // day is a UTC midnight two days back: every window of it has closed.
@@ -58,12 +59,12 @@ func TestMergeKeepsEverySample(t *testing.T) {
 	// A block in the next 2 h window of node-a: nothing to merge it with.
 	ship(t, bkt, "node-a", span(d.Add(3*time.Hour), 2*time.Minute))
 
-	db := reader(t, bkt)
+	clk := newClock(time.Now())
+	db := readerAt(t, bkt, clk.now)
 	before, sum := digest(t, db, nil)
 	if before == 0 {
 		t.Fatal("no samples shipped")
 	}
-	clk := newClock(time.Now())
 	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
 	rep := run(t, c)
 	if rep.Merges != 2 || rep.MergedParents != 5 || rep.Marked["compacted"] != 5 || rep.Deleted != 0 {
@@ -81,8 +82,8 @@ func TestMergeKeepsEverySample(t *testing.T) {
 		t.Fatalf("after the merge: %d samples (%s), before %d (%s)", after, sum2, before, sum)
 	}
 	objs := objects(t, bkt)
-	if got := countSuffix(objs, "/"+deletionMarkFile); got != 5 {
-		t.Fatalf("%d deletion marks, want 5: %v", got, objs)
+	if got := countSuffix(objs, "/"+deletionMarkFile); got != 0 {
+		t.Fatalf("%d deletion-mark.json objects, want none: the merged blocks' metas mark their parents: %v", got, objs)
 	}
 	if got := countSuffix(objs, "/"+dataFile); got != 8 {
 		t.Fatalf("%d data objects before the delete delay, want 8 (6 shipped + 2 merged)", got)
@@ -158,9 +159,9 @@ func TestQueryWhileCompacting(t *testing.T) {
 	bkt := &faultyBucket{Bucket: srv.Open("")}
 	d := day()
 	ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 3*time.Minute), span(d.Add(15*time.Minute), 3*time.Minute), span(d.Add(25*time.Minute), 3*time.Minute))
-	db := reader(t, bkt)
-	want, sum := digest(t, db, nil)
 	clk := newClock(time.Now())
+	db := readerAt(t, bkt, clk.now)
+	want, sum := digest(t, db, nil)
 	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
 
 	// The query holds after its first batch while a pass merges, marks,
@@ -319,17 +320,17 @@ func (f filtered) Collect(ch chan<- prometheus.Metric) {
 // TestIdempotentAndCrashes re-runs passes (nothing more happens), and
 // cuts passes short at each upload: before the merged block's meta (no
 // partial block is visible; the partial upload goes after the partial
-// age), and before the parents' marks (readers already skip the parents;
-// the next pass marks them).
+// age), and after the merged blocks, at the index (their metas mark the
+// parents: a new compactor finds them marked).
 func TestIdempotentAndCrashes(t *testing.T) {
 	srv := miniotest.Start(t)
 	bkt := &faultyBucket{Bucket: srv.Open("i")}
 	d := day()
 	ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
 	ship(t, bkt, "node-b", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
-	db := reader(t, bkt)
-	want, sum := digest(t, db, nil)
 	clk := newClock(time.Now())
+	db := readerAt(t, bkt, clk.now)
+	want, sum := digest(t, db, nil)
 	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
 
 	// Crash 1: the merged block's data is up, its meta is not.
@@ -348,24 +349,29 @@ func TestIdempotentAndCrashes(t *testing.T) {
 	if n, s := digest(t, db, nil); n != want || s != sum {
 		t.Fatalf("after a crash before the meta: %d samples, want %d", n, want)
 	}
-	// Crash 2: a merged block is complete, its parents are not marked.
-	suffix = "/" + deletionMarkFile
+	// Crash 2: the merged blocks are complete, and the pass dies before
+	// anything else (at the index). Their metas alone mark the parents: a
+	// compactor started afresh (nothing in its memory) finds the 4 parents
+	// marked, at the merged blocks' upload, and merges nothing again.
+	suffix = bucketindex.Name
 	bkt.failSuffix.Store(&suffix)
 	if _, err := c.Run(context.Background()); err == nil {
-		t.Fatal("pass with a crash before the marks succeeded")
+		t.Fatal("pass with a crash at the index succeeded")
 	}
 	bkt.failSuffix.Store(nil)
 	if err := db.Refresh(); err != nil {
 		t.Fatal(err)
 	}
 	if n, s := digest(t, db, nil); n != want || s != sum {
-		t.Fatalf("after a crash before the marks: %d samples, want %d", n, want)
+		t.Fatalf("after a crash at the index: %d samples, want %d", n, want)
 	}
-	// The next pass finishes the job: node-a's parents are marked without
-	// merging again; node-b is merged.
+	if got := countSuffix(objects(t, bkt), "/"+deletionMarkFile); got != 0 {
+		t.Fatalf("%d deletion-mark.json objects, want none: a merged block's meta marks its parents", got)
+	}
+	c = newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
 	rep := run(t, c)
-	if rep.Merges != 1 || rep.Marked["compacted"] != 4 {
-		t.Fatalf("pass after the crashes: %+v, want node-b merged and 4 parents marked", rep)
+	if rep.Merges != 0 || rep.Marked["compacted"] != 4 || rep.Deleted != 0 {
+		t.Fatalf("pass of a new compactor after the crashes: %+v, want no merge, 4 parents marked, none deleted", rep)
 	}
 	// Idempotent: another pass changes nothing.
 	ix1, err := bucketindex.Read(context.Background(), bkt)
@@ -427,5 +433,107 @@ func TestOneCompactorPerBucket(t *testing.T) {
 	ix, err := bucketindex.Read(context.Background(), bkt)
 	if err != nil || len(ix.Blocks) != 0 || ix.Blocks == nil {
 		t.Fatalf("empty bucket's index: %+v, %v", ix, err)
+	}
+}
+
+// TestUpdateIndex: between passes the compactor rewrites the index from a
+// fresh listing (blocks, event segments, when the listing began), and
+// deletes, marks and merges nothing.
+func TestUpdateIndex(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("u")}
+	d := day()
+	first := ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
+	seg := "node-a/" + eventsDir + "/0000000001.seg"
+	if err := bkt.Upload(context.Background(), seg, strings.NewReader("segment bytes")); err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock(time.Now())
+	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
+	listed := clk.now()
+	rep, err := c.UpdateIndex(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Merges != 0 || rep.Deleted != 0 || len(rep.Marked) != 0 || rep.Blocks != 2 {
+		t.Fatalf("index update: %+v, want 2 blocks and nothing merged, marked or deleted", rep)
+	}
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ix.Blocks) != 2 || ix.ListedAt != listed.UnixMilli() || len(ix.Segments) != 1 || ix.Segments[0].Name != seg || ix.Segments[0].Node != "node-a" || ix.Segments[0].Modified <= 0 {
+		t.Fatalf("index: %d blocks, listed at %d (want %d), segments %+v", len(ix.Blocks), ix.ListedAt, listed.UnixMilli(), ix.Segments)
+	}
+	if got := countSuffix(objects(t, bkt), "/"+dataFile); got != 2 {
+		t.Fatalf("%d data objects after an index update, want the 2 shipped", got)
+	}
+	// A block uploaded since is in the next update.
+	next := ship(t, bkt, "node-b", span(d.Add(5*time.Minute), 2*time.Minute))
+	clk.add(10 * time.Second)
+	if _, err := c.UpdateIndex(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ix, err = bucketindex.Read(context.Background(), bkt); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range ix.Blocks {
+		ids = append(ids, m.ID)
+	}
+	if want := append(slices.Clone(first), next...); !slices.Equal(ids, want) || ix.ListedAt != clk.now().UnixMilli() {
+		t.Fatalf("index after an upload: %v listed at %d, want %v at %d", ids, ix.ListedAt, want, clk.now().UnixMilli())
+	}
+}
+
+// TestPeriodsStayApart ships one node's blocks of one 2 h window, two at
+// 49 Hz and two at 99 Hz (the overhead guard changed the rate): the
+// compactor merges each period's blocks apart, since a block states one
+// period, what each of its samples weighs, and the CPU time the reader
+// adds up is the same before and after.
+func TestPeriodsStayApart(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("")}
+	d := day()
+	ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
+	shipHz(t, bkt, "node-a", 99, span(d.Add(25*time.Minute), 2*time.Minute), span(d.Add(35*time.Minute), 2*time.Minute))
+	db := reader(t, bkt)
+	cpu := func() int64 {
+		var ns int64
+		if _, err := db.Select(context.Background(), store.Range{From: 0, To: 1 << 62}, &store.Filter{IncludeIdle: true}, func(b *store.Batch) error {
+			ns += int64(len(b.Rows)) * b.Weight()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	before := cpu()
+	c := newCompactor(t, bkt, newClock(time.Now()), Options{Ranges: []time.Duration{2 * time.Hour}})
+	for range 3 {
+		run(t, c)
+	}
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := map[string]bool{}
+	for _, m := range ix.DeletionMarks {
+		marked[m.ID] = true
+	}
+	periods := map[int64]int{}
+	for _, b := range ix.Blocks {
+		if !marked[b.ID] {
+			periods[b.PeriodNs]++
+		}
+	}
+	if periods[int64(1e9)/49] != 1 || periods[int64(1e9)/99] != 1 || len(periods) != 2 {
+		t.Fatalf("blocks by period after compaction: %v, want one merged block per period", periods)
+	}
+	if after := cpu(); after != before {
+		t.Fatalf("CPU time %d ns after compaction, %d before", after, before)
 	}
 }

@@ -1,14 +1,11 @@
 package bucketcompact
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -27,7 +25,15 @@ import (
 // (heatscope serve --objstore-config) does.
 func reader(t *testing.T, bkt objstore.Bucket) *store.DB {
 	t.Helper()
-	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{})}})
+	return readerAt(t, bkt, nil)
+}
+
+// readerAt is reader on the compactor's clock (now; nil for the wall
+// clock), so that a pass the test moves the clock past is one the reader
+// sees as newer than the bucket index it read last.
+func readerAt(t *testing.T, bkt objstore.Bucket, now func() time.Time) *store.DB {
+	t.Helper()
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{Now: now})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,37 +84,27 @@ var seed atomic.Uint64
 // data, then meta.json. It returns the block ids.
 func ship(t *testing.T, bkt objstore.Bucket, node string, spans ...[2]time.Time) []string {
 	t.Helper()
+	return shipHz(t, bkt, node, 49, spans...)
+}
+
+// shipHz is ship with samples taken at hz.
+func shipHz(t *testing.T, bkt objstore.Bucket, node string, hz int, spans ...[2]time.Time) []string {
+	t.Helper()
 	dir := t.TempDir()
 	db, err := store.Open(dir, store.Options{Node: node, Source: node, CallerTicks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, sp := range spans {
-		g := synth.New(synth.Config{CPUs: 2, Hz: 49, Start: sp[0].UnixNano(), Seconds: sp[1].Sub(sp[0]).Seconds(), Seed: seed.Add(1), Processes: 8, Stacks: 200})
-		if _, err := db.Import(node, int64(1e9)/49, func(fn func(*sample.Sample) error) error { return g.Feed(fn) }); err != nil {
+		g := synth.New(synth.Config{CPUs: 2, Hz: hz, Start: sp[0].UnixNano(), Seconds: sp[1].Sub(sp[0]).Seconds(), Seed: seed.Add(1), Processes: 8, Stacks: 200})
+		if _, err := db.Import(node, int64(1e9)/int64(hz), func(fn func(*sample.Sample) error) error { return g.Feed(fn) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, e := range entries {
-		for _, f := range []string{dataFile, metaFile} {
-			raw, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bkt.Upload(context.Background(), objName(node, e.Name(), f), bytes.NewReader(raw)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ids = append(ids, e.Name())
-	}
+	ids := miniotest.UploadBlocks(t, bkt, node, dir)
 	if len(ids) != len(spans) {
 		t.Fatalf("node %s: %d blocks for %d spans", node, len(ids), len(spans))
 	}

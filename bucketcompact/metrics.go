@@ -12,7 +12,7 @@ var (
 	descLastSuccess    = desc("last_success_timestamp_seconds", "When the last pass succeeded (Unix seconds; 0: never).")
 	descMerges         = desc("merges_total", "Merged blocks uploaded.")
 	descMergedParents  = desc("merged_parents_total", "Blocks merged into larger ones.")
-	descMarked         = desc("deletion_marks_total", "Deletion marks written (merged away, or retention).")
+	descMarked         = desc("deletion_marks_total", "Blocks marked for deletion: merged away (the merged block's meta is their mark) or expired by retention (a deletion-mark.json each).")
 	descDeleted        = desc("deleted_blocks_total", "Marked blocks deleted after the delete delay.")
 	descPartialDeleted = desc("partial_uploads_deleted_total", "Partial uploads (data without meta.json) deleted.")
 	descCorrupt        = desc("corrupt_blocks_total", "Blocks skipped as unreadable (each named in the log).")
@@ -21,7 +21,8 @@ var (
 	descDownloadBytes  = desc("downloaded_bytes_total", "Bytes of blocks downloaded to merge.")
 	descBlocks         = desc("bucket_blocks", "Complete blocks in the bucket after the last pass.")
 	descBucketBytes    = desc("bucket_block_bytes", "Bytes of the bucket's complete blocks after the last pass.")
-	descIndexBytes     = desc("bucket_index_bytes", "Size of the bucket index written by the last pass.")
+	descIndexBytes     = desc("bucket_index_bytes", "Size of the bucket index last written.")
+	descIndexUpdates   = desc("index_updates_total", "Bucket index rewrites between passes (heatscope compact --index-interval).")
 )
 
 // Collector returns the compactor's metrics.
@@ -31,7 +32,7 @@ type collector struct{ c *Compactor }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPasses, descFailedPasses, descLastSuccess, descMerges, descMergedParents, descMarked,
-		descDeleted, descPartialDeleted, descCorrupt, descRequests, descUploadBytes, descDownloadBytes, descBlocks, descBucketBytes, descIndexBytes} {
+		descDeleted, descPartialDeleted, descCorrupt, descRequests, descUploadBytes, descDownloadBytes, descBlocks, descBucketBytes, descIndexBytes, descIndexUpdates} {
 		ch <- d
 	}
 }
@@ -62,4 +63,5 @@ func (m collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBlocks, s.blocks.Load())
 	gauge(descBucketBytes, s.bucketBytes.Load())
 	gauge(descIndexBytes, s.indexBytes.Load())
+	counter(descIndexUpdates, s.indexUpdates.Load())
 }

@@ -21,6 +21,7 @@ const (
 	dataFile         = "data"
 	metaFile         = "meta.json"
 	deletionMarkFile = "deletion-mark.json"
+	eventsDir        = "events"
 	maxSmallObject   = 1 << 20 // a meta.json or a deletion mark
 )
 
@@ -32,7 +33,11 @@ type blockObj struct {
 	// newest is the newest modification time of the block's objects.
 	newest time.Time
 	meta   *store.Meta // nil until read, or when unreadable
-	mark   *bucketindex.DeletionMark
+	// mark is the block's deletion mark: its deletion-mark.json
+	// (markObj), or, for a block a merged block replaced, derived from
+	// the merged block's meta (no object: the merged block is the mark).
+	mark    *bucketindex.DeletionMark
+	markObj bool
 }
 
 func (b *blockObj) key() string { return b.node + "/" + b.id }
@@ -41,46 +46,44 @@ func objName(node, id, file string) string {
 	return node + "/" + blocksDir + "/" + id + "/" + file
 }
 
-// validName accepts node names and block ids as recorders write them.
-func validName(s string) bool {
-	if s == "" || s == "." || s == ".." || len(s) > 253 {
-		return false
-	}
-	for _, c := range s {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-// scan lists every node's blocks: one LIST of the top level, then one
-// recursive LIST per node (paged by the provider). It reads the metas
-// and deletion marks it has not read before (they never change).
-func (c *Compactor) scan(ctx context.Context) (blocks []*blockObj, err error) {
+// scan lists every node's blocks and event segments: one LIST of the top
+// level, then one recursive LIST per node (paged by the provider). It
+// reads the metas and deletion marks it has not read before (they never
+// change).
+func (c *Compactor) scan(ctx context.Context) (blocks []*blockObj, segments []bucketindex.Segment, err error) {
 	var nodes []string
 	c.stats.lists.Add(1)
 	err = c.bkt.Iter(ctx, "", func(name string) error {
-		if n, ok := strings.CutSuffix(name, "/"); ok && validName(n) {
+		if n, ok := strings.CutSuffix(name, "/"); ok && bucketindex.ValidName(n) {
 			nodes = append(nodes, n)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, node := range nodes {
 		byID := map[string]*blockObj{}
 		var order []string
 		c.stats.lists.Add(1)
 		dir := node + "/" + blocksDir + "/"
-		err := c.bkt.IterWithAttributes(ctx, dir, func(a objstore.IterObjectAttributes) error {
+		err := c.bkt.IterWithAttributes(ctx, node+"/", func(a objstore.IterObjectAttributes) error {
+			if seg, ok := strings.CutPrefix(a.Name, node+"/"+eventsDir+"/"); ok {
+				if seg != "" && !strings.Contains(seg, "/") {
+					sg := bucketindex.Segment{Node: node, Name: a.Name}
+					if t, ok := a.LastModified(); ok {
+						sg.Modified = t.UnixMilli()
+					}
+					segments = append(segments, sg)
+				}
+				return nil
+			}
 			rest, ok := strings.CutPrefix(a.Name, dir)
 			if !ok {
 				return nil
 			}
 			id, file, ok := strings.Cut(rest, "/")
-			if !ok || !validName(id) {
+			if !ok || !bucketindex.ValidName(id) {
 				return nil
 			}
 			b := byID[id]
@@ -95,7 +98,7 @@ func (c *Compactor) scan(ctx context.Context) (blocks []*blockObj, err error) {
 			case metaFile:
 				b.hasMeta = true
 			case deletionMarkFile:
-				b.mark = &bucketindex.DeletionMark{} // read below
+				b.markObj = true // read below
 			}
 			if t, ok := a.LastModified(); ok && t.After(b.newest) {
 				b.newest = t
@@ -103,24 +106,25 @@ func (c *Compactor) scan(ctx context.Context) (blocks []*blockObj, err error) {
 			return nil
 		}, objstore.WithRecursiveIter(), objstore.WithUpdatedAt())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, id := range order {
 			b := byID[id]
-			if b.mark != nil {
+			if b.markObj {
 				if b.mark, err = c.readMark(ctx, b); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
+				b.markObj = b.mark != nil
 			}
 			if b.hasMeta {
 				if err := c.readMeta(ctx, b); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			blocks = append(blocks, b)
 		}
 	}
-	return blocks, nil
+	return blocks, segments, nil
 }
 
 // readMeta reads a block's meta.json, once: a meta that cannot be parsed

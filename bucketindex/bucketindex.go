@@ -1,6 +1,7 @@
 // Package bucketindex reads and writes a bucket's index: one object,
 // "bucket-index.json.gz" under the bucket's prefix, that lists every
-// node's complete blocks (their metas) and every deletion mark. The
+// node's complete blocks (their metas), every deletion mark and every
+// event segment. The
 // compactor (package bucketcompact) writes it after each pass; a query
 // service may read it instead of listing every node's prefix, and lists
 // when it is missing, unreadable or older than it accepts (Stale).
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/thanos-io/objstore"
@@ -37,12 +39,32 @@ type Index struct {
 	Version int `json:"version"`
 	// UpdatedAt is when the compactor wrote it (Unix ms).
 	UpdatedAt int64 `json:"updatedAt"`
+	// ListedAt is when the listing that found these blocks and segments
+	// began (Unix ms; 0 in indexes written before it existed): every block
+	// complete and every segment uploaded by then is in the index.
+	ListedAt int64 `json:"listedAt,omitempty"`
 	// Blocks lists every complete block (meta.json uploaded), with its
 	// node set, by node then block id. Blocks with a deletion mark are
 	// listed too, until they are deleted.
 	Blocks []store.Meta `json:"blocks"`
 	// DeletionMarks lists the blocks marked for deletion.
 	DeletionMarks []DeletionMark `json:"deletionMarks"`
+	// Segments lists every node's event segments (<node>/events/<name>),
+	// by node then name.
+	Segments []Segment `json:"segments"`
+}
+
+// Segment is one event segment object as the compactor listed it: a
+// reader reads it again only when its time changed (a recorder uploads
+// its newest segment again as it grows).
+type Segment struct {
+	Node string `json:"node"`
+	// Name is the object's name relative to the bucket's prefix.
+	Name string `json:"name"`
+	// Modified is the object's last modification (Unix ms; 0 when the
+	// provider does not say: a reader then reads the node's newest
+	// segment at every refresh).
+	Modified int64 `json:"modified,omitempty"`
 }
 
 // DeletionMark is a block's deletion-mark.json ("<node>/blocks/<id>/
@@ -60,6 +82,22 @@ type DeletionMark struct {
 	ReplacedBy string `json:"replacedBy,omitempty"`
 }
 
+// ValidName reports whether s is a node name or block id as recorders
+// write them into the bucket's layout (store/FORMAT.md): letters, digits,
+// '-', '.' and '_', at most 253 bytes, not "." or "..". Readers and the
+// compactor leave other names alone.
+func ValidName(s string) bool {
+	if s == "" || s == "." || s == ".." || len(s) > 253 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // ErrNotFound is returned by Read when the bucket has no index.
 var ErrNotFound = errors.New("no bucket index")
 
@@ -71,6 +109,9 @@ func Encode(ix Index) ([]byte, error) {
 	}
 	if ix.DeletionMarks == nil {
 		ix.DeletionMarks = []DeletionMark{}
+	}
+	if ix.Segments == nil {
+		ix.Segments = []Segment{}
 	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -114,11 +155,19 @@ func Decode(r io.Reader) (Index, error) {
 			return Index{}, fmt.Errorf("bucket index: deletion mark %d names no node or id", i)
 		}
 	}
+	for i, sg := range ix.Segments {
+		if sg.Node == "" || !strings.HasPrefix(sg.Name, sg.Node+"/events/") {
+			return Index{}, fmt.Errorf("bucket index: segment %d: %q is not an event segment of node %q", i, sg.Name, sg.Node)
+		}
+	}
 	if ix.Blocks == nil {
 		ix.Blocks = []store.Meta{}
 	}
 	if ix.DeletionMarks == nil {
 		ix.DeletionMarks = []DeletionMark{}
+	}
+	if ix.Segments == nil {
+		ix.Segments = []Segment{}
 	}
 	return ix, nil
 }
@@ -149,8 +198,15 @@ func Read(ctx context.Context, bkt objstore.BucketReader) (Index, error) {
 	return Decode(rc)
 }
 
-// Stale reports whether the index is older than maxAge at now: a reader
-// then lists the bucket instead (the compactor may have stopped).
+// Stale reports whether the index's listing (ListedAt, else UpdatedAt) is
+// older than maxAge at now: a reader then lists the bucket instead (the
+// compactor may have stopped, or be busy merging). A reader that accepts
+// an index up to maxAge old and reads it every refresh interval sees a
+// block at most maxAge plus that interval after its upload.
 func (ix Index) Stale(now time.Time, maxAge time.Duration) bool {
-	return now.Sub(time.UnixMilli(ix.UpdatedAt)) > maxAge
+	at := ix.UpdatedAt
+	if ix.ListedAt > 0 {
+		at = ix.ListedAt
+	}
+	return now.Sub(time.UnixMilli(at)) > maxAge
 }

@@ -13,7 +13,8 @@ import (
 func TestRoundTrip(t *testing.T) {
 	in := Index{UpdatedAt: 1700000000000,
 		Blocks:        []store.Meta{{Version: 2, ID: "0001700000000000-0a0b0c0d", Node: "node-a", Source: "node-a", MinTime: 1, MaxTime: 2, Samples: 3, Level: 2, Parents: []string{"p1", "p2"}, Bytes: 99}},
-		DeletionMarks: []DeletionMark{{Version: 1, Node: "node-a", ID: "p1", DeletionTime: 1700000000000, Reason: "compacted", ReplacedBy: "0001700000000000-0a0b0c0d"}}}
+		DeletionMarks: []DeletionMark{{Version: 1, Node: "node-a", ID: "p1", DeletionTime: 1700000000000, Reason: "compacted", ReplacedBy: "0001700000000000-0a0b0c0d"}},
+		Segments:      []Segment{{Node: "node-a", Name: "node-a/events/0000000001.seg", Modified: 1700000000000}}}
 	raw, err := Encode(in)
 	if err != nil {
 		t.Fatal(err)
@@ -22,11 +23,18 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Version != Version || len(out.Blocks) != 1 || out.Blocks[0].Parents[1] != "p2" || out.DeletionMarks[0].ReplacedBy != in.Blocks[0].ID {
+	if out.Version != Version || len(out.Blocks) != 1 || out.Blocks[0].Parents[1] != "p2" || out.DeletionMarks[0].ReplacedBy != in.Blocks[0].ID ||
+		len(out.Segments) != 1 || out.Segments[0] != in.Segments[0] {
 		t.Fatalf("round trip: %+v", out)
 	}
 	if !out.Stale(time.UnixMilli(in.UpdatedAt).Add(time.Hour), 30*time.Minute) || out.Stale(time.UnixMilli(in.UpdatedAt).Add(time.Minute), 30*time.Minute) {
 		t.Fatal("Stale: wrong at 1 h and 1 min old with a 30 min limit")
+	}
+	// The listing's start, when known, is what ages: a pass that listed,
+	// then merged for 20 minutes, wrote an index 20 minutes stale.
+	out.ListedAt = out.UpdatedAt - (20 * time.Minute).Milliseconds()
+	if !out.Stale(time.UnixMilli(in.UpdatedAt).Add(15*time.Minute), 30*time.Minute) {
+		t.Fatal("Stale: an index whose listing is 35 min old is fresh with a 30 min limit")
 	}
 }
 
@@ -48,6 +56,7 @@ func TestDecodeRejects(t *testing.T) {
 		{gz(`{"version":7}`), "version 7"},
 		{gz(`{"version":1,"blocks":[{"id":"x"}]}`), "block 0 names no node"},
 		{gz(`{"version":1,"deletionMarks":[{"node":"a"}]}`), "deletion mark 0"},
+		{gz(`{"version":1,"segments":[{"node":"a","name":"b/events/1"}]}`), "segment 0"},
 	} {
 		_, err := Decode(bytes.NewReader(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -55,7 +64,7 @@ func TestDecodeRejects(t *testing.T) {
 		}
 	}
 	ix, err := Decode(bytes.NewReader(gz(`{"version":1}`)))
-	if err != nil || ix.Blocks == nil || ix.DeletionMarks == nil {
+	if err != nil || ix.Blocks == nil || ix.DeletionMarks == nil || ix.Segments == nil {
 		t.Fatalf("empty index: %+v, %v; lists must be [] not null", ix, err)
 	}
 }
@@ -65,6 +74,7 @@ func TestDecodeRejects(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(gz(`{"version":1,"updatedAt":5,"blocks":[{"version":2,"id":"b","node":"n","minTime":1,"maxTime":2}],"deletionMarks":[{"node":"n","id":"b","deletionTime":3}]}`))
 	f.Add(gz(`{"version":1}`))
+	f.Add(gz(`{"version":1,"listedAt":4,"segments":[{"node":"n","name":"n/events/0000000001.seg","modified":3}]}`))
 	f.Add([]byte{0x1f, 0x8b})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ix, err := Decode(bytes.NewReader(b))
@@ -76,7 +86,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		again, err := Decode(bytes.NewReader(raw))
-		if err != nil || len(again.Blocks) != len(ix.Blocks) || len(again.DeletionMarks) != len(ix.DeletionMarks) {
+		if err != nil || len(again.Blocks) != len(ix.Blocks) || len(again.DeletionMarks) != len(ix.DeletionMarks) || len(again.Segments) != len(ix.Segments) {
 			t.Fatalf("re-decode: %v", err)
 		}
 	})

@@ -6,8 +6,11 @@
 // The bucket holds, under its prefix, <node>/blocks/<id>/data and
 // <node>/blocks/<id>/meta.json, the meta uploaded last: a block without
 // its meta is still being uploaded and is left for a later listing.
-// Listing costs one LIST of the nodes and one per node; a meta is read
-// once per block; a block's data is read with ranged GETs of what a query
+// Discovery reads the bucket index the compactor writes (package
+// bucketindex: one GET for every block's meta and every event segment)
+// when its listing is at most Options.IndexMaxAge old, and otherwise lists
+// the bucket: one LIST of the nodes and two per node (blocks, events), a
+// meta read once per block. A block's data is read with ranged GETs of what a query
 // needs: its tail (trailer, table of contents, chunk index and the index
 // sections after the chunks) in one GET of up to TailBytes when the block
 // is first queried, kept in a bounded cache, then the chunks the query
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -37,6 +41,7 @@ import (
 
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/store"
 )
@@ -50,15 +55,33 @@ type Options struct {
 	// fetches (default 256 KiB): enough, for most blocks, to hold the
 	// trailer, the table of contents and every index section in one GET.
 	TailBytes int64
+	// IndexMaxAge is the age up to which the bucket index is trusted
+	// (default 15 s): List and Events read it, one GET, instead of listing
+	// every node's prefix, when the compactor's listing behind it is at
+	// most this old; when it is older, missing or unreadable they list.
+	// A block then reaches a reader refreshing every R at most
+	// IndexMaxAge + R after its upload. Negative: never read the index.
+	IndexMaxAge time.Duration
+	// Logger logs the switches between the index and listing (default
+	// slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 	// TailCacheBytes bounds the memory the fetched tails take (default
-	// 64 MiB); the least recently used go first.
+	// 16 MiB); the least recently used go first. A tail is read for a
+	// block's header and index, which the store then keeps decoded in
+	// its own bounded cache, so that a small cache here costs few GETs.
 	TailCacheBytes int64
 }
 
 const (
+	defaultIndexMaxAge = 15 * time.Second
+	// indexReuse is how long an index read is used again without another
+	// GET: a refresh reads it for the blocks, then for the events.
+	indexReuse            = 2 * time.Second
 	defaultTimeout        = 10 * time.Second
 	defaultTailBytes      = 256 << 10
-	defaultTailCacheBytes = 64 << 20
+	defaultTailCacheBytes = 16 << 20
 	// maxMetaBytes bounds a meta.json read.
 	maxMetaBytes = 1 << 20
 	blocksDir    = "blocks"
@@ -76,12 +99,27 @@ type Source struct {
 	tails tailCache
 	// segments caches the events of event segments read, by object name:
 	// a node's segments other than its newest are complete and never read
-	// again.
+	// again; with the index, a segment is read again when its time changed.
 	segMu    sync.Mutex
-	segments map[string][]events.Event
-	stats    struct {
-		lists, gets, getBytes, tailHits, errors atomic.Uint64
+	segments map[string]segment
+
+	// ixMu guards the last index read (ix, nil while listing), when it
+	// was read, and the metas of its blocks not yet asked for (Meta).
+	ixMu       sync.Mutex
+	ix         *bucketindex.Index
+	ixReadAt   time.Time
+	ixMetas    map[string]store.Meta
+	usingIndex *bool // nil before the first List
+	stats      struct {
+		lists, gets, getBytes, tailHits, errors, indexReads, listings atomic.Uint64
 	}
+}
+
+// segment is a read event segment: its events, and its time in the index
+// it was read by (0 when listed).
+type segment struct {
+	events   []events.Event
+	modified int64
 }
 
 // Stats counts a Source's requests.
@@ -91,6 +129,10 @@ type Stats struct {
 	GetBytes uint64 // bytes those GETs read
 	TailHits uint64 // reads answered from a cached block tail
 	Errors   uint64 // failed requests
+	// IndexReads counts the bucket index GETs; Listings the refreshes
+	// that listed the bucket instead (no index, or a stale one).
+	IndexReads uint64
+	Listings   uint64
 	// TailCacheBytes is the memory the cached tails take.
 	TailCacheBytes int64
 }
@@ -107,7 +149,16 @@ func New(bkt objstore.BucketReader, name string, opts Options) *Source {
 	if opts.TailCacheBytes <= 0 {
 		opts.TailCacheBytes = defaultTailCacheBytes
 	}
-	s := &Source{bkt: bkt, name: name, opts: opts, segments: map[string][]events.Event{}}
+	if opts.IndexMaxAge == 0 {
+		opts.IndexMaxAge = defaultIndexMaxAge
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Source{bkt: bkt, name: name, opts: opts, segments: map[string]segment{}}
 	s.tails.limit = opts.TailCacheBytes
 	return s
 }
@@ -118,11 +169,83 @@ func (s *Source) String() string { return "bucket " + s.name }
 // Stats returns the source's counters.
 func (s *Source) Stats() Stats {
 	return Stats{Lists: s.stats.lists.Load(), Gets: s.stats.gets.Load(), GetBytes: s.stats.getBytes.Load(),
-		TailHits: s.stats.tailHits.Load(), Errors: s.stats.errors.Load(), TailCacheBytes: s.tails.size()}
+		TailHits: s.stats.tailHits.Load(), Errors: s.stats.errors.Load(), TailCacheBytes: s.tails.size(),
+		IndexReads: s.stats.indexReads.Load(), Listings: s.stats.listings.Load()}
 }
 
-// List returns "<node>/<block id>" for every block of every node.
+// index returns the bucket index when it may be trusted, nil when the
+// bucket must be listed. An index read within indexReuse is used again.
+func (s *Source) index(ctx context.Context) *bucketindex.Index {
+	if s.opts.IndexMaxAge < 0 {
+		return nil
+	}
+	now := s.opts.Now()
+	s.ixMu.Lock()
+	if s.ix != nil && now.Sub(s.ixReadAt) < indexReuse {
+		defer s.ixMu.Unlock()
+		return s.ix
+	}
+	s.ixMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.stats.gets.Add(1)
+	s.stats.indexReads.Add(1)
+	ix, err := bucketindex.Read(ctx, s.bkt)
+	why := ""
+	switch {
+	case errors.Is(err, bucketindex.ErrNotFound):
+		why = "the bucket has no index (heatscope compact writes it)"
+	case err != nil:
+		s.stats.errors.Add(1)
+		why = err.Error()
+	case ix.Stale(now, s.opts.IndexMaxAge):
+		listed := ix.ListedAt
+		if listed == 0 {
+			listed = ix.UpdatedAt
+		}
+		why = fmt.Sprintf("the bucket index was listed %s ago, more than %s", now.Sub(time.UnixMilli(listed)).Round(time.Second), s.opts.IndexMaxAge)
+	}
+	s.ixMu.Lock()
+	defer s.ixMu.Unlock()
+	using := why == ""
+	if s.usingIndex == nil || *s.usingIndex != using {
+		if using {
+			s.opts.Logger.Info("reading the bucket index instead of listing", "bucket", s.name, "blocks", len(ix.Blocks))
+		} else {
+			s.opts.Logger.Info("listing the bucket", "bucket", s.name, "why", why)
+		}
+		s.usingIndex = &using
+	}
+	if !using {
+		s.ix = nil
+		return nil
+	}
+	s.ix, s.ixReadAt = &ix, now
+	return s.ix
+}
+
+// List returns "<node>/<block id>" for every block of every node: from
+// the bucket index when it is fresh, else by listing.
 func (s *Source) List(ctx context.Context) ([]string, error) {
+	if ix := s.index(ctx); ix != nil {
+		keys := make([]string, 0, len(ix.Blocks))
+		metas := make(map[string]store.Meta, len(ix.Blocks))
+		for _, m := range ix.Blocks {
+			if bucketindex.ValidName(m.Node) && bucketindex.ValidName(m.ID) {
+				key := m.Node + "/" + m.ID
+				keys = append(keys, key)
+				metas[key] = m
+			}
+		}
+		s.ixMu.Lock()
+		s.ixMetas = metas
+		s.ixMu.Unlock()
+		return keys, nil
+	}
+	s.stats.listings.Add(1)
+	s.ixMu.Lock()
+	s.ixMetas = nil
+	s.ixMu.Unlock()
 	nodes, err := s.iter(ctx, "")
 	if err != nil {
 		return nil, err
@@ -130,7 +253,7 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 	var keys []string
 	for _, n := range nodes {
 		node, ok := strings.CutSuffix(n, "/")
-		if !ok || !validName(node) {
+		if !ok || !bucketindex.ValidName(node) {
 			continue // an object at the top, or not a node's directory
 		}
 		blocks, err := s.iter(ctx, node+"/"+blocksDir+"/")
@@ -139,7 +262,7 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 		}
 		for _, b := range blocks {
 			dir, ok := strings.CutSuffix(b, "/")
-			if id := path.Base(dir); ok && validName(id) {
+			if id := path.Base(dir); ok && bucketindex.ValidName(id) {
 				keys = append(keys, node+"/"+id)
 			}
 		}
@@ -150,45 +273,65 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 // Events returns the events every node shipped (<node>/events/<segment>),
 // each labelled with its node. A node's segments other than its newest are
 // read once; its newest, which its recorder uploads again as it grows, at
-// every call. A damaged segment gives the events before the damage.
+// every call, or, with the bucket index, when its time in the index
+// changed. A damaged segment gives the events before the damage.
 func (s *Source) Events(ctx context.Context) ([]events.Event, error) {
-	nodes, err := s.iter(ctx, "")
-	if err != nil {
-		return nil, err
+	type seg struct {
+		node, name string
+		modified   int64
+		newest     bool
 	}
-	var out []events.Event
-	seen := map[string]bool{}
-	for _, n := range nodes {
-		node, ok := strings.CutSuffix(n, "/")
-		if !ok || !validName(node) {
-			continue
+	var segs []seg
+	if ix := s.index(ctx); ix != nil {
+		for i, sg := range ix.Segments {
+			if strings.HasSuffix(sg.Name, "/") || !bucketindex.ValidName(sg.Node) {
+				continue
+			}
+			newest := i == len(ix.Segments)-1 || ix.Segments[i+1].Node != sg.Node
+			segs = append(segs, seg{sg.Node, sg.Name, sg.Modified, newest})
 		}
-		segs, err := s.iter(ctx, node+"/events/")
+	} else {
+		nodes, err := s.iter(ctx, "")
 		if err != nil {
 			return nil, err
 		}
-		slices.Sort(segs)
-		for i, name := range segs {
-			if strings.HasSuffix(name, "/") {
+		for _, n := range nodes {
+			node, ok := strings.CutSuffix(n, "/")
+			if !ok || !bucketindex.ValidName(node) {
 				continue
 			}
-			seen[name] = true
-			s.segMu.Lock()
-			evs, ok := s.segments[name]
-			s.segMu.Unlock()
-			if !ok || i == len(segs)-1 {
-				var whole bool
-				if evs, whole, err = s.readSegment(ctx, node, name); err != nil {
-					return nil, err
-				}
-				if whole {
-					s.segMu.Lock()
-					s.segments[name] = evs
-					s.segMu.Unlock()
-				}
+			names, err := s.iter(ctx, node+"/events/")
+			if err != nil {
+				return nil, err
 			}
-			out = append(out, evs...)
+			names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "/") })
+			slices.Sort(names)
+			for i, name := range names {
+				segs = append(segs, seg{node, name, 0, i == len(names)-1})
+			}
 		}
+	}
+	var out []events.Event
+	seen := map[string]bool{}
+	for _, sg := range segs {
+		seen[sg.name] = true
+		s.segMu.Lock()
+		cached, ok := s.segments[sg.name]
+		s.segMu.Unlock()
+		stale := !ok || (sg.modified == 0 && sg.newest) || (sg.modified != 0 && cached.modified != sg.modified)
+		if stale {
+			evs, whole, err := s.readSegment(ctx, sg.node, sg.name)
+			if err != nil {
+				return nil, err
+			}
+			cached = segment{evs, sg.modified}
+			if whole {
+				s.segMu.Lock()
+				s.segments[sg.name] = cached
+				s.segMu.Unlock()
+			}
+		}
+		out = append(out, cached.events...)
 	}
 	s.segMu.Lock()
 	for name := range s.segments {
@@ -244,19 +387,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// validName accepts node names and block ids: what a recorder writes.
-func validName(s string) bool {
-	if s == "" || s == "." || s == ".." || len(s) > 253 {
-		return false
-	}
-	for _, c := range s {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
 func (s *Source) iter(ctx context.Context, dir string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -275,7 +405,7 @@ func (s *Source) iter(ctx context.Context, dir string) ([]string, error) {
 // objectName returns a block's object name from its key.
 func objectName(key, file string) (string, error) {
 	node, id, ok := strings.Cut(key, "/")
-	if !ok || !validName(node) || !validName(id) {
+	if !ok || !bucketindex.ValidName(node) || !bucketindex.ValidName(id) {
 		return "", fmt.Errorf("bad block key %q", key)
 	}
 	return node + "/" + blocksDir + "/" + id + "/" + file, nil
@@ -287,6 +417,14 @@ func (s *Source) Meta(ctx context.Context, key string) (store.Meta, error) {
 	name, err := objectName(key, metaFile)
 	if err != nil {
 		return store.Meta{}, err
+	}
+	s.ixMu.Lock()
+	im, ok := s.ixMetas[key]
+	delete(s.ixMetas, key) // asked for once: the store keeps it
+	s.ixMu.Unlock()
+	if ok {
+		im.Node, _, _ = strings.Cut(key, "/")
+		return im, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()

@@ -8,64 +8,29 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketcompact"
+	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
-	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
 
-// record writes cfg's samples into a new data directory as node and
-// returns it with its sample count.
+// record writes cfg's samples into a new data directory as node (blocks
+// of 30 s) and returns it with its sample count.
 func record(t testing.TB, node string, labels map[string]string, cfg synth.Config) (string, int) {
-	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: labels,
-		PeriodNs: int64(time.Second) / int64(cfg.Hz), BlockDuration: 30 * time.Second, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := synth.New(cfg)
-	n := 0
-	var s sample.Sample
-	for g.Next(&s) {
-		if err := db.Append(&s); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir, n
+	return miniotest.RecordSynth(t, node, labels, cfg, 30*time.Second)
 }
 
 // upload puts every block of dir into the bucket under node, as the
-// recorder's shipper does: data first, meta.json last.
+// recorder's shipper does.
 func upload(t testing.TB, bkt *bucket.Bucket, node, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, e := range entries {
-		for _, f := range []string{dataFile, metaFile} {
-			b, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bkt.Upload(context.Background(), node+"/blocks/"+e.Name()+"/"+f, bytes.NewReader(b)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ids = append(ids, e.Name())
-	}
-	return ids
+	return miniotest.UploadBlocks(t, bkt, node, dir)
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -323,5 +288,145 @@ func TestEventsAcrossNodes(t *testing.T) {
 	}
 	if byNode["node-a"] != 3 || byNode["node-b"] != 3 {
 		t.Fatalf("events per node label %v, want 3 each", byNode)
+	}
+}
+
+// TestReadsTheBucketIndex: with a fresh index (written by the real
+// compactor), a refresh makes one GET and no LIST, and sees what the
+// index lists, blocks and events; a block uploaded after the index is
+// seen once the next index lists it; a stale, missing or corrupt index
+// makes the source list the bucket, with the same answers.
+func TestReadsTheBucketIndex(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("ix")
+	dirA, nA := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 60, Seed: 1})
+	upload(t, bkt, "node-a", dirA)
+	uploadEvents(t, bkt, "node-a", 2)
+	comp, err := bucketcompact.New(bkt, bkt.Name(), bucketcompact.Options{WorkDir: t.TempDir(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	updateIndex := func() {
+		t.Helper()
+		if _, err := comp.UpdateIndex(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var skew atomic.Int64 // the reader's clock ahead of the compactor's
+	src := New(bkt, bkt.Name(), Options{Logger: quiet(), Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+	// No index yet: the source lists.
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if st := src.Stats(); st.Listings == 0 || st.Lists == 0 {
+		t.Fatalf("no index: stats %+v, want a listing", st)
+	}
+	updateIndex()
+	time.Sleep(indexReuse)
+	before := src.Stats()
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	st := src.Stats()
+	if st.Lists != before.Lists || st.Listings != before.Listings || st.IndexReads == before.IndexReads {
+		t.Fatalf("refresh with a fresh index: %+v then %+v, want an index read and no LIST", before, st)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-a"] != nA || len(got) != 1 {
+		t.Fatalf("samples from the index's blocks: %v, want node-a %d", got, nA)
+	}
+	if evs, _ := db.Events(store.Range{From: 0, To: 1 << 62}, store.EventFilter{}, 0); len(evs) != 2 {
+		t.Fatalf("%d events from the index's segments, want 2", len(evs))
+	}
+
+	// node-b uploads: not in the index yet, so not seen; the next index
+	// lists it, and the refresh after it sees it, still without a LIST.
+	dirB, nB := record(t, "node-b", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 60, Seed: 2})
+	upload(t, bkt, "node-b", dirB)
+	uploadEvents(t, bkt, "node-a", 5) // node-a's newest segment grew
+	time.Sleep(indexReuse)
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-b"] != 0 {
+		t.Fatalf("node-b seen before an index lists it: %v", got)
+	}
+	updateIndex()
+	time.Sleep(indexReuse)
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-a"] != nA || got["node-b"] != nB {
+		t.Fatalf("after the next index: %v, want node-a %d, node-b %d", got, nA, nB)
+	}
+	if evs, _ := db.Events(store.Range{From: 0, To: 1 << 62}, store.EventFilter{}, 0); len(evs) != 5 {
+		t.Fatalf("%d events after node-a's segment grew, want 5", len(evs))
+	}
+	if st2 := src.Stats(); st2.Lists != st.Lists {
+		t.Fatalf("%d LISTs while the index was fresh", st2.Lists-st.Lists)
+	}
+
+	// The compactor stops: once its index's listing is older than
+	// IndexMaxAge, the source lists again, and sees node-c.
+	dirC, nC := record(t, "node-c", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 3})
+	upload(t, bkt, "node-c", dirC)
+	skew.Store(int64(defaultIndexMaxAge + time.Second))
+	time.Sleep(indexReuse)
+	before = src.Stats()
+	if err := db.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if st := src.Stats(); st.Listings == before.Listings || st.Lists == before.Lists {
+		t.Fatalf("stale index: %+v, want a listing", st)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-c"] != nC || got["node-a"] != nA {
+		t.Fatalf("listing past a stale index: %v, want node-c %d", got, nC)
+	}
+
+	// A corrupt index: listed instead, same answer, no error.
+	skew.Store(0)
+	if err := bkt.Upload(context.Background(), bucketindex.Name, strings.NewReader("not gzip")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(indexReuse)
+	before = src.Stats()
+	if err := db.Refresh(); err != nil {
+		t.Fatalf("refresh over a corrupt index: %v", err)
+	}
+	if st := src.Stats(); st.Listings == before.Listings {
+		t.Fatalf("corrupt index: %+v, want a listing", st)
+	}
+	if got, _, _ := count(t, db, store.Filter{}); got["node-a"] != nA || got["node-b"] != nB || got["node-c"] != nC {
+		t.Fatalf("over a corrupt index: %v", got)
+	}
+}
+
+// uploadEvents writes n events into node's event segment and uploads it,
+// as the shipper does (the same object again as it grows).
+func uploadEvents(t testing.TB, bkt *bucket.Bucket, node string, n int) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{Source: node, Node: node, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range n {
+		e := events.Event{Time: start + int64(j)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"}
+		if err := db.AppendEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	segs, err := os.ReadDir(filepath.Join(dir, "events"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("want one event segment: %v, %v", segs, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "events", segs[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bkt.Upload(context.Background(), node+"/events/"+segs[0].Name(), bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,38 +14,27 @@ var (
 	descBucketTailHits = desc("bucket_read_tail_hits_total", "Reads of a block's tail (its indexes) answered from the query service's cache.")
 	descBucketErrors   = desc("bucket_read_errors_total", "Requests to the bucket that failed (not found, unreachable, refused).")
 	descBucketTailMem  = desc("bucket_read_tail_cache_bytes", "Memory of the block tails the query service keeps.")
-	bucketDescriptions = []*prometheus.Desc{descBucketLists, descBucketGets, descBucketGetBytes, descBucketTailHits, descBucketErrors, descBucketTailMem}
+	descBucketIndex    = desc("bucket_read_index_reads_total", "Bucket index GETs by the query service (one a refresh while the compactor keeps the index fresh).")
+	descBucketListings = desc("bucket_read_listings_total", "Refreshes that listed every node's prefix instead of reading the bucket index (none, stale or unreadable).")
+	bucketDescriptions = []*prometheus.Desc{descBucketLists, descBucketGets, descBucketGetBytes, descBucketTailHits, descBucketErrors, descBucketTailMem,
+		descBucketIndex, descBucketListings}
 )
 
 // RegisterBucketReads adds the counters of a query service's reads of its
 // bucket, read from stats at scrape time. They name no bucket and no
 // object: nothing of the config (let alone a credential) is in /metrics.
 func (m *Metrics) RegisterBucketReads(stats func() bucketstore.Stats) error {
-	return m.Register(bucketCollector(stats))
-}
-
-type bucketCollector func() bucketstore.Stats
-
-func (c bucketCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range bucketDescriptions {
-		ch <- d
-	}
-}
-
-func (c bucketCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c()
-	for _, m := range []struct {
-		d *prometheus.Desc
-		t prometheus.ValueType
-		v float64
-	}{
-		{descBucketLists, prometheus.CounterValue, float64(st.Lists)},
-		{descBucketGets, prometheus.CounterValue, float64(st.Gets)},
-		{descBucketGetBytes, prometheus.CounterValue, float64(st.GetBytes)},
-		{descBucketTailHits, prometheus.CounterValue, float64(st.TailHits)},
-		{descBucketErrors, prometheus.CounterValue, float64(st.Errors)},
-		{descBucketTailMem, prometheus.GaugeValue, float64(st.TailCacheBytes)},
-	} {
-		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
-	}
+	return m.Register(tableCollector{descs: bucketDescriptions, read: func() []constMetric {
+		st := stats()
+		return []constMetric{
+			{descBucketLists, prometheus.CounterValue, float64(st.Lists)},
+			{descBucketGets, prometheus.CounterValue, float64(st.Gets)},
+			{descBucketGetBytes, prometheus.CounterValue, float64(st.GetBytes)},
+			{descBucketTailHits, prometheus.CounterValue, float64(st.TailHits)},
+			{descBucketErrors, prometheus.CounterValue, float64(st.Errors)},
+			{descBucketTailMem, prometheus.GaugeValue, float64(st.TailCacheBytes)},
+			{descBucketIndex, prometheus.CounterValue, float64(st.IndexReads)},
+			{descBucketListings, prometheus.CounterValue, float64(st.Listings)},
+		}
+	}})
 }

@@ -91,7 +91,7 @@ type StoreStats interface{ Stats() store.Stats }
 
 // RegisterStore adds the store's sizes and counters.
 func (m *Metrics) RegisterStore(db StoreStats) error {
-	return m.Register(&storeCollector{db: db})
+	return m.Register(tableCollector{descs: storeDescriptions, read: func() []constMetric { return storeTable(db.Stats()) }})
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -136,6 +136,8 @@ var (
 	descUnwindEvictions = desc("unwind_table_evictions_total", "Unwind tables evicted (least recently used) to stay within --unwind-tables.")
 	descUnwindNoCFI     = desc("unwind_binaries_without_cfi_total", "Mapped binaries without .eh_frame or .debug_frame: their frames are walked with frame pointers.")
 	descUnwindErrors    = desc("unwind_table_errors_total", "Mapped binaries whose unwind table could not be built.")
+	descUnwindDeferred  = desc("unwind_tables_deferred_total", "Unwind tables not loaded for a while because the loaded ones were all in use within --unwind-tables.")
+	descUnwindFrames    = desc("unwind_frames_total", "User frames (the sampled pc aside) found with an unwind table (table) or with frame pointers (fp); --unwind dwarf only.", "method")
 )
 
 // recorderCollector reads the recorder's counters at scrape time.
@@ -150,7 +152,8 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descExitSeconds, descExitRuns, descWakeups, descSnapshots, descSnapshotUnnamed,
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
-		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors} {
+		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
+		descUnwindDeferred, descUnwindFrames} {
 		ch <- d
 	}
 }
@@ -195,6 +198,9 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descUnwindEvictions, float64(st.Unwind.Evictions))
 			counter(descUnwindNoCFI, float64(st.Unwind.NoCFI))
 			counter(descUnwindErrors, float64(st.Unwind.BuildErrors))
+			counter(descUnwindDeferred, float64(st.Unwind.Deferred))
+			counter(descUnwindFrames, float64(st.Unwind.TableFrames), "table")
+			counter(descUnwindFrames, float64(st.Unwind.FPFrames), "fp")
 		}
 	}
 	gauge(descFrequency, float64(c.rec.Frequency()))
@@ -239,22 +245,35 @@ var (
 		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads}
 )
 
-// storeCollector reads the store's counters at scrape time.
-type storeCollector struct{ db StoreStats }
+// tableCollector is a collector whose metrics are read at scrape time, as
+// a table of values: the store's counters, a bucket's reads.
+type tableCollector struct {
+	descs []*prometheus.Desc
+	read  func() []constMetric
+}
 
-func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range storeDescriptions {
+// constMetric is one metric's value at a scrape.
+type constMetric struct {
+	d *prometheus.Desc
+	t prometheus.ValueType
+	v float64
+}
+
+func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
 		ch <- d
 	}
 }
 
-func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.db.Stats()
-	for _, m := range []struct {
-		d *prometheus.Desc
-		t prometheus.ValueType
-		v float64
-	}{
+func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.read() {
+		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
+	}
+}
+
+// storeTable is the store's counters as metrics.
+func storeTable(st store.Stats) []constMetric {
+	return []constMetric{
 		{descWALBytes, prometheus.GaugeValue, float64(st.WALBytes)},
 		{descBlockBytes, prometheus.GaugeValue, float64(st.BlockBytes)},
 		{descBlocks, prometheus.GaugeValue, float64(st.Blocks)},
@@ -268,7 +287,5 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		{descCorruptSkips, prometheus.CounterValue, float64(st.CorruptSkips)},
 		{descIndexBytes, prometheus.GaugeValue, float64(st.IndexCacheBytes)},
 		{descIndexReads, prometheus.CounterValue, float64(st.IndexReads)},
-	} {
-		ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v)
 	}
 }

@@ -104,3 +104,75 @@ func TestGuardLeavesQueriesOut(t *testing.T) {
 		t.Fatalf("without Busy: %d Hz, shares %v; the test's queries should have looked like agent cost", hz, shares)
 	}
 }
+
+// TestBusyCollectsQueryGarbage checks that a busy interval whose requests
+// allocated MinGarbage or more goes on until its garbage is collected, so
+// that the collection's CPU counts as the queries', not the sampling
+// path's; that requests arriving meanwhile join it; and that a light
+// interval ends with its last request, without a collection.
+func TestBusyCollectsQueryGarbage(t *testing.T) {
+	var mu sync.Mutex
+	var cpu time.Duration
+	var allocated uint64
+	now := time.Unix(1000, 0)
+	b := NewBusy(func() (time.Duration, error) { mu.Lock(); defer mu.Unlock(); return cpu, nil })
+	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	b.allocated = func() uint64 { mu.Lock(); defer mu.Unlock(); return allocated }
+	release := make(chan struct{})
+	collecting := make(chan struct{}, 1)
+	b.collect = func() {
+		collecting <- struct{}{}
+		<-release
+		mu.Lock()
+		defer mu.Unlock()
+		cpu += 30 * time.Millisecond // the collection's CPU
+		now = now.Add(40 * time.Millisecond)
+	}
+	step := func(c, wall time.Duration, alloc uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		cpu += c
+		now = now.Add(wall)
+		allocated += alloc
+	}
+	open := func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.n > 0 }
+
+	// A light request: no collection, the interval ends with it.
+	b.Enter()
+	step(5*time.Millisecond, 10*time.Millisecond, MinGarbage/2)
+	b.Leave()
+	if open() || b.Collections() != 0 {
+		t.Fatalf("a request allocating %d bytes: interval open %v, %d collections; want closed, none", MinGarbage/2, open(), b.Collections())
+	}
+	// Sampling between requests allocates too: it is not the queries'.
+	step(time.Millisecond, time.Second, 4*MinGarbage)
+
+	// A heavy request: the interval stays open through the collection.
+	b.Enter()
+	step(50*time.Millisecond, 60*time.Millisecond, 2*MinGarbage)
+	b.Leave()
+	<-collecting
+	if !open() {
+		t.Fatal("the interval closed before its garbage was collected")
+	}
+	b.Enter() // a request during the collection joins the interval
+	close(release)
+	step(5*time.Millisecond, 5*time.Millisecond, MinGarbage/4)
+	b.Leave()
+	for deadline := time.Now().Add(10 * time.Second); open() || b.Collections() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("interval open %v, %d collections: want it closed after one", open(), b.Collections())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wall, busyCPU := b.totals(now, cpu)
+	// 10 ms, then 60 + 40 (the collection) + 5 ms; 5 ms, then 50 + 30 + 5 ms.
+	if wall != 115*time.Millisecond || busyCPU != 90*time.Millisecond {
+		t.Fatalf("busy %v wall, %v CPU; want 115ms and 90ms, the collection's included", wall, busyCPU)
+	}
+	// The request that joined allocated little since the collection: no
+	// second one.
+	if b.Collections() != 1 {
+		t.Fatalf("%d collections, want 1", b.Collections())
+	}
+}

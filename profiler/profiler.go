@@ -474,14 +474,47 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 	// Snapshots first: each is written before the sample that announced
 	// its process.
 	p.DrainMaps()
+	var heat map[uint32]uint64
+	var tableFrames, fpFrames uint64
+	if p.unwinder != nil {
+		heat = map[uint32]uint64{}
+	}
 	n := p.ring.read(func(b []byte) {
 		if err := rec.Decode(b); err != nil {
 			p.decodeErrors.Add(1)
 			return
 		}
+		if heat != nil {
+			heat[rec.PID]++
+			if n := len(rec.User) - 1; n > 0 {
+				t := uint64(tableBits(rec.UserDWARF, n))
+				tableFrames += t
+				fpFrames += uint64(n) - t
+			}
+		}
 		handle(rec, p.clock.Wall(int64(rec.KernelTime)))
 	})
+	if len(heat) > 0 {
+		p.unwinder.sampled(heat, tableFrames, fpFrames)
+	}
 	p.received.Add(uint64(n))
+}
+
+// tableBits counts the frames of 1..n found with tables. The walk sets a
+// frame's bit as it finds the frame, so a stack that ends at the outermost
+// frame (a return address of 0) has one bit past its last frame.
+func tableBits(b [2]uint64, n int) int {
+	lo, hi := b[0], b[1]
+	if n < 64 {
+		lo &= 1<<n - 1
+	}
+	switch {
+	case n <= 64:
+		hi = 0
+	case n < 128:
+		hi &= 1<<(n-64) - 1
+	}
+	return bits.OnesCount64(lo) + bits.OnesCount64(hi)
 }
 
 // Stats returns the program's counters, the agent's read counters and the

@@ -134,3 +134,22 @@ func TestParseCPUList(t *testing.T) {
 		}
 	}
 }
+
+func TestTableBits(t *testing.T) {
+	for _, c := range []struct {
+		b    [2]uint64
+		n    int
+		want int
+	}{
+		{[2]uint64{0b111, 0}, 2, 2}, // the bit past the last frame
+		{[2]uint64{0b101, 0}, 3, 2},
+		{[2]uint64{^uint64(0), 0b11}, 64, 64},
+		{[2]uint64{^uint64(0), 0b111}, 66, 66},
+		{[2]uint64{^uint64(0), ^uint64(0)}, 128, 128},
+		{[2]uint64{0, 0}, 10, 0},
+	} {
+		if got := tableBits(c.b, c.n); got != c.want {
+			t.Errorf("tableBits(%b, %d) = %d, want %d", c.b, c.n, got, c.want)
+		}
+	}
+}

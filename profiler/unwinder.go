@@ -7,6 +7,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -85,15 +86,24 @@ type UnwindStats struct {
 	Enabled bool
 	// Tables and TableBytes are the tables loaded into BPF maps now, and
 	// their size; MaxBytes the bound on it.
-	Tables             int
-	TableBytes         int64
-	MaxBytes           int64
-	Processes          int
-	Built, CacheHits   uint64
-	Evictions          uint64
+	Tables           int
+	TableBytes       int64
+	MaxBytes         int64
+	Processes        int
+	Built, CacheHits uint64
+	Evictions        uint64
+	// Deferred counts tables not loaded because every loaded one was in
+	// use (see tableResidence): their frames are walked with frame
+	// pointers until there is room.
+	Deferred           uint64
 	NoCFI, BuildErrors uint64
 	// MapsReads counts /proc/PID/maps reads for tables.
 	MapsReads uint64
+	// TableFrames and FPFrames count the user frames of the samples read
+	// (the sampled pc aside, which needs no unwinding) found with an
+	// unwind table and with frame pointers: JIT code, binaries without
+	// CFI, and a process's first samples before its tables are in.
+	TableFrames, FPFrames uint64
 }
 
 // fileKey names a mapped file as stat(2) sees it.
@@ -112,14 +122,18 @@ type mappedFile struct {
 	segs []execSegment
 	// key names its table (build id, or the file's identity), "" when
 	// it has none (no CFI, or an error).
-	key string
+	key     string
+	buildID string
 }
 
 // loadedTable is a table in unwind_tables.
 type loadedTable struct {
-	id       uint32
-	rows     uint32
-	bytes    int64
+	id    uint32
+	rows  uint32
+	bytes int64
+	key   string
+	// lastUsed is when a process using it was last sampled (or its
+	// entry written).
 	lastUsed time.Time
 }
 
@@ -131,12 +145,23 @@ type procState struct {
 	root     string
 	maps     []execMapping
 	complete bool
+	// tables are the keys of the loaded tables its entry uses.
+	tables []string
+	// retry is when to write its entry again for a table there was no
+	// room for (zero: none).
+	retry time.Time
 }
 
-// buildJob is a binary whose table some process waits for.
+// buildJob is a binary whose table some processes wait for.
 type buildJob struct {
-	path string // as the first process that maps it sees it
-	cfi  uint64 // bytes of .eh_frame and .debug_frame: the build's cost
+	cfi uint64 // bytes of .eh_frame and .debug_frame: the build's cost
+	// cached is true when the table is in the cache: reading it costs
+	// a small fraction of compiling it.
+	cached bool
+	// waiters are the processes whose entries lack this table, and the
+	// binary's path as each sees it (/proc/PID/root/...): any of them
+	// may have exited by the time it is built.
+	waiters map[uint32]string
 }
 
 // unwinder reads sampled processes' mappings, builds and loads the
@@ -155,18 +180,28 @@ type unwinder struct {
 	wg   sync.WaitGroup
 
 	// Owned by the worker goroutine.
-	files    map[fileKey]*mappedFile
-	loaded   map[string]*loadedTable
-	failed   map[string]bool
+	files  map[fileKey]*mappedFile
+	loaded map[string]*loadedTable
+	failed map[string]bool
+	// deferred holds the tables there was no room for, and when: they
+	// are not tried again for tableResidence.
+	deferred map[string]time.Time
 	procList map[uint32]*procState
 	freeIDs  []uint32
 	nextID   uint32
 	swept    time.Time
 	// queue holds the binaries to build, by table key.
-	queue map[string]buildJob
+	queue map[string]*buildJob
+	// heat counts each process's samples since the unwinder last looked
+	// (decayed by half at every sweep): the tables of the most sampled
+	// processes are built first.
+	heat map[uint32]uint64
 
 	mu    sync.Mutex
 	stats UnwindStats
+	// newHeat is the samples per process counted by the ring reader
+	// since the worker last took them (under mu).
+	newHeat map[uint32]uint64
 }
 
 // maxTables is MAX_TABLES in bpf/profile.bpf.c.
@@ -186,8 +221,9 @@ func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, log *sl
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
 		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
-		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{},
-		procList: map[uint32]*procState{}, queue: map[string]buildJob{},
+		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
+		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
+		heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
 	}
 	u.stats.Enabled, u.stats.MaxBytes = true, maxBytes
 	u.wg.Go(u.run)
@@ -203,6 +239,19 @@ func (u *unwinder) closing() bool {
 	default:
 		return false
 	}
+}
+
+// sampled counts the samples of each process read from the ring since the
+// last call (the worker builds the tables of the most sampled first), and
+// their user frames found with tables and with frame pointers.
+func (u *unwinder) sampled(counts map[uint32]uint64, tableFrames, fpFrames uint64) {
+	u.mu.Lock()
+	for pid, n := range counts {
+		u.newHeat[pid] += n
+	}
+	u.stats.TableFrames += tableFrames
+	u.stats.FPFrames += fpFrames
+	u.mu.Unlock()
 }
 
 // kick makes the worker look at the pending processes.
@@ -228,12 +277,21 @@ func (u *unwinder) Stats() UnwindStats {
 // most, when its samples keep asking (a pc in no known mapping).
 const refreshInterval = time.Second
 
+// selfPoll is how often the worker looks at the pending processes when
+// nothing kicks it: the ring reader kicks it at every poll, but may be held
+// up for seconds (loading the exit snapshot program on a busy machine),
+// and the table walk in BPF needs only the worker's entries meanwhile.
+const selfPoll = 250 * time.Millisecond
+
 func (u *unwinder) run() {
+	tick := time.NewTicker(selfPoll)
+	defer tick.Stop()
 	for {
 		select {
 		case <-u.done:
 			return
 		case <-u.wake:
+		case <-tick.C:
 		}
 		t0 := time.Now()
 		u.poll(t0)
@@ -243,6 +301,19 @@ func (u *unwinder) run() {
 
 // poll handles the pending processes.
 func (u *unwinder) poll(now time.Time) {
+	u.mu.Lock()
+	for pid, n := range u.newHeat {
+		u.heat[pid] += n
+		if st := u.procList[pid]; st != nil {
+			for _, k := range st.tables {
+				if t := u.loaded[k]; t != nil {
+					t.lastUsed = now
+				}
+			}
+		}
+	}
+	clear(u.newHeat)
+	u.mu.Unlock()
 	var pid uint32
 	var mm uint64
 	type req struct {
@@ -267,6 +338,13 @@ func (u *unwinder) poll(now time.Time) {
 		}
 		_ = u.pending.Delete(r.pid)
 	}
+	for pid, st := range u.procList {
+		if !st.retry.IsZero() && now.After(st.retry) {
+			if err := u.writeEntry(pid, st, now); err != nil {
+				u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+			}
+		}
+	}
 	u.build(now)
 	if now.Sub(u.swept) >= 5*time.Second {
 		u.sweep()
@@ -277,8 +355,21 @@ func (u *unwinder) poll(now time.Time) {
 	u.mu.Unlock()
 }
 
-// sweep forgets the processes that have exited.
+// sweep forgets the processes that have exited, and halves every
+// process's heat, so that the build order follows what is sampled now.
 func (u *unwinder) sweep() {
+	u.forgetExited()
+	for pid, n := range u.heat {
+		if _, known := u.procList[pid]; !known || n < 2 {
+			delete(u.heat, pid)
+		} else {
+			u.heat[pid] = n / 2
+		}
+	}
+}
+
+// forgetExited forgets the processes that have exited.
+func (u *unwinder) forgetExited() {
 	for pid := range u.procList {
 		if err := unix.Kill(int(pid), 0); errors.Is(err, unix.ESRCH) {
 			delete(u.procList, pid)
@@ -347,6 +438,8 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	var entry bpf.ProfileHsProc
 	entry.Mm = st.mm
 	st.complete = true
+	st.tables = st.tables[:0]
+	st.retry = time.Time{}
 	for _, m := range st.maps {
 		if entry.Count >= maxUmaps {
 			entry.Flags |= 1 // HS_PROC_TRUNCATED
@@ -354,12 +447,15 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 		}
 		um := bpf.ProfileHsUmap{Start: m.start, End: m.end, Table: noTable}
 		if len(m.path) > 0 && m.path[0] == '/' {
-			t, bias, state := u.tableFor(st.root+"/root"+m.path, m.offset, m.start, now)
+			t, bias, state := u.tableFor(pid, st.root+"/root"+m.path, m.offset, m.start, now)
 			switch state {
 			case tableLoaded:
 				um.Table, um.Rows, um.Bias = t.id, t.rows, bias
+				st.tables = append(st.tables, t.key)
 			case tableQueued:
 				st.complete = false
+			case tableDeferred:
+				st.retry = now.Add(tableResidence)
 			}
 		}
 		entry.M[entry.Count] = um
@@ -372,37 +468,79 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 }
 
 // buildBudget is how long one poll may spend building tables; the rest
-// wait for the next poll. Small tables go first: most processes then get
-// most of their frames soon, and one huge binary (a browser, node) does
-// not hold up the rest.
+// wait for the next poll.
 const buildBudget = 200 * time.Millisecond
 
-// build builds queued tables, smallest first, for up to buildBudget (at
-// least one), then rewrites the entries of the processes that waited.
+// buildOrder sorts the queued tables by the samples waiting for them per
+// byte of CFI to compile (a thirty-second of it for a table in the cache;
+// a floor of 16 KiB, so that tiny binaries of idle processes do not go
+// first), cheapest first among equals: the hot processes of a busy machine
+// get their stacks first, and one huge binary (a browser, node) does not
+// hold up many smaller ones of equal heat.
+func (u *unwinder) buildOrder() []string {
+	score := make(map[string]float64, len(u.queue))
+	keys := make([]string, 0, len(u.queue))
+	for k, job := range u.queue {
+		var samples uint64
+		for pid := range job.waiters {
+			if _, known := u.procList[pid]; !known {
+				delete(job.waiters, pid)
+				continue
+			}
+			samples += u.heat[pid]
+		}
+		score[k] = float64(samples) / float64(max(job.cost(), 16<<10))
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Or(cmp.Compare(score[b], score[a]), cmp.Compare(u.queue[a].cost(), u.queue[b].cost()), cmp.Compare(a, b))
+	})
+	return keys
+}
+
+// cost is about what loading the table takes, in bytes of CFI compiled.
+func (j *buildJob) cost() uint64 {
+	if j.cached {
+		return j.cfi / 32
+	}
+	return j.cfi
+}
+
+// build builds queued tables, hottest first (buildOrder), for up to
+// buildBudget (at least one), and rewrites the entries of the processes
+// that waited for each as soon as it is in.
 func (u *unwinder) build(now time.Time) {
 	if len(u.queue) == 0 {
 		return
 	}
-	keys := make([]string, 0, len(u.queue))
-	for k := range u.queue {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(u.queue[a].cfi, u.queue[b].cfi) })
 	start := time.Now()
-	for i, k := range keys {
+	for i, k := range u.buildOrder() {
 		if i > 0 && time.Since(start) >= buildBudget || u.closing() {
 			break
 		}
 		job := u.queue[k]
 		delete(u.queue, k)
-		if _, err := u.load(job.path, k, now); err != nil {
-			u.log.Debug("load unwind table", "path", job.path, "err", err)
+		t0 := time.Now()
+		// Through the root of each waiting process in turn, until one
+		// is still there: the first to map a library (libc) is often a
+		// short-lived process, gone before the table is built.
+		for pid, path := range job.waiters {
+			t, err := u.load(path, k, now)
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+				continue
+			}
+			if err != nil {
+				u.log.Debug("load unwind table", "path", path, "err", err)
+			} else {
+				u.log.Debug("unwind table loaded", "path", path, "rows", t.rows, "took", time.Since(t0), "waiting", len(job.waiters), "pid", pid)
+			}
+			break
 		}
-	}
-	for pid, st := range u.procList {
-		if !st.complete {
-			if err := u.writeEntry(pid, st, now); err != nil {
-				u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+		for pid := range job.waiters {
+			if st := u.procList[pid]; st != nil && !st.complete {
+				if err := u.writeEntry(pid, st, now); err != nil {
+					u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+				}
 			}
 		}
 	}
@@ -413,15 +551,16 @@ const noTable = 0xffffffff
 
 // What tableFor found.
 const (
-	tableNone   = iota // no table: no CFI, an error, not an ELF file
-	tableLoaded        // loaded
-	tableQueued        // to be built
+	tableNone     = iota // no table: no CFI, an error, not an ELF file
+	tableLoaded          // loaded
+	tableQueued          // to be built
+	tableDeferred        // no room for it now
 )
 
 // tableFor returns the loaded table of the file at path and the load bias
 // of its mapping at file offset off, address start; or queues the table
-// for build.
-func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loadedTable, uint64, int) {
+// for build, process pid waiting for it.
+func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, now time.Time) (*loadedTable, uint64, int) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return nil, 0, tableNone
@@ -434,6 +573,12 @@ func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loa
 	}
 	if b.key == "" || u.failed[b.key] {
 		return nil, 0, tableNone
+	}
+	if at, ok := u.deferred[b.key]; ok {
+		if now.Sub(at) < tableResidence {
+			return nil, 0, tableDeferred
+		}
+		delete(u.deferred, b.key)
 	}
 	var seg *execSegment
 	for i := range b.segs {
@@ -448,9 +593,12 @@ func (u *unwinder) tableFor(path string, off, start uint64, now time.Time) (*loa
 	}
 	t := u.loaded[b.key]
 	if t == nil {
-		if _, queued := u.queue[b.key]; !queued {
-			u.queue[b.key] = buildJob{path: path, cfi: b.cfi}
+		job := u.queue[b.key]
+		if job == nil {
+			job = &buildJob{cfi: b.cfi, cached: u.cache.Has(b.buildID), waiters: map[uint32]string{}}
+			u.queue[b.key] = job
 		}
+		job.waiters[pid] = path
 		return nil, 0, tableQueued
 	}
 	t.lastUsed = now
@@ -482,7 +630,7 @@ func (u *unwinder) readBinary(path string, fk fileKey) *mappedFile {
 		return b
 	}
 	if id := unwind.BuildID(f); id != "" {
-		b.key = "build-id:" + id
+		b.key, b.buildID = "build-id:"+id, id
 	} else {
 		b.key = fmt.Sprintf("file:%d:%d:%d:%d", fk.dev, fk.ino, fk.size, fk.mtimeNs)
 	}
@@ -491,13 +639,18 @@ func (u *unwinder) readBinary(path string, fk fileKey) *mappedFile {
 
 // load builds (or reads from the cache) a table and loads it into
 // unwind_tables, evicting the least recently used tables beyond maxBytes.
+// A path that is gone (its process exited) is an error that leaves the
+// table to be built through another process.
 func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err error) {
+	t, hit, err := u.cache.Load(path)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		return nil, err
+	}
 	defer func() {
-		if err != nil {
+		if err != nil && !errors.Is(err, errNoRoom) {
 			u.failed[key] = true // neither retried nor counted again
 		}
 	}()
-	t, hit, err := u.cache.Load(path)
 	u.mu.Lock()
 	switch {
 	case errors.Is(err, unwind.ErrNoCFI):
@@ -518,8 +671,12 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 		return nil, fmt.Errorf("table of %d bytes, more than the %d-byte bound", size, u.maxBytes)
 	}
 	for u.used()+size > u.maxBytes || len(u.freeIDs) == 0 && u.nextID >= maxTables {
-		if !u.evictOldest() {
-			return nil, errors.New("no room for the table")
+		if !u.evictOne(now) {
+			u.deferred[key] = now
+			u.mu.Lock()
+			u.stats.Deferred++
+			u.mu.Unlock()
+			return nil, errNoRoom
 		}
 	}
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
@@ -551,7 +708,7 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 		u.freeIDs = append(u.freeIDs, id)
 		return nil, fmt.Errorf("add the table to unwind_tables: %w", err)
 	}
-	lt = &loadedTable{id: id, rows: uint32(len(t.Rows)), bytes: size, lastUsed: now}
+	lt = &loadedTable{id: id, rows: uint32(len(t.Rows)), bytes: size, key: key, lastUsed: now}
 	u.loaded[key] = lt
 	u.updateSizes()
 	return lt, nil
@@ -571,26 +728,48 @@ func (u *unwinder) updateSizes() {
 	u.mu.Unlock()
 }
 
-// evictOldest drops the least recently used table; the processes that use
-// it lose their entries, so that their next samples ask for them again
-// (frame pointers meanwhile).
-func (u *unwinder) evictOldest() bool {
-	if len(u.loaded) == 0 {
+// tableResidence is how long a table stays loaded after its processes
+// were last sampled before another may take its room, and how long a table
+// there was no room for waits before it is tried again: with more tables
+// in use than the bound holds, the ones in do not trade places with the
+// ones out at every poll (each trade a build or a cache read and a map).
+const tableResidence = 10 * time.Second
+
+// errNoRoom is load's error when every table is in use.
+var errNoRoom = errors.New("no room for the table: the loaded ones are in use")
+
+// evictOne drops the least recently used table that no live process uses,
+// or else the least recently used one unused for tableResidence, and
+// reports whether there was one. The processes that use it lose their
+// entries, so that their next samples ask for them again (frame pointers
+// meanwhile).
+func (u *unwinder) evictOne(now time.Time) bool {
+	u.forgetExited()
+	inUse := map[string]bool{}
+	for _, st := range u.procList {
+		for _, k := range st.tables {
+			inUse[k] = true
+		}
+	}
+	var victim *loadedTable
+	for _, t := range u.loaded {
+		if inUse[t.key] && now.Sub(t.lastUsed) < tableResidence {
+			continue
+		}
+		// Tables of no live process before tables of idle ones.
+		if victim == nil || inUse[victim.key] && !inUse[t.key] ||
+			inUse[victim.key] == inUse[t.key] && t.lastUsed.Before(victim.lastUsed) {
+			victim = t
+		}
+	}
+	if victim == nil {
 		return false
 	}
-	keys := make([]string, 0, len(u.loaded))
-	for k := range u.loaded {
-		keys = append(keys, k)
-	}
-	oldest := slices.MinFunc(keys, func(a, b string) int {
-		return cmp.Compare(u.loaded[a].lastUsed.UnixNano(), u.loaded[b].lastUsed.UnixNano())
-	})
-	t := u.loaded[oldest]
-	_ = u.tables.Delete(t.id)
-	u.freeIDs = append(u.freeIDs, t.id)
-	delete(u.loaded, oldest)
-	for pid := range u.procList {
-		if u.usesID(pid, t.id) {
+	_ = u.tables.Delete(victim.id)
+	u.freeIDs = append(u.freeIDs, victim.id)
+	delete(u.loaded, victim.key)
+	for pid, st := range u.procList {
+		if slices.Contains(st.tables, victim.key) {
 			_ = u.procs.Delete(pid)
 			delete(u.procList, pid)
 		}
@@ -600,18 +779,4 @@ func (u *unwinder) evictOldest() bool {
 	u.mu.Unlock()
 	u.updateSizes()
 	return true
-}
-
-// usesID reports whether a process's unwind_procs entry uses table id.
-func (u *unwinder) usesID(pid uint32, id uint32) bool {
-	var e bpf.ProfileHsProc
-	if err := u.procs.Lookup(pid, &e); err != nil {
-		return false
-	}
-	for i := range min(int(e.Count), maxUmaps) {
-		if e.M[i].Table == id {
-			return true
-		}
-	}
-	return false
 }

@@ -20,6 +20,12 @@ type Node struct {
 	// Value counts samples at or above this node; Self those ending here.
 	Value int64 `json:"value"`
 	Self  int64 `json:"self"`
+	// CPU is the CPU time, in seconds, of the samples at or above this
+	// node, each weighing its own sampling period; SelfCPU that of those
+	// ending here. Across a change of the sampling rate they, not the
+	// counts, are what the node cost.
+	CPU     float64 `json:"cpu"`
+	SelfCPU float64 `json:"selfCpu"`
 	// Children are sorted by name.
 	Children []*Node `json:"children,omitempty"`
 }
@@ -63,6 +69,7 @@ type treeBuilder struct {
 type path struct {
 	off, n int32
 	count  int64
+	cpuNs  int64 // count times the batch's period
 }
 
 func newTreeBuilder(g Group, fr Frames) *treeBuilder {
@@ -96,6 +103,7 @@ func (tb *treeBuilder) add(b *store.Batch) {
 		counts[k]++
 	}
 	frameID := make([]int64, len(t.Frames)) // id + 1, 0 not known yet
+	w := b.Weight()
 	for k, n := range counts {
 		off := len(tb.data)
 		if tb.group != GroupNone {
@@ -113,7 +121,7 @@ func (tb *treeBuilder) add(b *store.Batch) {
 			}
 			tb.data = append(tb.data, uint32(frameID[id]-1))
 		}
-		tb.paths = append(tb.paths, path{off: int32(off), n: int32(len(tb.data) - off), count: n})
+		tb.paths = append(tb.paths, path{off: int32(off), n: int32(len(tb.data) - off), count: n, cpuNs: n * w})
 	}
 }
 
@@ -123,9 +131,10 @@ func (tb *treeBuilder) pathIDs(p path) []uint32 { return tb.data[p.off : p.off+p
 func (tb *treeBuilder) tree() *Node {
 	slices.SortFunc(tb.paths, func(a, b path) int { return slices.Compare(tb.pathIDs(a), tb.pathIDs(b)) })
 	type flat struct {
-		id          uint32
-		parent      int32
-		value, self int64
+		id            uint32
+		parent        int32
+		value, self   int64
+		cpuNs, selfNs int64
 	}
 	nodes := []flat{{parent: -1}}
 	var cur []int32 // node of each depth of the previous path
@@ -146,21 +155,24 @@ func (tb *treeBuilder) tree() *Node {
 			nodes = append(nodes, flat{id: ids[d], parent: parent})
 		}
 		nodes[0].value += p.count
+		nodes[0].cpuNs += p.cpuNs
 		for _, n := range cur {
 			nodes[n].value += p.count
+			nodes[n].cpuNs += p.cpuNs
 		}
+		leaf := 0
 		if len(cur) > 0 {
-			nodes[cur[len(cur)-1]].self += p.count
-		} else {
-			nodes[0].self += p.count
+			leaf = int(cur[len(cur)-1])
 		}
+		nodes[leaf].self += p.count
+		nodes[leaf].selfNs += p.cpuNs
 		prev = ids
 	}
 
 	out := make([]Node, len(nodes))
 	nchild := make([]int32, len(nodes))
 	for i, fn := range nodes {
-		out[i] = Node{Value: fn.value, Self: fn.self}
+		out[i] = Node{Value: fn.value, Self: fn.self, CPU: seconds(fn.cpuNs), SelfCPU: seconds(fn.selfNs)}
 		if i == 0 {
 			out[i].Name, out[i].Kind = "root", kindString(kindRoot)
 		} else {

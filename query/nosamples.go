@@ -3,6 +3,8 @@ package query
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heatscope/heatscope/store"
@@ -18,22 +20,81 @@ type NoSamplesError struct {
 	// after the last; HasData is false when they hold none.
 	Data    store.Range
 	HasData bool
+	// Relative is true when the selected sources' times are their
+	// capture's own clock (Relative): times are written as seconds on it,
+	// never as dates in 1970.
+	Relative bool
 }
 
 func (e *NoSamplesError) Error() string {
+	format := FormatTime
+	if e.Relative {
+		format = FormatSeconds
+	}
 	var msg string
 	switch {
+	case e.Range.From == math.MinInt64 && e.Range.To == math.MaxInt64:
+		msg = "no samples"
 	case e.Range.From == math.MinInt64:
-		msg = "no samples before " + FormatTime(e.Range.To)
+		msg = "no samples before " + format(e.Range.To)
 	case e.Range.To == math.MaxInt64:
-		msg = "no samples at or after " + FormatTime(e.Range.From)
+		msg = "no samples at or after " + format(e.Range.From)
 	default:
-		msg = fmt.Sprintf("no samples from %s to %s", FormatTime(e.Range.From), FormatTime(e.Range.To))
+		msg = fmt.Sprintf("no samples from %s to %s", format(e.Range.From), format(e.Range.To))
 	}
 	if !e.HasData {
 		return msg + ": the selected sources hold no samples"
 	}
-	return fmt.Sprintf("%s for this filter; the selected sources' samples span %s to %s", msg, FormatTime(e.Data.From), FormatTime(e.Data.To))
+	msg = fmt.Sprintf("%s for this filter; the selected sources' samples span %s to %s", msg, format(e.Data.From), format(e.Data.To))
+	if e.Relative {
+		msg += " (their capture's own clock, in seconds: no wall time)"
+	}
+	return msg
+}
+
+// FormatSeconds writes a time on a capture's own clock (Unix nanoseconds
+// that are not wall time) as seconds, as ParseTime reads them back:
+// "100.01 s".
+func FormatSeconds(ns int64) string {
+	return strconv.FormatFloat(float64(ns)/1e9, 'f', -1, 64) + " s"
+}
+
+// Relative reports whether the sources that sources names (all when empty)
+// hold samples and all of them keep their capture's own clock, not wall
+// time (perf scripts imported without one).
+func Relative(list []store.SourceInfo, sources []string) bool {
+	some := false
+	for _, s := range list {
+		if len(sources) > 0 && !contains(sources, s.Name) || s.Samples == 0 {
+			continue
+		}
+		if !s.Relative {
+			return false
+		}
+		some = true
+	}
+	return some
+}
+
+// UnknownSources returns an error naming the sources of names that list
+// does not hold, with those it does, or nil.
+func UnknownSources(list []store.SourceInfo, names []string) error {
+	var missing, held []string
+	for _, s := range list {
+		held = append(held, s.Name)
+	}
+	for _, n := range names {
+		if !contains(held, n) {
+			missing = append(missing, strconv.Quote(n))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if len(held) == 0 {
+		return fmt.Errorf("no source %s: the data holds none yet", strings.Join(missing, ", "))
+	}
+	return fmt.Errorf("no source %s: the data holds %s", strings.Join(missing, ", "), strings.Join(held, ", "))
 }
 
 // FormatTime writes Unix nanoseconds as RFC 3339 in UTC, as ParseTime reads

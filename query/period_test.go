@@ -165,3 +165,80 @@ func TestViewsAcrossARateChange(t *testing.T) {
 		}
 	}
 }
+
+// TestFlameGraphAndTopWeighPeriods checks that the flame graph and the top
+// table give each sample its own period: 20 s of one function at 99 Hz,
+// then 30 s of another at 49 Hz. The second has fewer samples (1470
+// against 1980) but more CPU time (30 s against 20 s): it is the wider
+// node and the top table's first row.
+func TestFlameGraphAndTopWeighPeriods(t *testing.T) {
+	db, err := store.Open(t.TempDir(), store.Options{Source: "host", PeriodNs: period99, BlockDuration: 20 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now().Add(-time.Hour).Truncate(10 * time.Second).UnixNano()
+	sec := int64(time.Second)
+	burn := func(fn string, from, to, period int64) (n, cpuNs int64) {
+		stack := []sample.Frame{{Function: fn, Module: "/usr/bin/burn", Kind: sample.KindUser},
+			{Function: "main", Module: "/usr/bin/burn", Kind: sample.KindUser}}
+		for ts := from; ts < to; ts += period {
+			s := sample.Sample{Time: ts / 1000 * 1000, CPU: 0, PID: 7, TID: 7, Comm: "burn", Stack: stack}
+			if err := db.Append(&s); err != nil {
+				t.Fatal(err)
+			}
+			n++
+			cpuNs += period
+		}
+		return n, cpuNs
+	}
+	nBefore, cpuBefore := burn("before", start, start+20*sec, period99)
+	db.SetPeriod(period49)
+	nAfter, cpuAfter := burn("after", start+20*sec, start+50*sec, period49)
+	if nAfter >= nBefore {
+		t.Fatalf("fixture: %d samples after, %d before: the counts must rank them the other way", nAfter, nBefore)
+	}
+	r := store.Range{From: start, To: start + 50*sec}
+	ctx := context.Background()
+	near := func(got float64, wantNs int64) bool { return math.Abs(got-float64(wantNs)/1e9) < 1e-6 }
+
+	root, _, err := FlameGraphOf(ctx, db, r, &store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(root.CPU, cpuBefore+cpuAfter) || root.Value != nBefore+nAfter {
+		t.Fatalf("flame graph root: %v s in %d samples, want %v s in %d", root.CPU, root.Value, float64(cpuBefore+cpuAfter)/1e9, nBefore+nAfter)
+	}
+	node := map[string]*Node{}
+	var walk func(n *Node)
+	walk = func(n *Node) {
+		node[n.Name] = n
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(root)
+	b, a := node["before"], node["after"]
+	if b == nil || a == nil || !near(b.CPU, cpuBefore) || !near(b.SelfCPU, cpuBefore) || !near(a.CPU, cpuAfter) || !near(a.SelfCPU, cpuAfter) {
+		t.Fatalf("flame graph nodes: before %+v, after %+v; want %v s and %v s", b, a, float64(cpuBefore)/1e9, float64(cpuAfter)/1e9)
+	}
+
+	top, _, err := TopOf(ctx, db, r, &store.Filter{}, GroupNone, GroupAddresses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top.Unit != UnitCPUSeconds || !near(top.CPU, cpuBefore+cpuAfter) || len(top.Functions) != 3 {
+		t.Fatalf("top: unit %q, %v s, %d functions", top.Unit, top.CPU, len(top.Functions))
+	}
+	// main is on every stack and leaf of none; then after, then before.
+	if f := top.Functions[0]; f.Name != "after" || !near(f.SelfCPU, cpuAfter) || !near(f.TotalCPU, cpuAfter) || f.Self != nAfter {
+		t.Fatalf("top's first row %+v, want after with %v s", f, float64(cpuAfter)/1e9)
+	}
+	if f := top.Functions[1]; f.Name != "before" || !near(f.SelfCPU, cpuBefore) {
+		t.Fatalf("top's second row %+v, want before with %v s", f, float64(cpuBefore)/1e9)
+	}
+	if f := top.Functions[2]; f.Name != "main" || f.SelfCPU != 0 || !near(f.TotalCPU, cpuBefore+cpuAfter) {
+		t.Fatalf("top's third row %+v, want main with %v s in total", f, float64(cpuBefore+cpuAfter)/1e9)
+	}
+}

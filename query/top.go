@@ -19,12 +19,21 @@ type Function struct {
 	// where it is anywhere on the stack (once per sample).
 	Self  int64 `json:"self"`
 	Total int64 `json:"total"`
+	// SelfCPU and TotalCPU are the same samples' CPU time in seconds,
+	// each sample weighing its own sampling period.
+	SelfCPU  float64 `json:"selfCpu"`
+	TotalCPU float64 `json:"totalCpu"`
+
+	selfNs, totalNs int64
 }
 
-// Top is the top-functions table of a range.
+// Top is the top-functions table of a range, sorted by self CPU time.
 type Top struct {
 	// Samples is the number of samples the table covers.
-	Samples   int64      `json:"samples"`
+	Samples int64 `json:"samples"`
+	// CPU is their CPU time in seconds; Unit names it, "cpu-seconds".
+	CPU       float64    `json:"cpu"`
+	Unit      string     `json:"unit"`
 	Functions []Function `json:"functions"`
 }
 
@@ -51,9 +60,11 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 	type key = funcKey
 	index := map[key]int{}
 	funcs := []Function{} // [] in JSON when no sample passes
-	top := &Top{}
+	top := &Top{Unit: UnitCPUSeconds}
+	var cpuNs int64
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		t := b.T
+		w := b.Weight()
 		type stackKey struct{ stack, meta uint32 }
 		perStack := map[stackKey]int64{}
 		for _, i := range b.Rows {
@@ -70,6 +81,7 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 		var seenEdges [][2]int // calls counted for this stack
 		for sk, n := range perStack {
 			top.Samples += n
+			cpuNs += n * w
 			seen = seen[:0]
 			seenEdges = seenEdges[:0]
 			leaf := true
@@ -101,11 +113,13 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 				fi := funcOf[id] - 1
 				if leaf {
 					funcs[fi].Self += n
+					funcs[fi].selfNs += n * w
 					leaf = false
 				}
 				if !slices.Contains(seen, fi) {
 					seen = append(seen, fi)
 					funcs[fi].Total += n
+					funcs[fi].totalNs += n * w
 				}
 				if edges != nil && callee >= 0 && callee != fi && !slices.Contains(seenEdges, [2]int{fi, callee}) {
 					seenEdges = append(seenEdges, [2]int{fi, callee})
@@ -119,9 +133,14 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 	if err != nil {
 		return nil, warnings, err
 	}
+	top.CPU = seconds(cpuNs)
+	for i := range funcs {
+		funcs[i].SelfCPU, funcs[i].TotalCPU = seconds(funcs[i].selfNs), seconds(funcs[i].totalNs)
+	}
 	top.Functions = funcs
 	slices.SortFunc(top.Functions, func(a, b Function) int {
-		return cmp.Or(cmp.Compare(b.Self, a.Self), cmp.Compare(b.Total, a.Total), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Group, b.Group))
+		return cmp.Or(cmp.Compare(b.selfNs, a.selfNs), cmp.Compare(b.totalNs, a.totalNs), cmp.Compare(b.Self, a.Self),
+			cmp.Compare(a.Name, b.Name), cmp.Compare(a.Group, b.Group))
 	})
 	return top, warnings, nil
 }

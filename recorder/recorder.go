@@ -124,7 +124,7 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			r.sym.ForgetExited(exitSweep)
 			sweptNs = wallNs
 		}
-		if !r.sym.Has(rec.PID) {
+		if !r.sym.Has(rec.PID, rec.Comm) {
 			// A new pid. It may have exited since this poll's snapshots
 			// were read; if not, Observe reads its /proc/PID/maps.
 			r.prof.DrainMaps()
@@ -133,6 +133,9 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 				// frames stay unknown. Snapshots would have kept them.
 				r.prof.MissedProcess()
 			}
+			// Its command name as its maps were read: a sample under
+			// another one follows an exec (see Symbolizer.Has).
+			r.sym.Has(rec.PID, rec.Comm)
 		}
 		s = sample.Sample{
 			Time:     wallNs,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/fixture"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
@@ -54,32 +55,6 @@ __attribute__((noinline)) long spin_inner(long n) { for (long i = 0; i < n; i++)
 __attribute__((noinline)) long guarded(long n) { try { return spin_inner(n); } catch (const std::exception &) { return -1; } }
 int main() { for (;;) { guarded(3000000); try { spin_inner(-1); } catch (...) {} } }
 `
-
-func build(t *testing.T, compiler, src string, flags ...string) string {
-	t.Helper()
-	cc, err := exec.LookPath(compiler)
-	if err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("%s is needed to build the fixture: %v", compiler, err)
-		}
-		t.Skipf("%s is not installed (apt-get install gcc g++): %v", compiler, err)
-	}
-	dir := t.TempDir()
-	ext := ".c"
-	if compiler == "g++" {
-		ext = ".cc"
-	}
-	srcPath := filepath.Join(dir, "fixture"+ext)
-	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "fixture")
-	args := append(append([]string{}, flags...), "-o", bin, srcPath)
-	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", compiler, args, err, out)
-	}
-	return bin
-}
 
 func start(t *testing.T, bin string) int {
 	t.Helper()
@@ -211,6 +186,12 @@ func checkChain(t *testing.T, bin string, minShare float64, leaf string, chain .
 	if st.DWARFWalks == 0 || st.Unwind.Tables == 0 {
 		t.Errorf("no stack walked with tables (%d walks, %d tables loaded)", st.DWARFWalks, st.Unwind.Tables)
 	}
+	// Every frame above the leaf of a whole chain was found with a table:
+	// the per-frame count says so, and frame pointers found few.
+	if st.Unwind.TableFrames < uint64(len(chain)-1)*uint64(float64(n)*minShare) || st.Unwind.FPFrames > st.Unwind.TableFrames {
+		t.Errorf("user frames found with tables %d, with frame pointers %d, for %d samples of a %d-deep chain",
+			st.Unwind.TableFrames, st.Unwind.FPFrames, n, len(chain))
+	}
 	t.Logf("%.1f%% of %d samples in %s whole; walks: %d with tables, %d frame pointers first; tables %d (%d bytes), built %d",
 		100*got, n, leaf, st.DWARFWalks, st.FPWalks, st.Unwind.Tables, st.Unwind.TableBytes, st.Unwind.Built)
 	return st
@@ -218,7 +199,7 @@ func checkChain(t *testing.T, bin string, minShare float64, leaf string, chain .
 
 func TestUnwindChainWithoutFramePointers(t *testing.T) {
 	bpftest.Require(t)
-	bin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer")
+	bin := fixture.BuildC(t, "", "gcc", "fixture", chainSource, "-O2", "-fomit-frame-pointer")
 	checkChain(t, bin, 0.95, "leaf_work", "main", "outer_layer", "middle_layer", "leaf_work")
 
 	// The same fixture with frame pointers walked: the chain is lost,
@@ -232,7 +213,7 @@ func TestUnwindChainWithoutFramePointers(t *testing.T) {
 
 func TestUnwindThroughLibc(t *testing.T) {
 	bpftest.Require(t)
-	bin := build(t, "gcc", qsortSource, "-O2", "-fomit-frame-pointer")
+	bin := fixture.BuildC(t, "", "gcc", "fixture", qsortSource, "-O2", "-fomit-frame-pointer")
 	pid := start(t, bin)
 	time.Sleep(50 * time.Millisecond)
 	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
@@ -269,13 +250,13 @@ func TestUnwindThroughLibc(t *testing.T) {
 
 func TestUnwindCPlusPlusExceptions(t *testing.T) {
 	bpftest.Require(t)
-	bin := build(t, "g++", cxxSource, "-O2", "-fomit-frame-pointer", "-fexceptions")
+	bin := fixture.BuildC(t, "", "g++", "fixture", cxxSource, "-O2", "-fomit-frame-pointer", "-fexceptions")
 	checkChain(t, bin, 0.95, "spin_inner", "main", "guarded", "spin_inner")
 }
 
 func TestUnwindStrippedBinary(t *testing.T) {
 	bpftest.Require(t)
-	bin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer", "-g")
+	bin := fixture.BuildC(t, "", "gcc", "fixture", chainSource, "-O2", "-fomit-frame-pointer", "-g")
 	stripped := bin + "-stripped"
 	if out, err := exec.Command("objcopy", "--strip-all", "--keep-section=.eh_frame", bin, stripped).CombinedOutput(); err != nil {
 		t.Fatalf("objcopy: %v\n%s", err, out)
@@ -348,8 +329,9 @@ func main() {
 }
 `
 
-func TestUnwindGoAgreesWithFramePointers(t *testing.T) {
-	bpftest.Require(t)
+// buildGo builds goSource.
+func buildGo(t *testing.T) string {
+	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("no go tool on PATH to build the Go fixture: %v", err)
@@ -365,6 +347,12 @@ func TestUnwindGoAgreesWithFramePointers(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+func TestUnwindGoAgreesWithFramePointers(t *testing.T) {
+	bpftest.Require(t)
+	bin := buildGo(t)
 	chain := []string{"main.main", "main.outer", "main.middle", "main.leaf"}
 	st := checkChain(t, bin, 0.95, "main.leaf", chain...)
 	if st.Unwind.Built+st.Unwind.CacheHits == 0 {
@@ -409,8 +397,8 @@ int main(int argc, char **argv) {
 
 func TestUnwindAfterExec(t *testing.T) {
 	bpftest.Require(t)
-	chainBin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer")
-	execBin := build(t, "gcc", execSource, "-O2")
+	chainBin := fixture.BuildC(t, "", "gcc", "fixture", chainSource, "-O2", "-fomit-frame-pointer")
+	execBin := fixture.BuildC(t, "", "gcc", "fixture", execSource, "-O2")
 	cmd := exec.Command(execBin, chainBin)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -523,15 +511,11 @@ func TestUnwindNodePerfMap(t *testing.T) {
 	t.Logf("%d of %d samples in leafJs whole; %d walks with tables, %d with frame pointers first; %d tables loaded", ok, n, st.DWARFWalks, st.FPWalks, st.Unwind.Tables)
 }
 
-// TestUnwindTablesBounded loads the chain fixture's tables (its own,
-// libc's and ld.so's: about 370 KB) under a bound smaller than all three:
-// the least recently used are evicted, counted, and what is loaded stays
-// within the bound.
-func TestUnwindTablesBounded(t *testing.T) {
-	bpftest.Require(t)
-	bin := build(t, "gcc", chainSource, "-O2", "-fomit-frame-pointer")
-	pid := start(t, bin)
-	const bound = 350_000
+// recordBounded records pid's user stacks for d with the unwind tables
+// bounded to bound bytes, and returns them, the stats, and the most table
+// bytes loaded at any poll.
+func recordBounded(t *testing.T, pid int, bound int64, d time.Duration) ([]userStack, profiler.Stats, int64) {
+	t.Helper()
 	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser,
 		Unwind: profiler.UnwindDWARF, UnwindCacheDir: t.TempDir(), UnwindMaxBytes: bound}
 	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
@@ -539,7 +523,7 @@ func TestUnwindTablesBounded(t *testing.T) {
 		t.Fatalf("open recorder: %v", err)
 	}
 	defer rec.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	maxBytes := int64(0)
 	rec.OnPoll(func() {
@@ -547,18 +531,75 @@ func TestUnwindTablesBounded(t *testing.T) {
 			maxBytes = max(maxBytes, st.Unwind.TableBytes)
 		}
 	})
-	if err := rec.Run(ctx, func(*sample.Sample) {}); err != nil {
+	var out []userStack
+	err = rec.Run(ctx, func(s *sample.Sample) {
+		var funcs []string
+		for i := len(s.Stack) - 1; i >= 0; i-- {
+			funcs = append(funcs, s.Stack[i].Function)
+		}
+		out = append(out, userStack{time.Unix(0, s.Time), funcs})
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	st, err := rec.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Unwind.Evictions == 0 {
-		t.Errorf("no table evicted under a %d-byte bound: %+v", bound, st.Unwind)
-	}
 	if maxBytes > bound || st.Unwind.TableBytes > bound {
 		t.Errorf("tables of up to %d bytes loaded (now %d), over the %d-byte bound", maxBytes, st.Unwind.TableBytes, bound)
 	}
 	t.Logf("%+v; at most %d bytes loaded", st.Unwind, maxBytes)
+	return out, st, maxBytes
+}
+
+// TestUnwindTablesBoundedWithoutThrash runs the chain fixture, whose
+// tables (its own, ld.so's and libc's: about 370 KB) do not all fit in a
+// 350 KB bound. The tables in use stay in and the one left out waits
+// (Deferred) rather than trading places with them at every poll, as an
+// LRU that evicts a table in use would (each trade a build or a cache
+// read). The chain, in the fixture's own table, is whole meanwhile.
+func TestUnwindTablesBoundedWithoutThrash(t *testing.T) {
+	bpftest.Require(t)
+	bin := fixture.BuildC(t, "", "gcc", "fixture", chainSource, "-O2", "-fomit-frame-pointer")
+	pid := start(t, bin)
+	time.Sleep(50 * time.Millisecond)
+	stacks, st, _ := recordBounded(t, pid, 350_000, 5*time.Second)
+	if st.Unwind.Deferred == 0 || st.Unwind.Evictions != 0 {
+		t.Errorf("%d tables deferred and %d evicted under a bound smaller than the tables in use, want some deferred and none evicted: %+v",
+			st.Unwind.Deferred, st.Unwind.Evictions, st.Unwind)
+	}
+	if loads := st.Unwind.Built + st.Unwind.CacheHits; loads > 3 {
+		t.Errorf("%d table loads (built or read from the cache) for a process with 3 binaries: the tables thrash", loads)
+	}
+	chain := []string{"main", "outer_layer", "middle_layer", "leaf_work"}
+	got, n, bad := share(stacks, tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) }), "leaf_work", chain...)
+	if n < 10 || got < 0.95 {
+		t.Errorf("%.0f%% of %d samples in leaf_work have the chain under the bound; e.g. %s", 100*got, n, bad)
+	}
+}
+
+// TestUnwindTablesEvictedAfterExec runs a process that execs from a C
+// program (its own, libc's and ld.so's tables: about 370 KB) into the Go
+// fixture (135 KB) under a 400 KB bound: the old image's tables, used by
+// no live process any more, are evicted (least recently used first) to
+// make room for the new image's, whose stacks are then whole.
+func TestUnwindTablesEvictedAfterExec(t *testing.T) {
+	bpftest.Require(t)
+	goBin := buildGo(t)
+	execBin := fixture.BuildC(t, "", "gcc", "fixture", execSource, "-O2", "-fomit-frame-pointer")
+	cmd := exec.Command(execBin, goBin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stacks, st, _ := recordBounded(t, cmd.Process.Pid, 400_000, 7*time.Second)
+	if st.Unwind.Evictions == 0 {
+		t.Errorf("no table evicted after the exec under a bound the two images' tables do not fit in: %+v", st.Unwind)
+	}
+	chain := []string{"main.main", "main.outer", "main.middle", "main.leaf"}
+	got, n, bad := share(stacks, tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) }), "main.leaf", chain...)
+	if n < 10 || got < 0.95 {
+		t.Errorf("after the exec: %.0f%% of %d samples in main.leaf have the chain; e.g. %s", 100*got, n, bad)
+	}
 }

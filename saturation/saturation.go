@@ -9,21 +9,28 @@
 //
 // Time is cut into slots of a tenth of the minimum duration (100 ms for
 // the default 1 s); a window is the last ten slots. A thread saturates its
-// CPU over a window when its share of that CPU's sampled time in the
-// window is above Config.CPUBusy while the node's busy share over the same
-// window (every CPU's non-idle sampled time over every CPU's sampled time)
-// is below Config.NodeBusy. A span is a run of consecutive saturated
+// CPU over a window when its sampled CPU time on that CPU in the window,
+// over the CPU's sampled time, is above Config.CPUBusy, while the node's
+// busy share over the same window (every CPU's non-idle sampled time over
+// every CPU's sampled time) is below Config.NodeBusy. Neither denominator
+// is taken as less than the wall time it covers, less one sampling period
+// per CPU (a CPU sampled all along has a sample more or less in a
+// window). A span is a run of consecutive saturated
 // windows of the same thread on the same CPU, trimmed to the thread's
 // first and last sample in it; it is reported when it lasts at least the
 // minimum duration. So every window of the minimum duration inside a
 // reported span held the thread above the threshold.
 //
 // Every sample weighs its own sampling period (the overhead guard may
-// change the rate at any time), and shares are ratios of weights on the
-// same CPU, so a rate change inside a window changes nothing, and a
-// sample lost to a full ring buffer lowers no share. Idle samples (thread
-// id 0) are what makes the denominator: the detector needs every CPU's
-// samples, so it is for recorders without --pid or --cgroup filters.
+// change the rate at any time), so a rate change inside a window changes
+// nothing. A share's denominator is never less than the wall time it
+// covers: a CPU whose idle time went unsampled (idle samples are not
+// guaranteed: a thread that sleeps in step with the sampling timer can
+// leave its CPU's idle time unsampled) must not make a thread busy half
+// the time look busy all of it. So a lost sample can only lower a share:
+// it can shorten or miss a span, never invent one. The node's busy share needs every
+// CPU's busy samples, so the detector is for recorders without --pid or
+// --cgroup filters.
 //
 // # Cost
 //
@@ -102,6 +109,9 @@ type Config struct {
 	// that a thread saturating its CPU for hours shows while it does; 0
 	// is DefaultMaxSpan. At least MinDuration.
 	MaxSpan time.Duration
+	// CPUs is the node's number of CPUs, the denominator of its busy
+	// share; 0 counts the CPUs that have sent a sample.
+	CPUs int
 	// Emit is called with each span's event, on the goroutine that
 	// called Add or Flush.
 	Emit func(events.Event)
@@ -119,6 +129,8 @@ func (c *Config) Validate() error {
 		return &ConfigError{"MinDuration", fmt.Errorf("minimum duration %v: want 100ms to 10m", c.MinDuration)}
 	case c.MaxSpan != 0 && c.MaxSpan < c.MinDuration:
 		return &ConfigError{"MaxSpan", fmt.Errorf("longest span %v: want at least the minimum duration %v", c.MaxSpan, c.MinDuration)}
+	case c.CPUs < 0 || c.CPUs > maxCPU:
+		return &ConfigError{"CPUs", fmt.Errorf("%d CPUs: want 0 (count them) to %d", c.CPUs, maxCPU)}
 	case c.Emit == nil:
 		return &ConfigError{"Emit", fmt.Errorf("no Emit function")}
 	}
@@ -153,6 +165,9 @@ type Detector struct {
 	cpus     []*cpuState
 	node     [ringSlots]nodeSlot
 	started  bool
+	first    int64 // the first slot with a sample
+	seenCPUs int   // CPUs that have sent a sample
+	period   int64 // the last sample's period
 	closed   int64 // the last slot closed
 	newest   int64 // the newest slot a sample fell in
 	stats    Stats
@@ -174,13 +189,13 @@ type cpuState struct {
 
 // cpuSlot is one CPU's samples in one slot.
 type cpuSlot struct {
-	slot      int64
-	all, busy int64 // sampled ns: all samples, non-idle ones
-	n         int
-	threads   [maxThreads]threadTime
-	tracked   uint32 // the thread whose leaf functions kernel and user count
-	kernel    topFuncs
-	user      topFuncs
+	slot    int64
+	all     int64 // sampled ns
+	n       int
+	threads [maxThreads]threadTime
+	tracked uint32 // the thread whose leaf functions kernel and user count
+	kernel  topFuncs
+	user    topFuncs
 }
 
 // threadTime is one thread's sampled time in a slot.
@@ -207,6 +222,7 @@ type span struct {
 	comm              string
 	start, end        int64
 	threadNs, cpuNs   int64 // the thread's and the CPU's sampled time
+	wallNs            int64 // the slots' length
 	nodeBusy, nodeAll int64
 	kernel, user      topFuncs
 }
@@ -237,9 +253,10 @@ func (d *Detector) Add(s *sample.Sample, periodNs int64) {
 	}
 	d.stats.Samples++
 	w := min(periodNs, maxPeriodNs)
+	d.period = w
 	k := s.Time / d.slotNs
 	if !d.started {
-		d.started, d.closed, d.newest = true, k-1, k
+		d.started, d.closed, d.newest, d.first = true, k-1, k, k
 	}
 	if k <= d.closed && d.closed-k > 2*ringSlots {
 		// Far behind: the wall clock was stepped back. Report what was
@@ -254,7 +271,7 @@ func (d *Detector) Add(s *sample.Sample, periodNs int64) {
 			}
 		}
 		d.node = [ringSlots]nodeSlot{}
-		d.closed, d.newest = k-1, k
+		d.closed, d.newest, d.first = k-1, k, k
 	}
 	if k <= d.closed {
 		d.stats.Late++
@@ -274,7 +291,6 @@ func (d *Detector) Add(s *sample.Sample, periodNs int64) {
 	if s.TID == 0 { // the idle task
 		return
 	}
-	cs.busy += w
 	ns.busy += w
 	if t := cs.find(s.TID); t != nil {
 		t.ns += w
@@ -329,6 +345,7 @@ func (d *Detector) cpu(n uint32) *cpuState {
 	}
 	c := d.cpus[n]
 	if c == nil {
+		d.seenCPUs++
 		c = &cpuState{cpu: n}
 		for i := range c.ring {
 			c.ring[i].slot = -1
@@ -402,6 +419,18 @@ func (d *Detector) nodeWindow(k int64) (busy, all int64) {
 	return busy, all
 }
 
+// floor is the least sampled time a CPU sampled all along has over wall
+// time: a sample less than the wall time covers.
+func (d *Detector) floor(wall int64) int64 { return max(wall-d.period, 0) }
+
+// cpuCount is the denominator of the node's busy share.
+func (d *Detector) cpuCount() int64 {
+	if d.cfg.CPUs > 0 {
+		return int64(d.cfg.CPUs)
+	}
+	return int64(max(d.seenCPUs, 1))
+}
+
 // threadWindow sums a thread's and its CPU's sampled time over the window
 // ending at k.
 func (c *cpuState) threadWindow(k int64, tid uint32) (thread, all int64) {
@@ -418,8 +447,10 @@ func (c *cpuState) threadWindow(k int64, tid uint32) (thread, all int64) {
 
 // closeSlot judges the window ending at slot k on every CPU.
 func (d *Detector) closeSlot(k int64) {
-	nodeBusy, nodeAll := d.nodeWindow(k)
-	nodeQuiet := nodeAll > 0 && float64(nodeBusy) < d.cfg.NodeBusy*float64(nodeAll)
+	// Only whole windows since the first sample are judged: a window
+	// that began before it would count time nobody sampled as idle.
+	busy, all := d.nodeWindow(k)
+	nodeQuiet := k-d.first+1 >= windowSlots && float64(busy) < d.cfg.NodeBusy*float64(max(all, d.cpuCount()*d.floor(d.windowNs)))
 	for _, c := range d.cpus {
 		if c != nil {
 			d.closeCPU(c, k, nodeQuiet)
@@ -428,10 +459,11 @@ func (d *Detector) closeSlot(k int64) {
 }
 
 // saturated reports whether tid kept c above the threshold over the window
-// ending at k, with at least half the window sampled on c.
+// ending at k: its sampled time over the CPU's, or over the window's
+// length less a period when the CPU's sampled time is shorter.
 func (d *Detector) saturated(c *cpuState, k int64, tid uint32) bool {
 	thread, all := c.threadWindow(k, tid)
-	return all >= d.windowNs/2 && float64(thread) > d.cfg.CPUBusy*float64(all)
+	return float64(thread) > d.cfg.CPUBusy*float64(max(all, d.floor(d.windowNs)))
 }
 
 func (d *Detector) closeCPU(c *cpuState, k int64, nodeQuiet bool) {
@@ -499,6 +531,7 @@ func (d *Detector) extend(c *cpuState, k int64) {
 // addSlot adds slot i's figures to the CPU's span.
 func (d *Detector) addSlot(c *cpuState, i int64) {
 	sp := &c.span
+	sp.wallNs += d.slotNs
 	if i >= 0 {
 		if ns := &d.node[i%ringSlots]; ns.slot == i {
 			sp.nodeBusy += ns.busy
@@ -530,7 +563,7 @@ func (d *Detector) addSlot(c *cpuState, i int64) {
 // closes it.
 func (d *Detector) finish(c *cpuState) {
 	sp := &c.span
-	if sp.active && sp.end-sp.start >= d.cfg.MinDuration.Nanoseconds() && sp.cpuNs > 0 {
+	if sp.active && sp.end-sp.start >= d.cfg.MinDuration.Nanoseconds() && sp.wallNs > 0 {
 		d.stats.Events++
 		d.cfg.Emit(d.event(c.cpu, sp))
 	}
@@ -543,11 +576,9 @@ const maxLabel = events.MaxLabelValLen
 // event describes a span.
 func (d *Detector) event(cpu uint32, sp *span) events.Event {
 	dur := time.Duration(sp.end - sp.start)
-	busy := 100 * float64(sp.threadNs) / float64(sp.cpuNs)
-	node := 0.0
-	if sp.nodeAll > 0 {
-		node = 100 * float64(sp.nodeBusy) / float64(sp.nodeAll)
-	}
+	// As the windows judge them: never over less than the wall time.
+	busy := 100 * float64(sp.threadNs) / float64(max(sp.cpuNs, d.floor(sp.wallNs), 1))
+	node := 100 * float64(sp.nodeBusy) / float64(max(sp.nodeAll, d.cpuCount()*d.floor(sp.wallNs), 1))
 	comm := clean(sp.comm, 64)
 	labels := map[string]string{
 		"kind":              Kind,

@@ -489,7 +489,7 @@ func TestManyThreadsInASlot(t *testing.T) {
 // characters, invalid UTF-8 and excess length make a valid event.
 func TestEventOfUntrustedNames(t *testing.T) {
 	long := strings.Repeat("é", 400) + "\x00\n\xff"
-	sp := span{tid: 9, pid: 9, comm: "a\nb\x1b[31m", start: base, end: base + 2*sec, threadNs: 2 * sec, cpuNs: 2 * sec, nodeBusy: 1, nodeAll: 4}
+	sp := span{tid: 9, pid: 9, comm: "a\nb\x1b[31m", start: base, end: base + 2*sec, threadNs: 2 * sec, cpuNs: 2 * sec, wallNs: 2 * sec, nodeBusy: 1, nodeAll: 4}
 	sp.user.add(long, 1)
 	sp.kernel.add("k\tk", 1)
 	d, _ := New(defaults2())
@@ -585,5 +585,70 @@ func benchmarkAdd(b *testing.B, cpus int) {
 	b.StopTimer()
 	if cpus >= 8 && b.N > 8*n && emitted == 0 {
 		b.Fatalf("%d samples, no event", b.N)
+	}
+}
+
+// dropIdle passes its detector every sample but the idle ones of one CPU,
+// as a sampler does that sees the CPU only while a thread runs on it.
+type dropIdle struct {
+	d   *Detector
+	cpu uint32
+}
+
+func (s *dropIdle) Add(x *sample.Sample, periodNs int64) {
+	if x.CPU == s.cpu && x.TID == 0 {
+		return
+	}
+	s.d.Add(x, periodNs)
+}
+
+func (s *dropIdle) Flush() { s.d.Flush() }
+
+// TestUnsampledIdleTime is the defect of TestSaturationEvents (issue 12):
+// a thread busy half of every 20 ms on CPU 1 whose idle halves were not
+// sampled was reported 96-100% busy, its share taken of the CPU's sampled
+// time only. Shares are never of less than the wall time now: no event.
+// With its CPU fully busy it still saturates, and the node's CPUs count
+// as Config.CPUs says.
+func TestUnsampledIdleTime(t *testing.T) {
+	run := func(cfg Config, who func(int, int64) uint32) []events.Event {
+		t.Helper()
+		var got []events.Event
+		cfg.Emit = func(e events.Event) { got = append(got, e) }
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream{cpus: 2, period: hz(99), who: who}.run(&dropIdle{d: d, cpu: 1}, 6*sec)
+		return got
+	}
+	cfg := defaults()
+	cfg.NodeBusy = 0.75
+	half := func(c int, t int64) uint32 {
+		if c == 1 && t >= 1*sec && t < 4*sec && t%(20*int64(time.Millisecond)) < 10*int64(time.Millisecond) {
+			return 707
+		}
+		return 0
+	}
+	if evs := run(cfg, half); len(evs) != 0 {
+		t.Errorf("a thread busy 50%% of the time, its idle time unsampled: %d events: %+v", len(evs), evs)
+	}
+	full := busy(1, 707, 1, 4)
+	evs := run(cfg, full)
+	if len(evs) != 1 {
+		t.Fatalf("a thread busy all the time: %d events, want 1", len(evs))
+	}
+	checkSpan(t, evs[0], 707, 1, 1, 3, 0.11)
+	if node := label(t, evs[0], "node_busy_percent"); math.Abs(node-50) > 1.5 {
+		t.Errorf("node %.1f%% busy, want 50%%", node)
+	}
+	// A node of four CPUs, two of which sent no sample: 25% busy.
+	cfg.CPUs, cfg.NodeBusy = 4, 0.3
+	if evs := run(cfg, full); len(evs) != 1 || math.Abs(label(t, evs[0], "node_busy_percent")-25) > 1 {
+		t.Errorf("four CPUs: %+v", evs)
+	}
+	cfg.CPUs = 0
+	if evs := run(cfg, full); len(evs) != 0 {
+		t.Errorf("two CPUs seen, the node 50%% busy, over the 30%% threshold: %+v", evs)
 	}
 }

@@ -16,9 +16,11 @@ import (
 )
 
 // FormatVersion is the version of the block format in FORMAT.md that
-// this heatscope writes. It reads version 1 too: version 2 only adds the
-// cgroups section.
-const FormatVersion = 2
+// this heatscope writes. It reads versions 1 to 3 too: version 2 only
+// added the cgroups section, version 4 only the per-CPU summary (version
+// 3, a development version, had a per-thread one there, which is not
+// read).
+const FormatVersion = 4
 
 const (
 	blockMagic   = "HSBLOCK1"
@@ -44,11 +46,25 @@ const (
 	sectionChunks
 	sectionSummary
 	sectionCgroups
-	numSections = sectionCgroups
+	sectionCPUSummary
+	numSections = sectionCPUSummary
 	// numSectionsV1 is the number of sections of a version 1 block (no
-	// cgroups).
+	// cgroups), numSectionsV2 of a version 2 block (no per-CPU summary).
 	numSectionsV1 = sectionSummary
+	numSectionsV2 = sectionCgroups
 )
+
+// sectionsOf is the number of sections a block of format version v has.
+func sectionsOf(v int) int {
+	switch v {
+	case 1:
+		return numSectionsV1
+	case 2:
+		return numSectionsV2
+	}
+	// Version 3 has the eight sections of version 4.
+	return numSections
+}
 
 // Meta is a block's meta.json.
 type Meta struct {
@@ -106,6 +122,13 @@ type section struct {
 type summaryEntry struct {
 	bucket      int64 // µs / summaryBucket
 	thread      uint32
+	count, idle uint32
+}
+
+// cpuSummaryEntry is the samples of one CPU in one bucket.
+type cpuSummaryEntry struct {
+	bucket      int64 // µs / summaryBucket
+	cpu         uint32
 	count, idle uint32
 }
 
@@ -247,6 +270,7 @@ type blockWriter struct {
 	buf      []byte
 	chunks   []chunkRef
 	summary  map[summaryKey]*summaryEntry
+	perCPU   map[cpuKey]*cpuSummaryEntry
 	idle     lazyIdle
 	samples  int
 	minTime  int64
@@ -259,12 +283,18 @@ type summaryKey struct {
 	thread uint32
 }
 
+type cpuKey struct {
+	bucket int64
+	cpu    uint32
+}
+
 func newBlockWriter(path string) (*blockWriter, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder(), summary: map[summaryKey]*summaryEntry{}}
+	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder(), summary: map[summaryKey]*summaryEntry{},
+		perCPU: map[cpuKey]*cpuSummaryEntry{}}
 	w.idle.t = &w.tables.T
 	w.d.write([]byte(blockMagic))
 	return w, nil
@@ -294,9 +324,17 @@ func (w *blockWriter) add(m *remap, i int) error {
 		e = &summaryEntry{bucket: k.bucket, thread: thread}
 		w.summary[k] = e
 	}
+	ck := cpuKey{k.bucket, t.CPU[i]}
+	ce := w.perCPU[ck]
+	if ce == nil {
+		ce = &cpuSummaryEntry{bucket: ck.bucket, cpu: ck.cpu}
+		w.perCPU[ck] = ce
+	}
 	e.count++
+	ce.count++
 	if w.idle.isIdle(thread, stack) {
 		e.idle++
+		ce.idle++
 	}
 	if len(w.chunk.Time) == chunkSamples {
 		w.flushChunk()
@@ -363,8 +401,16 @@ func (w *blockWriter) finish() error {
 	slices.SortFunc(entries, func(a, b summaryEntry) int {
 		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.thread, b.thread))
 	})
+	cpuEntries := make([]cpuSummaryEntry, 0, len(w.perCPU))
+	for _, e := range w.perCPU {
+		cpuEntries = append(cpuEntries, *e)
+	}
+	slices.SortFunc(cpuEntries, func(a, b cpuSummaryEntry) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.cpu, b.cpu))
+	})
 	sections[sectionSummary] = w.d.section(encodeSummary(entries))
 	sections[sectionCgroups] = w.d.section(encodeCgroups(t))
+	sections[sectionCPUSummary] = w.d.section(encodeCPUSummary(cpuEntries))
 
 	toc := make([]byte, 0, numSections*21)
 	for kind := 1; kind <= numSections; kind++ {
@@ -513,6 +559,19 @@ func encodeSummary(entries []summaryEntry) []byte {
 		b = binary.AppendVarint(b, e.bucket-prev)
 		prev = e.bucket
 		b = binary.AppendUvarint(b, uint64(e.thread))
+		b = binary.AppendUvarint(b, uint64(e.count))
+		b = binary.AppendUvarint(b, uint64(e.idle))
+	}
+	return b
+}
+
+func encodeCPUSummary(entries []cpuSummaryEntry) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(entries)))
+	prev := int64(0)
+	for _, e := range entries {
+		b = binary.AppendVarint(b, e.bucket-prev)
+		prev = e.bucket
+		b = binary.AppendUvarint(b, uint64(e.cpu))
 		b = binary.AppendUvarint(b, uint64(e.count))
 		b = binary.AppendUvarint(b, uint64(e.idle))
 	}

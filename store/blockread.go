@@ -39,8 +39,8 @@ type Block struct {
 	// read, kept unless the storage was unavailable.
 	openErr   error
 	tocOffset int64
-	// sections locates the index sections (strings to cgroups); a
-	// section a version 1 block lacks is zero.
+	// sections locates the index sections (strings to the per-CPU
+	// summary); a section an older block lacks is zero.
 	sections [numSections + 1]section
 	chunks   []chunkRef
 	// loading serialises reads of the header and the index, so that
@@ -54,6 +54,9 @@ type Block struct {
 	// timeline read it: small (16 bytes a 10 s bucket), it answers the
 	// overview of everything retained without the blocks' indexes.
 	totals atomic.Pointer[[]bucketTotal]
+	// cpuSteps is the block's per-CPU sample counts per step of the last
+	// fleet overview of every thread that read it (NodeCPUSteps).
+	cpuSteps atomic.Pointer[cpuStepCells]
 
 	// refs counts the DB's reference plus one for every query part that
 	// will read a chunk; the data is closed with the last, so a block
@@ -192,10 +195,7 @@ func (b *Block) load(f BlockData) error {
 	if string(head) != blockMagic || string(trailer[16:]) != trailerMagic {
 		return fmt.Errorf("%w: bad magic (truncated?)", errCorrupt)
 	}
-	sections := numSections
-	if b.Meta.Version == 1 {
-		sections = numSectionsV1
-	}
+	sections := sectionsOf(b.Meta.Version)
 	tocOffset := int64(binary.LittleEndian.Uint64(trailer))
 	tocLen := int64(binary.LittleEndian.Uint32(trailer[8:]))
 	if tocOffset < 0 || tocLen != int64(sections)*21 || tocOffset+tocLen != size-trailerSize {
@@ -236,7 +236,7 @@ func (b *Block) load(f BlockData) error {
 func (b *Block) readIndex() (*blockIndex, error) {
 	var raw [numSections + 1][]byte
 	for kind, s := range b.sections {
-		if kind == sectionChunks || s == (section{}) {
+		if kind == sectionChunks || kind == sectionCPUSummary || s == (section{}) {
 			continue
 		}
 		var err error
@@ -252,6 +252,7 @@ func (b *Block) readIndex() (*blockIndex, error) {
 	if ix.summary, err = decodeSummary(raw[sectionSummary], len(t.Threads)); err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
+
 	ix.bytes = ix.size()
 	return ix, nil
 }
@@ -450,6 +451,48 @@ func decodeSummary(raw []byte, threads int) (summary, error) {
 		return summary{}, fmt.Errorf("summary: %w", r.err)
 	}
 	return summary{base: base, cells: cells}, nil
+}
+
+// cpuSummary is a block's per-CPU 10 s counts, buckets counted from
+// base, in bucket then CPU order.
+type cpuSummary struct {
+	base  int64 // bucket of the first entry, in µs / summaryBucket
+	cells []cpuCell
+}
+
+type cpuCell struct {
+	bucket      uint32 // after base
+	cpu         uint32
+	count, idle uint32
+}
+
+// maxSummaryCPU bounds the CPU numbers of a per-CPU summary (Linux's
+// NR_CPUS is at most 8192).
+const maxSummaryCPU = 1 << 16
+
+func decodeCPUSummary(raw []byte) (cpuSummary, error) {
+	r := &reader{b: raw}
+	cells := make([]cpuCell, r.count("cpu summary", 4))
+	var base, prev int64
+	for i := range cells {
+		e := &cells[i]
+		prev += r.varint("cpu summary bucket")
+		if i == 0 {
+			base = prev
+		}
+		if off := prev - base; off >= 0 && off < 1<<32 {
+			e.bucket = uint32(off)
+		} else {
+			r.fail("cpu summary bucket")
+		}
+		e.cpu = r.u32("cpu summary cpu", maxSummaryCPU)
+		e.count = r.u32("cpu summary count", 1<<32)
+		e.idle = r.u32("cpu summary idle", uint64(e.count)+1)
+	}
+	if r.err != nil {
+		return cpuSummary{}, fmt.Errorf("cpu summary: %w", r.err)
+	}
+	return cpuSummary{base: base, cells: cells}, nil
 }
 
 // within reports whether the section lies between the block's magic and

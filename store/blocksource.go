@@ -135,7 +135,7 @@ func ParseMeta(b []byte) (Meta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("%w: %s: %w", errCorrupt, metaFile, err)
 	}
-	if m.Version != 1 && m.Version != FormatVersion {
+	if m.Version < 1 || m.Version > FormatVersion {
 		return Meta{}, fmt.Errorf("%s: format version %d, this heatscope reads 1 to %d", metaFile, m.Version, FormatVersion)
 	}
 	return m, nil

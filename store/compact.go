@@ -113,8 +113,14 @@ func (db *DB) merge(blocks []*Block) error {
 	for i, b := range blocks {
 		metas[i] = b.Meta
 	}
-	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), mergedMeta(metas), func(w *blockWriter) error {
-		return mergeInTimeOrder(blocks, w)
+	merged, err := mergedMeta(metas)
+	if err != nil {
+		return err // plan groups blocks by period: not reached
+	}
+	peakOpen := 0
+	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), merged, func(w *blockWriter) (err error) {
+		peakOpen, err = mergeInTimeOrder(blocks, w)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("compact %d blocks: %w", len(blocks), err)
@@ -127,8 +133,19 @@ func (db *DB) merge(blocks []*Block) error {
 		os.RemoveAll(b.Dir)
 	}
 	db.compactions.Add(1)
-	db.log.Debug("compacted blocks", "into", meta.ID, "parents", len(blocks), "samples", meta.Samples, "level", meta.Level)
+	db.notePeakOpen(peakOpen)
+	db.log.Debug("compacted blocks", "into", meta.ID, "parents", len(blocks), "open at once", peakOpen, "samples", meta.Samples, "level", meta.Level)
 	return nil
+}
+
+// notePeakOpen records that a compaction held n parents open at once.
+func (db *DB) notePeakOpen(n int) {
+	for {
+		old := db.mergePeakOpen.Load()
+		if int64(n) <= old || db.mergePeakOpen.CompareAndSwap(old, int64(n)) {
+			return
+		}
+	}
 }
 
 // blockCursor walks one block's samples in time order, a chunk at a time.
@@ -179,10 +196,20 @@ func (c *blockCursor) time() int64 { return c.t.Time[c.order[c.pos]] }
 
 // mergeInTimeOrder feeds the samples of blocks to w in time order (a k-way
 // merge: blocks of one window rarely overlap, but may after a restart or an
-// import).
-func mergeInTimeOrder(blocks []*Block, w *blockWriter) error {
+// import). It opens a parent, reading its index, only once the merge has
+// reached the parent's first sample, and lets it go when its last sample is
+// written: parents that do not overlap in time are read one at a time, so
+// a merge holds one parent's index, not all of them, beside the merged
+// one. It returns how many parents it held open at once at most.
+func mergeInTimeOrder(blocks []*Block, w *blockWriter) (peakOpen int, err error) {
+	pending := slices.Clone(blocks)
+	slices.SortStableFunc(pending, func(a, b *Block) int { return cmp.Compare(a.Meta.MinTime, b.Meta.MinTime) })
 	var cursors []*blockCursor
-	for _, b := range blocks {
+	// open opens the next pending parent, if any; a parent without a
+	// sample is passed over.
+	open := func() error {
+		b := pending[0]
+		pending = pending[1:]
 		c := &blockCursor{b: b, pos: -1}
 		ok, err := c.next()
 		if err != nil {
@@ -190,26 +217,45 @@ func mergeInTimeOrder(blocks []*Block, w *blockWriter) error {
 		}
 		if ok {
 			cursors = append(cursors, c)
+			peakOpen = max(peakOpen, len(cursors))
 		}
+		return nil
 	}
-	for len(cursors) > 0 {
+	for len(cursors) > 0 || len(pending) > 0 {
+		if len(cursors) == 0 {
+			if err := open(); err != nil {
+				return peakOpen, err
+			}
+			continue
+		}
 		best := 0
 		for i, c := range cursors {
 			if c.time() < cursors[best].time() {
 				best = i
 			}
 		}
+		// A parent whose samples may come first joins the merge before
+		// the next sample is written. One that starts at the same time
+		// waits: samples of equal time may be written in either order,
+		// and consecutive blocks often share the cut's instant (every
+		// CPU samples at once), so waiting keeps one parent open.
+		if len(pending) > 0 && pending[0].Meta.MinTime < cursors[best].time() {
+			if err := open(); err != nil {
+				return peakOpen, err
+			}
+			continue
+		}
 		c := cursors[best]
 		if err := w.add(c.m, int(c.order[c.pos])); err != nil {
-			return err
+			return peakOpen, err
 		}
 		ok, err := c.next()
 		if err != nil {
-			return err
+			return peakOpen, err
 		}
 		if !ok {
 			cursors = slices.Delete(cursors, best, best+1)
 		}
 	}
-	return nil
+	return peakOpen, nil
 }

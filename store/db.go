@@ -150,7 +150,9 @@ type DB struct {
 	maintainBusy                     atomic.Bool
 
 	appended, lost, walDropped, cuts, compactions, dropped, corrupt, indexReads, unshippedDropped atomic.Uint64
-	diskFull, closed                                                                              atomic.Bool
+	// mergePeakOpen is the most parents a compaction held open at once.
+	mergePeakOpen    atomic.Int64
+	diskFull, closed atomic.Bool
 	// walErr holds the last WAL write's error (nil after a good write),
 	// for Health.
 	walErr atomic.Pointer[error]

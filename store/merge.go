@@ -25,17 +25,20 @@ func (e *BlockError) Error() string {
 func (e *BlockError) Unwrap() error { return e.Err }
 
 // mergedMeta is the meta of the block that merges blocks with these metas
-// (before its times, counts and id are known).
-func mergedMeta(metas []Meta) Meta {
-	meta := Meta{Source: metas[0].Source, Node: metas[0].Node, NodeLabels: metas[0].NodeLabels}
+// (before its times, counts and id are known). Blocks taken at different
+// sampling periods cannot merge: a block states one period, what each of
+// its samples weighs, and any one period would weigh some samples wrong.
+func mergedMeta(metas []Meta) (Meta, error) {
+	meta := Meta{Source: metas[0].Source, Node: metas[0].Node, NodeLabels: metas[0].NodeLabels, PeriodNs: metas[0].PeriodNs}
 	for _, m := range metas {
+		if m.PeriodNs != meta.PeriodNs {
+			return Meta{}, fmt.Errorf("merge: block %s was sampled every %d ns, block %s every %d ns: "+
+				"blocks of different sampling periods stay apart", metas[0].ID, meta.PeriodNs, m.ID, m.PeriodNs)
+		}
 		meta.Level = max(meta.Level, m.Level+1)
 		meta.Parents = append(meta.Parents, m.ID)
 		meta.WALSegment = max(meta.WALSegment, m.WALSegment)
 		meta.ImportedAt = max(meta.ImportedAt, m.ImportedAt)
-		// The data directory's compaction merges blocks of one period
-		// only; a merge of several states the longest.
-		meta.PeriodNs = max(meta.PeriodNs, m.PeriodNs)
 		meta.Relative = meta.Relative || m.Relative
 		for _, f := range m.Files {
 			if !slices.Contains(meta.Files, f) {
@@ -44,7 +47,7 @@ func mergedMeta(metas []Meta) Meta {
 		}
 	}
 	meta.Level = min(meta.Level, len(levelFactors))
-	return meta
+	return meta, nil
 }
 
 // MergeBlocks merges the blocks with these keys in src (one node's, one
@@ -81,8 +84,13 @@ func MergeBlocks(ctx context.Context, src BlockSource, keys []string, dir string
 		}
 		metas = append(metas, m)
 	}
-	meta, err := writeBlockFrom(dir, mergedMeta(metas), func(w *blockWriter) error {
-		return mergeInTimeOrder(blocks, w)
+	merged, err := mergedMeta(metas)
+	if err != nil {
+		return Meta{}, err
+	}
+	meta, err := writeBlockFrom(dir, merged, func(w *blockWriter) error {
+		_, err := mergeInTimeOrder(blocks, w)
+		return err
 	})
 	if err != nil {
 		return Meta{}, fmt.Errorf("merge %d blocks: %w", len(keys), err)

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +147,48 @@ func TestStatsAfterClose(t *testing.T) {
 	}
 	if st := db.Stats(); st.Blocks != 1 || st.BlockBytes <= 0 {
 		t.Fatalf("after Close: %d blocks, %d bytes; want the 1 block written", st.Blocks, st.BlockBytes)
+	}
+}
+
+// TestMergeBlocksKeepsPeriodsApart merges blocks of one source taken at
+// 99 Hz and at 49 Hz, as a fleet's compactor might be asked to: the merge
+// is refused, naming both periods, since one block states one period and
+// either would weigh half of the samples wrong; blocks of one period merge.
+func TestMergeBlocksKeepsPeriodsApart(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", PeriodNs: period99, BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	next := appendBurn(t, db, start, 10, period99)
+	db.SetPeriod(period49) // cuts the head: a block at 99 Hz
+	next = appendBurn(t, db, next, 10, period49)
+	db.SetPeriod(period99) // a block at 49 Hz
+	appendBurn(t, db, next+int64(time.Second), 10, period99)
+	if err := db.Close(); err != nil { // the last block, at 99 Hz
+		t.Fatal(err)
+	}
+	reader, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	byPeriod := map[int64][]string{}
+	for _, b := range reader.blocks {
+		byPeriod[b.Meta.PeriodNs] = append(byPeriod[b.Meta.PeriodNs], b.Meta.ID)
+	}
+	if len(byPeriod[period99]) < 2 || len(byPeriod[period49]) < 1 {
+		t.Fatalf("blocks by period: %v, want two or more at 99 Hz and one or more at 49 Hz", byPeriod)
+	}
+	src := DirSource(dir)
+	mixed := []string{byPeriod[period99][0], byPeriod[period49][0]}
+	if _, err := MergeBlocks(context.Background(), src, mixed, t.TempDir()); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprint(period99)) || !strings.Contains(err.Error(), fmt.Sprint(period49)) {
+		t.Fatalf("merge of a 99 Hz and a 49 Hz block: %v, want an error naming both periods", err)
+	}
+	m, err := MergeBlocks(context.Background(), src, byPeriod[period99], t.TempDir())
+	if err != nil || m.PeriodNs != period99 {
+		t.Fatalf("merge of two 99 Hz blocks: period %d, %v", m.PeriodNs, err)
 	}
 }

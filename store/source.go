@@ -49,6 +49,21 @@ func (db *DB) Sources() []SourceInfo {
 		s := add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0, b.Meta.PeriodNs)
 		s.Relative = s.Relative || b.Meta.Relative
 	}
+	db.headSpans(func(first, last int64, n int) {
+		add(db.opts.Source, first, last, n, false, db.opts.PeriodNs)
+	})
+	out := make([]SourceInfo, 0, len(bySource))
+	for _, s := range bySource {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b SourceInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// headSpans calls fn with the first and last sample times and the sample
+// count of each non-empty table not yet in a block: the heads being sealed,
+// then the head. The caller holds db.mu.
+func (db *DB) headSpans(fn func(first, last int64, n int)) {
 	heads := []*Table{}
 	for _, s := range db.sealing {
 		heads = append(heads, s.table)
@@ -58,15 +73,9 @@ func (db *DB) Sources() []SourceInfo {
 	}
 	for _, h := range heads {
 		if h.Len() > 0 {
-			add(db.opts.Source, slices.Min(h.Time), slices.Max(h.Time), h.Len(), false, db.opts.PeriodNs)
+			fn(slices.Min(h.Time), slices.Max(h.Time), h.Len())
 		}
 	}
-	out := make([]SourceInfo, 0, len(bySource))
-	for _, s := range bySource {
-		out = append(out, *s)
-	}
-	slices.SortFunc(out, func(a, b SourceInfo) int { return cmp.Compare(a.Name, b.Name) })
-	return out
 }
 
 // importBlockSamples is how many samples an import gathers per block.
@@ -256,18 +265,9 @@ func (db *DB) Nodes() []NodeInfo {
 	for _, b := range db.blocks {
 		add(b.Meta.Node, b.Meta.Source, b.Meta.NodeLabels, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples).Blocks++
 	}
-	heads := []*Table{}
-	for _, s := range db.sealing {
-		heads = append(heads, s.table)
-	}
-	if db.head != nil {
-		heads = append(heads, &db.head.T)
-	}
-	for _, h := range heads {
-		if h.Len() > 0 {
-			add(db.opts.Node, db.opts.Source, db.opts.NodeLabels, slices.Min(h.Time), slices.Max(h.Time), h.Len())
-		}
-	}
+	db.headSpans(func(first, last int64, n int) {
+		add(db.opts.Node, db.opts.Source, db.opts.NodeLabels, first, last, n)
+	})
 	out := make([]NodeInfo, 0, len(byNode))
 	for _, ni := range byNode {
 		if ni.Labels == nil {

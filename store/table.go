@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"strings"
 	"unsafe"
 
 	"github.com/heatscope/heatscope/sample"
@@ -161,10 +162,14 @@ func NewBuilder() *Builder {
 	return b
 }
 
+// internString returns the id of s, adding a copy of it the first time:
+// a name may be a slice of a larger string (a symbol table's names), which
+// the table must not keep alive past the symbolizer's cache.
 func (b *Builder) internString(s string) uint32 {
 	if id, ok := b.strings[s]; ok {
 		return id
 	}
+	s = strings.Clone(s)
 	id := uint32(len(b.T.Strings))
 	b.T.Strings = append(b.T.Strings, s)
 	b.strings[s] = id
@@ -182,7 +187,9 @@ func (b *Builder) internFrame(f *sample.Frame) uint32 {
 		BuildID: b.internString(f.BuildID), Kind: f.Kind, Address: f.Address}
 	id := uint32(len(b.T.Frames))
 	b.T.Frames = append(b.T.Frames, fr)
-	b.frames[*f] = id
+	// Keyed by the table's copies of the strings (see internString).
+	b.frames[sample.Frame{Function: b.T.Strings[fr.Function], Module: b.T.Strings[fr.Module],
+		BuildID: b.T.Strings[fr.BuildID], Kind: f.Kind, Address: f.Address}] = id
 	if b.onNew != nil {
 		b.onNew.newFrame(fr)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -20,14 +21,41 @@ type binKey struct {
 }
 
 // binEntry is a cached binary. The first process to need it loads it and
-// closes done; the others wait on done.
+// closes done; the others wait on done. Processes' mappings hold the
+// entry, not the binary: evicting the entry drops the binary, so the
+// symbol tables in memory are those of the cache, within MaxBinaries and
+// MaxBinaryBytes, however many processes are cached.
 type binEntry struct {
 	done chan struct{}
-	// bin is nil when the file could not be read.
-	bin *binaryFile
+	// bin is nil when the file could not be read, and once the entry was
+	// evicted.
+	bin atomic.Pointer[binaryFile]
+	// evicted is set when the entry left the cache: a mapping that holds
+	// it looks the binary up again.
+	evicted atomic.Bool
 	// bytes is bin's, once counted in Symbolizer.binBytes; guarded by
 	// the Symbolizer's mu.
 	bytes int64
+}
+
+// binary returns the entry's symbol table once loaded, nil when the file
+// could not be read, and stale when the entry was evicted (its binary must
+// be looked up again).
+func (e *binEntry) binary() (bin *binaryFile, stale bool) {
+	<-e.done
+	if bin = e.bin.Load(); bin == nil && e.evicted.Load() {
+		return nil, true
+	}
+	return bin, false
+}
+
+// evict drops the entry's binary, once it left the cache. The
+// Symbolizer's mu must be held.
+func (s *Symbolizer) evict(e *binEntry) {
+	s.binBytes -= e.bytes
+	e.bytes = 0
+	e.evicted.Store(true)
+	e.bin.Store(nil)
 }
 
 // fileID identifies a file's content as stat(2) sees it: device, inode,
@@ -42,8 +70,8 @@ func statID(st *syscall.Stat_t) fileID {
 	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
 }
 
-// binary returns the symbol table of the file mapped by m in process pid,
-// from the cache or loaded now, or nil when the file cannot be read. It is
+// binary returns the cache entry of the file mapped by m in process pid,
+// found in the cache or loaded now, or nil when the file cannot be read. It is
 // called the first time an address falls in the mapping, possibly after
 // the process exited.
 //
@@ -51,9 +79,9 @@ func statID(st *syscall.Stat_t) fileID {
 // fileID): under process churn every new process maps the same few
 // binaries, and opening each to read its ELF headers and build id cost
 // more than the rest of the process's first sample.
-func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
-	if bin, ok := s.snapshotBinary(m); ok {
-		return bin
+func (s *Symbolizer) binary(pid uint32, m *mapping) *binEntry {
+	if e, ok := s.snapshotBinary(m); ok {
+		return e
 	}
 	if m.path == moduleUnnamed {
 		return nil
@@ -70,10 +98,10 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 		if ok {
 			s.stats.binaryHits.Add(1)
 			<-e.done
-			return e.bin
+			return e
 		}
 	}
-	fail := func(err error) *binaryFile {
+	fail := func(err error) *binEntry {
 		s.stats.binaryErrors.Add(1)
 		s.opts.Logger.Debug("symbolize: read binary", "pid", pid, "path", m.path, "err", err)
 		return nil
@@ -104,29 +132,30 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binaryFile {
 	if ok {
 		s.stats.binaryHits.Add(1)
 		<-e.done
-		return e.bin
+		return e
 	}
 	s.stats.binaryMisses.Add(1)
-	if e.bin, err = loadBinary(ef, key.buildID, s.opts.DebugDir); err != nil {
+	bin, err := loadBinary(ef, key.buildID, s.opts.DebugDir)
+	if err != nil {
 		fail(err)
 	}
+	s.account(key, e, bin)
 	close(e.done)
-	if e.bin != nil {
-		s.account(key, e)
-	}
-	return e.bin
+	return e
 }
 
-// account counts a binary just loaded in the cache's bytes and evicts the
-// least recently used binaries while they exceed MaxBinaryBytes, but not
-// the binary just loaded.
-func (s *Symbolizer) account(key binKey, e *binEntry) {
+// account stores bin, just loaded (nil if it could not be), in its entry,
+// counts it in the cache's bytes and evicts the least recently used
+// binaries while they exceed MaxBinaryBytes, but not the binary just
+// loaded.
+func (s *Symbolizer) account(key binKey, e *binEntry, bin *binaryFile) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cached, ok := s.bins.peek(key); !ok || cached != e {
-		return // evicted while it loaded
+	if cached, ok := s.bins.peek(key); !ok || cached != e || bin == nil {
+		return // failed, or evicted while it loaded (and so stays nil)
 	}
-	e.bytes = e.bin.bytes()
+	e.bin.Store(bin)
+	e.bytes = bin.bytes()
 	s.binBytes += e.bytes
 	for s.binBytes > s.opts.MaxBinaryBytes && s.bins.len() > 1 {
 		if oldest, ok := s.bins.oldest(); ok && oldest == e {

@@ -14,14 +14,17 @@ import (
 
 // binaryFile is the symbol table of one ELF file, shared by every process
 // that maps it. It is immutable after loadBinary but for the memo of
-// demangled names, which is safe for concurrent use.
+// names handed out, which is safe for concurrent use.
 type binaryFile struct {
 	buildID string
 	loads   []segment
 	tab     symtab
-	// demangled memoizes demangled names by symbol index: demangling is
-	// done the first time a symbol is hit, not for every symbol at load.
-	demangled sync.Map
+	// named memoizes the names handed out, by symbol index: demangled
+	// the first time a symbol is hit, not for every symbol at load, and
+	// copied out of tab.names, so that the frames, stacks and tables that
+	// keep a name do not keep the whole table alive once the binary cache
+	// evicted it.
+	named sync.Map
 }
 
 // bytes is about the memory the binary's symbol table takes, as the
@@ -174,22 +177,24 @@ func (b *binaryFile) vaddr(off uint64) uint64 {
 }
 
 // lookup returns the (demangled) name of the function containing the
-// virtual address addr.
+// virtual address addr, a string of its own.
 func (b *binaryFile) lookup(addr uint64) (string, bool) {
 	i, ok := b.tab.lookup(addr)
 	if !ok {
 		return "", false
 	}
-	name := b.tab.name(i)
-	if !strings.HasPrefix(name, "_Z") && !strings.HasPrefix(name, "_R") {
-		return name, true
-	}
-	if d, ok := b.demangled.Load(i); ok {
+	if d, ok := b.named.Load(i); ok {
 		return d.(string), true
 	}
-	d := demangleName(name)
-	b.demangled.Store(i, d)
-	return d, true
+	name := b.tab.name(i)
+	if strings.HasPrefix(name, "_Z") || strings.HasPrefix(name, "_R") {
+		name = demangleName(name)
+	}
+	// A name that does not demangle is returned as it is: a slice of
+	// tab.names.
+	name = strings.Clone(name)
+	b.named.Store(i, name)
+	return name, true
 }
 
 // demangleName demangles C++ and Rust symbols. C++ names drop their

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	testfixture "github.com/heatscope/heatscope/internal/fixture"
 )
 
 // cSource is the C fixture: a call chain main -> outer -> inner ->
@@ -113,16 +115,6 @@ import "C"
 func init() { _ = C.c_add(1, 2) }
 `
 
-// tool returns the path of a compiler, or skips the test without it.
-func tool(t testing.TB, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is needed to build the fixture and is not installed: %v", name, err)
-	}
-	return path
-}
-
 // run runs a command, failing the test with its output if it fails.
 func run(t testing.TB, dir string, env []string, name string, args ...string) {
 	t.Helper()
@@ -148,26 +140,19 @@ func fixtureDir(t testing.TB) string {
 // optimisation, and returns the binary's path.
 func buildC(t testing.TB, compiler, src, file string) string {
 	t.Helper()
-	cc := tool(t, compiler)
-	dir := fixtureDir(t)
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "fixture")
-	run(t, dir, nil, cc, "-O0", "-fno-omit-frame-pointer", "-o", bin, file)
-	return bin
+	return testfixture.BuildC(t, fixtureDir(t), compiler, strings.TrimSuffix(file, filepath.Ext(file)), src, "-O0", "-fno-omit-frame-pointer")
 }
 
 // buildGo builds the Go fixture with extra go build arguments, as a cgo
 // program if cgo is set.
 func buildGo(t testing.TB, cgo bool, args ...string) string {
 	t.Helper()
-	goTool := tool(t, "go")
+	goTool := testfixture.Tool(t, "go")
 	dir := fixtureDir(t)
 	files := map[string]string{"go.mod": "module fixture\n\ngo 1.22\n", "main.go": goSource}
 	env := []string{"CGO_ENABLED=0"}
 	if cgo {
-		tool(t, "gcc")
+		testfixture.Tool(t, "gcc")
 		files["cgo.go"] = goCgoSource
 		env = []string{"CGO_ENABLED=1"}
 	}

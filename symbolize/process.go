@@ -34,8 +34,11 @@ type process struct {
 	// version is new (Symbolizer.versions) each time maps is set: the
 	// stack cache's key.
 	version uint64
-	// readAt is when maps was last read (or tried).
+	// readAt is when maps was last read (or tried); zero once the
+	// process exec'd since (see Has).
 	readAt time.Time
+	// comm is the command name of the process's last sample (Has).
+	comm string
 	// perf is the JIT perf map, opened the first time it is needed.
 	perf *perfMap
 }
@@ -46,9 +49,9 @@ type userMapping struct {
 	mapping
 	// loaded is set once the file was read, or tried.
 	loaded bool
-	// bin is the file's symbol table; nil before it is loaded or when the
-	// file could not be read.
-	bin *binaryFile
+	// bin is the cache entry of the file's symbol table; nil before it
+	// is loaded or when the file could not be opened.
+	bin *binEntry
 }
 
 // readMaps (re-)reads the process's executable mappings. Mappings
@@ -178,21 +181,39 @@ func (s *Symbolizer) resolveUser(p *process, addr, lookup uint64) (sample.Frame,
 
 	off := addr - m.start + m.offset
 	f := sample.Frame{Module: m.path, Address: off, Kind: sample.KindUser}
-	if !m.loaded {
-		m.bin, m.loaded = s.binary(p.pid, &m.mapping), true
-	}
-	if m.bin == nil {
+	bin := s.mappedBinary(p, m)
+	if bin == nil {
 		f.Function = unknownName(m.path, off)
 		return f, false
 	}
-	f.BuildID = m.bin.buildID
-	f.Address = m.bin.vaddr(off)
-	if name, ok := m.bin.lookup(f.Address - (addr - lookup)); ok {
+	f.BuildID = bin.buildID
+	f.Address = bin.vaddr(off)
+	if name, ok := bin.lookup(f.Address - (addr - lookup)); ok {
 		f.Function = name
 		return f, true
 	}
 	f.Function = unknownName(m.path, f.Address)
 	return f, false
+}
+
+// mappedBinary returns the symbol table of a file mapping, looking it up
+// the first time, and again when the cache evicted it since: a mapping
+// does not keep a binary in memory past the cache's bounds. It is nil when
+// the file cannot be read. p.mu must be held.
+func (s *Symbolizer) mappedBinary(p *process, m *userMapping) *binaryFile {
+	if !m.loaded {
+		m.bin, m.loaded = s.binary(p.pid, &m.mapping), true
+	}
+	if m.bin == nil {
+		return nil
+	}
+	bin, stale := m.bin.binary()
+	if stale {
+		if m.bin = s.binary(p.pid, &m.mapping); m.bin != nil {
+			bin, _ = m.bin.binary() // nil if evicted again meanwhile
+		}
+	}
+	return bin
 }
 
 // Modules of user frames outside any file.

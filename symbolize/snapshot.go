@@ -44,15 +44,33 @@ const moduleUnnamed = "[unnamed file]"
 
 // Has reports whether the symbolizer tracks pid (its mappings were read or
 // given, or are being read) and, if so, marks it used, as Observe does: a
-// caller that gets true need not call Observe.
-func (s *Symbolizer) Has(pid uint32) bool {
+// caller that gets true need not call Observe. comm is the process's
+// command name in the sample at hand; call Has again after Observe so that
+// it is known from the first sample on.
+//
+// A new command name means the process called exec since its mappings were
+// read: the next address outside them reads them again at once, rather
+// than after mapsRefreshInterval. That is the child of a vfork seen before
+// its exec, whose /proc/PID/maps were its parent's: without it, the 20 ms
+// process that followed was left unsymbolized.
+func (s *Symbolizer) Has(pid uint32, comm string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p, ok := s.procs.get(pid)
-	if ok {
-		p.usedAt = time.Now().UnixNano()
+	if !ok {
+		s.mu.Unlock()
+		return false
 	}
-	return ok
+	p.usedAt = time.Now().UnixNano()
+	s.mu.Unlock()
+	p.mu.Lock()
+	if p.comm != comm {
+		if p.comm != "" && !p.exited {
+			p.readAt = time.Time{} // exec'd: maps may be re-read at once
+		}
+		p.comm = comm
+	}
+	p.mu.Unlock()
+	return true
 }
 
 // SetMaps makes maps, a snapshot taken as the process exited, the
@@ -106,13 +124,12 @@ func (s *Symbolizer) SetMaps(pid uint32, maps []SnapshotMapping) {
 // snapshotBinary returns the symbols of a snapshot mapping's file, when a
 // /proc read named the file and its symbols are cached; ok is false when
 // binary must look further.
-func (s *Symbolizer) snapshotBinary(m *mapping) (bin *binaryFile, ok bool) {
+func (s *Symbolizer) snapshotBinary(m *mapping) (e *binEntry, ok bool) {
 	if m.ctimeNs == 0 {
 		return nil, false
 	}
 	s.mu.Lock()
 	f, ok := s.files.get(fileKey{m.dev, m.inode, m.ctimeNs})
-	var e *binEntry
 	if ok {
 		e, ok = s.bins.get(f.key)
 	}
@@ -122,5 +139,5 @@ func (s *Symbolizer) snapshotBinary(m *mapping) (bin *binaryFile, ok bool) {
 	}
 	s.stats.binaryHits.Add(1)
 	<-e.done
-	return e.bin, true
+	return e, true
 }

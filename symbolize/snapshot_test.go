@@ -55,7 +55,7 @@ func TestSymbolizeFromSnapshot(t *testing.T) {
 	snap := snapshotOf(t, second.pid)
 	second.kill()
 	waitGone(t, second.pid)
-	if s.Has(second.pid) {
+	if s.Has(second.pid, "fixture") {
 		t.Fatal("the second process is tracked before its snapshot")
 	}
 	s.SetMaps(second.pid, snap)

@@ -21,13 +21,12 @@ type Options struct {
 	// by default.
 	PerfMapDir string
 	// MaxBinaries bounds the binaries whose symbol tables are cached, 256
-	// by default. The binaries of processes still cached stay in memory
-	// beyond it, since those processes may have exited.
+	// by default. Cached processes do not keep evicted binaries in
+	// memory: a process that needs one again reads it again.
 	MaxBinaries int
 	// MaxBinaryBytes bounds the memory of the cached symbol tables, 32 MiB
 	// by default: the least recently used are evicted beyond it (the last
-	// one loaded stays, however large). As with MaxBinaries, the binaries
-	// of processes still cached stay in memory beyond it.
+	// one loaded stays, however large).
 	MaxBinaryBytes int64
 	// MaxProcesses bounds the processes whose address maps are cached,
 	// 8192 by default.
@@ -112,7 +111,7 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 		ids:    newLRU[fileID, binKey](4 * opts.MaxBinaries),
 		files:  newLRU[fileKey, knownFile](4 * opts.MaxBinaries),
 	}
-	s.bins.evicted = func(_ binKey, e *binEntry) { s.binBytes -= e.bytes }
+	s.bins.evicted = func(_ binKey, e *binEntry) { s.evict(e) }
 	return s
 }
 

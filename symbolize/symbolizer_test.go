@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	testfixture "github.com/heatscope/heatscope/internal/fixture"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -204,7 +205,7 @@ func TestSymbolizeGo(t *testing.T) {
 			}
 			want := gnuBuildID(t, bin)
 			if tc.buildID == "go" {
-				out, err := exec.Command(tool(t, "go"), "tool", "buildid", bin).Output()
+				out, err := exec.Command(testfixture.Tool(t, "go"), "tool", "buildid", bin).Output()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -657,5 +658,46 @@ func TestBinaryCacheBytes(t *testing.T) {
 	load(s) // the process keeps the binaries it loaded
 	if got := s.Stats(); got.BinaryMisses != 2 {
 		t.Errorf("BinaryMisses = %d, want 2: the process keeps its binaries", got.BinaryMisses)
+	}
+}
+
+// TestExecSeenByCommandName checks that a process whose maps were read
+// before its exec (the child of a vfork, sampled in its parent's image) is
+// symbolized in its new image from its first sample under its new command
+// name, not a mapsRefreshInterval later.
+func TestExecSeenByCommandName(t *testing.T) {
+	libs := realLibs(t, 2)
+	if len(libs) < 2 {
+		t.Skipf("%d shared libraries with code in /usr/lib/x86_64-linux-gnu, want 2", len(libs))
+	}
+	parent, child := &libs[0], &libs[1]
+	root := t.TempDir()
+	const pid = 4242
+	maps := filepath.Join(root, "4242", "maps")
+	if err := os.Mkdir(filepath.Dir(maps), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, maps, parent.mapsLine()) // the vfork child shares its parent's mm
+	s := New(nil, Options{ProcRoot: root})
+	if !s.Observe(pid) || !s.Has(pid, "parent") {
+		t.Fatal("the process is not tracked after Observe")
+	}
+	writeFile(t, maps, child.mapsLine()) // it exec'd
+	if f := s.Symbolize(pid, nil, []uint64{child.pc0})[0]; f.Module != moduleUnknown {
+		t.Fatalf("under the same command name, within %v of the read: %+v, want [unknown]: the test shows nothing", mapsRefreshInterval, f)
+	}
+	s.Has(pid, "child")
+	f := s.Symbolize(pid, nil, []uint64{child.pc0})[0]
+	if f.Module != child.path || f.Kind != sample.KindUser {
+		t.Fatalf("after the command name changed: %+v, want a frame in %s", f, child.path)
+	}
+	if st := s.Stats(); st.MapsReads != 2 {
+		t.Errorf("%d reads of the maps, want 2 (one before the exec, one after)", st.MapsReads)
+	}
+	// Another sample under the new name reads nothing more.
+	s.Has(pid, "child")
+	s.Symbolize(pid, nil, []uint64{parent.pc0})
+	if st := s.Stats(); st.MapsReads != 2 {
+		t.Errorf("%d reads of the maps after a second sample, want still 2", st.MapsReads)
 	}
 }

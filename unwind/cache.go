@@ -59,6 +59,17 @@ func (c Cache) Load(path string) (t *Table, hit bool, err error) {
 	return t, false, nil
 }
 
+// Has reports whether the cache holds a table for a build id: loading it
+// then costs a file read, not a compilation.
+func (c Cache) Has(buildID string) bool {
+	file := c.file(buildID)
+	if file == "" {
+		return false
+	}
+	_, err := os.Stat(file)
+	return err == nil
+}
+
 // file names the cache file of a build id, or "" when there is none.
 func (c Cache) file(buildID string) string {
 	if c.Dir == "" || !buildIDPattern.MatchString(buildID) {

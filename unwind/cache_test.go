@@ -5,10 +5,12 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/heatscope/heatscope/internal/fixture"
 )
 
 func TestCacheRoundTrip(t *testing.T) {
-	bin := buildFixture(t, "gcc", "chain", chainSource, "-O2", "-fomit-frame-pointer")
+	bin := fixture.BuildC(t, "", "gcc", "chain", chainSource, "-O2", "-fomit-frame-pointer")
 	c := Cache{Dir: t.TempDir()}
 	first, hit, err := c.Load(bin)
 	if err != nil {
@@ -16,6 +18,10 @@ func TestCacheRoundTrip(t *testing.T) {
 	}
 	if hit {
 		t.Fatal("the first load hit an empty cache")
+	}
+	if !c.Has(first.BuildID) || c.Has("00000000deadbeef") || (Cache{}).Has(first.BuildID) {
+		t.Fatalf("Has: %v for the table saved, %v for another build id, %v without a directory; want true, false, false",
+			c.Has(first.BuildID), c.Has("00000000deadbeef"), (Cache{}).Has(first.BuildID))
 	}
 	files, _ := filepath.Glob(filepath.Join(c.Dir, "unwind", "*.table"))
 	if len(files) != 1 || filepath.Base(files[0]) != first.BuildID+".table" {
@@ -51,7 +57,7 @@ func TestCacheRoundTrip(t *testing.T) {
 }
 
 func TestCacheWithoutDir(t *testing.T) {
-	bin := buildFixture(t, "gcc", "chain", chainSource, "-O2")
+	bin := fixture.BuildC(t, "", "gcc", "chain", chainSource, "-O2")
 	tab, hit, err := Cache{}.Load(bin)
 	if err != nil || hit || len(tab.Rows) == 0 {
 		t.Fatalf("Load without a cache dir: %d rows, hit %v, err %v", len(tab.Rows), hit, err)

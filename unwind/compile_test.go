@@ -11,17 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// tool returns the path of a program the test needs, or skips.
-func tool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is not installed (apt-get install binutils gcc g++): %v", name, err)
-	}
-	return p
-}
+	"github.com/heatscope/heatscope/internal/fixture"
+)
 
 // chainSource is the C fixture: a three-deep chain under main, built
 // without frame pointers, with a frame large enough for a 16-bit offset
@@ -33,27 +25,6 @@ __attribute__((noinline)) long middle_layer(long n) { char buf[300]; snprintf(bu
 __attribute__((noinline)) long outer_layer(long n) { return middle_layer(n) * 2; }
 int main(int argc, char **argv) { long t = 0; for (int i = 0; i < 3; i++) t += outer_layer(argc * 1000); printf("%ld\n", t); return 0; }
 `
-
-// buildFixture compiles src with compiler and flags into dir.
-func buildFixture(t testing.TB, compiler, name, src string, flags ...string) string {
-	t.Helper()
-	cc := tool(t, compiler)
-	dir := t.TempDir()
-	ext := ".c"
-	if compiler == "g++" {
-		ext = ".cc"
-	}
-	srcPath := filepath.Join(dir, name+ext)
-	if err := os.WriteFile(srcPath, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, name)
-	args := append(append([]string{}, flags...), "-o", out, srcPath)
-	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", compiler, args, err, b)
-	}
-	return out
-}
 
 func compilePath(t testing.TB, path string) *Table {
 	t.Helper()
@@ -84,7 +55,7 @@ func readelfFrames(t *testing.T, path string) []readelfRow {
 	t.Helper()
 	// readelf exits 1 after warnings it prints about other sections (a
 	// missing separate debug file); the frames are printed all the same.
-	out, err := exec.Command(tool(t, "readelf"), "--debug-dump=frames-interp", path).Output()
+	out, err := exec.Command(fixture.Tool(t, "readelf"), "--debug-dump=frames-interp", path).Output()
 	if err != nil && len(out) == 0 {
 		t.Fatalf("readelf %s: %v", path, err)
 	}
@@ -265,7 +236,7 @@ func checkAgainstReadelf(t *testing.T, path string) *Table {
 }
 
 func TestCompileMatchesReadelfOnFixture(t *testing.T) {
-	bin := buildFixture(t, "gcc", "chain", chainSource, "-O2", "-fomit-frame-pointer", "-g")
+	bin := fixture.BuildC(t, "", "gcc", "chain", chainSource, "-O2", "-fomit-frame-pointer", "-g")
 	tab := checkAgainstReadelf(t, bin)
 	if tab.BuildID == "" {
 		t.Error("no build id read from the fixture")
@@ -354,12 +325,12 @@ __attribute__((noinline)) int thrower(int n) { if (n > 2) throw std::runtime_err
 __attribute__((noinline)) int catcher(int n) { try { return thrower(n); } catch (const std::exception &e) { std::puts(e.what()); return -1; } }
 int main(int argc, char **) { int s = 0; for (int i = 0; i < 5; i++) s += catcher(argc + i); return s > 1000; }
 `
-	bin := buildFixture(t, "g++", "exc", src, "-O2", "-fomit-frame-pointer", "-fexceptions")
+	bin := fixture.BuildC(t, "", "g++", "exc", src, "-O2", "-fomit-frame-pointer", "-fexceptions")
 	checkAgainstReadelf(t, bin)
 }
 
 func TestCompileStripped(t *testing.T) {
-	bin := buildFixture(t, "gcc", "chain", chainSource, "-O2", "-fomit-frame-pointer", "-s")
+	bin := fixture.BuildC(t, "", "gcc", "chain", chainSource, "-O2", "-fomit-frame-pointer", "-s")
 	tab := checkAgainstReadelf(t, bin)
 	if len(tab.Rows) < 8 {
 		t.Errorf("a stripped binary keeps its .eh_frame: %d rows", len(tab.Rows))
@@ -367,7 +338,7 @@ func TestCompileStripped(t *testing.T) {
 }
 
 func TestCompileGoDebugFrame(t *testing.T) {
-	goTool := tool(t, "go")
+	goTool := fixture.Tool(t, "go")
 	dir := t.TempDir()
 	src := filepath.Join(dir, "main.go")
 	if err := os.WriteFile(src, []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"), 0o644); err != nil {
@@ -387,7 +358,7 @@ func TestCompileGoDebugFrame(t *testing.T) {
 }
 
 func TestCompileNoCFI(t *testing.T) {
-	bin := buildFixture(t, "gcc", "nocfi", "int main(void) { return 0; }\n", "-O2", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-nostartfiles", "-e", "main", "-static", "-nostdlib")
+	bin := fixture.BuildC(t, "", "gcc", "nocfi", "int main(void) { return 0; }\n", "-O2", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-nostartfiles", "-e", "main", "-static", "-nostdlib")
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)

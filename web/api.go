@@ -42,7 +42,7 @@ const (
 
 func (s *Server) endpoints() map[string]endpoint {
 	with := func(names ...string) []string { return append(names, query.FilterParams...) }
-	return map[string]endpoint{
+	m := map[string]endpoint{
 		"/api/sources":    {nil, s.sources},
 		"/api/nodes":      {nil, s.nodes},
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
@@ -51,9 +51,14 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/diff":       {with("from", "to", "from2", "to2", "encoding", "normalize", "addresses"), s.diff},
 		"/api/percpu":     {with("from", "to", "step"), s.perCPU},
 		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order", "group", "addresses"), s.top},
-		eventsPath:        {[]string{"from", "to", "source", "kind", "limit"}, s.listEvents},
+		eventsPath:        {[]string{"from", "to", "source", "kind", "node", "label", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
+		fleetPath:         {with("from", "to", "step", "columns"), s.fleetOverview},
 	}
+	for path, ep := range s.fleetEndpoints() {
+		m[path] = ep
+	}
+	return m
 }
 
 // selection is a request's filter and time range.

@@ -61,8 +61,8 @@ func TestBrowserEmptyStates(t *testing.T) {
 	if got := b.notes("heatmap-empty")["heatmap-empty"]; !strings.HasSuffix(got, " in 2026-11-21 05:03:00.000 UTC + 4 s.") {
 		t.Errorf("heatmap note %q names no window", got)
 	}
-	if got := eval[bool](t, b.ctx, `document.getElementById('flame-box').hidden`); !got {
-		t.Error("the empty flame graph's canvas is shown")
+	if got := eval[bool](t, b.ctx, `document.getElementById('flame-box').hidden && document.getElementById('pprof-link').hidden`); !got {
+		t.Error("the empty flame graph's canvas, or its pprof link, is shown")
 	}
 	b.screenshot("empty-filter.png")
 

@@ -38,11 +38,17 @@ type flameNode struct {
 
 // topRow is a row of the UI's top-functions table, or of /api/top.
 type topRow struct {
-	Name  string `json:"name"`
-	Kind  string `json:"kind"`
-	Group string `json:"group"`
-	Self  int64  `json:"self"`
-	Total int64  `json:"total"`
+	Name     string  `json:"name"`
+	Kind     string  `json:"kind"`
+	Group    string  `json:"group"`
+	SelfCPU  float64 `json:"selfCpu"`
+	TotalCPU float64 `json:"totalCpu"`
+}
+
+// shown is the row as the top table shows it: its CPU times formatted.
+func (r topRow) shown() topRow {
+	r.SelfCPU, r.TotalCPU = 0, 0
+	return r
 }
 
 // TestBrowserContainerFilters sets the container, pod, namespace and QoS
@@ -106,11 +112,18 @@ func TestBrowserContainerFilters(t *testing.T) {
 			if (row.Group != "") != (group != "") {
 				t.Fatalf("%s: top row %q: grouped by %q but the row names group %q", what, r, group, row.Group)
 			}
-			fmt.Sscan(r[2], &row.Self)
-			fmt.Sscan(r[4], &row.Total)
+			// The CPU time columns are the API's, formatted with their unit.
+			if i := len(gotTop); i < len(wantTop.Functions) &&
+				(r[2] != formatCPU(wantTop.Functions[i].SelfCPU) || r[4] != formatCPU(wantTop.Functions[i].TotalCPU)) {
+				t.Fatalf("%s: top row %q, want self %s and total %s", what, r, formatCPU(wantTop.Functions[i].SelfCPU), formatCPU(wantTop.Functions[i].TotalCPU))
+			}
 			gotTop = append(gotTop, row)
 		}
-		if len(gotTop) == 0 || !slices.Equal(gotTop, wantTop.Functions) {
+		var wantRows []topRow
+		for _, f := range wantTop.Functions {
+			wantRows = append(wantRows, f.shown())
+		}
+		if len(gotTop) == 0 || !slices.Equal(gotTop, wantRows) {
 			t.Fatalf("%s: the top functions shown (%d) are not /api/top?%s (%d)", what, len(gotTop), fq, len(wantTop.Functions))
 		}
 		return got

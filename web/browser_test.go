@@ -78,7 +78,7 @@ func TestUIStaticFiles(t *testing.T) {
 	for path, ctype := range map[string]string{
 		"/ui/app.js": "text/javascript; charset=utf-8", "/ui/util.js": "text/javascript; charset=utf-8",
 		"/ui/heatmap.js": "text/javascript; charset=utf-8", "/ui/flame.js": "text/javascript; charset=utf-8",
-		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/percpu.js": "text/javascript; charset=utf-8", "/ui/events.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
+		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/percpu.js": "text/javascript; charset=utf-8", "/ui/events.js": "text/javascript; charset=utf-8", "/ui/legend.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
 	} {
 		resp, body := fx.get(t, path)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != ctype || len(body) == 0 {
@@ -320,7 +320,7 @@ func TestBrowserUI(t *testing.T) {
 			b = window.heatscope.flameBoxes('hot_fixture_function')[0]; return [r.left + b.x + b.w / 2, r.top + b.y + 8]; })()`)
 		run("hover the differential graph", chromedp.MouseEvent(chromedp.MouseMoved, hot[0], hot[1]))
 		tip := eval[string](t, ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
-		if want := "hot_fixture_function\nuser: A 150 (100.00%), B 150 (100.00%)\ndelta 0 (self: A 150, B 150, delta 0)"; tip != want {
+		if want := "hot_fixture_function\nuser: A 150 samples (100.00%), B 150 samples (100.00%)\ndelta 0 samples (self: A 150 samples, B 150 samples, delta 0 samples)"; tip != want {
 			t.Fatalf("%s: tooltip %q, want %q", what, tip, want)
 		}
 		run("leave the graph", chromedp.MouseEvent(chromedp.MouseMoved, 1, 1))

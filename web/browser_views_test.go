@@ -470,21 +470,24 @@ func TestBrowserFlameGraph(t *testing.T) {
 		t.Fatalf("selection %s-%s, want %s-%s", b.hashParam("sf"), b.hashParam("st"), selFrom, selTo)
 	}
 	var top struct {
-		Samples   int64 `json:"samples"`
+		Samples   int64   `json:"samples"`
+		CPU       float64 `json:"cpu"`
 		Functions []struct {
-			Name  string `json:"name"`
-			Total int64  `json:"total"`
+			Name     string  `json:"name"`
+			Total    int64   `json:"total"`
+			TotalCPU float64 `json:"totalCpu"`
 		} `json:"functions"`
 	}
 	apitest.GetJSON(t, fx.url+"/api/top?source=fixture&from="+selFrom+"&to="+selTo, &top)
 	var hotTotal int64
+	var hotCPU float64
 	for _, f := range top.Functions {
 		if f.Name == "hot_fixture_function" {
-			hotTotal = f.Total
+			hotTotal, hotCPU = f.Total, f.TotalCPU
 		}
 	}
-	if top.Samples != 400 || hotTotal == 0 || hotTotal == top.Samples {
-		t.Fatalf("/api/top: %d samples, %d in hot_fixture_function", top.Samples, hotTotal)
+	if top.Samples != 400 || hotTotal == 0 || hotTotal == top.Samples || !(hotCPU > 0) || !(top.CPU > hotCPU) {
+		t.Fatalf("/api/top: %d samples (%v s), %d in hot_fixture_function (%v s)", top.Samples, top.CPU, hotTotal, hotCPU)
 	}
 
 	b.run("scroll to the flame graph", chromedp.ScrollIntoView(chromedp.CSS("#flame")))
@@ -495,17 +498,19 @@ func TestBrowserFlameGraph(t *testing.T) {
 	canvas := eval[[]float64](t, b.ctx, `(() => { const r = document.getElementById('flame').getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`)
 	width := canvas[2]
 	hot := boxes("hot_fixture_function")
-	if len(hot) != 1 || hot[0].Value != float64(hotTotal) || math.Abs(hot[0].W-float64(hotTotal)/400*width) > 0.01 {
-		t.Fatalf("hot_fixture_function boxes %+v (canvas %v wide), want one of %d samples", hot, width, hotTotal)
+	// Widths are CPU time.
+	if len(hot) != 1 || math.Abs(hot[0].Value-hotCPU) > 1e-9 || math.Abs(hot[0].W-hotCPU/top.CPU*width) > 0.01 {
+		t.Fatalf("hot_fixture_function boxes %+v (canvas %v wide), want one of %v s", hot, width, hotCPU)
 	}
 	centre := func(bx box) (float64, float64) { return bx.X + bx.W/2, bx.Y + 8 }
 
-	// Hovering shows the frame's samples and share.
+	// Hovering shows the frame's CPU time, its share, and its samples.
 	hx, hy := centre(hot[0])
 	b.run("hover", chromedp.MouseEvent(chromedp.MouseMoved, canvas[0]+hx, canvas[1]+hy))
 	tip := eval[string](t, b.ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
-	if want := fmt.Sprintf("hot_fixture_function\nuser: %d samples (%.2f%%)", hotTotal, 100*float64(hotTotal)/400); !strings.HasPrefix(tip, want) {
-		t.Fatalf("tooltip %q, want %q...", tip, want)
+	if want := fmt.Sprintf("hot_fixture_function\nuser: %s of CPU time (%.2f%%), self ", formatCPU(hotCPU), 100*hotCPU/top.CPU); !strings.HasPrefix(tip, want) ||
+		!strings.Contains(tip, fmt.Sprintf("\n%d samples, self ", hotTotal)) {
+		t.Fatalf("tooltip %q, want %q... and %d samples", tip, want, hotTotal)
 	}
 
 	// Clicking the frame zooms into it: it spans the width, its ancestors
@@ -525,7 +530,7 @@ func TestBrowserFlameGraph(t *testing.T) {
 	b.run("reset", chromedp.Click(chromedp.CSS("#flame-reset")))
 	hot = boxes("hot_fixture_function")
 	names = eval[[]string](t, b.ctx, `window.heatscope.flameNames()`)
-	if z := eval[*string](t, b.ctx, `window.heatscope.flameZoom()`); z != nil || len(hot) != 1 || math.Abs(hot[0].W-float64(hotTotal)/400*width) > 0.01 || !slices.Contains(names, xssName) {
+	if z := eval[*string](t, b.ctx, `window.heatscope.flameZoom()`); z != nil || len(hot) != 1 || math.Abs(hot[0].W-hotCPU/top.CPU*width) > 0.01 || !slices.Contains(names, xssName) {
 		t.Fatalf("after reset: zoom %v, hot_fixture_function %+v, frames %q", z, hot, names)
 	}
 
@@ -533,7 +538,7 @@ func TestBrowserFlameGraph(t *testing.T) {
 	// colours, and the matched share is /api/top's total over all samples.
 	b.run("search", chromedp.SendKeys(chromedp.CSS("#flame-search"), "hot_fix"))
 	match := eval[string](t, b.ctx, `document.getElementById('flame-match').textContent`)
-	if want := fmt.Sprintf("matched: %d of 400 samples (%.2f%%)", hotTotal, 100*float64(hotTotal)/400); match != want {
+	if want := fmt.Sprintf("matched: %s of %s (%.2f%%)", formatCPU(hotCPU), formatCPU(top.CPU), 100*hotCPU/top.CPU); match != want {
 		t.Fatalf("search: %q, want %q", match, want)
 	}
 	hx, hy = centre(hot[0])
@@ -580,13 +585,28 @@ func TestBrowserFilterBar(t *testing.T) {
 	if b.hashParam("comm") != "xssapp" || b.hashParam("frame") != "^<img" {
 		t.Fatalf("URL hash: comm %q, frame %q", b.hashParam("comm"), b.hashParam("frame"))
 	}
-	type counts struct{ Timeline, PerCPU, Heatmap, Flame, Top int }
+	type counts struct {
+		Timeline, PerCPU, Heatmap, Flame int
+		Top                              string
+	}
 	got := eval[counts](t, b.ctx, `(() => { const sum = (a) => a.flat().reduce((x, y) => x + y, 0), h = window.heatscope;
 		const rows = [...document.querySelectorAll('#top tbody tr')];
 		return {Timeline: sum(h.timeline().data.counts), PerCPU: sum(h.percpu().counts), Heatmap: sum(h.heatmap().values),
-			Flame: h.flameBoxes('root')[0].value, Top: +rows.find((r) => r.cells[0].textContent === 'main').cells[4].textContent}; })()`)
-	if got != (counts{150, 150, 150, 150, 150}) {
-		t.Fatalf("samples per view with comm=xssapp frame=^<img: %+v, want 150 each", got)
+			Flame: h.flameTree().value[0], Top: rows.find((r) => r.cells[0].textContent === 'main').cells[4].textContent}; })()`)
+	// The top table shows main's CPU time: 150 samples of the fixture's period.
+	var sources []struct {
+		Name     string `json:"name"`
+		PeriodNs int64  `json:"periodNs"`
+	}
+	apitest.GetJSON(t, fx.url+"/api/sources", &sources)
+	period := store.DefaultPeriodNs
+	for _, src := range sources {
+		if src.Name == "fixture" && src.PeriodNs > 0 {
+			period = src.PeriodNs
+		}
+	}
+	if want := (counts{150, 150, 150, 150, formatCPU(float64(150*period) / 1e9)}); got != want {
+		t.Fatalf("samples per view with comm=xssapp frame=^<img: %+v, want %+v", got, want)
 	}
 	h := eval[heatmapData](t, b.ctx, `window.heatscope.heatmap()`)
 	var want heatmapData

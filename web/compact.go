@@ -16,7 +16,7 @@ import (
 // field, nodes in pre-order, which the browser maps onto typed arrays
 // without parsing them. The layout, all integers little-endian:
 //
-//	bytes 0-3    magic: "HSF1" (flame graph) or "HSD1" (differential)
+//	bytes 0-3    magic: "HSF2" (flame graph) or "HSD1" (differential)
 //	bytes 4-7    uint32 N, the number of nodes
 //	bytes 8-11   uint32 J, the length of the JSON header
 //	bytes 12-15  zero
@@ -24,8 +24,9 @@ import (
 //	             differential, "totalA" and "totalB"; then zero bytes up to
 //	             a multiple of 8
 //	then the columns of N values each, in this order:
-//	  float64 (integers, exact below 2^53): value, self for "HSF1";
-//	                            a, b, selfA, selfB, delta, deltaTotal for "HSD1"
+//	  float64: value, self (integers, exact below 2^53), cpu, selfCpu
+//	           (seconds) for "HSF2"; a, b, selfA, selfB, delta,
+//	           deltaTotal (integers) for "HSD1"
 //	  uint32 name: index into names
 //	  uint32 size: the nodes in the node's subtree, itself included, so its
 //	               first child is the next node and its next sibling the node
@@ -36,7 +37,7 @@ import (
 // string is exactly the nested JSON's (encoding/json's escaping), so
 // decoding either gives the same tree.
 const (
-	compactFlameMagic = "HSF1"
+	compactFlameMagic = "HSF2" // HSF1 had no CPU time columns
 	compactDiffMagic  = "HSD1"
 	compactHeaderLen  = 16
 	binaryType        = "application/octet-stream"
@@ -67,7 +68,7 @@ type columns struct {
 	size    []uint32
 	kind    []uint8
 	nums    [][]float64
-	row     []int64
+	row     []float64
 }
 
 // compactTree encodes root in the compact layout: fields gives a node's
@@ -76,9 +77,9 @@ type columns struct {
 // (each starting with a comma). It stops with errTooLarge as soon as the
 // encoding would pass limit.
 func compactTree[T any](magic string, root T, ncols, limit int, header func([]byte) []byte,
-	fields func(n T, nums []int64) (name, kind string), kids func(T) []T) ([]byte, error) {
+	fields func(n T, nums []float64) (name, kind string), kids func(T) []T) ([]byte, error) {
 	c := &columns{limit: limit, ids: map[string]uint32{}, kindIDs: map[string]uint8{},
-		nums: make([][]float64, ncols), row: make([]int64, ncols), bytes: compactHeaderLen}
+		nums: make([][]float64, ncols), row: make([]float64, ncols), bytes: compactHeaderLen}
 	var add func(n T) error
 	add = func(n T) error {
 		i := len(c.name)
@@ -126,7 +127,7 @@ func (c *columns) add(name, kind string) error {
 	c.kind = append(c.kind, k)
 	c.size = append(c.size, 0)
 	for j, v := range c.row {
-		c.nums[j] = append(c.nums[j], float64(v))
+		c.nums[j] = append(c.nums[j], v)
 	}
 	return nil
 }
@@ -179,8 +180,8 @@ func noHeader(out []byte) []byte { return out }
 
 // compactNode encodes a flame graph tree in the compact layout.
 func compactNode(root *query.Node, limit int) ([]byte, error) {
-	return compactTree(compactFlameMagic, root, 2, limit, noHeader, func(n *query.Node, nums []int64) (string, string) {
-		nums[0], nums[1] = n.Value, n.Self
+	return compactTree(compactFlameMagic, root, 4, limit, noHeader, func(n *query.Node, nums []float64) (string, string) {
+		nums[0], nums[1], nums[2], nums[3] = float64(n.Value), float64(n.Self), n.CPU, n.SelfCPU
 		return n.Name, n.Kind
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }
@@ -198,8 +199,10 @@ func compactDiff(d *query.Diff, limit int) ([]byte, error) {
 		c := &columns{limit: limit}
 		return c.encode(compactDiffMagic, header)
 	}
-	return compactTree(compactDiffMagic, d.Root, 6, limit, header, func(n *query.DiffNode, nums []int64) (string, string) {
-		nums[0], nums[1], nums[2], nums[3], nums[4], nums[5] = n.A, n.B, n.SelfA, n.SelfB, n.Delta, n.DeltaTotal
+	return compactTree(compactDiffMagic, d.Root, 6, limit, header, func(n *query.DiffNode, nums []float64) (string, string) {
+		for i, v := range []int64{n.A, n.B, n.SelfA, n.SelfB, n.Delta, n.DeltaTotal} {
+			nums[i] = float64(v)
+		}
 		return n.Name, n.Kind
 	}, func(n *query.DiffNode) []*query.DiffNode { return n.Children })
 }

@@ -24,7 +24,7 @@ type compactData struct {
 		TotalA *int64   `json:"totalA"`
 		TotalB *int64   `json:"totalB"`
 	}
-	nums       [][]int64
+	nums       [][]float64
 	name, size []uint32
 	kind       []uint8
 }
@@ -36,7 +36,10 @@ func decodeCompact(b []byte) (*compactData, error) {
 		return nil, fmt.Errorf("%d bytes, shorter than the header", len(b))
 	}
 	d := &compactData{magic: string(b[:4])}
-	ncols := map[string]int{compactFlameMagic: 2, compactDiffMagic: 6}[d.magic]
+	ncols := map[string]int{compactFlameMagic: 4, compactDiffMagic: 6}[d.magic]
+	// A flame graph's CPU times (columns 2 and 3) are seconds; the rest
+	// are counts.
+	intCols := map[string]int{compactFlameMagic: 2, compactDiffMagic: 6}[d.magic]
 	if ncols == 0 {
 		return nil, fmt.Errorf("magic %q", d.magic)
 	}
@@ -68,14 +71,17 @@ func decodeCompact(b []byte) (*compactData, error) {
 	if want := off + n*(8*ncols+9); len(b) != want {
 		return nil, fmt.Errorf("%d bytes, want %d for %d nodes", len(b), want, n)
 	}
-	for range ncols {
-		col := make([]int64, n)
+	for j := range ncols {
+		col := make([]float64, n)
 		for i := range col {
 			v := math.Float64frombits(binary.LittleEndian.Uint64(b[off:]))
-			if v != math.Trunc(v) || math.Abs(v) >= 1<<53 {
+			if j < intCols && (v != math.Trunc(v) || math.Abs(v) >= 1<<53) {
 				return nil, fmt.Errorf("number %v is no exact integer", v)
 			}
-			col[i], off = int64(v), off+8
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 && j >= intCols {
+				return nil, fmt.Errorf("CPU time %v", v)
+			}
+			col[i], off = v, off+8
 		}
 		d.nums = append(d.nums, col)
 	}
@@ -113,9 +119,10 @@ func (d *compactData) children(i int) ([]int, error) {
 	return out, nil
 }
 
-// tree builds the nested flame graph of an "HSF1" encoding.
+// tree builds the nested flame graph of an "HSF2" encoding.
 func (d *compactData) tree(i int) (*query.Node, error) {
-	n := &query.Node{Name: d.header.Names[d.name[i]], Kind: d.header.Kinds[d.kind[i]], Value: d.nums[0][i], Self: d.nums[1][i]}
+	n := &query.Node{Name: d.header.Names[d.name[i]], Kind: d.header.Kinds[d.kind[i]], Value: int64(d.nums[0][i]), Self: int64(d.nums[1][i]),
+		CPU: d.nums[2][i], SelfCPU: d.nums[3][i]}
 	kids, err := d.children(i)
 	for _, c := range kids {
 		child, err := d.tree(c)
@@ -132,8 +139,8 @@ func (d *compactData) diff() (*query.Diff, error) {
 	out := &query.Diff{TotalA: *d.header.TotalA, TotalB: *d.header.TotalB}
 	var build func(i int) (*query.DiffNode, error)
 	build = func(i int) (*query.DiffNode, error) {
-		n := &query.DiffNode{Name: d.header.Names[d.name[i]], Kind: d.header.Kinds[d.kind[i]], A: d.nums[0][i], B: d.nums[1][i],
-			SelfA: d.nums[2][i], SelfB: d.nums[3][i], Delta: d.nums[4][i], DeltaTotal: d.nums[5][i]}
+		n := &query.DiffNode{Name: d.header.Names[d.name[i]], Kind: d.header.Kinds[d.kind[i]], A: int64(d.nums[0][i]), B: int64(d.nums[1][i]),
+			SelfA: int64(d.nums[2][i]), SelfB: int64(d.nums[3][i]), Delta: int64(d.nums[4][i]), DeltaTotal: int64(d.nums[5][i])}
 		kids, err := d.children(i)
 		for _, c := range kids {
 			child, err := build(c)

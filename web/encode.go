@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/heatscope/heatscope/query"
@@ -101,7 +102,11 @@ func node(out []byte, n *query.Node, limit int) ([]byte, error) {
 		out = append(out, `,"value":`...)
 		out = strconv.AppendInt(out, n.Value, 10)
 		out = append(out, `,"self":`...)
-		return strconv.AppendInt(out, n.Self, 10)
+		out = strconv.AppendInt(out, n.Self, 10)
+		out = append(out, `,"cpu":`...)
+		out = appendFloat(out, n.CPU)
+		out = append(out, `,"selfCpu":`...)
+		return appendFloat(out, n.SelfCPU)
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }
 
@@ -153,4 +158,15 @@ func appendString(out []byte, s string) []byte {
 	out = append(out, '"')
 	out = append(out, s...)
 	return append(out, '"')
+}
+
+// appendFloat appends f exactly as encoding/json encodes a float64: the
+// shortest decimal, without exponent from 1e-6 to 1e21 (CPU times are in
+// that range or 0); the rest goes to encoding/json.
+func appendFloat(out []byte, f float64) []byte {
+	if a := math.Abs(f); a == 0 || a >= 1e-6 && a < 1e21 {
+		return strconv.AppendFloat(out, f, 'f', -1, 64)
+	}
+	b, _ := json.Marshal(f) // finite: CPU times are sums of periods
+	return append(out, b...)
 }

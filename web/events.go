@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/prediff"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
@@ -61,7 +62,9 @@ type eventsJSON struct {
 
 // listEvents answers GET /api/events: the events in [from, to) (default:
 // all), from the event sources named by source and of the kinds named by
-// kind (comma-separated; default: all), in time order, at most limit.
+// kind (comma-separated; default: all), recorded on the nodes node and
+// label select (as the sample filters' node and label), in time order, at
+// most limit.
 func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.Warnings, error) {
 	r, err := p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true)
 	if err != nil {
@@ -80,10 +83,22 @@ func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.War
 			}
 		}
 	}
-	evs, more := s.db.Events(r, f, limit)
-	out := eventsJSON{Events: make([]eventJSON, len(evs)), More: more}
-	for i := range evs {
-		out.Events[i] = toEventJSON(&evs[i])
+	if p.get("node") == "" && p.get("label") == "" {
+		evs, more := s.db.Events(r, f, limit)
+		out := eventsJSON{Events: make([]eventJSON, len(evs)), More: more}
+		for i := range evs {
+			out.Events[i] = toEventJSON(&evs[i])
+		}
+		return nil, rep.json(out)
+	}
+	nf, err := s.nodeFilter(p)
+	if err != nil {
+		return nil, err
+	}
+	evs := prediff.MatchEvents(s.db, r, f, &nf)
+	out := eventsJSON{Events: make([]eventJSON, 0, min(len(evs), limit)), More: len(evs) > limit}
+	for i := range evs[:min(len(evs), limit)] {
+		out.Events = append(out.Events, toEventJSON(&evs[i].Event))
 	}
 	return nil, rep.json(out)
 }

@@ -214,6 +214,9 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	ep, isAPI := s.api[path]
 	static, staticType, isStatic := uiFile(path)
+	if page, ok := uiPages[path]; ok {
+		static, staticType, isStatic = page, "text/html; charset=utf-8", true
+	}
 	isMetrics := path == "/metrics" && s.opts.Metrics != nil
 	switch {
 	case strings.HasPrefix(path, "/api/") && !isAPI:

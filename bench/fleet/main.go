@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -48,6 +49,7 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketcompact"
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
@@ -84,8 +86,8 @@ func main() {
 		tmpl.samples, len(tmpl.blocks), float64(tmpl.bytes)/1e6, tmpl.took.Round(time.Millisecond), float64(tmpl.samples)/tmpl.took.Seconds()/1e6)
 	fmt.Printf("- full fleet of %d nodes: %.0f M samples, %.2f GB\n\n", fleet[len(fleet)-1],
 		float64(tmpl.samples*fleet[len(fleet)-1])/1e6, float64(tmpl.bytes*int64(fleet[len(fleet)-1]))/1e9)
-	fmt.Println("| nodes | upload | serve start | /api/nodes warm | heatmap 1 node 10 min cold | warm | timeline all nodes 10 min warm | GETs (bytes) cold heatmap | LISTs per refresh | serve RSS (peak) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| nodes | upload | serve start | /api/nodes warm | heatmap 1 node 10 min cold | warm | timeline all nodes 10 min warm | events all nodes cold | warm (events) | GETs (bytes) cold heatmap | index GETs / LISTs in one refresh interval | index rewrite (compactor) | serve RSS (peak) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	have := 0
 	for _, n := range fleet {
 		t0 := time.Now()
@@ -93,8 +95,9 @@ func main() {
 		up := time.Since(t0)
 		have = n
 		r := b.measure("fleet", n, start, *span)
-		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %d (%.1f MB) | %d | %.0f MB (%.0f MB) |\n", n, up.Round(time.Millisecond), r.startup.Round(time.Millisecond),
-			ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), r.coldGets, float64(r.coldBytes)/1e6, r.lists, r.rssMB, r.hwmMB)
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s (%d) | %d (%.1f MB) | %d / %d | %s | %.0f MB (%.0f MB) |\n", n, up.Round(time.Millisecond), r.startup.Round(time.Millisecond),
+			ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), ms(r.eventsCold), ms(r.eventsWarm), r.events, r.coldGets, float64(r.coldBytes)/1e6,
+			r.indexReads, r.lists, r.indexUpdate.Round(time.Millisecond), r.rssMB, r.hwmMB)
 	}
 	if *sim > 0 {
 		fmt.Printf("\n# Simulation: %d nodes x %s (short spans), then one compactor pass\n\n", *sim, *simSpan)
@@ -103,8 +106,8 @@ func main() {
 		b.upload("sim", stmpl, 0, *sim)
 		fmt.Printf("- uploaded %d nodes x %d blocks (%d objects) in %s\n", *sim, len(stmpl.blocks), 2*(*sim)*len(stmpl.blocks), time.Since(t0).Round(time.Millisecond))
 		r := b.measure("sim", *sim, start, *simSpan)
-		fmt.Printf("- query service: start (listing %d prefixes) %s, LISTs per refresh %d, /api/nodes warm %s, one node's heatmap cold %s / warm %s, timeline over all nodes warm %s, RSS %.0f MB (peak %.0f MB)\n",
-			*sim, r.startup.Round(time.Millisecond), r.lists, ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), r.rssMB, r.hwmMB)
+		fmt.Printf("- query service (a compactor rewrites the bucket index every 10 s, each rewrite taking %s; the query service reads it when its listing is at most 15 s old, else lists): start %s, index GETs / LISTs per refresh interval %d / %d, /api/nodes warm %s, one node's heatmap cold %s / warm %s, timeline over all nodes warm %s, events over all nodes warm %s (%d), RSS %.0f MB (peak %.0f MB)\n",
+			r.indexUpdate.Round(time.Millisecond), r.startup.Round(time.Millisecond), r.indexReads, r.lists, ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), ms(r.eventsWarm), r.events, r.rssMB, r.hwmMB)
 		b.compact("sim", start)
 	}
 }
@@ -236,6 +239,15 @@ type template struct {
 	samples int
 	bytes   int64
 	took    time.Duration
+	// segments are the node's event segments (name, bytes), events the
+	// number of events in them.
+	segments []tsegment
+	events   int
+}
+
+type tsegment struct {
+	name string
+	data []byte
 }
 
 type tblock struct {
@@ -266,8 +278,30 @@ func (b *bench) generate(cpus, hz int, start time.Time, span time.Duration) temp
 		t.samples += st.Samples
 	}
 	t.took = time.Since(t0)
+	// Events: one a minute, as a busy node's kernel log might give (a
+	// link flap, an OOM kill, a device reset), with varied texts.
+	texts := []string{"ena 0000:00:05.0 eth0: Device reset", "Out of memory: Killed process 4242 (java)", "TCP: request_sock_TCP: Possible SYN flooding on port 443",
+		"nvme nvme0: I/O 12 QID 3 timeout, aborting", "kubelet: PLEG is not healthy"}
+	for off := time.Duration(0); off < span; off += time.Minute {
+		e := events.Event{Time: start.Add(off + 17*time.Second).UnixNano(), Source: "kmsg", Severity: events.Warning, Text: texts[t.events%len(texts)]}
+		if err := db.AppendEvent(e); err != nil {
+			log.Fatal(err)
+		}
+		t.events++
+	}
 	if err := db.Close(); err != nil {
 		log.Fatal(err)
+	}
+	segs, err := os.ReadDir(filepath.Join(dir, "events"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range segs {
+		data, err := os.ReadFile(filepath.Join(dir, "events", e.Name()))
+		if err != nil {
+			log.Fatal(err)
+		}
+		t.segments = append(t.segments, tsegment{e.Name(), data})
 	}
 	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
 	if err != nil {
@@ -292,7 +326,7 @@ func (b *bench) generate(cpus, hz int, start time.Time, span time.Duration) temp
 func nodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
 
 // upload ships nodes [from, to) as recorders do: each block's data, then
-// its meta.json, 8 uploads at a time.
+// its meta.json, then the event segments, 8 uploads at a time.
 func (b *bench) upload(prefix string, t template, from, to int) {
 	bkt := b.open(prefix)
 	defer bkt.Close()
@@ -324,6 +358,13 @@ func (b *bench) upload(prefix string, t template, from, to int) {
 						mu.Unlock()
 					}
 				}
+				for _, sg := range t.segments {
+					if err := bkt.Upload(context.Background(), node+"/events/"+sg.name, bytes.NewReader(sg.data)); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+					}
+				}
 			}
 		}()
 	}
@@ -339,16 +380,28 @@ func (b *bench) upload(prefix string, t template, from, to int) {
 
 type result struct {
 	startup, nodesWarm, heatCold, heatWarm, timelineWarm time.Duration
-	coldGets, coldBytes, lists                           int64
+	eventsCold, eventsWarm                               time.Duration
+	events                                               int
+	coldGets, coldBytes, lists, indexReads               int64
+	indexUpdate                                          time.Duration
 	rssMB, hwmMB                                         float64
 }
 
-// measure starts a query service over the bucket and times its queries.
+// measure starts a query service over the bucket and times its queries,
+// while a compactor rewrites the bucket index every 10 s as heatscope
+// compact does between passes (the query service reads it instead of
+// listing the bucket).
 func (b *bench) measure(prefix string, nodes int, start time.Time, span time.Duration) result {
 	var r result
+	stopIndex, indexTook := b.keepIndexFresh(prefix)
+	defer stopIndex()
 	port := freePort()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(b.bin, "serve", "--objstore-config", b.configFile(prefix), "--listen", addr)
+	heapDir := filepath.Join(b.dir, fmt.Sprintf("heap-%s-%d", prefix, nodes))
+	if err := os.MkdirAll(heapDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	cmd := exec.Command(b.bin, "serve", "--objstore-config", b.configFile(prefix), "--listen", addr, "--heap-profile-dir", heapDir)
 	logf, _ := os.Create(filepath.Join(b.dir, "serve-"+prefix+".log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	t0 := time.Now()
@@ -410,19 +463,122 @@ func (b *bench) measure(prefix string, nodes int, start time.Time, span time.Dur
 	r.nodesWarm = median("/api/nodes")
 	get("/api/timeline?" + win) // the first read of every node's blocks
 	r.timelineWarm = median("/api/timeline?" + win)
-	// A refresh lists the bucket: the LISTs of one refresh interval.
+	evPath := "/api/events?limit=10000&from=" + strconv.FormatInt(start.Unix(), 10) + "&to=" + strconv.FormatInt(start.Add(span).Unix(), 10)
+	r.eventsCold = get(evPath)
+	r.eventsWarm = median(evPath)
+	r.events = b.countEvents(base + evPath)
+	// The requests of one refresh interval: index GETs, or LISTs when
+	// the query service had to list.
 	l0, _, _ := b.bucketMetrics(base)
+	i0 := b.metric(base, "heatscope_bucket_read_index_reads_total")
 	time.Sleep(bucketRefresh + 2*time.Second)
 	l1, _, _ := b.bucketMetrics(base)
 	r.lists = l1 - l0
+	r.indexReads = b.metric(base, "heatscope_bucket_read_index_reads_total") - i0
+	r.indexUpdate = indexTook()
 	r.rssMB, r.hwmMB = rss(cmd.Process.Pid)
+	b.heapProfile(cmd.Process, heapDir)
 	return r
 }
 
-// bucketRefresh is serve's bucket refresh interval (cmd/heatscope).
-const bucketRefresh = 15 * time.Second
+// heapProfile has the query service write its heap profile (SIGUSR1) and
+// logs its largest in-use allocations, to say what holds its memory.
+func (b *bench) heapProfile(p *os.Process, dir string) {
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		log.Printf("heap profile: %v", err)
+		return
+	}
+	for range 100 {
+		if files, _ := filepath.Glob(filepath.Join(dir, "heap-*.pb.gz")); len(files) > 0 {
+			out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", "-sample_index=inuse_space", b.bin, files[0]).CombinedOutput()
+			if err != nil {
+				log.Printf("heap profile %s: %v", files[0], err)
+			}
+			log.Printf("query service heap profile %s:\n%s", files[0], out)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	log.Printf("heap profile: none written in %s", dir)
+}
 
-func (b *bench) bucketMetrics(base string) (lists, gets, bytes int64) {
+// bucketRefresh is serve's bucket refresh interval (cmd/heatscope).
+const bucketRefresh = 10 * time.Second
+
+// keepIndexFresh rewrites the bucket index every 10 s (a compactor's
+// UpdateIndex, as heatscope compact --index-interval does) until stopped;
+// took returns the median rewrite's time.
+func (b *bench) keepIndexFresh(prefix string) (stop func(), took func() time.Duration) {
+	bkt := b.open(prefix)
+	work, _ := os.MkdirTemp(b.dir, "index-")
+	c, err := bucketcompact.New(bkt, bkt.Name(), bucketcompact.Options{WorkDir: work, Holder: "bench-index"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var times []time.Duration
+	update := func() {
+		t0 := time.Now()
+		if _, err := c.UpdateIndex(ctx); err != nil {
+			if ctx.Err() == nil {
+				log.Printf("index update: %v", err)
+			}
+			return
+		}
+		mu.Lock()
+		times = append(times, time.Since(t0))
+		mu.Unlock()
+	}
+	update() // there before the query service starts
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Second) // start to start, as heatscope compact
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				update()
+			}
+		}
+	}()
+	stop = func() {
+		cancel()
+		<-done
+		c.Unlock(context.Background())
+		bkt.Close()
+	}
+	took = func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		ts := slices.Clone(times)
+		slices.Sort(ts)
+		return ts[len(ts)/2]
+	}
+	return stop, took
+}
+
+// countEvents returns how many events an /api/events answer lists.
+func (b *bench) countEvents(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		log.Printf("events answer: %v", err)
+	}
+	return len(ans.Events)
+}
+
+// metric reads one counter from the query service's /metrics.
+func (b *bench) metric(base, name string) int64 {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		log.Fatal(err)
@@ -430,21 +586,18 @@ func (b *bench) bucketMetrics(base string) (lists, gets, bytes int64) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "heatscope_bucket_read_lists_total":
-			lists = int64(v)
-		case "heatscope_bucket_read_gets_total":
-			gets = int64(v)
-		case "heatscope_bucket_read_bytes_total":
-			bytes = int64(v)
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return int64(v)
 		}
 	}
-	return
+	return 0
+}
+
+// bucketMetrics reads the query service's bucket request counters.
+func (b *bench) bucketMetrics(base string) (lists, gets, bytes int64) {
+	return b.metric(base, "heatscope_bucket_read_lists_total"), b.metric(base, "heatscope_bucket_read_gets_total"),
+		b.metric(base, "heatscope_bucket_read_bytes_total")
 }
 
 // rss returns a process's resident and peak resident memory in MB.

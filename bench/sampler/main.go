@@ -165,8 +165,7 @@ func printSummary(results []result, throughput time.Duration) {
 		for _, r := range results {
 			v = append(v, f(r))
 		}
-		slices.Sort(v)
-		return fmt.Sprintf("%.3f (%.3f-%.3f)", median(v), v[0], v[len(v)-1])
+		return medianRange(v, "%.3f")
 	}
 	fmt.Printf("\n### Medians over %d runs (range)\n\n| metric | median (min-max) | target |\n|---|---|---|\n", len(results))
 	fmt.Printf("| samples received / expected, %% | %s | >= 97%% |\n", stat(func(r result) float64 { return 100 * float64(r.received) / r.expected }))
@@ -278,14 +277,43 @@ func stopWorkload(procs []*exec.Cmd) int64 {
 	return cycles
 }
 
-func heatscopeCmd(b binaries, duration time.Duration, hz int, data string) *exec.Cmd {
-	return exec.Command(b.heatscope, "record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
-		"--data", data, "--cache-dir", b.cacheDir, "--bpf-stats")
+// heatscopeCmd is heatscope record on the whole machine for duration,
+// into data, with extra flags.
+func heatscopeCmd(b binaries, duration time.Duration, hz int, data string, extra ...string) *exec.Cmd {
+	args := []string{"record", "--duration", duration.String(), "--frequency", strconv.Itoa(hz),
+		"--data", data, "--cache-dir", b.cacheDir, "--bpf-stats"}
+	return exec.Command(b.heatscope, append(args, extra...)...)
 }
 
-func perfCmd(duration time.Duration, hz int, out string) *exec.Cmd {
-	return exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "-g", "-o", out,
-		"--", "sleep", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
+// perfCmd is perf record on the whole machine for duration, into out,
+// with call graphs of the kind given (["-g"] for frame pointers).
+func perfCmd(duration time.Duration, hz int, out string, callGraph ...string) *exec.Cmd {
+	args := append([]string{"record", "-F", strconv.Itoa(hz), "-a"}, callGraph...)
+	args = append(args, "-o", out, "--", "sleep", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
+	return exec.Command("perf", args...)
+}
+
+// summary is what heatscope record's summary on stderr says.
+type summary struct {
+	received, dropped, bpfRuns int64
+	bpfTime, recorded          float64 // seconds
+}
+
+func parseSummary(s string) summary {
+	return summary{
+		received: intAfter(s, `recorded [0-9.]+s: (\d+) samples`),
+		dropped:  intAfter(s, `(\d+) dropped`),
+		bpfRuns:  intAfter(s, `BPF program: (\d+) runs`),
+		bpfTime:  floatAfter(s, `runs, ([0-9.]+)s`),
+		recorded: floatAfter(s, `recorded ([0-9.]+)s`),
+	}
+}
+
+// medianRange formats the median and range of v as "median (min-max)",
+// each with format.
+func medianRange(v []float64, format string) string {
+	v = slices.Sorted(slices.Values(v))
+	return fmt.Sprintf(format+" ("+format+"-"+format+")", median(v), v[0], v[len(v)-1])
 }
 
 // measure runs both profilers at once on the workload.
@@ -309,7 +337,7 @@ func measure(b binaries, duration time.Duration, hz int, dir string) (result, er
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
 	perfData := filepath.Join(dir, "perf.data")
-	perf := perfCmd(duration, hz, perfData)
+	perf := perfCmd(duration, hz, perfData, "-g")
 	var perfErr bytes.Buffer
 	perf.Stderr = &perfErr
 	if err := hs.Start(); err != nil {
@@ -328,13 +356,9 @@ func measure(b binaries, duration time.Duration, hz int, dir string) (result, er
 	r.hs, r.perf = usageOf(hs.ProcessState), usageOf(perf.ProcessState)
 	must(exec.Command(b.heatscope, "export", "--data", hsData, "--idle", "include", "-o", hsOut))
 
-	summary := hsErr.String()
-	r.received = intAfter(summary, `recorded [0-9.]+s: (\d+) samples`)
-	r.dropped = intAfter(summary, `(\d+) dropped`)
-	r.bpfRuns = intAfter(summary, `BPF program: (\d+) runs`)
-	r.bpfTime = floatAfter(summary, `runs, ([0-9.]+)s`)
-	r.recorded = floatAfter(summary, `recorded ([0-9.]+)s`)
-	r.snapshots = strings.Contains(summary, "snapshotted as they exit") // the switch is logged
+	sum := parseSummary(hsErr.String())
+	r.received, r.dropped, r.bpfRuns, r.bpfTime, r.recorded = sum.received, sum.dropped, sum.bpfRuns, sum.bpfTime, sum.recorded
+	r.snapshots = strings.Contains(hsErr.String(), "snapshotted as they exit") // the switch is logged
 	r.expected = duration.Seconds() * float64(hz) * float64(runtime.NumCPU())
 	r.hsCPU = r.hs.cpu.Seconds() + r.bpfTime
 
@@ -378,7 +402,7 @@ func measureThroughput(b binaries, d time.Duration, hz int, dir string) ([3]floa
 		var prof *exec.Cmd
 		switch i {
 		case 1:
-			prof = perfCmd(d, hz, filepath.Join(dir, "perf.data"))
+			prof = perfCmd(d, hz, filepath.Join(dir, "perf.data"), "-g")
 		case 2:
 			prof = heatscopeCmd(b, d, hz, filepath.Join(dir, "data"))
 		}

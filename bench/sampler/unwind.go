@@ -75,8 +75,7 @@ func runUnwind(duration time.Duration, hz, runs int) error {
 			for _, r := range rs {
 				v = append(v, f(r))
 			}
-			slices.Sort(v)
-			return fmt.Sprintf("%.2f (%.2f-%.2f)", median(v), v[0], v[len(v)-1])
+			return medianRange(v, "%.2f")
 		}
 		bpf := "-"
 		if strings.HasPrefix(s, "heatscope") {
@@ -103,17 +102,15 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir stri
 	defer stopWorkload(workload)
 	time.Sleep(time.Second)
 	r.expected = d.Seconds() * float64(hz) * float64(runtime.NumCPU())
-	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 	var cmd *exec.Cmd
 	data := filepath.Join(dir, "data")
 	switch sampler {
 	case "perf record -g":
-		cmd = exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "-g", "-o", data, "--", "sleep", secs)
+		cmd = perfCmd(d, hz, data, "-g")
 	case "perf record --call-graph dwarf":
-		cmd = exec.Command("perf", "record", "-F", strconv.Itoa(hz), "-a", "--call-graph", "dwarf", "-o", data, "--", "sleep", secs)
+		cmd = perfCmd(d, hz, data, "--call-graph", "dwarf")
 	default:
-		cmd = exec.Command(b.heatscope, "record", "--duration", d.String(), "--frequency", strconv.Itoa(hz), "--data", data,
-			"--cache-dir", b.cacheDir, "--bpf-stats", "--listen", "", "--unwind", strings.TrimPrefix(sampler, "heatscope --unwind "))
+		cmd = heatscopeCmd(b, d, hz, data, "--listen", "", "--unwind", strings.TrimPrefix(sampler, "heatscope --unwind "))
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -127,12 +124,10 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir stri
 		r.workload, r.main, r.received, err = perfReachMain(data, "nofp")
 		return r, err
 	}
-	summary := stderr.String()
-	r.received = float64(intAfter(summary, `recorded [0-9.]+s: (\d+) samples`))
-	runs := float64(intAfter(summary, `BPF program: (\d+) runs`))
-	bpfTime := floatAfter(summary, `runs, ([0-9.]+)s`)
-	r.bpfUs = 1e6 * bpfTime / math.Max(1, runs)
-	r.cpu = 100 * (u.cpu.Seconds() + bpfTime) / d.Seconds()
+	sum := parseSummary(stderr.String())
+	r.received = float64(sum.received)
+	r.bpfUs = 1e6 * sum.bpfTime / math.Max(1, float64(sum.bpfRuns))
+	r.cpu = 100 * (u.cpu.Seconds() + sum.bpfTime) / d.Seconds()
 	out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "folded", "-o", "-").Output()
 	if err != nil {
 		return r, fmt.Errorf("heatscope export: %w", err)

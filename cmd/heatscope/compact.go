@@ -31,6 +31,7 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "heatscope-compact"), "local directory for the blocks being merged (needs about twice the largest merged block)")
 	once := fs.Bool("once", false, "run one pass and exit")
 	interval := fs.Duration("interval", 5*time.Minute, "time between passes")
+	indexInterval := fs.Duration("index-interval", defaultIndexInterval, "between passes, rewrite the bucket index from a fresh listing this often, so that query services reading it follow new uploads within 30 s (0: only at each pass)")
 	ranges := fs.String("ranges", "2h,24h", "widths of the aligned windows whose blocks are merged into one, smallest first")
 	shipDelay := fs.Duration("ship-delay", bucketcompact.DefaultShipDelay, "how long after a window ends its blocks may still arrive; merged only after that")
 	retention := fs.String("retention", "0", "delete blocks whose newest sample is older than this (e.g. 30d; 0 keeps them)")
@@ -69,6 +70,9 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 	opts.DeleteDelay = *deleteDelay
 	if !*once && *interval <= 0 {
 		return usageError{errors.New("--interval must be positive (or use --once)")}
+	}
+	if *indexInterval < 0 {
+		return usageError{errors.New("--index-interval must not be negative (0: the index is written at each pass only)")}
 	}
 	cfg, err := bucket.LoadConfig(*objCfg)
 	if err != nil {
@@ -135,10 +139,41 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 				return nil
 			}
 		}
+		if err := updateIndexUntil(ctx, c, bkt.Name(), start.Add(*interval), *indexInterval); err != nil {
+			return nil
+		}
+	}
+}
+
+// defaultIndexInterval is how often the compactor rewrites the bucket index
+// between passes: with serve's bucket refresh (bucketRefreshInterval) and
+// the age up to which it trusts an index (bucketstore's IndexMaxAge), a
+// new block reaches the query services within 30 s.
+const defaultIndexInterval = 10 * time.Second
+
+// updateIndexUntil rewrites the bucket index every interval, counted from
+// one rewrite's start to the next (so that the index's listing is never
+// more than the interval plus one listing old), until the next pass is
+// due; it returns ctx's error when the compactor stops. An update that
+// fails is logged: query services list the bucket meanwhile.
+func updateIndexUntil(ctx context.Context, c *bucketcompact.Compactor, name string, next time.Time, interval time.Duration) error {
+	began := time.Now()
+	for {
+		until := next
+		if t := began.Add(interval); interval > 0 && t.Before(next) {
+			until = t
+		}
 		select {
 		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(until)):
+		}
+		if !time.Now().Before(next) {
 			return nil
-		case <-time.After(*interval):
+		}
+		began = time.Now()
+		if _, err := c.UpdateIndex(ctx); err != nil && ctx.Err() == nil {
+			slog.Warn("bucket index update failed; query services list the bucket until the next one", "bucket", name, "err", err)
 		}
 	}
 }

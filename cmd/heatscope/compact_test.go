@@ -21,6 +21,7 @@ func TestCompactCommand(t *testing.T) {
 		{[]string{"compact", "--objstore-config", "x.yaml", "--ranges", "2h,soon"}, `--ranges: "soon"`},
 		{[]string{"compact", "--objstore-config", "x.yaml", "--retention", "forever"}, "--retention"},
 		{[]string{"compact", "--objstore-config", "x.yaml", "--delete-delay", "0s"}, "--delete-delay must be positive"},
+		{[]string{"compact", "--objstore-config", "x.yaml", "--index-interval", "-10s"}, "--index-interval must not be negative"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {

@@ -18,7 +18,8 @@ import (
 )
 
 func runExport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("export", "export [--data DIR] [--objstore-config FILE] [--from T] [--to T] [filter flags] --format pprof|folded|perf-script -o FILE", stderr)
+	fs := newFlagSet("export", "export [--data DIR] [--objstore-config FILE] [--from T] [--to T] [filter flags] --format pprof|folded|perf-script -o FILE\n"+
+		"       export [--data DIR] [--objstore-config FILE] [filter flags] --before-events KIND --window DUR -o A.pb.gz --baseline-output B.pb.gz", stderr)
 	qf := addQueryFlags(fs, "data directory")
 	from := fs.String("from", "", "start: RFC 3339, Unix seconds, or a duration ago like -5m (default: the first sample)")
 	to := fs.String("to", "", "end, as --from (default: just after the last sample)")
@@ -28,8 +29,12 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	nodeFrames := fs.Bool("node-frame", false, "folded: start each line with the sample's node as a frame (default: when the filter selects more than one node)")
 	addresses := fs.Bool("addresses", false, "folded: keep each unresolved frame's address ([gzip+0x4ce8]) instead of one frame per module ([gzip]); pprof and perf-script always keep them")
 	filters := filterFlags(fs)
+	pre := addPrediffFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *pre.kind != "" || *pre.window != "" || *pre.baseline != "" {
+		return exportPrediff(pre, qf, filters, *from, *to, *format, *output, stderr)
 	}
 	nodeFramesSet := false
 	fs.Visit(func(fl *flag.Flag) { nodeFramesSet = nodeFramesSet || fl.Name == "node-frame" })
@@ -49,9 +54,19 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeBucket()
 	defer db.Close()
+	if err := query.UnknownSources(db.Sources(), f.Sources); err != nil {
+		return usageError{fmt.Errorf("--source: %w", err)}
+	}
 	r, err := exportRange(db, &f, *from, *to)
 	if err != nil {
 		return err
+	}
+	// A source on its capture's own clock is written in seconds on it,
+	// never as a date in 1970.
+	relative := query.Relative(db.Sources(), f.Sources)
+	formatTime := func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+	if relative {
+		formatTime = query.FormatSeconds
 	}
 
 	var w io.Writer = stdout
@@ -133,13 +148,16 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 			os.Remove(*output)
 		}
 		data, found := query.Span(db.Sources(), f.Sources)
-		return &query.NoSamplesError{Range: r, Data: data, HasData: found}
+		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: skipped: %v\n", w)
 	}
-	fmt.Fprintf(stderr, "exported %d samples from %s to %s (%s)\n", n,
-		time.Unix(0, r.From).UTC().Format(time.RFC3339Nano), time.Unix(0, r.To).UTC().Format(time.RFC3339Nano), *format)
+	clock := ""
+	if relative {
+		clock = " on the capture's own clock"
+	}
+	fmt.Fprintf(stderr, "exported %d samples from %s to %s%s (%s)\n", n, formatTime(r.From), formatTime(r.To), clock, *format)
 	return nil
 }
 
@@ -177,6 +195,7 @@ func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, e
 	if !found {
 		return r, &query.NoSamplesError{Range: open}
 	}
+	relative := query.Relative(db.Sources(), f.Sources)
 	if from == "" {
 		r.From = data.From
 	}
@@ -185,7 +204,7 @@ func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, e
 	}
 	if r.To <= r.From {
 		// The end given lies before the data starts, or after it ends.
-		return r, &query.NoSamplesError{Range: open, Data: data, HasData: true}
+		return r, &query.NoSamplesError{Range: open, Data: data, HasData: true, Relative: relative}
 	}
 	return r, nil
 }

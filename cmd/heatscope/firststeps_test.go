@@ -37,7 +37,10 @@ func TestFlagErrorIsLast(t *testing.T) {
 }
 
 // TestExportOutsideTheData exports ranges that hold no sample: the error
-// says so and where the data starts and ends, and no file is left.
+// says so and where the data starts and ends, and no file is left. The
+// data is a perf script without wall time, so every time is written in
+// seconds on its capture's clock, never as a date in 1970; a source that
+// does not exist is named with those that do.
 func TestExportOutsideTheData(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -52,13 +55,13 @@ func TestExportOutsideTheData(t *testing.T) {
 		want string
 	}{
 		{[]string{"--from", "-1m"}, "no samples at or after "},
-		{[]string{"--to", "1970-01-01T00:00:01Z"}, "no samples before 1970-01-01T00:00:01Z"},
+		{[]string{"--to", "1970-01-01T00:00:01Z"}, "no samples before 1 s for this filter"},
 		{[]string{"--from", "-1m", "--to", "-0s"}, "no samples from "},
-		{[]string{"--comm", "nosuchcommand"}, "no samples from 1970-01-01T01:23:20Z"},
+		{[]string{"--comm", "nosuchcommand"}, "no samples from 5000 s to 5002.99"},
 	} {
 		code, _, stderr := runIn(append([]string{"export", "--data", data, "-o", out}, tc.args...)...)
-		if code == 0 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "samples span 1970-01-01T01:23:20Z to 1970-01-01T01:23:22.99") ||
-			strings.Contains(stderr, "must be after") {
+		if code == 0 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "samples span 5000 s to 5002.99") ||
+			!strings.Contains(stderr, "capture's own clock") || strings.Contains(stderr, "1970") || strings.Contains(stderr, "must be after") {
 			t.Errorf("export %q: exit %d, %q; want %q and where the data is", tc.args, code, stderr, tc.want)
 		}
 		if m, _ := filepath.Glob(out); len(m) != 0 {
@@ -68,6 +71,14 @@ func TestExportOutsideTheData(t *testing.T) {
 	code, _, stderr := runIn("export", "--data", data, "-o", out, "--from", "-1m", "--to", "-2m")
 	if code != 2 || !strings.Contains(stderr, "--to must be after --from") {
 		t.Errorf("export with --to before --from: %d %q", code, stderr)
+	}
+	code, _, stderr = runIn("export", "--data", data, "-o", out, "--source", "capture,nosuch")
+	if code != 2 || !strings.Contains(stderr, `--source: no source "nosuch": the data holds capture`) {
+		t.Errorf("export of a source that does not exist: %d %q", code, stderr)
+	}
+	code, _, stderr = runIn("export", "--data", data, "-o", out)
+	if code != 0 || !strings.Contains(stderr, "exported 300 samples from 5000 s to 5002.99") || strings.Contains(stderr, "1970") {
+		t.Errorf("export of the relative source: %d %q; want its times in seconds", code, stderr)
 	}
 }
 

@@ -29,6 +29,13 @@ func addQueryFlags(fs *flag.FlagSet, dataHelp string) queryFlags {
 	}
 }
 
+// bucketChunkCacheSamples bounds a query service's decoded-chunk cache:
+// 1 M samples, about 20 MB, half the store's default, so that the query
+// service stays under its memory limit (serve --memory-limit) whatever
+// the fleet's size; one node's 10-minute heatmap of 8 CPUs (0.5 M
+// samples) still fits.
+const bucketChunkCacheSamples = 1 << 20
+
 // bucketTimeout bounds each request of a query service to its bucket.
 const bucketTimeout = 10 * time.Second
 
@@ -61,7 +68,8 @@ func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func
 		return nil, nil, nil, err
 	}
 	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: bucketTimeout})
-	db, err := store.Open(dir, store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.Default()})
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.Default(),
+		ChunkCacheSamples: bucketChunkCacheSamples})
 	if err != nil {
 		bkt.Close()
 		return nil, nil, nil, err

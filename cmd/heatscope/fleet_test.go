@@ -2,11 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,8 +17,6 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
-	"github.com/heatscope/heatscope/sample"
-	"github.com/heatscope/heatscope/store"
 )
 
 // fleetStart is when the fleet tests' recordings start.
@@ -39,39 +34,8 @@ func recordNode(t testing.TB, bkt *bucket.Bucket, node, zone string, seed uint64
 // them; it returns the number of samples.
 func uploadSynth(t testing.TB, bkt *bucket.Bucket, node, zone string, cfg synth.Config, blockDuration time.Duration) int {
 	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: map[string]string{"zone": zone},
-		PeriodNs: int64(time.Second) / 99, BlockDuration: blockDuration, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := synth.New(cfg)
-	n := 0
-	var s sample.Sample
-	for g.Next(&s) {
-		if err := db.Append(&s); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		for _, f := range []string{"data", "meta.json"} {
-			b, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bkt.Upload(context.Background(), node+"/blocks/"+e.Name()+"/"+f, bytes.NewReader(b)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	dir, n := miniotest.RecordSynth(t, node, map[string]string{"zone": zone}, cfg, blockDuration)
+	miniotest.UploadBlocks(t, bkt, node, dir)
 	return n
 }
 
@@ -278,4 +242,81 @@ func TestServeWrongCredentials(t *testing.T) {
 			t.Errorf("%s: the error shows the secret: %s", c.name, stderr)
 		}
 	}
+}
+
+// bucketReads returns a query service's bucket read counters from
+// /metrics: LISTs, index reads and listings.
+func bucketReads(t *testing.T, url string) (lists, indexReads, listings int64) {
+	t.Helper()
+	code, body := getBody(t, url+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		var v float64
+		if name, val, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
+			if _, err := fmt.Sscan(val, &v); err != nil {
+				continue
+			}
+			switch name {
+			case "heatscope_bucket_read_lists_total":
+				lists = int64(v)
+			case "heatscope_bucket_read_index_reads_total":
+				indexReads = int64(v)
+			case "heatscope_bucket_read_listings_total":
+				listings = int64(v)
+			}
+		}
+	}
+	return lists, indexReads, listings
+}
+
+// TestServeReadsTheBucketIndex runs the real compactor (which rewrites the
+// bucket index every 10 s) beside a query service: once the index is
+// there the query service stops listing the bucket, and a node that
+// uploads later is still listed within 30 s of its upload, with no LIST.
+func TestServeReadsTheBucketIndex(t *testing.T) {
+	m := miniotest.Start(t)
+	bkt := m.Open("fleet")
+	recordNode(t, bkt, "node-a", "us-east-1a", 1)
+	cfg := m.WriteConfig("fleet")
+	bin := buildHeatscope(t, t.TempDir())
+	compact := startDaemon(t, bin, "compact", "--objstore-config", cfg, "--work-dir", t.TempDir(), "--listen", "", "--interval", "1h")
+	addr := "127.0.0.1:" + freePort(t)
+	serve := startDaemon(t, bin, "serve", "--objstore-config", cfg, "--listen", addr)
+	url := "http://" + addr
+	waitServing(t, serve, url+"/api/nodes")
+
+	// Wait for two refreshes in a row that read the index and list nothing.
+	deadline := time.Now().Add(60 * time.Second)
+	_, reads0, listings0 := bucketReads(t, url)
+	for {
+		time.Sleep(time.Second)
+		_, reads, listings := bucketReads(t, url)
+		if listings != listings0 {
+			reads0, listings0 = reads, listings
+		} else if reads >= reads0+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the query service still lists the bucket a minute after the compactor started (index reads %d, listings %d)\ncompact: %s\nserve: %s",
+				reads, listings, compact.log(), serve.log())
+		}
+	}
+	lists0, _, listings0 := bucketReads(t, url)
+
+	uploaded := time.Now()
+	recordNode(t, bkt, "node-c", "us-east-1b", 3)
+	for !slices.Contains(nodeNames(t, url), "node-c") {
+		if time.Since(uploaded) > 30*time.Second {
+			t.Fatalf("node-c not listed 30 s after its upload\ncompact: %s\nserve: %s", compact.log(), serve.log())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("node-c listed %v after its upload, through the bucket index", time.Since(uploaded).Round(100*time.Millisecond))
+	if lists, _, listings := bucketReads(t, url); lists != lists0 || listings != listings0 {
+		t.Fatalf("the query service listed the bucket (%d LISTs, %d listings) while the index was fresh", lists-lists0, listings-listings0)
+	}
+	compact.stop(t)
+	serve.stop(t)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/events"
@@ -131,6 +132,14 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 	}
 	if err := m.RegisterRecorder(rec, changes); err != nil {
 		return nil, err
+	}
+	if g != nil {
+		collections := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_query_collections_total",
+			Help: "Bursts of queries whose garbage was collected before the overhead guard measured the sampling path again."},
+			func() float64 { return float64(g.busy.Collections()) })
+		if err := m.Register(collections); err != nil {
+			return nil, err
+		}
 	}
 	if db != nil {
 		if err := m.RegisterStore(db); err != nil {

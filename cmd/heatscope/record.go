@@ -479,6 +479,12 @@ func printSummary(rec *recorder.Recorder, elapsed time.Duration, w io.Writer) {
 			st.ExitRunTime.Seconds(), 100*st.ExitRunTime.Seconds()/elapsed.Seconds())
 	}
 	fmt.Fprintln(w)
+	if u := st.Unwind; u.Enabled {
+		fmt.Fprintf(w, "unwind: %d stacks walked with tables, %d with frame pointers (tables not in yet); user frames found with tables %d, with frame pointers %d; "+
+			"%d tables loaded (%.1f MB of %.1f), %d built, %d from the cache, %d evicted, %d deferred, %d binaries without CFI, %d errors\n",
+			st.DWARFWalks, st.FPWalks, u.TableFrames, u.FPFrames, u.Tables, float64(u.TableBytes)/1e6, float64(u.MaxBytes)/1e6,
+			u.Built, u.CacheHits, u.Evictions, u.Deferred, u.NoCFI, u.BuildErrors)
+	}
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

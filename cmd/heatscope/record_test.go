@@ -130,7 +130,14 @@ func TestRecordFixtures(t *testing.T) {
 	hotc, hotgo := buildFixtures(t, dir)
 	c := start(t, hotc)
 	g := start(t, hotgo)
-	dd := start(t, "dd", "if=/dev/zero", "of=/dev/null", "bs=1")
+	// dd reads /dev/zero a megabyte at a time: its time is in the kernel,
+	// clearing the buffer under read_iter_zero. (With bs=1 the time is
+	// spent entering and leaving syscalls, and on a paravirtualized guest
+	// such as this machine's the timer interrupt lands where interrupts
+	// are re-enabled, in do_syscall_64 itself: perf record shows 0-6% of
+	// its samples in the read path there, so the share said more about
+	// the hypervisor than about the sampler.)
+	dd := start(t, "dd", "if=/dev/zero", "of=/dev/null", "bs=1M")
 	time.Sleep(200 * time.Millisecond) // let them exec and warm up
 
 	out := filepath.Join(dir, "profile.pb.gz")
@@ -217,7 +224,6 @@ func TestRecordFixtures(t *testing.T) {
 	})
 
 	t.Run("kernel syscall path", func(t *testing.T) {
-		t.Skip("known open regression from this session (2026-11-24, main ba058b2): only 19 of 307 dd samples had vfs_read/read_zero under do_syscall_64 on the quiet CI machine (want 162); not yet bisected")
 		samples := samplesOf(p, dd.Process.Pid)
 		under, total := count(samples, func(s *profile.Sample) bool {
 			names := stackNames(s)
@@ -227,10 +233,10 @@ func TestRecordFixtures(t *testing.T) {
 			})
 			return read >= 0 && sys > read && s.Location[read].Mapping.File == "[kernel.kallsyms]"
 		})
-		// dd bs=1 spends most of its time entering and leaving syscalls;
-		// about a quarter of its samples are inside read.
-		if low := minSamples(dd); total < low || under*100 < total*8 {
-			t.Fatalf("%d of %d dd samples (want at least %d) have vfs_read/read_zero under do_syscall_64", under, total, low)
+		// perf record -g finds 85% of dd's samples there on this
+		// machine, the rest at syscall entry and exit and in user space.
+		if low := minSamples(dd); total < low || under*100 < total*50 {
+			t.Fatalf("%d of %d dd samples (want at least %d samples, half of them) have vfs_read/read_zero under do_syscall_64", under, total, low)
 		}
 	})
 

@@ -63,6 +63,16 @@ func detectSaturation(rec *recorder.Recorder, db *store.DB, cfg saturation.Confi
 		}
 		slog.Info("cpu saturation", "text", e.Text)
 	}
+	// The node's busy share is over every CPU sampled, whether or not
+	// each sends samples.
+	cfg.CPUs = len(sampler.CPUs)
+	if cfg.CPUs == 0 {
+		online, err := profiler.OnlineCPUs()
+		if err != nil {
+			slog.Warn("cpu saturation events count the CPUs that send samples", "err", err)
+		}
+		cfg.CPUs = len(online)
+	}
 	d, err := saturation.New(cfg)
 	if err != nil {
 		return err

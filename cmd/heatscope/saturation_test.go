@@ -173,7 +173,6 @@ func saturationEvents(t *testing.T, url string, run fixtureRun) (mine, others []
 // the other CPUs were quiet enough to make the node average condition
 // clear; a run where the node was clearly too busy must give no event.
 func TestSaturationEvents(t *testing.T) {
-	t.Skip("known open defect (issue 12 point 4): on the quiet CI machine (2026-11-24, main ba058b2) the fixture busy 50% of the time on one CPU was reported as a cpu-saturation event (96% busy for 2.0 s); the detector's share of a CPU is wrong for duty cycles")
 	bpftest.Require(t)
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs: one saturated, one to stay quiet")

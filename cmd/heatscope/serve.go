@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -92,11 +93,27 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	qf := addQueryFlags(fs, "data directory to serve (opened read-only: no privileges needed)")
 	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token or --insecure-listen)")
+	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the query service's own Go heap profile into this existing directory ('' for none)")
+	memLimit := fs.String("memory-limit", defaultServeMemoryLimit, "soft limit of the query service's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it, the caches stay within their own bounds ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
+	memoryLimit, err := parseSize(*memLimit)
+	if err != nil {
+		return usageError{fmt.Errorf("--memory-limit: %w", err)}
+	}
+	if memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
+	}
 	if *wf.listen == "" {
 		return usageError{errors.New("--listen: give an address like " + defaultListen)}
+	}
+	if *heapDir != "" {
+		hp, err := startHeapProfiler(*heapDir)
+		if err != nil {
+			return usageError{err}
+		}
+		defer hp.stop()
 	}
 	db, src, closeBucket, err := qf.open("serve")
 	if err != nil {
@@ -156,13 +173,21 @@ func serveWhileRecording(db *store.DB, wf webFlags, explicit bool, opts web.Opti
 	return sync.OnceFunc(func() { cancel(); <-done }), nil
 }
 
+// defaultServeMemoryLimit is serve's soft Go memory limit: with the
+// caches' own bounds (store.Options, bucketstore.Options) it keeps a
+// query service over a bucket under 256 MB of RSS whatever the fleet's
+// size (docs/benchmarks.md, bench/fleet).
+const defaultServeMemoryLimit = "192MiB"
+
 // refreshInterval is how often serve picks up the blocks a recorder writes.
 const refreshInterval = 5 * time.Second
 
-// bucketRefreshInterval is how often serve lists a bucket for the blocks
-// nodes uploaded: a block is queryable within this of its upload (a LIST
-// of the nodes and one per node each time; docs/design.md prices it).
-const bucketRefreshInterval = 15 * time.Second
+// bucketRefreshInterval is how often serve reads a bucket's index (one
+// GET), or lists the bucket when the index is missing or older than
+// bucketstore's IndexMaxAge (15 s; a LIST of the nodes and two per node),
+// for the blocks and events nodes uploaded: either way a block is
+// queryable within 15 s + 10 s of its upload (docs/design.md).
+const bucketRefreshInterval = 10 * time.Second
 
 // refreshEvery keeps a read-only store in step with the recorder writing it:
 // new blocks appear, compacted and expired ones go.

@@ -223,6 +223,8 @@ func TestServeBadFlags(t *testing.T) {
 		code int
 	}{
 		{[]string{"serve", "--listen", ""}, "--listen", 2},
+		{[]string{"serve", "--data", dir, "--memory-limit", "lots"}, "--memory-limit", 2},
+		{[]string{"serve", "--data", dir, "--heap-profile-dir", filepath.Join(dir, "nothing-here")}, "--heap-profile-dir", 2},
 		{[]string{"serve", "--data", dir, "--auth-token", "two words"}, "--auth-token", 2},
 		{[]string{"serve", "--data", filepath.Join(dir, "nothing-here")}, "nothing-here", 1},
 		{[]string{"serve", "--data", dir, "--listen", "127.0.0.1:99999"}, "99999", 1},

@@ -10,11 +10,13 @@
 package miniotest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -28,8 +30,12 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
 )
 
 // PinnedVersion is the MinIO release .ci/run installs.
@@ -302,4 +308,55 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// RecordSynth appends cfg's synthetic samples to a new data directory as
+// node (its labels, blocks of blockDuration, cfg.Hz's period) and returns
+// the directory with the number of samples.
+func RecordSynth(t testing.TB, node string, labels map[string]string, cfg synth.Config, blockDuration time.Duration) (string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: labels,
+		PeriodNs: int64(time.Second) / int64(cfg.Hz), BlockDuration: blockDuration, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := synth.New(cfg)
+	n := 0
+	var s sample.Sample
+	for g.Next(&s) {
+		if err := db.Append(&s); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, n
+}
+
+// UploadBlocks puts every block of the data directory dir into bkt under
+// node, as the recorder's shipper does: data first, meta.json last. It
+// returns the block ids.
+func UploadBlocks(t testing.TB, bkt objstore.Bucket, node, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range entries {
+		for _, f := range []string{"data", "meta.json"} {
+			b, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bkt.Upload(context.Background(), node+"/blocks/"+e.Name()+"/"+f, bytes.NewReader(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, e.Name())
+	}
+	return ids
 }

@@ -243,17 +243,36 @@ func memcgRank(fns []grower, passThroughs bool) (int, string) {
 // maxRank is the lowest rank a memcg stats function may have among
 // kubelet-sim's growers as the UI shows them (pass-throughs hidden), and
 // maxRankMachine among the whole machine's, where whatever else the
-// shared machine runs also grows. Measured over 3 runs (3 windows each):
-// 5th to 7th for kubelet-sim, 5th to 9th machine-wide; above it only
-// main.readAll, do_syscall_64, seq_read_iter and path_openat (which fan
-// out to the open, read and close paths), at times do_sys_openat2 (87%
-// through path_openat, under the pass-through share) and vsnprintf,
-// called from the memcg functions themselves, a sample or two ahead.
-// With the pass-throughs: 16th to 22nd. On 2026-11-24 (main ba058b2, a
-// quiet machine) bursts 2 and 3 ranked 8th and burst 4 13th, both for
-// kubelet-sim and machine-wide, behind syscall.Syscall and do_sys_openat2:
-// a regression of this session's changes not yet explained, so the bound
-// is 13 for both until it is.
+// shared machine runs also grows. Measured first over 3 runs (3 windows
+// each): 5th to 7th for kubelet-sim, 5th to 9th machine-wide.
+//
+// Why 13 (the CI logs of 2026-11-24, /tmp/ci1.log and ci3.log, main
+// ba058b2, a quiet machine: burst 4 ranked 13th twice, bursts 2 and 3 7th
+// to 12th). Window A holds only about 120 of kubelet-sim's samples (99 Hz),
+// and its memcg stats work is split over several leaf functions
+// (memcg1_stat_format, memory_stat_show, memcg_numa_stat_show, vsnprintf,
+// seq_buf_printf), each +10 to +20 samples. Everything above them in those
+// runs is either a caller whose growth fans out over several callees, so
+// that the pass-through rule (90% to one callee) rightly keeps it
+// (main.readAll, internal/runtime/syscall/linux.Syscall6 and
+// syscall.Syscall: open, read and close; do_syscall_64; do_sys_openat2 at
+// 86-87% through path_openat; ksys_read and vfs_read, under 90% through
+// seq_read_iter), or a leaf of the open path the same
+// bursts also grow by the same +11 to +24 (path_openat, link_path_walk,
+// lookup_fast, __d_lookup, kernfs_dop_revalidate), or pvm_irq_enable
+// (+19 to +26): this guest's paravirtualised interrupt enable, where timer
+// samples that fell while interrupts were off land when they are enabled
+// again, among them, presumably, samples of the memcg stats readers, which
+// flush the counters under the rstat lock with interrupts off (not
+// measured: the bursts' stacks were not kept). The runtime's
+// internal/runtime/syscall/linux.Syscall6, below syscall.Syscall, is the
+// one caller the first measurement's list did not name; the rank of a +13 function among +11 to +24 ones
+// moves by several places with a few samples. No heatscope defect was
+// found: the growth figures are the sampled CPU time, and the memcg stats
+// functions are where the pass-through rule puts them. The bound is 13
+// for both: a memcg function missing from the top 13 still fails the
+// test. Ranking by self growth (the UI's Δ self) would put the memcg
+// leaves higher, but would hide the callers the walkthrough follows.
 const maxRank, maxRankMachine = 13, 13
 
 // checkGrowth: in the window before each event, against the window before

@@ -4,12 +4,14 @@
 // selection, the baseline, turns the flame graph into a differential one. The whole state lives in the URL's hash, so a link
 // reproduces the view. Names from the data (functions, commands) are only
 // ever set as text (textContent, canvas fillText).
-import { getJSON, pct, formatTime, measureDraw } from './util.js';
+import { getJSON, pct, formatTime, measureDraw, setRelativeOrigin } from './util.js';
 import { Timeline } from './timeline.js';
 import { Heatmap } from './heatmap.js';
 import { FlameGraph, fetchTree } from './flame.js';
 import { PerCPU } from './percpu.js';
 import { EventList } from './events.js';
+import { drawLegend, formatCPU } from './legend.js';
+import { Fleet, fleetWanted, exposeFleet } from './fleet.js';
 
 const $ = (id) => document.getElementById(id);
 const FILTERS = ['node', 'comm', 'pid', 'cpu', 'container', 'pod', 'namespace', 'qos', 'frame', 'stack'];
@@ -40,6 +42,7 @@ let lastTop = null; // the top functions table's data
 let topShown = TOP_PAGE; // how many of its rows are shown
 let busy = 0;
 const inflight = {};
+let fleet = null; // the fleet overview, once the nodes are known
 
 function num(v) {
   if (v === null || v === '') return null;
@@ -277,10 +280,10 @@ function pickEvent(e) {
   showEvents();
 }
 
-// loadEvents fetches the events and marks them on the timeline and the
-// heatmap.
+// loadEvents fetches the events (of the node picked, when one is) and
+// marks them on the timeline and the heatmap.
 async function loadEvents() {
-  const data = await request('events', '/api/events', null);
+  const data = await request('events', '/api/events', state.node ? new URLSearchParams({ node: state.node }) : null);
   if (!data) return;
   allEvents = data.events;
   showEvents();
@@ -348,7 +351,7 @@ async function defaultSpan() {
 function showSpan() {
   const src = currentSource();
   $('span-label').textContent = src
-    ? `${src.name}: ${src.samples} samples; heatmap span ${new Date(state.from * 1000).toISOString()} + ${state.to - state.from} s`
+    ? `${src.name}: ${src.samples} samples${src.relative ? ' (times relative: the capture has no wall time)' : ''}; heatmap span ${formatTime(state.from)} + ${state.to - state.from} s`
     : '';
 }
 
@@ -363,9 +366,11 @@ async function loadTimeline() {
     showEmpty('timeline-empty', data.counts.some((c) => c > 0) ? ''
       : noSamples(data.start, data.start + data.counts.length * data.step));
     timeline.set(data, [state.from, state.to], state.viewFrom !== null ? [state.viewFrom, state.viewTo] : null);
-    $('view-label').textContent = state.viewFrom !== null
+    const tallest = data.cpu.reduce((m, v) => Math.max(m, v), 0);
+    $('view-label').textContent = (state.viewFrom !== null
       ? `view ${formatTime(state.viewFrom)} + ${state.viewTo - state.viewFrom} s, ${data.step} s a bar`
-      : `everything retained, ${data.step} s a bar`;
+      : `everything retained, ${data.step} s a bar`) +
+      `; height: ${unitName(data.unit)}, the tallest ${formatCPU(tallest)} (${(tallest / data.step).toFixed(2)} CPUs busy)`;
     measureDraw('timeline', '/api/timeline');
   }
 }
@@ -384,8 +389,49 @@ async function loadHeatmap() {
     measureDraw('heatmap', '/api/heatmap');
     const empty = data.maxvalue > 0 ? '' : noSamples(state.from, state.to);
     showEmpty('heatmap-empty', empty);
-    setStatus(empty || `heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${data.maxvalue} sample${data.maxvalue === 1 ? '' : 's'}`);
+    showHeatmapLegend();
+    setStatus(empty || `heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${formatCPU(data.maxcpu)} of ${unitName(data.unit)}`);
   }
+}
+
+// unitName names the unit of the API's CPU figures.
+function unitName(unit) {
+  return unit === 'cpu-seconds' ? 'CPU time' : unit;
+}
+
+// showHeatmapLegend draws the heatmap's colour scale: CPU time per cell,
+// all CPUs together, its darkest colour also as CPUs busy over the slice.
+function showHeatmapLegend() {
+  const d = heatmap.data;
+  if (!d || !(d.maxcpu > 0)) {
+    $('heatmap-legend').hidden = true;
+    return;
+  }
+  const slice = 1 / d.rows.length; // seconds
+  drawLegend($('heatmap-legend'), {
+    caption: `colour: ${unitName(d.unit)} in each cell (a ${Math.round(slice * 1e4) / 10} ms slice of a second, all CPUs together)`,
+    max: d.maxcpu,
+    hi: `${formatCPU(d.maxcpu)} (${(d.maxcpu / slice).toFixed(2)} CPUs busy)`,
+    enhanced: state.enhanced,
+  });
+}
+
+// showPerCPULegend draws the per-CPU view's colour scale: each CPU's share
+// of a step spent busy.
+function showPerCPULegend() {
+  const d = perCPU.data;
+  let max = 0;
+  if (d) for (const row of d.cpu) for (const v of row) max = Math.max(max, v);
+  if (!(max > 0)) {
+    $('percpu-legend').hidden = true;
+    return;
+  }
+  drawLegend($('percpu-legend'), {
+    caption: `colour: ${unitName(d.unit)} of each CPU in each ${d.step} s step`,
+    max,
+    hi: `${formatCPU(max)} (${Math.round((1000 * max) / d.step) / 10}% of the CPU)`,
+    enhanced: state.enhanced,
+  });
 }
 
 // loadPerCPU draws the per-CPU view of the heatmap's span.
@@ -398,6 +444,7 @@ async function loadPerCPU() {
     showEmpty('percpu-empty', data.cpus.length > 0 ? '' : noSamples(state.from, state.to));
     perCPU.enhanced = state.enhanced;
     perCPU.set(data);
+    showPerCPULegend();
   }
 }
 
@@ -408,10 +455,10 @@ async function loadSelection() {
   p.set('from', secs(from));
   p.set('to', secs(to));
   const label = state.selFrom !== null
-    ? `selection ${new Date(from * 1000).toISOString()} + ${(to - from).toFixed(3)} s`
+    ? `selection ${formatTime(from)} + ${(to - from).toFixed(3)} s`
     : 'whole span (no selection)';
   $('selection-label').textContent = label;
-  $('flame-label').textContent = label;
+  $('flame-label').textContent = `${label}; width: CPU time`;
   $('pprof-link').href = '/api/pprof?' + p.toString();
   if (state.addresses) p.set('addresses', 'show');
   const tp = new URLSearchParams(p);
@@ -428,7 +475,7 @@ async function loadSelection() {
     fp.set('from2', secs(state.bFrom));
     fp.set('to2', secs(state.bTo));
     if (state.norm !== 'total') fp.set('normalize', state.norm);
-    $('flame-label').textContent = label + ` (A) against baseline B ${new Date(state.bFrom * 1000).toISOString()} + ${(state.bTo - state.bFrom).toFixed(3)} s`;
+    $('flame-label').textContent = label + ` (A) against baseline B ${formatTime(state.bFrom)} + ${(state.bTo - state.bFrom).toFixed(3)} s; width: A's samples`;
   }
   const growthReq = hasBaseline() ? request('growth', '/api/top', (() => {
     const gp = new URLSearchParams(tp);
@@ -456,6 +503,7 @@ function showFlame(fg, from, to, path) {
   }
   showEmpty('flame-empty', empty);
   $('flame-box').hidden = !!empty;
+  $('pprof-link').hidden = !!empty; // nothing to download
   flame.set(fg);
   measureDraw('flame', path);
 }
@@ -527,13 +575,14 @@ function drawTop() {
     : `${shown.length} of ${list.length}${list.length === TOP_LIMIT ? ' (the first ' + TOP_LIMIT + ')' : ''} functions`;
   const rows = shown.map((f) => {
     const tr = document.createElement('tr');
-    for (const [text, cls] of [[f.name], [f.kind], [f.self, 'num'], [pct(f.self, top.samples), 'num'],
-      [f.total, 'num'], [pct(f.total, top.samples), 'num']]) {
+    for (const [text, cls] of [[f.name], [f.kind], [formatCPU(f.selfCpu), 'num'], [pct(f.selfCpu, top.cpu), 'num'],
+      [formatCPU(f.totalCpu), 'num'], [pct(f.totalCpu, top.cpu), 'num']]) {
       const td = document.createElement('td');
       td.textContent = String(text);
       if (cls) td.className = cls;
       tr.append(td);
     }
+    tr.title = `${f.self} samples, ${f.total} with it on the stack`;
     if (f.group) {
       const group = document.createElement('span');
       group.className = 'via';
@@ -561,7 +610,7 @@ function updateMatch() {
     return;
   }
   const n = flame.matched();
-  m.textContent = `matched: ${n} of ${flame.total()} samples (${pct(n, flame.total())})`;
+  m.textContent = `matched: ${flame.format(n)} of ${flame.format(flame.total())} (${pct(n, flame.total())})`;
 }
 
 function fillControls() {
@@ -629,9 +678,11 @@ async function loadAll(checked = false) {
     state.selFrom = state.selTo = null;
     state.compare = false;
   }
+  const src = currentSource();
+  setRelativeOrigin(src && src.relative ? Math.floor(src.first) : null); // the heatmap's first column: t=0
   fillControls();
   writeURL();
-  if (!currentSource()) {
+  if (!src) {
     setStatus('No samples yet: record or import some, then reload.');
     return;
   }
@@ -707,6 +758,8 @@ function wire() {
     writeURL();
     heatmap.draw();
     perCPU.draw();
+    showHeatmapLegend();
+    showPerCPULegend();
   });
   $('clear-selection').addEventListener('click', () => heatmap.clear());
   $('top-more').addEventListener('click', () => {
@@ -753,6 +806,11 @@ function wire() {
     flame.setSearch(searchRegexp(state.search));
   });
   window.addEventListener('hashchange', () => {
+    if (fleet && fleetWanted(nodes)) {
+      fleet.show();
+      return;
+    }
+    if (fleet) fleet.hide();
     readURL();
     loadAll();
   });
@@ -773,6 +831,17 @@ async function main() {
   }
   $('f-source').replaceChildren(...sources.map((s) => new Option(`${s.name} (${s.samples} samples)`, s.name)));
   await loadNodes();
+  // several nodes: the fleet overview (fleet.js) is the first page
+  fleet = new Fleet(nodes);
+  exposeFleet(fleet);
+  if (fleetWanted(nodes)) {
+    try {
+      await fleet.show();
+    } finally {
+      document.body.dataset.ready = '1';
+    }
+    return;
+  }
   try {
     await loadAll();
   } finally {

@@ -2,7 +2,9 @@
 // regular expression (matches highlighted, their share of samples shown),
 // flame (root at the bottom) or icicle (root at the top). A differential
 // flame graph (from /api/diff) is drawn with A's counts as widths and
-// coloured by the normalised change against B.
+// coloured by the normalised change against B; a plain one is drawn with
+// CPU time as widths (each sample weighing its own period, so a change of
+// the sampling rate does not change a frame's width).
 //
 // Trees run to hundreds of thousands of nodes (50 000 distinct stacks are
 // about 300 000), so they come in the API's compact encoding
@@ -11,12 +13,13 @@
 // node is its index in the columns (the root is 0), its subtree the next
 // size[i] nodes; a draw visits only the frames wide enough to see.
 import { sizeCanvas, showTooltip, hideTooltip, pct, trimText } from './util.js';
+import { formatCPU } from './legend.js';
 
 const ROW = 17;
 
 // The numeric columns of each kind of tree, in the encoding's order.
 const COLUMNS = {
-  HSF1: ['value', 'self'],
+  HSF2: ['value', 'self', 'cpu', 'selfCpu'],
   HSD1: ['a', 'b', 'selfA', 'selfB', 'delta', 'deltaTotal'],
 };
 const HEADER = 16;
@@ -35,7 +38,7 @@ function column(T, buf, off, n, native) {
 
 // decodeTree reads a compact tree (an ArrayBuffer) into
 // {diff, n, names, kinds, totalA, totalB, name, kind, size, and the
-// numeric columns: value and self, or a, b, selfA, selfB, delta and
+// numeric columns: value, self, cpu and selfCpu, or a, b, selfA, selfB, delta and
 // deltaTotal}. It checks every length and index, so that a bad answer is
 // an error, never a wrong drawing. native false reads the columns through
 // a DataView, as on a big-endian machine (the tests use it).
@@ -51,8 +54,8 @@ export function decodeTree(buf, native = littleEndian) {
   if (HEADER + j > buf.byteLength) throw bad('header length');
   const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, HEADER, j)));
   let off = (HEADER + j + 7) & ~7;
-  if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF1') throw bad('size');
-  const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB };
+  if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF2') throw bad('size');
+  const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB, unit: head.unit };
   for (const c of cols) {
     t[c] = column(Float64Array, buf, off, n, native);
     off += 8 * n;
@@ -166,12 +169,22 @@ export class FlameGraph {
     return this.tree.kinds[this.tree.kind[i]];
   }
 
-  // value is node i's width in samples: A's in a differential graph.
+  // value is node i's width: its CPU time in seconds, or A's samples in a
+  // differential graph.
   value(i) {
-    return this.diff ? this.tree.a[i] : this.tree.value[i];
+    return this.diff ? this.tree.a[i] : this.tree.cpu[i];
   }
 
-  // total is the samples of the whole graph.
+  // format writes a value (of value or total) with its unit: a plain
+  // graph's is CPU seconds, a differential one's samples or, when its
+  // header says so (the fleet's pre-event diff), CPU nanoseconds.
+  format(v) {
+    if (!this.diff) return formatCPU(v);
+    if (this.tree.unit === 'cpu-nanoseconds') return (v < 0 ? '-' : '') + formatCPU(Math.abs(v) / 1e9);
+    return `${v} samples`;
+  }
+
+  // total is the value of the whole graph.
   total() {
     return this.tree && this.tree.n > 0 ? this.value(0) : 0;
   }
@@ -197,7 +210,7 @@ export class FlameGraph {
     this.draw();
   }
 
-  // matched counts the samples through frames matching the search, not
+  // matched sums the value through frames matching the search, not
   // counting again a match under another: a match's subtree is skipped.
   matched() {
     if (!this.tree || !this.search) return 0;
@@ -248,9 +261,9 @@ export class FlameGraph {
     // the zoomed frame's ancestors span the whole width
     let parent = -1;
     this.zoomPath.forEach((a, d) => { parent = lay(a, d, 0, width, parent); });
-    const vals = t.diff ? t.a : t.value;
+    const vals = t.diff ? t.a : t.cpu;
     const size = t.size;
-    const scale = width / Math.max(1, vals[zoom]);
+    const scale = vals[zoom] > 0 ? width / vals[zoom] : 0;
     let deepest = 0;
     const walk = (i, d, x, p) => {
       const w = vals[i] * scale;
@@ -313,11 +326,13 @@ export class FlameGraph {
     const i = this.rects[j].node;
     const t = this.tree;
     if (t.diff) {
-      const sign = (v) => (v > 0 ? '+' + v : String(v));
-      return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${t.a[i]} (${pct(t.a[i], t.totalA)}), B ${t.b[i]} (${pct(t.b[i], t.totalB)})\n` +
-        `delta ${sign(t.deltaTotal[i])} (self: A ${t.selfA[i]}, B ${t.selfB[i]}, delta ${sign(t.delta[i])})`);
+      const f = (v) => this.format(v);
+      const sign = (v) => (v > 0 ? '+' + f(v) : f(v));
+      return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${f(t.a[i])} (${pct(t.a[i], t.totalA)}), B ${f(t.b[i])} (${pct(t.b[i], t.totalB)})\n` +
+        `delta ${sign(t.deltaTotal[i])} (self: A ${f(t.selfA[i])}, B ${f(t.selfB[i])}, delta ${sign(t.delta[i])})`);
     }
-    showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: ${t.value[i]} samples (${pct(t.value[i], this.total())}), self ${t.self[i]}`);
+    showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: ${formatCPU(t.cpu[i])} of CPU time (${pct(t.cpu[i], this.total())}), ` +
+      `self ${formatCPU(t.selfCpu[i])} (${pct(t.selfCpu[i], this.total())})\n${t.value[i]} samples, self ${t.self[i]}`);
   }
 
   click(ev) {

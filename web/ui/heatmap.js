@@ -6,6 +6,7 @@
 // select the baseline, drawn in orange, instead.
 import { sizeCanvas, showTooltip, hideTooltip, formatTime, heatColour } from './util.js';
 import { MARKER_COLOUR } from './events.js';
+import { formatCPU } from './legend.js';
 
 const LEFT = 44; // room for the offset labels
 const TOP = 4;
@@ -171,7 +172,7 @@ export class Heatmap {
     const [a] = this.cellRange(c, r);
     const slice = 1000 / d.rows.length;
     showTooltip(ev, `time: ${formatTime(a)} (second ${d.columns[c]})\n` +
-      `offset: ${d.rows[r].toFixed(1)}–${(d.rows[r] + slice).toFixed(1)} ms\ncount: ${d.values[c][r]}`);
+      `offset: ${d.rows[r].toFixed(1)}–${(d.rows[r] + slice).toFixed(1)} ms\nCPU time: ${formatCPU(d.cpu[c][r])} (${d.values[c][r]} samples)`);
   }
 
   click(ev) {

@@ -2,6 +2,7 @@
 // heatmap's span, in the heatmap's colour scale, so that one saturated CPU
 // stands out where the heatmap averages it with the others.
 import { sizeCanvas, showTooltip, hideTooltip, formatTime, heatColour } from './util.js';
+import { formatCPU } from './legend.js';
 
 const LEFT = 44; // room for the CPU labels
 const TOP = 4;
@@ -94,6 +95,6 @@ export class PerCPU {
     const [i, j] = cell;
     const d = this.data;
     const t = d.start + j * d.step;
-    showTooltip(ev, `CPU ${d.cpus[i]}\ntime: ${formatTime(t)} + ${d.step} s\ncount: ${d.counts[i][j]}`);
+    showTooltip(ev, `CPU ${d.cpus[i]}\ntime: ${formatTime(t)} + ${d.step} s\nCPU time: ${formatCPU(d.cpu[i][j])} (${d.counts[i][j]} samples)`);
   }
 }

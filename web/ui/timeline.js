@@ -4,6 +4,7 @@
 // (both ask the app for a new view, which it fetches at a finer step).
 import { sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
 import { MARKER_COLOUR } from './events.js';
+import { formatCPU } from './legend.js';
 
 const HEIGHT = 70;
 const WHEEL_ZOOM = 1.5; // view width factor per wheel notch
@@ -151,7 +152,7 @@ export class Timeline {
     const x = this.localX(ev);
     const i = Math.floor(((this.timeAt(x) - d.start) / d.step));
     if (i < 0 || i >= d.counts.length) return hideTooltip();
-    showTooltip(ev, `${formatTime(d.start + i * d.step)}\n${d.counts[i]} samples in ${d.step} s`);
+    showTooltip(ev, `${formatTime(d.start + i * d.step)}\nCPU time: ${formatCPU(d.cpu[i])} in ${d.step} s (${d.counts[i]} samples)`);
   }
 
   up() {

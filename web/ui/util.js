@@ -60,9 +60,24 @@ export function hideTooltip() {
   tooltip().hidden = true;
 }
 
-// formatTime formats Unix seconds as a UTC date and time with milliseconds.
+// relativeOrigin, when not null, is the first sample's time of a source
+// whose times are its capture's own clock (a perf script without a wall
+// time), floored to its second: formatTime then writes seconds from it,
+// never a date in 1970.
+let relativeOrigin = null;
+
+// setRelativeOrigin makes formatTime write times as seconds from origin
+// (null: as dates again): the relative source's first second.
+export function setRelativeOrigin(origin) {
+  relativeOrigin = Number.isFinite(origin) ? origin : null;
+}
+
+// formatTime formats Unix seconds as a UTC date and time with
+// milliseconds, or, for a source on its capture's own clock, as
+// "t=12.345 s" from the start of its first sample's second.
 export function formatTime(sec) {
   if (!Number.isFinite(sec)) return '';
+  if (relativeOrigin !== null) return `t=${(sec - relativeOrigin).toFixed(3)} s`;
   return new Date(sec * 1000).toISOString().replace('T', ' ').replace('Z', ' UTC');
 }
 

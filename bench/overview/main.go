@@ -1,0 +1,273 @@
+// Command overview measures the fleet overview (GET /api/fleet/overview
+// and the UI's fleet page, web/ui/fleet.js) over a large fleet: by
+// default 500 nodes × 24 h × 8 CPUs, against the issue's target of the
+// overview drawn within 1 s.
+//
+//	go run ./bench/overview [-dir /var/tmp/heatscope-bench-overview] [-nodes 500] [-hours 24] [-runs 9]
+//
+// It builds (once) a data directory: one node's day of synthetic samples
+// (internal/synth, 8 CPUs at -hz, imported through the store's block
+// writer as blocks of 4 M samples, format version 3 with the per-CPU
+// summary) whose blocks are then hard-linked once per node, each copy
+// with a meta.json of its own (node name, zone label, block id): the
+// overview reads every node's blocks separately, so its cost is that of
+// distinct data, though the samples of all nodes are the same. A day per
+// node in a few blocks is what the bucket compactor leaves (2 h, then
+// 24 h ranges).
+//
+// It serves the directory with package web and measures, as medians of
+// -runs (min-max): the API's answer cold (the first request after the
+// start: every block's per-CPU summary section read) and warm; and in
+// headless chromium, the fleet page's load as a click on Apply does it
+// (request, response, JSON parse and drawing of every row), and its
+// drawing alone (a sort change). The machine is shared: compare medians,
+// and read them with the load average printed beside them.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/internal/browsertest"
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/store"
+	"github.com/heatscope/heatscope/web"
+)
+
+func main() {
+	log.SetFlags(0)
+	dir := flag.String("dir", "/var/tmp/heatscope-bench-overview", "data directory (built on first use; remove it to rebuild)")
+	nodes := flag.Int("nodes", 500, "nodes")
+	hours := flag.Float64("hours", 24, "hours per node")
+	cpus := flag.Int("cpus", 8, "CPUs per node")
+	hz := flag.Int("hz", 10, "sampling rate of the synthetic samples (the summaries' size hardly depends on it)")
+	runs := flag.Int("runs", 9, "repeats per measure")
+	columns := flag.Int("columns", 0, "columns asked of the API (0: as many as the UI asks for at 1300 px)")
+	chromium := flag.String("chromium", "chromium", "the browser to drive")
+	flag.Parse()
+	if err := run(*dir, *nodes, *hours, *cpus, *hz, *runs, *columns, *chromium); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chromium string) error {
+	if _, err := os.Stat(filepath.Join(dir, "blocks")); err != nil {
+		if err := generate(dir, nodes, hours, cpus, hz); err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+	}
+	start := time.Now()
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	opened := time.Since(start)
+	list := db.Nodes()
+	if len(list) != nodes {
+		return fmt.Errorf("%s holds %d nodes, not %d: remove it to rebuild", dir, len(list), nodes)
+	}
+	st := db.Stats()
+
+	srv, err := web.New(db, web.Options{Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() { stop(); <-served }()
+	base := "http://" + ln.Addr().String()
+
+	// The UI asks for as many columns as fit: at 1300 px, 1300 - 2 - 180
+	// (names) over 3 px.
+	if columns == 0 {
+		columns = (1300 - 32 - 2 - 180) / 3
+	}
+	api := fmt.Sprintf("%s/api/fleet/overview?columns=%d", base, columns)
+	load := func() { out, _ := exec.Command("cat", "/proc/loadavg").Output(); fmt.Printf("load average: %s", out) }
+
+	fmt.Printf("# Fleet overview: %d nodes × %.0f h × %d CPUs (%d blocks, %s)\n\n", nodes, hours, cpus, st.Blocks, dir)
+	load()
+	fmt.Printf("store opened in %v (block metas and chunk indexes)\n\n", opened.Round(time.Millisecond))
+	cold, size, err := get(api)
+	if err != nil {
+		return err
+	}
+	var warm []float64
+	for range runs {
+		d, _, err := get(api)
+		if err != nil {
+			return err
+		}
+		warm = append(warm, d)
+	}
+	fmt.Println("| measure | median (min-max) |")
+	fmt.Println("|---|---|")
+	fmt.Printf("| API, cold (first request: every block's per-CPU summary read) | %.0f ms |\n", cold)
+	fmt.Printf("| API, warm (%d runs) | %s |\n", runs, stat(warm))
+	fmt.Printf("| answer | %.1f MB of JSON, %d columns |\n", float64(size)/1e6, columns)
+
+	exe, err := exec.LookPath(chromium)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "heatscope-bench-overview-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, browsertest.Options(exe, tmp, 1300, 1000)...)
+	defer cancelAlloc()
+	bctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 20*time.Minute)
+	defer cancelTimeout()
+	ready := chromedp.Poll[chromedp.Void](`document.body.dataset.fleetReady === '1'`, chromedp.WithPollingTimeout(5*time.Minute))
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/#fleet"), ready); err != nil {
+		return err
+	}
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.heatscopeFleet.rows().length`))
+	if err != nil || rows != nodes {
+		return fmt.Errorf("the page drew %d rows, want %d (%v)", rows, nodes, err)
+	}
+	// A reload as Apply does it, and a redraw as a sort change does it.
+	var loaded, drawn []float64
+	for i := range runs {
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[float64](`(async () => { const t0 = performance.now();
+			await window.heatscopeFleet.load(); return performance.now() - t0; })()`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			return err
+		}
+		loaded = append(loaded, v)
+		sort := []string{"name", "events", "peak"}[i%3]
+		v, err = chromedp.Run(bctx, chromedp.Evaluate[float64](fmt.Sprintf(`(() => { const e = document.getElementById('fleet-sort');
+			const t0 = performance.now(); e.value = %q; e.dispatchEvent(new Event('change')); return performance.now() - t0; })()`, sort)))
+		if err != nil {
+			return err
+		}
+		drawn = append(drawn, v)
+	}
+	fmt.Printf("| UI in headless %s: request to every row drawn (as Apply, %d runs) | %s |\n", filepath.Base(exe), runs, stat(loaded))
+	fmt.Printf("| UI: drawing alone (a sort change, %d runs) | %s |\n", runs, stat(drawn))
+	fmt.Println()
+	load()
+	return nil
+}
+
+// get fetches url and returns how long it took (ms) and the body's size.
+func get(url string) (float64, int, error) {
+	t0 := time.Now()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	ms := float64(time.Since(t0).Microseconds()) / 1000
+	if err != nil {
+		return 0, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	var check struct {
+		Nodes []json.RawMessage `json:"nodes"`
+	}
+	if err := json.Unmarshal(b, &check); err != nil || len(check.Nodes) == 0 {
+		return 0, 0, fmt.Errorf("%s: no node in the answer (%v): %.200s", url, err, b)
+	}
+	return ms, len(b), nil
+}
+
+// generate writes one node's hours of synthetic samples into dir/template,
+// then hard-links its blocks into dir/blocks once per node with a meta of
+// that node's.
+func generate(dir string, nodes int, hours float64, cpus, hz int) error {
+	tpl := filepath.Join(dir, "template")
+	if err := os.RemoveAll(tpl); err != nil {
+		return err
+	}
+	db, err := store.Open(tpl, store.Options{Source: "template", Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	end := time.Now().Truncate(time.Hour)
+	g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: end.Add(-time.Duration(hours * float64(time.Hour))).UnixNano(),
+		Seconds: hours * 3600, Processes: 60, Stacks: 2000, Seed: 11})
+	t0 := time.Now()
+	st, err := db.Import("template", int64(time.Second)/int64(hz), g.Feed)
+	if err != nil {
+		db.Close()
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "generated %d samples in %d blocks in %v\n", st.Samples, st.Blocks, time.Since(t0).Round(time.Second))
+	entries, err := os.ReadDir(filepath.Join(tpl, "blocks"))
+	if err != nil {
+		return err
+	}
+	blocks := filepath.Join(dir, "blocks")
+	if err := os.MkdirAll(blocks, 0o755); err != nil {
+		return err
+	}
+	zones := []string{"us-east-1a", "us-east-1b", "us-east-1c"}
+	for n := range nodes {
+		node := fmt.Sprintf("node-%04d", n)
+		for _, e := range entries {
+			m, err := store.ReadMeta(filepath.Join(tpl, "blocks", e.Name(), "meta.json"))
+			if err != nil {
+				return err
+			}
+			var r [4]byte
+			rand.Read(r[:])
+			m.ID = strings.SplitN(e.Name(), "-", 2)[0] + "-" + hex.EncodeToString(r[:])
+			m.Node, m.Source, m.NodeLabels = node, node, map[string]string{"zone": zones[n%len(zones)]}
+			out := filepath.Join(blocks, m.ID)
+			if err := os.Mkdir(out, 0o755); err != nil {
+				return err
+			}
+			if err := os.Link(filepath.Join(tpl, "blocks", e.Name(), "data"), filepath.Join(out, "data")); err != nil {
+				return err
+			}
+			b, err := json.MarshalIndent(m, "", "  ")
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(out, "meta.json"), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return os.RemoveAll(filepath.Join(tpl, "wal"))
+}
+
+func stat(ms []float64) string {
+	s := slices.Sorted(slices.Values(ms))
+	return fmt.Sprintf("%.0f ms (%.0f-%.0f)", s[len(s)/2], s[0], s[len(s)-1])
+}

@@ -1,0 +1,231 @@
+package store
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+)
+
+// dutyNode records into a new data directory as node: per CPU, a thread
+// (comm "t<cpu>") busy share[cpu] of every 100 ms, idle samples the rest,
+// sampled every period from start for seconds.
+func dutyNode(t *testing.T, node string, labels map[string]string, start, seconds, period int64, share []float64) string {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: node, Node: node, NodeLabels: labels, PeriodNs: period, BlockDuration: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := []sample.Frame{{Function: "spin", Module: "/bin/spin", Kind: sample.KindUser}}
+	idle := []sample.Frame{{Function: "default_idle", Module: "[kernel.kallsyms]", Kind: sample.KindKernel}}
+	end := start + seconds*int64(time.Second)
+	for ts := start; ts < end; ts += period {
+		for cpu, sh := range share {
+			s := sample.Sample{Time: ts / 1000 * 1000, CPU: uint32(cpu), Comm: "swapper/" + string(rune('0'+cpu)), Stack: idle}
+			if float64((ts-start)%int64(100*time.Millisecond)) < sh*float64(100*time.Millisecond) {
+				s = sample.Sample{Time: ts / 1000 * 1000, CPU: uint32(cpu), PID: 100, TID: uint32(100 + cpu),
+					Comm: "t" + string(rune('0'+cpu)), Stack: hot}
+			}
+			if err := db.Append(&s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestNodeCPUSteps: the busiest CPU's share and the total per node and
+// step, from the per-CPU summaries, equal a scan of the samples, with
+// thread, CPU and node-label filters, and each sample weighs its period.
+func TestNodeCPUSteps(t *testing.T) {
+	start := time.Now().Add(-time.Hour).Truncate(10 * time.Second).UnixNano()
+	const ms = int64(time.Millisecond)
+	// node-a: one CPU saturated, one 10% busy, at 100 Hz; node-b: four
+	// CPUs 40% busy, at 50 Hz.
+	a := dutyNode(t, "node-a", map[string]string{"zone": "z1"}, start, 60, 10*ms, []float64{1, 0.1})
+	b := dutyNode(t, "node-b", map[string]string{"zone": "z2"}, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
+	db, err := Open("", Options{ReadOnly: true, Sources: []BlockSource{DirSource(a), DirSource(b)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	step := int64(10 * time.Second)
+	r := Range{From: start, To: start + 60*int64(time.Second)}
+	got, warnings, err := db.NodeCPUSteps(ctx, r, step, &Filter{})
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("NodeCPUSteps: %v %v", err, warnings)
+	}
+	if len(got) != 2 || got[0].Node != "node-a" || got[1].Node != "node-b" || got[1].Labels["zone"] != "z2" {
+		t.Fatalf("nodes %+v", got)
+	}
+	for s := range 6 {
+		// node-a: CPU 0 busy the whole step (10 s of CPU time in 10 s),
+		// CPU 1 a tenth.
+		if ga := got[0]; ga.BusiestNs[s] != step || ga.BusiestCPU[s] != 0 || ga.TotalNs[s] != step+step/10 {
+			t.Errorf("node-a step %d: busiest %d ns on CPU %d, total %d; want %d on 0, %d", s, ga.BusiestNs[s], ga.BusiestCPU[s], ga.TotalNs[s], step, step+step/10)
+		}
+		// node-b: every CPU 40% busy, its samples weighing 20 ms.
+		if gb := got[1]; gb.BusiestNs[s] != step*4/10 || gb.TotalNs[s] != step*16/10 || gb.Samples[s] != 4*200 {
+			t.Errorf("node-b step %d: busiest %d ns, total %d, %d samples; want %d, %d, 800", s, gb.BusiestNs[s], gb.TotalNs[s], gb.Samples[s], step*4/10, step*16/10)
+		}
+	}
+
+	// Every filter, answered by summaries where they can, equals a scan
+	// (a frame filter that keeps every sample forces one).
+	any := regexp.MustCompile(".")
+	for _, c := range []struct {
+		name string
+		f    Filter
+	}{
+		{"all", Filter{}},
+		{"idle too", Filter{IncludeIdle: true}},
+		{"command", Filter{Comm: "t1"}},
+		{"cpu", Filter{CPUs: []uint32{1, 3}}},
+		{"label", Filter{NodeLabels: []Label{{"zone", "z2"}}}},
+	} {
+		sum, _, err := db.NodeCPUSteps(ctx, r, step, &c.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanF := c.f
+		scanF.Frame = any
+		scan, _, err := db.NodeCPUSteps(ctx, r, step, &scanF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A 1 s-aligned range that is not a multiple of 10 s scans too.
+		odd, _, err := db.NodeCPUSteps(ctx, Range{From: r.From, To: r.To - int64(time.Second)}, step, &c.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range sum {
+			if !sameNodeCPU(sum[i], scan[i]) {
+				t.Errorf("%s: summary %+v\nscan %+v", c.name, sum[i], scan[i])
+			}
+			if !slices.Equal(sum[i].BusiestNs[:5], odd[i].BusiestNs[:5]) {
+				t.Errorf("%s: unaligned range %v, want %v", c.name, odd[i].BusiestNs, sum[i].BusiestNs)
+			}
+		}
+		if c.name == "command" && (sum[0].BusiestNs[0] != step/10 || sum[0].BusiestCPU[0] != 1 || sum[1].TotalNs[0] != step*4/10) {
+			t.Errorf("comm t1: %+v", sum)
+		}
+		if c.name == "label" && (len(sum) != 1 || sum[0].Node != "node-b") {
+			t.Errorf("label zone=z2: %+v", sum)
+		}
+	}
+
+	// Bad arguments.
+	if _, _, err := db.NodeCPUSteps(ctx, r, 0, &Filter{}); err == nil {
+		t.Error("step 0 accepted")
+	}
+	if _, _, err := db.NodeCPUSteps(ctx, Range{From: 0, To: 1 << 62}, 1, &Filter{}); err == nil {
+		t.Error("10^18 steps accepted")
+	}
+}
+
+func sameNodeCPU(a, b NodeCPU) bool {
+	return a.Node == b.Node && slices.Equal(a.BusiestNs, b.BusiestNs) && slices.Equal(a.TotalNs, b.TotalNs) &&
+		slices.Equal(a.Samples, b.Samples)
+}
+
+// TestNodeCPUStepsOfOlderBlocks: blocks of format versions 1 and 2 have
+// no per-CPU summary; they are scanned, with the same answer.
+func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
+	for _, v := range []string{"v1", "v2"} {
+		dir := t.TempDir()
+		copyDir(t, "testdata/"+v, dir)
+		db, err := Open(dir, Options{Source: "host", ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Range{From: 1_700_000_000_000_000_000, To: 1_700_000_010_000_000_000}
+		got, warnings, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &Filter{IncludeIdle: true})
+		if err != nil || len(warnings) > 0 || len(got) != 1 {
+			t.Fatalf("%s: %+v %v %v", v, got, warnings, err)
+		}
+		perCPU := map[uint32]int64{}
+		var n int64
+		db.Select(context.Background(), r, &Filter{IncludeIdle: true}, func(b *Batch) error {
+			for _, i := range b.Rows {
+				perCPU[b.T.CPU[i]] += b.Weight()
+				n++
+			}
+			return nil
+		})
+		var busiest, total int64
+		for _, ns := range perCPU {
+			busiest, total = max(busiest, ns), total+ns
+		}
+		if n == 0 || got[0].Samples[0] != n || got[0].BusiestNs[0] != busiest || got[0].TotalNs[0] != total {
+			t.Errorf("%s: %+v, want %d samples, busiest %d, total %d", v, got[0], n, busiest, total)
+		}
+		db.Close()
+	}
+}
+
+// TestCPUSummaryOfSynthBlocks: the per-CPU summary of a block, summed
+// over CPUs, is its per-thread summary summed over threads.
+func TestCPUSummaryOfSynthBlocks(t *testing.T) {
+	dir, _ := nodeDir(t, "n", nil, synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 30, Seed: 3, Containers: true})
+	db, err := Open(dir, Options{Source: "n", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, b := range db.blocks {
+		ix, err := db.blockIndex(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := readSection(b.data, b.sections[sectionCPUSummary], b.tocOffset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := decodeCPUSummary(raw)
+		if err != nil || len(cs.cells) == 0 {
+			t.Fatalf("block %s: per-CPU summary %+v: %v", b, cs, err)
+		}
+		perCPU, perThread := map[int64][2]uint32{}, map[int64][2]uint32{}
+		for _, c := range cs.cells {
+			v := perCPU[cs.base+int64(c.bucket)]
+			perCPU[cs.base+int64(c.bucket)] = [2]uint32{v[0] + c.count, v[1] + c.idle}
+		}
+		for _, c := range ix.summary.cells {
+			v := perThread[ix.summary.base+int64(c.bucket)]
+			perThread[ix.summary.base+int64(c.bucket)] = [2]uint32{v[0] + c.count, v[1] + c.idle}
+		}
+		if len(perCPU) != len(perThread) {
+			t.Fatalf("%d buckets per CPU, %d per thread", len(perCPU), len(perThread))
+		}
+		for k, v := range perThread {
+			if perCPU[k] != v {
+				t.Errorf("bucket %d: per CPU %v, per thread %v", k, perCPU[k], v)
+			}
+		}
+	}
+}
+
+func FuzzDecodeCPUSummary(f *testing.F) {
+	f.Add(encodeCPUSummary([]cpuSummaryEntry{{bucket: 170_000_000, cpu: 3, count: 990, idle: 10}, {bucket: 170_000_001, cpu: 0, count: 5, idle: 5}}))
+	f.Add(encodeCPUSummary(nil))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		s, err := decodeCPUSummary(raw)
+		if err != nil {
+			return
+		}
+		for _, c := range s.cells {
+			if c.cpu >= maxSummaryCPU || c.idle > c.count {
+				t.Fatalf("decoded an out-of-range cell %+v", c)
+			}
+		}
+	})
+}

@@ -1,0 +1,376 @@
+// The fleet overview: the first page when the server holds more than one
+// node. One row per node, one column per time step; a cell's colour is the
+// busy share of the node's busiest single CPU in that step (the one
+// saturated core a node's average hides), or, switched, the node's total
+// CPU time. The nodes' events are marks on their rows. Rows sort by peak,
+// event count or name; node and sample filters choose rows and samples. A
+// click on a cell opens that node's timeline and subsecond heatmap at that
+// time, with the same sample filters. Its state lives in the URL's hash
+// after "#fleet". Names from the data are only set as text (fillText,
+// textContent).
+import { getJSON, sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
+import { MARKER_COLOUR } from './events.js';
+
+const $ = (id) => document.getElementById(id);
+const ROW = 16; // px per node row
+const GUTTER = 180; // px for the node names
+const AXIS = 18; // px for the time axis under the rows
+const MIN_COLUMN = 3; // px: the fewest pixels a column gets
+const FILTERS = ['node', 'label', 'comm', 'frame', 'container', 'namespace'];
+const SORTS = ['peak', 'events', 'name'];
+const VALUES = ['busiest', 'total'];
+
+// rgb maps a share in [0, 1] to white through yellow to dark red.
+function rgb(v) {
+  const x = Math.min(Math.max(v, 0), 1);
+  if (x === 0) return [244, 244, 244];
+  const stops = [[255, 245, 200], [253, 174, 97], [215, 48, 39], [120, 0, 20]];
+  const p = x * (stops.length - 1);
+  const i = Math.min(Math.floor(p), stops.length - 2);
+  const f = p - i;
+  return stops[i].map((a, k) => Math.round(a + (stops[i + 1][k] - a) * f));
+}
+
+// LEVELS is the colour scale's resolution: a share is drawn in one of
+// these steps (0.1%).
+const LEVELS = 1000;
+const LUT = Array.from({ length: LEVELS + 1 }, (_, i) => rgb(i / LEVELS));
+
+// colour is the CSS colour of a share, as the cells are drawn.
+export function colour(v) {
+  const c = LUT[Math.round(Math.min(Math.max(v, 0), 1) * LEVELS)];
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+// wanted says whether the page to show is the fleet overview: asked for
+// by the hash, or the first page of a server with several nodes.
+export function fleetWanted(nodes) {
+  const h = location.hash.slice(1);
+  return h === 'fleet' || h.startsWith('fleet&') || (h === '' && nodes.length > 1);
+}
+
+export class Fleet {
+  constructor(nodes) {
+    this.nodes = nodes; // /api/nodes
+    this.data = null; // the last /api/fleet/overview answer
+    this.rows = []; // the nodes in drawn order
+    this.state = { value: 'busiest', sort: 'peak', from: null, to: null };
+    for (const f of FILTERS) this.state[f] = '';
+    this.controller = null;
+    $('fleet-link').hidden = nodes.length < 2;
+    const canvas = $('fleet-map');
+    canvas.addEventListener('mousemove', (ev) => this.hover(ev));
+    canvas.addEventListener('mouseleave', () => hideTooltip());
+    canvas.addEventListener('click', (ev) => this.click(ev));
+    $('fleet-value').addEventListener('change', () => {
+      this.state.value = $('fleet-value').value;
+      this.writeURL();
+      this.draw();
+    });
+    $('fleet-sort').addEventListener('change', () => {
+      this.state.sort = $('fleet-sort').value;
+      this.writeURL();
+      this.draw();
+    });
+    $('fleet-filters').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      for (const f of FILTERS) this.state[f] = $('fleet-f-' + f).value.trim();
+      this.writeURL();
+      this.load();
+    });
+    window.addEventListener('resize', () => {
+      if (document.body.dataset.page === 'fleet') this.load();
+    });
+  }
+
+  readURL() {
+    const p = new URLSearchParams(location.hash.slice(1));
+    this.state.value = VALUES.includes(p.get('value')) ? p.get('value') : 'busiest';
+    this.state.sort = SORTS.includes(p.get('sort')) ? p.get('sort') : 'peak';
+    for (const f of FILTERS) this.state[f] = p.get(f) || '';
+    const num = (v) => (v !== null && v !== '' && Number.isFinite(Number(v)) ? Number(v) : null);
+    this.state.from = num(p.get('from'));
+    this.state.to = num(p.get('to'));
+  }
+
+  writeURL() {
+    const p = new URLSearchParams();
+    if (this.state.value !== 'busiest') p.set('value', this.state.value);
+    if (this.state.sort !== 'peak') p.set('sort', this.state.sort);
+    for (const f of FILTERS) if (this.state[f]) p.set(f, this.state[f]);
+    if (this.state.from !== null && this.state.to !== null) {
+      p.set('from', String(this.state.from));
+      p.set('to', String(this.state.to));
+    }
+    const rest = p.toString();
+    const hash = '#fleet' + (rest ? '&' + rest : '');
+    if (location.hash !== hash) history.replaceState(null, '', hash);
+  }
+
+  // show makes the overview the page and loads it.
+  async show() {
+    document.body.dataset.page = 'fleet';
+    $('fleet-section').hidden = false;
+    this.readURL();
+    this.writeURL();
+    $('fleet-value').value = this.state.value;
+    $('fleet-sort').value = this.state.sort;
+    for (const f of FILTERS) $('fleet-f-' + f).value = this.state[f];
+    await this.load();
+  }
+
+  hide() {
+    delete document.body.dataset.page;
+    $('fleet-section').hidden = true;
+    hideTooltip();
+  }
+
+  // columns is how many columns fit the canvas's width.
+  columns() {
+    const w = this.width() - GUTTER;
+    return Math.max(1, Math.min(2000, Math.floor(w / MIN_COLUMN)));
+  }
+
+  width() {
+    return Math.max(400, $('fleet-map').parentElement.clientWidth - 2);
+  }
+
+  async load() {
+    if (this.controller) this.controller.abort();
+    const controller = new AbortController();
+    this.controller = controller;
+    const p = new URLSearchParams();
+    for (const f of FILTERS) if (this.state[f]) p.set(f, this.state[f]);
+    if (this.state.from !== null && this.state.to !== null) {
+      p.set('from', String(this.state.from));
+      p.set('to', String(this.state.to));
+    }
+    p.set('columns', String(this.columns()));
+    const status = $('fleet-status');
+    status.textContent = 'loading…';
+    status.classList.remove('error');
+    $('fleet-filters').querySelectorAll('input').forEach((el) => el.classList.remove('invalid'));
+    document.body.dataset.fleetReady = '0';
+    try {
+      this.data = await getJSON('/api/fleet/overview', p, controller.signal);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      this.data = null;
+      status.textContent = 'fleet overview: ' + e.message;
+      status.classList.add('error');
+      const bad = e.param && $('fleet-f-' + e.param);
+      if (bad) bad.classList.add('invalid');
+      this.draw();
+      document.body.dataset.fleetReady = '1';
+      return;
+    }
+    const d = this.data;
+    const hidden = d.hidden ? `; ${d.hidden} nodes without a matching sample are not shown` : '';
+    status.textContent = d.nodes.length
+      ? `${d.nodes.length} nodes, ${formatTime(d.start)} to ${formatTime(d.start + d.columns * d.step)}, ${d.step} s a column${hidden}`
+      : '';
+    this.draw();
+    document.body.dataset.fleetReady = '1';
+  }
+
+  // sorted orders the rows as the sort control says.
+  sorted() {
+    const rows = this.data ? [...this.data.nodes] : [];
+    const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+    const key = {
+      peak: (n) => (this.state.value === 'total' ? Math.max(0, ...n.cpu) : n.peak),
+      events: (n) => n.eventCount,
+      name: () => 0,
+    }[this.state.sort];
+    rows.sort((a, b) => key(b) - key(a) || byName(a, b));
+    return rows;
+  }
+
+  // value is what a cell shows, in [0, 1] for the colour scale.
+  value(n, i) {
+    if (this.state.value === 'total') return this.maxTotal > 0 ? n.cpu[i] / this.maxTotal : 0;
+    return n.busiest[i];
+  }
+
+  draw() {
+    const d = this.data;
+    const empty = $('fleet-empty');
+    const canvas = $('fleet-map');
+    this.rows = this.sorted();
+    if (!d || !d.nodes.length) {
+      empty.hidden = !d;
+      empty.textContent = d ? d.message || 'No node to show.' : '';
+      sizeCanvas(canvas, 1, 1);
+      this.drawLegend();
+      return;
+    }
+    empty.hidden = true;
+    this.maxTotal = 0;
+    for (const n of d.nodes) for (const v of n.cpu) this.maxTotal = Math.max(this.maxTotal, v);
+    const w = this.width();
+    const h = this.rows.length * ROW + AXIS;
+    const ctx = sizeCanvas(canvas, w, h);
+    ctx.clearRect(0, 0, w, h);
+    const cw = (w - GUTTER) / d.columns;
+    this.cellWidth = cw;
+    // The cells: one pixel each in an image, scaled up without smoothing
+    // (far cheaper than a rectangle each), with a white line between rows.
+    const img = new ImageData(d.columns, this.rows.length * 2);
+    const px = img.data;
+    this.rows.forEach((n, r) => {
+      for (let i = 0; i < d.columns; i++) {
+        const c = n.busiestCpu[i] < 0 ? [255, 255, 255] : LUT[Math.round(Math.min(Math.max(this.value(n, i), 0), 1) * LEVELS)];
+        const o = (2 * r * d.columns + i) * 4;
+        px[o] = c[0];
+        px[o + 1] = c[1];
+        px[o + 2] = c[2];
+        px[o + 3] = 255;
+        const g = o + d.columns * 4; // the gap row
+        px[g] = px[g + 1] = px[g + 2] = px[g + 3] = 255;
+      }
+    });
+    const cells = document.createElement('canvas');
+    cells.width = d.columns;
+    cells.height = this.rows.length * 2;
+    cells.getContext('2d').putImageData(img, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    // each row is ROW - 2 px of colour and 2 px of gap: scale the pairs
+    for (let r = 0; r < this.rows.length; r++) {
+      ctx.drawImage(cells, 0, 2 * r, d.columns, 1, GUTTER, r * ROW + 1, w - GUTTER, ROW - 2);
+    }
+    ctx.font = '12px system-ui, sans-serif';
+    ctx.textBaseline = 'middle';
+    this.rows.forEach((n, r) => {
+      const y = r * ROW;
+      ctx.fillStyle = '#222';
+      ctx.fillText(n.name, 4, y + ROW / 2, GUTTER - 8);
+      // events: a mark at the top of the cell they fall in
+      ctx.fillStyle = MARKER_COLOUR;
+      for (const e of n.events) {
+        const x = GUTTER + ((e.time - d.start) / d.step) * cw;
+        ctx.beginPath();
+        ctx.moveTo(x - 4, y + 1);
+        ctx.lineTo(x + 4, y + 1);
+        ctx.lineTo(x, y + 8);
+        ctx.fill();
+      }
+    });
+    // time axis: start and end of the range
+    const ay = this.rows.length * ROW + AXIS / 2;
+    ctx.fillStyle = '#555';
+    ctx.textAlign = 'left';
+    ctx.fillText(formatTime(d.start), GUTTER, ay);
+    ctx.textAlign = 'right';
+    ctx.fillText(formatTime(d.start + d.columns * d.step), w, ay);
+    ctx.textAlign = 'left';
+    this.drawLegend();
+  }
+
+  // drawLegend names the colour's unit, with its scale.
+  drawLegend() {
+    const d = this.data;
+    const label = $('fleet-legend-label');
+    const canvas = $('fleet-legend');
+    if (!d || !d.nodes.length) {
+      label.textContent = '';
+      sizeCanvas(canvas, 1, 1);
+      return;
+    }
+    const total = this.state.value === 'total';
+    label.textContent = total
+      ? `colour: total CPU time of the node per ${d.step} s column, in CPU-seconds (0 to ${this.maxTotal.toFixed(1)} CPU-s, the fleet's highest cell)`
+      : `colour: busy share of the node's busiest single CPU per ${d.step} s column (its CPU time ÷ ${d.step} s), 0 to 100%; white: no busy sample`;
+    const w = 240;
+    const ctx = sizeCanvas(canvas, w + 80, 16);
+    for (let x = 0; x < w; x++) {
+      ctx.fillStyle = colour(x / (w - 1));
+      ctx.fillRect(x, 0, 1, 16);
+    }
+    ctx.fillStyle = '#222';
+    ctx.font = '11px system-ui, sans-serif';
+    ctx.textBaseline = 'middle';
+    ctx.fillText(total ? `${this.maxTotal.toFixed(1)} CPU-s` : '100%', w + 6, 8);
+  }
+
+  // at returns the node row and column under a mouse event, or null.
+  at(ev) {
+    const d = this.data;
+    if (!d || !d.nodes.length) return null;
+    const rect = $('fleet-map').getBoundingClientRect();
+    const x = ev.clientX - rect.left;
+    const y = ev.clientY - rect.top;
+    const r = Math.floor(y / ROW);
+    const i = Math.floor((x - GUTTER) / this.cellWidth);
+    if (x < GUTTER || r < 0 || r >= this.rows.length || i < 0 || i >= d.columns) return null;
+    return { node: this.rows[r], column: i };
+  }
+
+  hover(ev) {
+    const c = this.at(ev);
+    if (!c) {
+      hideTooltip();
+      return;
+    }
+    const d = this.data;
+    const n = c.node;
+    const t0 = d.start + c.column * d.step;
+    const lines = [`${n.name}  ${formatTime(t0)} + ${d.step} s`];
+    if (n.busiestCpu[c.column] < 0) lines.push('no sample');
+    else {
+      lines.push(`busiest CPU: ${n.busiestCpu[c.column]}, ${(100 * n.busiest[c.column]).toFixed(1)}% busy`);
+      lines.push(`all CPUs: ${n.cpu[c.column].toFixed(2)} CPU-s (${(n.cpu[c.column] / d.step).toFixed(2)} CPUs busy on average)`);
+    }
+    const evs = n.events.filter((e) => e.column === c.column);
+    for (const e of evs.slice(0, 5)) lines.push(`event ${formatTime(e.time)} ${e.kind || e.source}: ${e.text}`);
+    if (evs.length > 5) lines.push(`… and ${evs.length - 5} more events`);
+    lines.push('click: this node\'s timeline and heatmap at this time');
+    showTooltip(ev, lines.join('\n'));
+  }
+
+  click(ev) {
+    const c = this.at(ev);
+    if (c) this.open(c.node.name, c.column);
+  }
+
+  // open shows a node's timeline and subsecond heatmap over one column,
+  // with the overview's sample filters.
+  open(name, column) {
+    const d = this.data;
+    const from = d.start + column * d.step;
+    const p = new URLSearchParams();
+    const node = this.nodes.find((n) => n.name === name);
+    if (node && node.sources.length) p.set('source', node.sources[0]);
+    p.set('from', String(from));
+    p.set('to', String(from + d.step));
+    p.set('node', name);
+    for (const f of ['comm', 'frame', 'container', 'namespace']) if (this.state[f]) p.set(f, this.state[f]);
+    location.hash = '#' + p.toString();
+  }
+
+  // cell is where the column of a node's row holding time t is drawn:
+  // its centre on the canvas and in the page, and the colour a value of
+  // share maps to (for tests).
+  cell(name, t, share) {
+    const d = this.data;
+    const r = this.rows.findIndex((n) => n.name === name);
+    if (!d || r < 0) return null;
+    const i = Math.floor((t - d.start) / d.step);
+    const x = GUTTER + (i + 0.5) * this.cellWidth;
+    const y = r * ROW + ROW / 2;
+    const rect = $('fleet-map').getBoundingClientRect();
+    const c = LUT[Math.round(Math.min(Math.max(share, 0), 1) * LEVELS)];
+    return { X: x, Y: y, PageX: rect.left + x, PageY: rect.top + y, Colour: share === 0 ? [255, 255, 255] : c };
+  }
+}
+
+// For tests and the console.
+export function exposeFleet(fleet) {
+  window.heatscopeFleet = {
+    rows: () => fleet.rows.map((n) => n.name),
+    cell: (name, t, share) => fleet.cell(name, t, share),
+    marks: (name) => (fleet.rows.find((n) => n.name === name) || { events: [] }).events.length,
+    data: () => fleet.data,
+    // reload as Apply does (the benchmark times it)
+    load: () => fleet.load(),
+  };
+}
