@@ -20,7 +20,10 @@ import (
 // and, for samples with container metadata, the labels cgroup, container_id,
 // container_runtime, container, pod, pod_uid, namespace and qos (those
 // known); samples with a cgroup id carry it as the numeric label cgroup_id
-// (unit "id"). ReadPprof reads all of them back. Kernel
+// (unit "id"). ReadPprof reads all of them back. Samples whose user stack
+// was walked with unwind tables (Sample.Unwind) say how each user frame
+// was found (unwindLabels): pprof's locations and functions have no field
+// for it, and a location is shared by every stack through its address. Kernel
 // frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
 // mappings with build ids. Frames are already symbolized, so every mapping is
 // marked as having functions and pprof does not try to symbolize again.
@@ -105,6 +108,11 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 	for _, l := range labels {
 		key = append(append(key, l.value...), 0)
 	}
+	method, fpFrames := unwindLabels(s)
+	key = append(append(key, method...), 0)
+	for _, f := range fpFrames {
+		key = append(append(key, f...), 0)
+	}
 	if b.keepTimes {
 		key = binary.AppendVarint(key, s.Time)
 	}
@@ -139,12 +147,57 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 			ps.Label[l.name] = []string{l.value}
 		}
 	}
+	if method != "" {
+		ps.Label[UnwindLabel] = []string{method}
+	}
+	if len(fpFrames) > 0 {
+		ps.Label[UnwindFPLabel] = fpFrames
+	}
 	if b.keepTimes {
 		ps.NumLabel[timestampLabel] = []int64{s.Time}
 		ps.NumUnit[timestampLabel] = []string{"nanoseconds"}
 	}
 	b.samples[string(key)] = ps
 	b.prof.Sample = append(b.prof.Sample, ps)
+}
+
+// UnwindLabel is the pprof label that says how a sample's user frames
+// above the sampled pc were found, when the sampler walked them with
+// unwind tables: "table" (every one with its binary's unwind table),
+// "fp" (every one with frame pointers: JIT code, a binary without CFI, or
+// a process's first samples before its tables were in) or "table+fp".
+// go tool pprof -tagfocus unwind=fp keeps the samples with a frame found
+// with frame pointers.
+const UnwindLabel = "unwind"
+
+// UnwindFPLabel is the pprof label that names each user frame found with
+// frame pointers, leaf first, one value per frame: `go tool pprof -tags`
+// says which functions were reached that way and how often.
+const UnwindFPLabel = "unwind_fp"
+
+// unwindLabels returns the values of UnwindLabel and UnwindFPLabel for s
+// ("" and none when s says nothing of its unwinding, or has no user frame
+// above the sampled pc).
+func unwindLabels(s *sample.Sample) (string, []string) {
+	u := &s.Unwind
+	n := min(u.UserFrames, len(s.Stack))
+	if n < 2 {
+		return "", nil
+	}
+	user := s.Stack[len(s.Stack)-n:]
+	var fp []string
+	for i := 1; i < n; i++ {
+		if !u.WithTable(i) {
+			fp = append(fp, user[i].Function)
+		}
+	}
+	switch len(fp) {
+	case 0:
+		return "table", nil
+	case n - 1:
+		return "fp", fp
+	}
+	return "table+fp", fp
 }
 
 type label struct{ name, value string }

@@ -2,6 +2,7 @@ package profileio
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -19,14 +20,7 @@ func TestPprofContainerLabels(t *testing.T) {
 	b.Add(&sample.Sample{Time: 1e9, PID: 1, TID: 1, Comm: "app", Container: c, Stack: stack})
 	b.Add(&sample.Sample{Time: 2e9, PID: 1, TID: 1, Comm: "app", Container: c, Stack: stack})
 	b.Add(&sample.Sample{Time: 3e9, PID: 2, TID: 2, Comm: "host", Stack: stack})
-	var buf bytes.Buffer
-	if err := WritePprof(&buf, b.Profile()); err != nil {
-		t.Fatal(err)
-	}
-	p, err := profile.Parse(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := writeAndParse(t, b)
 	if len(p.Sample) != 2 {
 		t.Fatalf("%d pprof samples, want 2 (one per container)", len(p.Sample))
 	}
@@ -51,6 +45,20 @@ func TestPprofContainerLabels(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writeAndParse writes b's profile and parses it with pprof's parser.
+func writeAndParse(t *testing.T, b *PprofBuilder) *profile.Profile {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, b.Profile()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestReadPprofContainerLabelsWithoutCgroupID reads a profile whose samples
@@ -87,5 +95,59 @@ func TestReadPprofContainerLabelsWithoutCgroupID(t *testing.T) {
 	}
 	if got[0].CgroupID != got[2].CgroupID || got[0].CgroupID == got[1].CgroupID || got[0].Container != got[2].Container {
 		t.Errorf("cgroup ids %#x %#x %#x: want one per container, and one Container shared", got[0].CgroupID, got[1].CgroupID, got[2].CgroupID)
+	}
+}
+
+// TestPprofUnwindLabels writes samples whose user frames were found with
+// unwind tables, frame pointers, or both, and reads the labels back with
+// pprof's parser: unwind says which, unwind_fp names the frames found
+// with frame pointers, leaf first; a sample that says nothing of its
+// unwinding (frame pointers only, or read from the store) has neither.
+func TestPprofUnwindLabels(t *testing.T) {
+	stack := []sample.Frame{
+		{Function: "do_syscall_64", Module: sample.KernelModule, Kind: sample.KindKernel},
+		{Function: "leaf", Module: "/bin/app", Kind: sample.KindUser},
+		{Function: "JS:middle", Module: "[anon]", Kind: sample.KindJIT},
+		{Function: "caller", Module: "/bin/app", Kind: sample.KindUser},
+		{Function: "main", Module: "/bin/app", Kind: sample.KindUser},
+	}
+	tests := []struct {
+		comm   string
+		unwind sample.Unwind
+		method string
+		fp     []string
+	}{
+		{"tables", sample.Unwind{UserFrames: 4, Table: [2]uint64{0b111}}, "table", nil},
+		// Frame 2 (caller) was found with frame pointers, from the JIT
+		// frame; frames 1 and 3 with tables.
+		{"mixed", sample.Unwind{UserFrames: 4, Table: [2]uint64{0b101}}, "table+fp", []string{"caller"}},
+		{"fp", sample.Unwind{UserFrames: 4}, "fp", []string{"JS:middle", "caller", "main"}},
+		{"unknown", sample.Unwind{}, "", nil},
+		{"leafonly", sample.Unwind{UserFrames: 1, Table: [2]uint64{1}}, "", nil},
+	}
+	b := NewPprofBuilder(10_000_000)
+	for i, tt := range tests {
+		st := stack
+		if tt.unwind.UserFrames == 1 {
+			st = stack[:2]
+		}
+		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: 1, TID: 1, Comm: tt.comm, Stack: st, Unwind: tt.unwind})
+	}
+	p := writeAndParse(t, b)
+	if len(p.Sample) != len(tests) {
+		t.Fatalf("%d pprof samples, want %d", len(p.Sample), len(tests))
+	}
+	for _, s := range p.Sample {
+		for _, tt := range tests {
+			if s.Label["comm"][0] != tt.comm {
+				continue
+			}
+			if got := s.Label[UnwindLabel]; tt.method == "" && got != nil || tt.method != "" && (len(got) != 1 || got[0] != tt.method) {
+				t.Errorf("%s: label %s = %q, want %q", tt.comm, UnwindLabel, got, tt.method)
+			}
+			if got := s.Label[UnwindFPLabel]; !slices.Equal(got, tt.fp) {
+				t.Errorf("%s: label %s = %q, want %q", tt.comm, UnwindFPLabel, got, tt.fp)
+			}
+		}
 	}
 }

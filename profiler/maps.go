@@ -134,8 +134,15 @@ func (p *Profiler) MissedProcess() { p.missedProcess = true }
 
 // maybeEnableSnapshots switches to exit snapshots, once, when a process
 // was missed or the last second brought snapshotChurn new processes or
-// more.
+// more. The exit program is loaded on a goroutine of its own: its CO-RE
+// relocations parse the kernel's BTF, which took 11 s once on a busy
+// machine, and the ring reader must go on reading meanwhile. A later poll
+// finds it loaded and switches the sampler over (finishSnapshots).
 func (p *Profiler) maybeEnableSnapshots(now time.Time) {
+	if p.snapLoad != nil {
+		p.finishSnapshots()
+		return
+	}
 	if p.snapshotsTried || p.cfg.noMapsSnapshot {
 		return
 	}
@@ -153,19 +160,97 @@ func (p *Profiler) maybeEnableSnapshots(now time.Time) {
 		why = fmt.Sprintf("%d new processes in a second", churn)
 	}
 	p.snapshotsTried = true
-	if err := p.enableSnapshots(); err != nil {
-		p.cfg.Logger.Info("the kernel cannot snapshot exiting processes' mappings (needs Linux 6.16): every new process keeps waking the agent to read /proc/PID/maps", "why", why, "err", err)
-		return
-	}
-	p.cfg.Logger.Info("new processes are now symbolized from the mappings snapshotted as they exit", "why", why)
+	l := &snapshotLoad{why: why, done: make(chan struct{}), started: time.Now()}
+	p.snapLoad = l
+	go func() {
+		defer close(l.done)
+		if d := p.cfg.snapshotLoadDelay; d > 0 {
+			time.Sleep(d) // tests: a load as slow as on a starved machine
+		}
+		l.prog, l.link, l.ring, l.err = p.loadSnapshots()
+		l.took = time.Since(l.started)
+	}()
 }
 
-// enableSnapshots loads the exit snapshot program beside the running
-// sampler, sharing its maps, attaches it, and tells the sampler to mark
-// new processes pending instead of waking the agent.
+// snapshotLoad is the exit snapshot program being loaded off the ring
+// reader's goroutine; its fields are the goroutine's until done is closed.
+type snapshotLoad struct {
+	why     string
+	done    chan struct{}
+	started time.Time
+	took    time.Duration
+	prog    *ebpf.Program
+	link    link.Link
+	ring    *ring
+	err     error
+}
+
+// close frees what the load made, once it is done.
+func (l *snapshotLoad) close() {
+	<-l.done
+	if l.ring != nil {
+		l.ring.close()
+	}
+	if l.link != nil {
+		l.link.Close()
+	}
+	if l.prog != nil {
+		l.prog.Close()
+	}
+}
+
+// finishSnapshots switches the sampler to exit snapshots once their
+// program is loaded and attached (or logs why it could not be); until then
+// it returns at once.
+func (p *Profiler) finishSnapshots() {
+	l := p.snapLoad
+	select {
+	case <-l.done:
+	default:
+		return
+	}
+	p.snapLoad = nil
+	err := l.err
+	if err == nil {
+		if err = p.objs.Mode.Put(uint32(0), uint32(1)); err != nil {
+			err = fmt.Errorf("switch the sampler to exit snapshots: %w", err)
+		}
+	}
+	if err != nil {
+		l.close()
+		p.cfg.Logger.Info("the kernel cannot snapshot exiting processes' mappings (needs Linux 6.16): every new process keeps waking the agent to read /proc/PID/maps", "why", l.why, "err", err)
+		return
+	}
+	p.exitProg, p.exitLink, p.mapsRing = l.prog, l.link, l.ring
+	p.snapshotLoadTime.Store(int64(l.took))
+	p.cfg.Logger.Info("new processes are now symbolized from the mappings snapshotted as they exit", "why", l.why, "load took", l.took.Round(time.Millisecond))
+}
+
+// enableSnapshots loads and attaches the exit snapshot program and
+// switches the sampler to it at once, on the caller's goroutine (tests).
 func (p *Profiler) enableSnapshots() error {
-	if err := exitTracepointSeesMM(p.kernelTypes); err != nil {
+	prog, l, r, err := p.loadSnapshots()
+	if err != nil {
 		return err
+	}
+	if err := p.objs.Mode.Put(uint32(0), uint32(1)); err != nil {
+		r.close()
+		l.Close()
+		prog.Close()
+		return fmt.Errorf("switch the sampler to exit snapshots: %w", err)
+	}
+	p.exitProg, p.exitLink, p.mapsRing = prog, l, r
+	return nil
+}
+
+// loadSnapshots loads the exit snapshot program beside the running
+// sampler, sharing its maps, attaches it, and maps the ring it writes to.
+// The sampler goes on waking the agent for new processes until its mode
+// is switched. It touches nothing the ring reader uses, so it may run on
+// another goroutine.
+func (p *Profiler) loadSnapshots() (*ebpf.Program, link.Link, *ring, error) {
+	if err := exitTracepointSeesMM(p.kernelTypes); err != nil {
+		return nil, nil, nil, err
 	}
 	spec := p.spec.Copy()
 	for name := range spec.Programs {
@@ -184,27 +269,20 @@ func (p *Profiler) enableSnapshots() error {
 		},
 	}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
-		return fmt.Errorf("load the exit snapshot program: %w", err)
+		return nil, nil, nil, fmt.Errorf("load the exit snapshot program: %w", err)
 	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.OnExit})
 	if err != nil {
 		objs.OnExit.Close()
-		return fmt.Errorf("attach the exit snapshot program: %w", err)
+		return nil, nil, nil, fmt.Errorf("attach the exit snapshot program: %w", err)
 	}
 	r, err := openRing(p.objs.MapsRing.FD(), int(p.objs.MapsRing.MaxEntries()))
 	if err != nil {
 		l.Close()
 		objs.OnExit.Close()
-		return err
+		return nil, nil, nil, err
 	}
-	if err := p.objs.Mode.Put(uint32(0), uint32(1)); err != nil {
-		r.close()
-		l.Close()
-		objs.OnExit.Close()
-		return fmt.Errorf("switch the sampler to exit snapshots: %w", err)
-	}
-	p.exitProg, p.exitLink, p.mapsRing = objs.OnExit, l, r
-	return nil
+	return objs.OnExit, l, r, nil
 }
 
 // exitTracepointSeesMM checks that the sched_process_exit tracepoint comes

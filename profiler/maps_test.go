@@ -195,6 +195,9 @@ func TestSnapshotsUnderChurn(t *testing.T) {
 		done := make(chan error)
 		go func() { done <- p.Run(ctx, func(*Record, int64) {}) }()
 		first := churn(t, 1500*time.Millisecond) // far more than 20 a second: the switch
+		if !off {
+			waitSnapshots(t, p)
+		}
 		st1, _ := p.Stats()
 		later := churn(t, 500*time.Millisecond)
 		time.Sleep(300 * time.Millisecond)
@@ -225,9 +228,21 @@ func TestSnapshotsUnderChurn(t *testing.T) {
 	}
 }
 
+// waitSnapshots waits until p's exit snapshot program is loaded (it is
+// loaded off the ring reader's goroutine), for at most 20 s.
+func waitSnapshots(t *testing.T, p *Profiler) time.Duration {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if st, err := p.Counters(); err == nil && st.SnapshotLoad > 0 {
+			return st.SnapshotLoad
+		}
+	}
+	t.Fatal("the exit snapshot program was not in 20 s after the switch")
+	return 0
+}
+
 // TestMissedProcessSwitchesToSnapshots checks that one missed process,
-// with no churn at all, switches the sampler to exit snapshots at the
-// next poll.
+// with no churn at all, switches the sampler to exit snapshots.
 func TestMissedProcessSwitchesToSnapshots(t *testing.T) {
 	bpftest.Require(t)
 	p, err := Open(Config{Frequency: 999})
@@ -248,7 +263,8 @@ func TestMissedProcessSwitchesToSnapshots(t *testing.T) {
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
 		// spin: samples of this process
 	}
-	time.Sleep(200 * time.Millisecond) // a poll or two after the first record
+	took := waitSnapshots(t, p)
+	time.Sleep(200 * time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -256,6 +272,67 @@ func TestMissedProcessSwitchesToSnapshots(t *testing.T) {
 	if records == 0 || !p.snapshotting() {
 		t.Fatalf("after %d records, one reported missed: snapshotting %v, want true", records, p.snapshotting())
 	}
+	t.Logf("the exit snapshot program took %v to load", took.Round(time.Millisecond))
+}
+
+// TestSnapshotLoadDoesNotStallReader delays the exit program's load by
+// 3 s, as a starved machine did (11 s once), and checks that the ring is
+// read at every poll meanwhile: it used to be loaded on the reader's
+// goroutine, which then read nothing until it was in.
+func TestSnapshotLoadDoesNotStallReader(t *testing.T) {
+	bpftest.Require(t)
+	const delay = 3 * time.Second
+	p, err := Open(Config{Frequency: 99, snapshotLoadDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	var mu sync.Mutex
+	var polls []time.Time
+	p.OnPoll(func() {
+		mu.Lock()
+		polls = append(polls, time.Now())
+		mu.Unlock()
+	})
+	var records int
+	go func() {
+		done <- p.Run(ctx, func(*Record, int64) {
+			if records++; records == 1 {
+				p.MissedProcess()
+			}
+		})
+	}()
+	start := time.Now()
+	took := waitSnapshots(t, p)
+	loaded := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took < delay {
+		t.Errorf("the load took %v, less than the %v delay: the delay did not apply", took, delay)
+	}
+	// The longest time without a poll while the program loaded.
+	mu.Lock()
+	defer mu.Unlock()
+	var gap time.Duration
+	n := 0
+	for i := 1; i < len(polls); i++ {
+		if polls[i].After(start) && polls[i-1].Before(loaded) {
+			gap = max(gap, polls[i].Sub(polls[i-1]))
+			n++
+		}
+	}
+	if n < int(delay/DefaultPollInterval)/2 || gap > time.Second {
+		t.Errorf("%d polls while the exit program loaded for %v, the longest gap %v: the reader stalled", n, took, gap)
+	}
+	if !p.snapshotting() {
+		t.Error("not snapshotting after the exit program was loaded")
+	}
+	t.Logf("%d polls during a %v load, longest gap %v", n, took.Round(time.Millisecond), gap.Round(time.Millisecond))
 }
 
 func TestDecodeMaps(t *testing.T) {

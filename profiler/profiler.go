@@ -88,6 +88,9 @@ type Config struct {
 	// noMapsSnapshot never loads the exit snapshot program, as on a
 	// kernel that cannot run it: every new process wakes the agent.
 	noMapsSnapshot bool
+	// snapshotLoadDelay delays the load of the exit snapshot program, as
+	// a starved machine does, so that tests see the ring reader go on.
+	snapshotLoadDelay time.Duration
 }
 
 // MaxFrequency is the highest sampling frequency Open accepts.
@@ -148,6 +151,9 @@ type Stats struct {
 	// snapshots exiting processes' mappings (zero without it).
 	ExitRunTime  time.Duration
 	ExitRunCount uint64
+	// SnapshotLoad is how long loading and attaching the exit snapshot
+	// program took, on a goroutine of its own (zero until it is in).
+	SnapshotLoad time.Duration
 	// RingBufferSize is the ring's size and RingBufferUsed the bytes
 	// waiting in it.
 	RingBufferSize, RingBufferUsed int
@@ -180,18 +186,22 @@ type Profiler struct {
 	missedProcess  bool
 	snapshotsTried bool
 	mapsRing       *ring
-	exitProg       *ebpf.Program
-	exitLink       link.Link
-	maps           Maps
-	onMaps         func(*Maps)
-	clock          *wallclock.Clock
-	statsEnabled   interface{ Close() error }
+	// snapLoad is the exit program's load under way (nil: none).
+	snapLoad     *snapshotLoad
+	exitProg     *ebpf.Program
+	exitLink     link.Link
+	maps         Maps
+	onMaps       func(*Maps)
+	clock        *wallclock.Clock
+	statsEnabled interface{ Close() error }
 	// unwinder loads unwind tables (nil with UnwindFP).
 	unwinder *unwinder
 
 	received     atomic.Uint64
 	decodeErrors atomic.Uint64
 	wakeups      atomic.Uint64
+	// snapshotLoadTime is Stats.SnapshotLoad, in nanoseconds.
+	snapshotLoadTime atomic.Int64
 	// frequency is the sampling frequency now (SetFrequency changes it).
 	frequency atomic.Int64
 	// lastDrain is when the ring was last read (Unix ns), for Alive.
@@ -550,6 +560,7 @@ func (p *Profiler) Counters() (Stats, error) {
 		Received:       p.received.Load(),
 		DecodeErrors:   p.decodeErrors.Load(),
 		Wakeups:        p.wakeups.Load(),
+		SnapshotLoad:   time.Duration(p.snapshotLoadTime.Load()),
 		RingBufferSize: p.cfg.RingBufferSize,
 		RingBufferUsed: p.ring.used(),
 	}
@@ -625,6 +636,10 @@ func (p *Profiler) Close() error {
 	if p.ring != nil {
 		p.ring.close()
 		p.ring = nil
+	}
+	if p.snapLoad != nil {
+		p.snapLoad.close()
+		p.snapLoad = nil
 	}
 	if p.mapsRing != nil {
 		p.mapsRing.close()

@@ -99,6 +99,12 @@ type UnwindStats struct {
 	NoCFI, BuildErrors uint64
 	// MapsReads counts /proc/PID/maps reads for tables.
 	MapsReads uint64
+	// Ready counts the process images whose tables all reached the BPF
+	// maps; ReadyWaitMax and ReadyWaitSum are the longest and the total
+	// time from the unwinder's first sight of such an image (its first
+	// sample, at most a poll before) to that moment.
+	Ready                      uint64
+	ReadyWaitMax, ReadyWaitSum time.Duration
 	// TableFrames and FPFrames count the user frames of the samples read
 	// (the sampled pc aside, which needs no unwinding) found with an
 	// unwind table and with frame pointers: JIT code, binaries without
@@ -140,8 +146,12 @@ type loadedTable struct {
 // procState is what the unwinder did for one process: the mappings it
 // read, and whether some of their tables were still to be built.
 type procState struct {
-	mm       uint64
-	read     time.Time
+	mm   uint64
+	read time.Time
+	// asked is when the unwinder first saw this image (pid and mm);
+	// ready is set once its tables were all in.
+	asked    time.Time
+	ready    bool
 	root     string
 	maps     []execMapping
 	complete bool
@@ -325,9 +335,14 @@ func (u *unwinder) poll(now time.Time) {
 	for it.Next(&pid, &mm) {
 		reqs = append(reqs, req{pid, mm})
 	}
-	for _, r := range reqs {
-		if u.closing() {
-			return
+	// The most sampled first, for up to readBudget: at start, or under
+	// churn, hundreds of processes ask at once, and reading all their
+	// mappings before building anything held up the hot ones' tables.
+	// The rest stay pending for the next poll.
+	slices.SortFunc(reqs, func(a, b req) int { return cmp.Compare(u.heat[b.pid], u.heat[a.pid]) })
+	for i, r := range reqs {
+		if u.closing() || i > 0 && time.Since(now) >= readBudget {
+			break
 		}
 		st := u.procList[r.pid]
 		if st != nil && st.mm == r.mm && now.Sub(st.read) < refreshInterval {
@@ -428,7 +443,10 @@ func (u *unwinder) process(pid uint32, mm uint64, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	st := &procState{mm: mm, read: now, root: root, maps: maps}
+	st := &procState{mm: mm, read: now, asked: now, root: root, maps: maps}
+	if old := u.procList[pid]; old != nil && old.mm == mm {
+		st.asked, st.ready = old.asked, old.ready
+	}
 	u.procList[pid] = st
 	return u.writeEntry(pid, st, now)
 }
@@ -464,8 +482,21 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	if err := u.procs.Put(pid, &entry); err != nil {
 		return fmt.Errorf("write the mappings of process %d: %w", pid, err)
 	}
+	if st.complete && !st.ready && len(st.tables) > 0 {
+		st.ready = true
+		wait := time.Since(st.asked)
+		u.mu.Lock()
+		u.stats.Ready++
+		u.stats.ReadyWaitSum += wait
+		u.stats.ReadyWaitMax = max(u.stats.ReadyWaitMax, wait)
+		u.mu.Unlock()
+	}
 	return nil
 }
+
+// readBudget is how long one poll may spend reading pending processes'
+// mappings; the least sampled wait for the next poll.
+const readBudget = 50 * time.Millisecond
 
 // buildBudget is how long one poll may spend building tables; the rest
 // wait for the next poll.

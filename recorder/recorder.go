@@ -108,6 +108,8 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
 	var sweptNs int64
 	var snap []symbolize.SnapshotMapping
+	// With unwind tables, each sample says how its user frames were found.
+	tables := r.prof.Unwind() == profiler.UnwindDWARF
 	r.prof.OnMaps(func(m *profiler.Maps) {
 		if !m.Complete {
 			return // /proc, if the process lives, or nothing
@@ -145,6 +147,9 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			Comm:     rec.Comm,
 			CgroupID: rec.CgroupID,
 			Stack:    r.sym.Symbolize(rec.PID, rec.Kernel, rec.User),
+		}
+		if tables {
+			s.Unwind = sample.Unwind{UserFrames: len(rec.User), Table: rec.UserDWARF}
 		}
 		if r.containers != nil {
 			s.Container = r.containers.Lookup(rec.CgroupID)

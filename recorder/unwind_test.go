@@ -15,6 +15,7 @@ import (
 
 	"github.com/heatscope/heatscope/internal/bpftest"
 	"github.com/heatscope/heatscope/internal/fixture"
+	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
@@ -126,6 +127,11 @@ func inOrder(stack []string, want ...string) bool {
 // holds chain in order, the number with leaf, and an example of a stack
 // that does not.
 func share(stacks []userStack, after time.Time, leaf string, chain ...string) (float64, int, string) {
+	return shareOf(stacks, after, leaf, func(f []string) bool { return inOrder(f, chain...) })
+}
+
+// shareOf is share with whole saying which stacks are whole.
+func shareOf(stacks []userStack, after time.Time, leaf string, whole func([]string) bool) (float64, int, string) {
 	n, ok := 0, 0
 	bad := ""
 	for _, s := range stacks {
@@ -133,7 +139,7 @@ func share(stacks []userStack, after time.Time, leaf string, chain ...string) (f
 			continue
 		}
 		n++
-		if inOrder(s.funcs, chain...) {
+		if whole(s.funcs) {
 			ok++
 		} else if bad == "" {
 			bad = strings.Join(s.funcs, ";")
@@ -165,14 +171,21 @@ func tablesIn(t *testing.T, stacks []userStack, whole func([]string) bool) time.
 	return time.Time{}
 }
 
+// recordFixture starts bin and records its user stacks with the table
+// walk for 6 s.
+func recordFixture(t *testing.T, bin string) ([]userStack, profiler.Stats) {
+	t.Helper()
+	pid := start(t, bin)
+	time.Sleep(50 * time.Millisecond)
+	return recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
+}
+
 // checkChain records a running fixture with the table walk and checks
 // that, once the tables are in, at least minShare of the samples in leaf
 // have the whole chain.
 func checkChain(t *testing.T, bin string, minShare float64, leaf string, chain ...string) profiler.Stats {
 	t.Helper()
-	pid := start(t, bin)
-	time.Sleep(50 * time.Millisecond)
-	stacks, st := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
+	stacks, st := recordFixture(t, bin)
 	got, n, bad := share(stacks, tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) }), leaf, chain...)
 	// The shared machine can starve a fixture to a few percent of a CPU:
 	// ten samples are the least a share is judged on.
@@ -214,9 +227,7 @@ func TestUnwindChainWithoutFramePointers(t *testing.T) {
 func TestUnwindThroughLibc(t *testing.T) {
 	bpftest.Require(t)
 	bin := fixture.BuildC(t, "", "gcc", "fixture", qsortSource, "-O2", "-fomit-frame-pointer")
-	pid := start(t, bin)
-	time.Sleep(50 * time.Millisecond)
-	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
+	stacks, _ := recordFixture(t, bin)
 	// libc's own frames between qsort and the comparator vary
 	// (msort_with_tmp recursion): main, then qsort's frames, then the
 	// comparator, in that order, is what must hold.
@@ -225,27 +236,14 @@ func TestUnwindThroughLibc(t *testing.T) {
 		j := slices.IndexFunc(f, func(s string) bool { return strings.Contains(s, "qsort") })
 		return i >= 0 && j == i+1 && len(f)-1 > j && f[len(f)-1] == "slow_compare"
 	}
-	in := tablesIn(t, stacks, whole)
-	n, ok := 0, 0
-	bad := ""
-	for _, s := range stacks {
-		if s.at.Before(in) || len(s.funcs) == 0 || s.funcs[len(s.funcs)-1] != "slow_compare" {
-			continue
-		}
-		n++
-		if whole(s.funcs) {
-			ok++
-		} else if bad == "" {
-			bad = strings.Join(s.funcs, ";")
-		}
-	}
+	got, n, bad := shareOf(stacks, tablesIn(t, stacks, whole), "slow_compare", whole)
 	if n < 10 {
 		t.Fatalf("%d samples in slow_compare: the fixture did not run", n)
 	}
-	if float64(ok) < 0.95*float64(n) {
-		t.Errorf("%d of %d comparator samples reach main through qsort; e.g. %s", ok, n, bad)
+	if got < 0.95 {
+		t.Errorf("%.1f%% of %d comparator samples reach main through qsort; e.g. %s", 100*got, n, bad)
 	}
-	t.Logf("%d of %d comparator samples reach main through qsort", ok, n)
+	t.Logf("%.1f%% of %d comparator samples reach main through qsort", 100*got, n)
 }
 
 func TestUnwindCPlusPlusExceptions(t *testing.T) {
@@ -265,9 +263,7 @@ func TestUnwindStrippedBinary(t *testing.T) {
 	// hold is the depth: below libc's __libc_start_call_main, the four
 	// frames of main, outer_layer, middle_layer and leaf_work (or more,
 	// in libc's snprintf).
-	pid := start(t, stripped)
-	time.Sleep(50 * time.Millisecond)
-	stacks, _ := recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
+	stacks, _ := recordFixture(t, stripped)
 	whole := func(f []string) bool {
 		i := slices.Index(f, "__libc_start_call_main")
 		return i >= 0 && len(f)-i-1 >= 4
@@ -601,5 +597,221 @@ func TestUnwindTablesEvictedAfterExec(t *testing.T) {
 	got, n, bad := share(stacks, tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) }), "main.leaf", chain...)
 	if n < 10 || got < 0.95 {
 		t.Errorf("after the exec: %.0f%% of %d samples in main.leaf have the chain; e.g. %s", 100*got, n, bad)
+	}
+}
+
+// signalSource spends about a third of its time in a SIGPROF handler
+// installed with SA_SIGINFO (glibc returns from it through __restore_rt),
+// built without frame pointers: a sample in the handler unwinds through
+// the kernel's signal frame (the ucontext on the stack) to the
+// interrupted function and main.
+const signalSource = `#include <signal.h>
+#include <string.h>
+#include <sys/time.h>
+static volatile long sink;
+__attribute__((noinline)) long handler_work(long n) { for (long i = 0; i < n; i++) sink += i ^ n; return sink; }
+__attribute__((noinline)) void on_signal(int sig, siginfo_t *si, void *uc) { sink += handler_work(1000000) + sig + (si != 0) + (uc != 0); }
+__attribute__((noinline)) long interrupted(long n) { for (long i = 0; i < n; i++) sink += i; return sink; }
+int main(void) {
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGPROF, &sa, 0) != 0) return 2;
+	struct itimerval it = {{0, 5000}, {0, 5000}};
+	if (setitimer(ITIMER_PROF, &it, 0) != 0) return 3;
+	long t = 0;
+	for (;;) t += interrupted(100000);
+	return (int)t;
+}
+`
+
+// TestUnwindThroughSignalFrame samples a process inside its signal
+// handler: the handler's stack must reach main through the signal frame.
+func TestUnwindThroughSignalFrame(t *testing.T) {
+	bpftest.Require(t)
+	bin := fixture.BuildC(t, "", "gcc", "fixture", signalSource, "-O2", "-fomit-frame-pointer")
+	stacks, st := recordFixture(t, bin)
+	// handler_work, called by on_signal, called from the signal frame
+	// on top of what it interrupted, under main.
+	whole := func(f []string) bool {
+		i, j := slices.Index(f, "main"), slices.Index(f, "on_signal")
+		return i >= 0 && j > i && len(f) == j+2 && f[j+1] == "handler_work"
+	}
+	in := tablesIn(t, stacks, whole)
+	got, n, bad := shareOf(stacks, in, "handler_work", whole)
+	if n < 10 {
+		t.Fatalf("%d samples in the signal handler once the tables were in (of %d): the handler did not run; e.g. %s", n, len(stacks), example(stacks))
+	}
+	if got < 0.95 {
+		t.Errorf("%.1f%% of %d samples in the signal handler reach main through the signal frame; e.g. %s", 100*got, n, bad)
+	}
+	// The handler interrupts the hot loop most of the time: below the
+	// handler is the signal return trampoline (glibc's __restore_rt),
+	// and below it the interrupted function.
+	through, _, _ := shareOf(stacks, in, "handler_work", func(f []string) bool {
+		j := slices.Index(f, "on_signal")
+		return whole(f) && j >= 2 && f[j-2] == "interrupted"
+	})
+	if through < got/2 {
+		t.Errorf("%.1f%% of the handler's samples have the interrupted function below the signal frame; e.g. %s", 100*through, example(stacks))
+	}
+	if st.UnsupportedRows > 0 {
+		t.Logf("%d walks stopped at an unsupported row", st.UnsupportedRows)
+	}
+	t.Logf("%.1f%% of %d samples in the signal handler reach main, %.1f%% through the interrupted function", 100*got, n, 100*through)
+}
+
+// pluginSource is a shared library built without frame pointers, whose
+// hot leaf is two calls below its entry point.
+const pluginSource = `static volatile long sink;
+__attribute__((noinline)) long plugin_leaf(long n) { for (long i = 0; i < n; i++) sink += i * i; return sink; }
+__attribute__((noinline)) long plugin_middle(long n) { return plugin_leaf(n) + 1; }
+long plugin_entry(long n) { return plugin_middle(n) * 2; }
+`
+
+// dlopenSource spins for two seconds (its tables go in), then dlopens the
+// library named by its argument and calls into it forever: the library is
+// a mapping the process's unwind entry does not have.
+const dlopenSource = `#include <dlfcn.h>
+#include <time.h>
+static volatile long sink;
+__attribute__((noinline)) long call_plugin(long (*entry)(long), long n) { return entry(n) + 1; }
+int main(int argc, char **argv) {
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do { for (int i = 0; i < 100000; i++) sink += i; clock_gettime(CLOCK_MONOTONIC, &t); }
+	while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 2000);
+	void *h = dlopen(argv[1], RTLD_NOW);
+	if (!h) return 2;
+	long (*entry)(long) = (long (*)(long))dlsym(h, "plugin_entry");
+	if (!entry) return 3;
+	long total = 0;
+	for (;;) total += call_plugin(entry, 1000000);
+	return (int)total;
+}
+`
+
+// TestUnwindAfterDlopen records a process from before it dlopens a
+// library built without frame pointers: the library's pcs are in no
+// mapping the walk knows, the agent reads the mappings again and builds
+// the library's table, and the hot function's callers reach main.
+func TestUnwindAfterDlopen(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	lib := fixture.BuildC(t, dir, "gcc", "libplugin.so", pluginSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
+	bin := fixture.BuildC(t, dir, "gcc", "fixture", dlopenSource, "-O2", "-fomit-frame-pointer", "-ldl")
+	cmd := exec.Command(bin, lib)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	chain := []string{"main", "call_plugin", "plugin_entry", "plugin_middle", "plugin_leaf"}
+	stacks, st := recordUser(t, cmd.Process.Pid, profiler.UnwindDWARF, 7*time.Second)
+	var first time.Time // the first sample in the library
+	for _, s := range stacks {
+		if len(s.funcs) > 0 && s.funcs[len(s.funcs)-1] == "plugin_leaf" {
+			first = s.at
+			break
+		}
+	}
+	if first.IsZero() {
+		t.Fatalf("no sample in the library of %d; e.g. %s", len(stacks), example(stacks))
+	}
+	in := tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) })
+	t.Logf("first whole stack in the library %v after its first sample", in.Sub(first).Round(time.Millisecond))
+	got, n, bad := share(stacks, in, "plugin_leaf", chain...)
+	if n < 10 || got < 0.95 {
+		t.Errorf("after the dlopen: %.0f%% of %d samples in plugin_leaf have the chain; e.g. %s", 100*got, n, bad)
+	}
+	if st.Unwind.MapsReads < 2 {
+		t.Errorf("the process's mappings were read %d times: the dlopen did not refresh them", st.Unwind.MapsReads)
+	}
+}
+
+// mixedSource keeps frame pointers and has no CFI of its own, and sorts
+// with libc's qsort, which has CFI and no frame pointers: a sample in the
+// comparator has libc's frames found with its table, and the comparator's
+// caller and main found with frame pointers.
+const mixedSource = `#include <stdlib.h>
+static volatile long sink;
+__attribute__((noinline)) int fp_compare(const void *a, const void *b) {
+	for (int i = 0; i < 200; i++) sink += i;
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+__attribute__((noinline)) void fp_sort(int *v, int n) { qsort(v, n, sizeof v[0], fp_compare); sink++; }
+int main(void) {
+	static int v[4096];
+	for (;;) { for (int i = 0; i < 4096; i++) v[i] = (i * 7919) % 4096; fp_sort(v, 4096); }
+}
+`
+
+// TestUnwindMethodInPprof records the mixed fixture with the table walk
+// into a pprof profile and reads it with the real go tool pprof: the
+// labels say which user frames were found with frame pointers.
+func TestUnwindMethodInPprof(t *testing.T) {
+	bpftest.Require(t)
+	goTool := fixture.Tool(t, "go")
+	// -O0: gcc 12 at -O2 leaves the frame pointer out of leaf functions
+	// even with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer.
+	bin := fixture.BuildC(t, "", "gcc", "fixture", mixedSource, "-O0", "-fno-omit-frame-pointer",
+		"-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
+	pid := start(t, bin)
+	time.Sleep(50 * time.Millisecond)
+	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser,
+		Unwind: profiler.UnwindDWARF, UnwindCacheDir: t.TempDir()}
+	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("open recorder: %v", err)
+	}
+	defer rec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b := profileio.NewPprofBuilder(rec.PeriodNs())
+	mixed := 0
+	if err := rec.Run(ctx, func(s *sample.Sample) {
+		b.Add(s)
+		// For the messages: the comparator's samples that reach main.
+		if len(s.Stack) > 2 && s.Stack[0].Function == "fp_compare" &&
+			slices.ContainsFunc(s.Stack, func(f sample.Frame) bool { return f.Function == "main" }) {
+			mixed++
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mixed.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := profileio.WritePprof(f, b.Profile()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pprof := func(args ...string) string {
+		out, err := exec.Command(goTool, append([]string{"tool", "pprof"}, append(args, path)...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	tags := pprof("-tags")
+	t.Logf("go tool pprof -tags:\n%s", tags)
+	if !strings.Contains(tags, "unwind:") || !strings.Contains(tags, "table+fp") {
+		t.Errorf("go tool pprof -tags shows no sample with frames found both ways (unwind: table+fp); %d comparator stacks reach main", mixed)
+	}
+	// main is found with frame pointers (fp_sort has no CFI), the
+	// comparator's caller in libc too (the comparator has no CFI).
+	i := strings.Index(tags, "unwind_fp:")
+	if i < 0 || !strings.Contains(tags[i:], " main\n") {
+		t.Errorf("go tool pprof -tags does not name main among the frames found with frame pointers")
+	}
+	// And a pprof user keeps just those samples.
+	top := pprof("-tagfocus", "unwind_fp=^main$", "-top")
+	if !strings.Contains(top, "fp_compare") {
+		t.Errorf("go tool pprof -tagfocus unwind_fp=^main$ -top keeps no fp_compare sample:\n%s", top)
 	}
 }

@@ -87,6 +87,32 @@ type Sample struct {
 	// Node is the machine the sample was taken on, as queries give it
 	// (from the block it was read from); "" when not known.
 	Node string
+	// Unwind says how each user frame was found, when the sampler walked
+	// user stacks with unwind tables (record --unwind dwarf or auto);
+	// the zero value when not known. The store does not keep it.
+	Unwind Unwind
+}
+
+// Unwind says how each user frame of a sample was found: with its
+// binary's unwind table (.eh_frame) or with frame pointers, which a
+// binary built without them gets wrong.
+type Unwind struct {
+	// UserFrames is the number of user frames, the last ones of Stack;
+	// 0 when not known.
+	UserFrames int
+	// Table has bit i-1 set when user frame i (0 is the sampled pc,
+	// which needs no unwinding) was found with an unwind table, clear
+	// when with frame pointers.
+	Table [2]uint64
+}
+
+// WithTable reports whether user frame i (1 ≤ i < UserFrames) was found
+// with an unwind table.
+func (u *Unwind) WithTable(i int) bool {
+	if i < 1 || i > 128 || i >= u.UserFrames {
+		return false
+	}
+	return u.Table[(i-1)/64]&(1<<((i-1)%64)) != 0
 }
 
 // Container is what is known of the cgroup a sample ran in: its path and,
