@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// fakeAgent is an agent whose sampling path costs 0.5% of a CPU and whose
-// queries, while one is served, take a whole CPU.
+// fakeAgent is an agent whose sampling path costs sampling (a share of
+// one CPU) and whose queries, while one is served, take a whole CPU.
 type fakeAgent struct {
 	start     time.Time
+	sampling  float64
 	mu        sync.Mutex
 	busy      bool
 	busySince time.Time
@@ -27,7 +28,7 @@ func (a *fakeAgent) meter() (time.Duration, error) {
 	if a.busy {
 		q += now.Sub(a.busySince)
 	}
-	return now.Sub(a.start)/200 + q, nil
+	return time.Duration(float64(now.Sub(a.start))*a.sampling) + q, nil
 }
 
 func (a *fakeAgent) serve(on bool) {
@@ -42,18 +43,25 @@ func (a *fakeAgent) serve(on bool) {
 	a.busy = on
 }
 
-// runBrowsed runs a Guard over a fakeAgent that serves queries 40% of the
-// time, and returns the frequency after about a dozen windows and the
-// shares it judged.
-func runBrowsed(t *testing.T, accountQueries bool) (hz int, shares []float64) {
+// browsing is how a fakeAgent is browsed: each query takes serve, then
+// the browser thinks for think.
+type browsing struct{ serve, think time.Duration }
+
+// runBrowsed runs a Guard over a fakeAgent whose sampling path costs
+// sampling, browsed as b for about a dozen windows, and returns the
+// frequency then and the shares it judged.
+func runBrowsed(t *testing.T, accountQueries bool, sampling float64, b browsing) (hz int, shares []float64) {
 	t.Helper()
-	a := &fakeAgent{start: time.Now()}
+	a := &fakeAgent{start: time.Now(), sampling: sampling}
 	s := &fixedSampler{hz: 99}
 	cfg := Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	var busy *Busy
 	if accountQueries {
 		busy = NewBusy(a.meter)
+		// The fake's meter is exact: a short settling (TestBusySettles
+		// tests its length's use) leaves more time outside queries.
+		busy.settle = func() { time.Sleep(time.Millisecond) }
 		cfg.Busy = busy
 	}
 	g, err := New(cfg, s, a.meter)
@@ -69,12 +77,12 @@ func runBrowsed(t *testing.T, accountQueries bool) (hz int, shares []float64) {
 			busy.Enter()
 		}
 		a.serve(true)
-		time.Sleep(8 * time.Millisecond)
+		time.Sleep(b.serve)
 		a.serve(false)
 		if busy != nil {
 			busy.Leave()
 		}
-		time.Sleep(12 * time.Millisecond)
+		time.Sleep(b.think)
 		if sh := g.LastShare(); len(observed) == 0 || observed[len(observed)-1] != sh {
 			observed = append(observed, sh)
 		}
@@ -89,7 +97,7 @@ func runBrowsed(t *testing.T, accountQueries bool) (hz int, shares []float64) {
 // keeps the rate; without it, it would halve it (the check that the test
 // can fail).
 func TestGuardLeavesQueriesOut(t *testing.T) {
-	hz, shares := runBrowsed(t, true)
+	hz, shares := runBrowsed(t, true, 0.005, browsing{8 * time.Millisecond, 12 * time.Millisecond})
 	if hz != 99 {
 		t.Fatalf("with queries accounted apart: %d Hz, shares %v; want 99 Hz", hz, shares)
 	}
@@ -100,8 +108,23 @@ func TestGuardLeavesQueriesOut(t *testing.T) {
 			t.Fatalf("judged shares %v: queries leaked into the sampling path's cost (0.5%%)", shares)
 		}
 	}
-	if hz, shares := runBrowsed(t, false); hz >= 99 {
+	if hz, shares := runBrowsed(t, false, 0.005, browsing{8 * time.Millisecond, 12 * time.Millisecond}); hz >= 99 {
 		t.Fatalf("without Busy: %d Hz, shares %v; the test's queries should have looked like agent cost", hz, shares)
+	}
+}
+
+// TestBrowsingDoesNotHideAnOverload browses an agent almost all the time
+// (each window has about 15 ms outside queries in 100 ms): the Guard judges the
+// time outside queries once it adds up to a window, so a sampling path
+// over the budget is still cut, and one under it is still left alone.
+func TestBrowsingDoesNotHideAnOverload(t *testing.T) {
+	heavy := browsing{16 * time.Millisecond, 4 * time.Millisecond}
+	hz, shares := runBrowsed(t, true, 0.03, heavy)
+	if hz >= 99 || len(shares) < 2 {
+		t.Fatalf("a sampling path at 3%% of a CPU browsed 85%% of the time: %d Hz, shares %v; want a cut", hz, shares)
+	}
+	if hz, shares := runBrowsed(t, true, 0.005, heavy); hz != 99 || len(shares) < 2 {
+		t.Fatalf("a sampling path at 0.5%% of a CPU browsed 85%% of the time: %d Hz, shares %v; want 99 Hz, judged", hz, shares)
 	}
 }
 
@@ -118,6 +141,7 @@ func TestBusyCollectsQueryGarbage(t *testing.T) {
 	b := NewBusy(func() (time.Duration, error) { mu.Lock(); defer mu.Unlock(); return cpu, nil })
 	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	b.allocated = func() uint64 { mu.Lock(); defer mu.Unlock(); return allocated }
+	b.settle = nil // TestBusySettles covers it
 	release := make(chan struct{})
 	collecting := make(chan struct{}, 1)
 	b.collect = func() {
@@ -174,5 +198,62 @@ func TestBusyCollectsQueryGarbage(t *testing.T) {
 	// second one.
 	if b.Collections() != 1 {
 		t.Fatalf("%d collections, want 1", b.Collections())
+	}
+}
+
+// TestBusySettles checks that an interval ends Settle after its last
+// request, so that CPU its threads used but the kernel had not yet
+// accounted (it shows in the meter during the settling) is the queries',
+// and that a request arriving while it settles joins the interval and
+// settles again.
+func TestBusySettles(t *testing.T) {
+	var mu sync.Mutex
+	var cpu time.Duration
+	now := time.Unix(1000, 0)
+	b := NewBusy(func() (time.Duration, error) { mu.Lock(); defer mu.Unlock(); return cpu, nil })
+	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	b.allocated = func() uint64 { return 0 } // light requests: no collection
+	settling := make(chan chan struct{})
+	b.settle = func() {
+		done := make(chan struct{})
+		settling <- done
+		<-done
+	}
+	step := func(c, wall time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		cpu += c
+		now = now.Add(wall)
+	}
+	open := func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.n > 0 }
+
+	b.Enter()
+	step(3*time.Millisecond, 5*time.Millisecond)
+	b.Leave()
+	done := <-settling
+	if !open() {
+		t.Fatal("the interval ended with its last request, before settling")
+	}
+	// The kernel accounts the query thread's last tick.
+	step(4*time.Millisecond, 10*time.Millisecond)
+	b.Enter() // joins the interval
+	close(done)
+	step(2*time.Millisecond, 2*time.Millisecond)
+	b.Leave()
+	done = <-settling // the joined request settles too
+	step(time.Millisecond, 10*time.Millisecond)
+	close(done)
+	for deadline := time.Now().Add(10 * time.Second); open(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the interval never ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wall, busyCPU := b.totals(now, cpu)
+	if wall != 27*time.Millisecond || busyCPU != 10*time.Millisecond {
+		t.Fatalf("busy %v wall, %v CPU; want 27ms and 10ms, the settling included", wall, busyCPU)
+	}
+	if b.Collections() != 0 {
+		t.Fatalf("%d collections of light requests, want none", b.Collections())
 	}
 }

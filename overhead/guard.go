@@ -51,8 +51,10 @@ type Config struct {
 	// before a raise (default 3).
 	RaiseAfter int
 	// Busy, when not nil, measures the time spent serving queries: the
-	// Guard judges the rest of each window, the sampling path's cost,
-	// and takes no decision on a window spent almost all serving.
+	// Guard judges the rest of the time, the sampling path's cost, and
+	// decides only once it has seen a whole Window of that rest (however
+	// many windows of browsing it takes), so that a second of sampling
+	// work between two queries is never judged as if it were a window.
 	Busy *Busy
 	// Warmup is how long after Run starts the first window begins
 	// (default 10 s): start-up work (symbols read for the first
@@ -70,9 +72,10 @@ const (
 	MinFrequencyDefault = 10
 	defaultWindow       = 10 * time.Second
 	defaultWarmup       = 10 * time.Second
-	// minIdleShare is the share of a window that must be spent not
-	// serving queries for the Guard to judge it.
-	minIdleShare      = 0.2
+	// judgedShare is the share of a Window of time spent not serving
+	// queries that the Guard must have seen to decide (a little under 1:
+	// a late tick shortens the next window).
+	judgedShare       = 0.9
 	defaultLowWater   = 0.6
 	defaultRaiseAfter = 3
 )
@@ -86,6 +89,7 @@ type Guard struct {
 	quiet   int // windows in a row under LowWater
 
 	changes atomic.Uint64
+	judged  atomic.Uint64 // windows judged
 	// lastShare is the last window's cost in percent of one CPU (as
 	// float64 bits).
 	lastShare atomic.Uint64
@@ -140,6 +144,9 @@ func (g *Guard) Run(ctx context.Context) error {
 	}
 	prevAt := time.Now()
 	prevBusyWall, prevBusyCPU := g.busy(prevAt, prev)
+	// The time outside queries, and the CPU spent in it, since the last
+	// decision.
+	var judgedWall, judgedCPU time.Duration
 	t := time.NewTicker(g.cfg.Window)
 	defer t.Stop()
 	for {
@@ -156,15 +163,21 @@ func (g *Guard) Run(ctx context.Context) error {
 			// machine this goroutine may run well after its tick.
 			now := time.Now()
 			busyWall, busyCPU := g.busy(now, cpu)
-			// The window without the time spent serving queries.
-			wall := now.Sub(prevAt) - (busyWall - prevBusyWall)
-			used := cpu - prev - (busyCPU - prevBusyCPU)
+			servingWall, servingCPU := busyWall-prevBusyWall, busyCPU-prevBusyCPU
+			outsideWall, outsideCPU := now.Sub(prevAt)-servingWall, cpu-prev-servingCPU
+			judgedWall += outsideWall
+			judgedCPU += outsideCPU
 			prev, prevAt, prevBusyWall, prevBusyCPU = cpu, now, busyWall, busyCPU
-			if wall < time.Duration(minIdleShare*float64(g.cfg.Window)) {
-				g.cfg.Logger.Debug("overhead guard: the window was spent serving queries; no decision", "unbusy", wall)
-				continue
+			judging := judgedWall >= time.Duration(judgedShare*float64(g.cfg.Window))
+			g.cfg.Logger.Debug("overhead guard: window", "outside_queries", outsideWall, "cpu_outside_queries", outsideCPU,
+				"serving", servingWall, "serving_cpu", servingCPU, "judged", judging)
+			if !judging {
+				continue // the next window adds to it
 			}
-			g.Observe(100 * max(0, used).Seconds() / wall.Seconds())
+			share := 100 * max(0, judgedCPU).Seconds() / judgedWall.Seconds()
+			g.cfg.Logger.Debug("overhead guard: judged", "share_pct", share, "outside_queries", judgedWall, "cpu_outside_queries", judgedCPU)
+			judgedWall, judgedCPU = 0, 0
+			g.Observe(share)
 		}
 	}
 }
@@ -182,6 +195,7 @@ func (g *Guard) busy(now time.Time, cpu time.Duration) (wall, busyCPU time.Durat
 // frequency if the cost calls for it.
 func (g *Guard) Observe(share float64) {
 	g.lastShare.Store(math.Float64bits(share))
+	g.judged.Add(1)
 	cur := g.sampler.Frequency()
 	next, reason := g.decide(cur, share)
 	if next == cur {
@@ -230,6 +244,9 @@ func (g *Guard) decide(cur int, share float64) (int, string) {
 
 // Changes returns how many times the Guard has changed the frequency.
 func (g *Guard) Changes() uint64 { return g.changes.Load() }
+
+// Judged returns how many windows the Guard has judged.
+func (g *Guard) Judged() uint64 { return g.judged.Load() }
 
 // LastShare returns the last window's cost in percent of one CPU (0
 // before the first window).

@@ -97,10 +97,18 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 		results[i] = make(chan result, 1)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// A query's work ends with it: on an early return (the request was
+	// cancelled, fn failed) the parts under way are waited for, so their
+	// CPU and memory are the query's, not some later moment's (the
+	// overhead guard counts a query's CPU as it is served).
+	var workers sync.WaitGroup
+	defer func() {
+		cancel()
+		workers.Wait()
+	}()
 	masks := &maskCache{f: f, m: map[*Block]*compiled{}}
 	inFlight := make(chan struct{}, 2*runtime.GOMAXPROCS(0))
-	go func() {
+	workers.Go(func() {
 		for i := range parts {
 			select {
 			case inFlight <- struct{}{}:
@@ -110,13 +118,13 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 				}
 				return
 			}
-			go func() {
+			workers.Go(func() {
 				b, err := db.runPart(&parts[i], r, masks)
 				parts[i].release()
 				results[i] <- result{b, err}
-			}()
+			})
 		}
-	}()
+	})
 	var warnings Warnings
 	for i := range parts {
 		var res result

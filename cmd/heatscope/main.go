@@ -42,8 +42,19 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// logLevelEnv names the environment variable that sets the log level
+// (debug, info, warn or error; info when unset).
+const logLevelEnv = "HEATSCOPE_LOG_LEVEL"
+
 func run(args []string, stdout, stderr io.Writer) int {
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, nil)))
+	var level slog.Level
+	if v := os.Getenv(logLevelEnv); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			fmt.Fprintf(stderr, "heatscope: %s=%q: want debug, info, warn or error\n", logLevelEnv, v)
+			return 2
+		}
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {

@@ -137,8 +137,16 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 		collections := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_query_collections_total",
 			Help: "Bursts of queries whose garbage was collected before the overhead guard measured the sampling path again."},
 			func() float64 { return float64(g.busy.Collections()) })
-		if err := m.Register(collections); err != nil {
-			return nil, err
+		judged := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_windows_judged_total",
+			Help: "Windows of the agent's CPU the overhead guard has judged (a window is a --max-cpu decision's worth of time outside queries)."},
+			func() float64 { return float64(g.Judged()) })
+		share := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatscope_guard_agent_cpu_percent",
+			Help: "The agent's CPU in the overhead guard's last judged window, queries left out, in percent of one CPU (the BPF program's run time included when the kernel keeps it)."},
+			g.LastShare)
+		for _, c := range []prometheus.Collector{collections, judged, share} {
+			if err := m.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if db != nil {
