@@ -49,10 +49,11 @@ func main() {
 	runs := flag.Int("runs", 3, "how many times to measure")
 	throughput := flag.Duration("throughput", 0, "when not 0, also measure the workload's throughput for this long alone, under perf and under heatscope, in each run")
 	unwind := flag.Bool("unwind", false, "instead, compare heatscope --unwind fp and dwarf with perf record -g and --call-graph dwarf on a workload without frame pointers")
+	profiles := flag.String("agent-profiles", "", "with -unwind: write each heatscope run's own CPU profile (record --cpu-profile) into this existing directory")
 	flag.Parse()
 	log.SetFlags(0)
 	if *unwind {
-		if err := runUnwind(*duration, *frequency, *runs); err != nil {
+		if err := runUnwind(*duration, *frequency, *runs, *profiles); err != nil {
 			log.Fatalf("unwind benchmark: %v", err)
 		}
 		return
@@ -263,6 +264,20 @@ func startWorkload(mixed string) ([]*exec.Cmd, error) {
 	return procs, nil
 }
 
+// startMeasuring makes dir, starts the workload (startWorkload) and gives
+// it a second to get going before a sampler starts.
+func startMeasuring(dir, workload string) ([]*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	procs, err := startWorkload(workload)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	return procs, nil
+}
+
 // stopWorkload ends the workload and returns the cycles it completed.
 func stopWorkload(procs []*exec.Cmd) int64 {
 	var cycles int64
@@ -319,15 +334,11 @@ func medianRange(v []float64, format string) string {
 // measure runs both profilers at once on the workload.
 func measure(b binaries, duration time.Duration, hz int, dir string) (result, error) {
 	var r result
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return r, err
-	}
-	workload, err := startWorkload(b.mixed)
+	workload, err := startMeasuring(dir, b.mixed)
 	if err != nil {
 		return r, err
 	}
 	defer stopWorkload(workload)
-	time.Sleep(time.Second)
 
 	hsOut := filepath.Join(dir, "heatscope.pb.gz")
 	hsData := filepath.Join(dir, "data")

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,11 +31,16 @@ type unwindResult struct {
 	// them whose user stack reaches main.
 	workload int
 	main     float64
+	// tablesIn is, for heatscope, the longest time over the workload's
+	// processes from a process's first sample to its first sample that
+	// reaches main: how long its tables took to reach the BPF maps (-1:
+	// never).
+	tablesIn time.Duration
 }
 
 var unwindSamplers = []string{"heatscope --unwind fp", "heatscope --unwind dwarf", "perf record -g", "perf record --call-graph dwarf"}
 
-func runUnwind(duration time.Duration, hz, runs int) error {
+func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	dir, err := os.MkdirTemp("", "heatscope-bench-unwind-")
 	if err != nil {
 		return err
@@ -49,22 +53,32 @@ func runUnwind(duration time.Duration, hz, runs int) error {
 	fmt.Printf("## Unwinding: frame pointers vs tables, %d runs of %v each at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, kernelRelease())
 	fmt.Printf("Workload: one `bench/sampler/testdata/nofp.c` (gcc -O2 -fomit-frame-pointer) per CPU, pinned; each sampler records alone, one after the other. " +
 		"Run 1 of heatscope --unwind dwarf starts with no cached table (it builds them), later runs read them from --cache-dir. " +
-		"\"reach main\": the workload's samples whose user stack has `main`.\n\n")
-	fmt.Printf("| run | sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS | workload samples | reach main |\n|---|---|---|---|---|---|---|---|\n")
+		"\"reach main\": the workload's samples whose user stack has `main`; \"tables in\": the longest time over the workload's processes from a process's first sample to its first one that reaches main.\n\n")
+	fmt.Printf("| run | sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS | workload samples | reach main | tables in | load average (1 min) before, after |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]unwindResult{}
 	for i := range runs {
 		for j, s := range unwindSamplers {
-			r, err := measureUnwind(b, s, duration, hz, filepath.Join(dir, fmt.Sprintf("run%d-%d", i, j)))
+			before := loadAverage()
+			var profile string
+			if profiles != "" && strings.HasPrefix(s, "heatscope") {
+				profile = filepath.Join(profiles, fmt.Sprintf("run%d-%s.pprof", i+1, strings.TrimPrefix(s, "heatscope --unwind ")))
+			}
+			r, err := measureUnwind(b, s, duration, hz, filepath.Join(dir, fmt.Sprintf("run%d-%d", i, j)), profile)
 			if err != nil {
 				return fmt.Errorf("run %d, %s: %w", i+1, s, err)
 			}
+			after := loadAverage()
 			all[s] = append(all[s], r)
-			bpf := "-"
+			bpf, in := "-", "-"
 			if strings.HasPrefix(s, "heatscope") {
 				bpf = fmt.Sprintf("%.2f", r.bpfUs)
+				in = "never"
+				if r.tablesIn >= 0 {
+					in = r.tablesIn.Round(time.Millisecond).String()
+				}
 			}
-			fmt.Printf("| %d | %s | %.0f / %.0f = %.1f%% | %s | %.3f%% | %.1f MB | %d | %.1f%% |\n", i+1, s, r.received, r.expected,
-				100*r.received/r.expected, bpf, r.cpu, r.rss, r.workload, 100*r.main)
+			fmt.Printf("| %d | %s | %.0f / %.0f = %.1f%% | %s | %.3f%% | %.1f MB | %d | %.1f%% | %s | %s, %s |\n", i+1, s, r.received, r.expected,
+				100*r.received/r.expected, bpf, r.cpu, r.rss, r.workload, 100*r.main, in, before, after)
 		}
 	}
 	fmt.Printf("\nMedians (range) over the runs:\n\n| sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS, MB | reach main |\n|---|---|---|---|---|---|\n")
@@ -89,18 +103,25 @@ func runUnwind(duration time.Duration, hz, runs int) error {
 	return nil
 }
 
-// measureUnwind runs one sampler on the workload for d.
-func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir string) (unwindResult, error) {
-	var r unwindResult
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return r, err
+// loadAverage is the machine's load average over the last minute, as
+// /proc/loadavg says ("?" if it cannot be read).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
 	}
-	workload, err := startWorkload(b.mixed)
+	return "?"
+}
+
+// measureUnwind runs one sampler on the workload for d.
+// With profile, heatscope writes its own CPU profile there.
+func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, profile string) (unwindResult, error) {
+	var r unwindResult
+	workload, err := startMeasuring(dir, b.mixed)
 	if err != nil {
 		return r, err
 	}
 	defer stopWorkload(workload)
-	time.Sleep(time.Second)
 	r.expected = d.Seconds() * float64(hz) * float64(runtime.NumCPU())
 	var cmd *exec.Cmd
 	data := filepath.Join(dir, "data")
@@ -110,7 +131,11 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir stri
 	case "perf record --call-graph dwarf":
 		cmd = perfCmd(d, hz, data, "--call-graph", "dwarf")
 	default:
-		cmd = heatscopeCmd(b, d, hz, data, "--listen", "", "--unwind", strings.TrimPrefix(sampler, "heatscope --unwind "))
+		args := []string{"--listen", "", "--unwind", strings.TrimPrefix(sampler, "heatscope --unwind ")}
+		if profile != "" {
+			args = append(args, "--cpu-profile", profile)
+		}
+		cmd = heatscopeCmd(b, d, hz, data, args...)
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -128,39 +153,79 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir stri
 	r.received = float64(sum.received)
 	r.bpfUs = 1e6 * sum.bpfTime / math.Max(1, float64(sum.bpfRuns))
 	r.cpu = 100 * (u.cpu.Seconds() + sum.bpfTime) / d.Seconds()
-	out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "folded", "-o", "-").Output()
+	out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "perf-script", "-o", "-").Output()
 	if err != nil {
 		return r, fmt.Errorf("heatscope export: %w", err)
 	}
-	r.workload, r.main = foldedReachMain(out)
+	r.workload, r.main, r.tablesIn = scriptReachMain(out)
 	return r, nil
 }
 
-// foldedReachMain counts the samples of folded stacks and the share whose
-// stack has main.
-func foldedReachMain(folded []byte) (int, float64) {
-	var n, main int64
-	sc := bufio.NewScanner(bytes.NewReader(folded))
+// scriptReachMain reads heatscope's perf script export of the workload's
+// samples and returns their number, the share whose stack has main, and
+// the longest time over the processes from a process's first sample to
+// its first that has main (-1 if one never had it).
+func scriptReachMain(script []byte) (int, float64, time.Duration) {
+	type proc struct{ first, whole float64 }
+	procs := map[string]*proc{}
+	n, main := 0, 0
+	var cur *proc
+	var at float64
+	hasMain := false
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		n++
+		if hasMain {
+			main++
+			if cur.whole < 0 {
+				cur.whole = at
+			}
+		}
+		cur, hasMain = nil, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(script))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		c, err := strconv.ParseInt(line[i+1:], 10, 64)
-		if err != nil {
-			continue
-		}
-		n += c
-		if slices.Contains(strings.Split(line[:i], ";"), "main") {
-			main += c
+		switch {
+		case strings.TrimSpace(line) == "":
+			flush()
+		case line[0] != '\t':
+			// "comm pid/tid [cpu] seconds.micros: period cpu-clock:"
+			flush()
+			f := strings.Fields(line)
+			if len(f) < 4 {
+				continue
+			}
+			t, err := strconv.ParseFloat(strings.TrimSuffix(f[3], ":"), 64)
+			if err != nil {
+				continue
+			}
+			pid, _, _ := strings.Cut(f[1], "/")
+			if procs[pid] == nil {
+				procs[pid] = &proc{first: t, whole: -1}
+			}
+			cur, at = procs[pid], t
+		default:
+			if f := strings.Fields(line); len(f) >= 2 && f[1] == "main" {
+				hasMain = true
+			}
 		}
 	}
+	flush()
 	if n == 0 {
-		return 0, 0
+		return 0, 0, -1
 	}
-	return int(n), float64(main) / float64(n)
+	var longest time.Duration
+	for _, p := range procs {
+		if p.whole < 0 {
+			return n, float64(main) / float64(n), -1
+		}
+		longest = max(longest, time.Duration((p.whole-p.first)*1e9))
+	}
+	return n, float64(main) / float64(n), longest
 }
 
 // perfReachMain runs perf script and counts the samples, those of comm,

@@ -90,3 +90,24 @@ func (h *heapProfiler) stop() {
 	close(h.done)
 	h.wg.Wait()
 }
+
+// startCPUProfile writes the agent's own CPU profile into path until the
+// returned function is called: where the agent's CPU goes (symbolizing,
+// building unwind tables, the store), beside the BPF program's run time
+// that --bpf-stats reports.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			slog.Warn("CPU profile not written", "path", path, "err", err)
+		}
+	}, nil
+}

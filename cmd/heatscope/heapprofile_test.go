@@ -71,3 +71,30 @@ func TestHeapProfileDirMustExist(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUProfileWritten profiles a busy loop and reads the file back with
+// pprof's parser: a CPU profile with samples.
+func TestCPUProfileWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		n++
+	}
+	stop()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	if len(p.SampleType) < 2 || p.SampleType[1].Type != "cpu" || len(p.Sample) == 0 {
+		t.Errorf("not a CPU profile with samples: types %v, %d samples (%d loops)", p.SampleType, len(p.Sample), n)
+	}
+}

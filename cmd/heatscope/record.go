@@ -59,6 +59,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	memLimit := fs.String("memory-limit", "64MiB", "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
 		"and raised back when the cost allows (0: no guard)")
+	cpuProfile := fs.String("cpu-profile", "", "write the agent's own Go CPU profile of the whole run to this file (go tool pprof reads it; '' for none)")
 	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the agent's own Go heap profile into this existing directory (to compare with go tool pprof -diff_base; '' for none)")
 	config := addConfigFlag(fs)
 	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token or --insecure-listen)")
@@ -174,6 +175,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			return usageError{err}
 		}
 		defer hp.stop()
+	}
+
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return usageError{err}
+		}
+		defer stopProfile()
 	}
 
 	var out *os.File
@@ -484,6 +493,10 @@ func printSummary(rec *recorder.Recorder, elapsed time.Duration, w io.Writer) {
 			"%d tables loaded (%.1f MB of %.1f), %d built, %d from the cache, %d evicted, %d deferred, %d binaries without CFI, %d errors\n",
 			st.DWARFWalks, st.FPWalks, u.TableFrames, u.FPFrames, u.Tables, float64(u.TableBytes)/1e6, float64(u.MaxBytes)/1e6,
 			u.Built, u.CacheHits, u.Evictions, u.Deferred, u.NoCFI, u.BuildErrors)
+		if u.Ready > 0 {
+			fmt.Fprintf(w, "unwind: the tables of %d processes reached the BPF maps %.0f ms after their first sample on average, %.0f ms at most\n",
+				u.Ready, float64(u.ReadyWaitSum.Milliseconds())/float64(u.Ready), float64(u.ReadyWaitMax.Milliseconds()))
+		}
 	}
 }
 

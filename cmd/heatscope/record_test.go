@@ -403,6 +403,7 @@ func TestRecordBadFlags(t *testing.T) {
 		{"--symbol-cache 0", "--symbol-cache"},
 		{"--event-pattern reset=(unclosed", "reset=(unclosed"},
 		{"--event-pattern-file /no/such/patterns", "/no/such/patterns"},
+		{"--cpu-profile /no/such/dir/cpu.pprof", "--cpu-profile"},
 	} {
 		_, stderr, err := runHeatscope(bin, append([]string{"record"}, strings.Fields(tc.args)...)...)
 		var exit *exec.ExitError
