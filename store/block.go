@@ -119,16 +119,11 @@ type section struct {
 	stored, raw, crc uint32
 }
 
+// summaryEntry is the samples of one thread (the per-thread summary) or
+// one CPU (the per-CPU summary) in one bucket.
 type summaryEntry struct {
-	bucket      int64 // µs / summaryBucket
-	thread      uint32
-	count, idle uint32
-}
-
-// cpuSummaryEntry is the samples of one CPU in one bucket.
-type cpuSummaryEntry struct {
-	bucket      int64 // µs / summaryBucket
-	cpu         uint32
+	bucket      int64  // µs / summaryBucket
+	key         uint32 // the thread's index, or the CPU
 	count, idle uint32
 }
 
@@ -270,7 +265,7 @@ type blockWriter struct {
 	buf      []byte
 	chunks   []chunkRef
 	summary  map[summaryKey]*summaryEntry
-	perCPU   map[cpuKey]*cpuSummaryEntry
+	perCPU   map[cpuKey]*summaryEntry
 	idle     lazyIdle
 	samples  int
 	minTime  int64
@@ -294,7 +289,7 @@ func newBlockWriter(path string) (*blockWriter, error) {
 		return nil, err
 	}
 	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder(), summary: map[summaryKey]*summaryEntry{},
-		perCPU: map[cpuKey]*cpuSummaryEntry{}}
+		perCPU: map[cpuKey]*summaryEntry{}}
 	w.idle.t = &w.tables.T
 	w.d.write([]byte(blockMagic))
 	return w, nil
@@ -321,13 +316,13 @@ func (w *blockWriter) add(m *remap, i int) error {
 	k := summaryKey{floorDiv(micros(time), summaryBucket), thread}
 	e := w.summary[k]
 	if e == nil {
-		e = &summaryEntry{bucket: k.bucket, thread: thread}
+		e = &summaryEntry{bucket: k.bucket, key: thread}
 		w.summary[k] = e
 	}
 	ck := cpuKey{k.bucket, t.CPU[i]}
 	ce := w.perCPU[ck]
 	if ce == nil {
-		ce = &cpuSummaryEntry{bucket: ck.bucket, cpu: ck.cpu}
+		ce = &summaryEntry{bucket: ck.bucket, key: ck.cpu}
 		w.perCPU[ck] = ce
 	}
 	e.count++
@@ -394,23 +389,9 @@ func (w *blockWriter) finish() error {
 	sections[sectionStacks] = w.d.section(encodeStacks(t))
 	sections[sectionThreads] = w.d.section(encodeThreads(t))
 	sections[sectionChunks] = w.d.section(encodeChunkIndex(w.chunks))
-	entries := make([]summaryEntry, 0, len(w.summary))
-	for _, e := range w.summary {
-		entries = append(entries, *e)
-	}
-	slices.SortFunc(entries, func(a, b summaryEntry) int {
-		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.thread, b.thread))
-	})
-	cpuEntries := make([]cpuSummaryEntry, 0, len(w.perCPU))
-	for _, e := range w.perCPU {
-		cpuEntries = append(cpuEntries, *e)
-	}
-	slices.SortFunc(cpuEntries, func(a, b cpuSummaryEntry) int {
-		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.cpu, b.cpu))
-	})
-	sections[sectionSummary] = w.d.section(encodeSummary(entries))
+	sections[sectionSummary] = w.d.section(encodeSummary(sortedEntries(w.summary)))
 	sections[sectionCgroups] = w.d.section(encodeCgroups(t))
-	sections[sectionCPUSummary] = w.d.section(encodeCPUSummary(cpuEntries))
+	sections[sectionCPUSummary] = w.d.section(encodeSummary(sortedEntries(w.perCPU)))
 
 	toc := make([]byte, 0, numSections*21)
 	for kind := 1; kind <= numSections; kind++ {
@@ -552,26 +533,27 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// sortedEntries returns a summary's entries (per thread or per CPU) in
+// bucket, then key order.
+func sortedEntries[K comparable](m map[K]*summaryEntry) []summaryEntry {
+	entries := make([]summaryEntry, 0, len(m))
+	for _, e := range m {
+		entries = append(entries, *e)
+	}
+	slices.SortFunc(entries, func(a, b summaryEntry) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.key, b.key))
+	})
+	return entries
+}
+
+// encodeSummary encodes a summary's entries, sorted.
 func encodeSummary(entries []summaryEntry) []byte {
 	b := binary.AppendUvarint(nil, uint64(len(entries)))
 	prev := int64(0)
 	for _, e := range entries {
 		b = binary.AppendVarint(b, e.bucket-prev)
 		prev = e.bucket
-		b = binary.AppendUvarint(b, uint64(e.thread))
-		b = binary.AppendUvarint(b, uint64(e.count))
-		b = binary.AppendUvarint(b, uint64(e.idle))
-	}
-	return b
-}
-
-func encodeCPUSummary(entries []cpuSummaryEntry) []byte {
-	b := binary.AppendUvarint(nil, uint64(len(entries)))
-	prev := int64(0)
-	for _, e := range entries {
-		b = binary.AppendVarint(b, e.bucket-prev)
-		prev = e.bucket
-		b = binary.AppendUvarint(b, uint64(e.cpu))
+		b = binary.AppendUvarint(b, uint64(e.key))
 		b = binary.AppendUvarint(b, uint64(e.count))
 		b = binary.AppendUvarint(b, uint64(e.idle))
 	}

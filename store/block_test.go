@@ -171,7 +171,7 @@ func FuzzDecodeBlockSections(f *testing.F) {
 		if err != nil {
 			return
 		}
-		decodeSummary(summary, len(tab.Threads))
+		decodeSummary(summary, "summary", uint64(len(tab.Threads)))
 		c := *tab
 		if err := decodeChunk(&c, chunk, chunkRef{count: 1 << 12}); err != nil {
 			return

@@ -249,7 +249,7 @@ func (b *Block) readIndex() (*blockIndex, error) {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
 	ix := &blockIndex{tables: t, idle: idleMasks{stacks: idleStacks(t), threads: idleThreads(t)}}
-	if ix.summary, err = decodeSummary(raw[sectionSummary], len(t.Threads)); err != nil {
+	if ix.summary, err = decodeSummary(raw[sectionSummary], "summary", uint64(len(t.Threads))); err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
 
@@ -414,9 +414,10 @@ func decodeChunkIndex(raw []byte, limit int64) ([]chunkRef, error) {
 	return chunks, nil
 }
 
-// summary is a block's per-thread 10 s counts as held in memory: 16 bytes
-// an entry, buckets counted from base. It is most of a block index's
-// memory (an entry per thread per 10 s).
+// summary is a block's per-thread or per-CPU 10 s counts as held in
+// memory: 16 bytes an entry, buckets counted from base, in bucket then key
+// order. The per-thread one is most of a block index's memory (an entry
+// per thread per 10 s).
 type summary struct {
 	base  int64 // bucket of the first entry, in µs / summaryBucket
 	cells []summaryCell
@@ -424,45 +425,7 @@ type summary struct {
 
 type summaryCell struct {
 	bucket      uint32 // after base
-	thread      uint32
-	count, idle uint32
-}
-
-func decodeSummary(raw []byte, threads int) (summary, error) {
-	r := &reader{b: raw}
-	cells := make([]summaryCell, r.count("summary", 4))
-	var base, prev int64
-	for i := range cells {
-		e := &cells[i]
-		prev += r.varint("summary bucket")
-		if i == 0 {
-			base = prev
-		}
-		if off := prev - base; off >= 0 && off < 1<<32 {
-			e.bucket = uint32(off)
-		} else {
-			r.fail("summary bucket")
-		}
-		e.thread = r.u32("summary thread", uint64(threads))
-		e.count = r.u32("summary count", 1<<32)
-		e.idle = r.u32("summary idle", uint64(e.count)+1)
-	}
-	if r.err != nil {
-		return summary{}, fmt.Errorf("summary: %w", r.err)
-	}
-	return summary{base: base, cells: cells}, nil
-}
-
-// cpuSummary is a block's per-CPU 10 s counts, buckets counted from
-// base, in bucket then CPU order.
-type cpuSummary struct {
-	base  int64 // bucket of the first entry, in µs / summaryBucket
-	cells []cpuCell
-}
-
-type cpuCell struct {
-	bucket      uint32 // after base
-	cpu         uint32
+	key         uint32 // the thread's index, or the CPU
 	count, idle uint32
 }
 
@@ -470,29 +433,31 @@ type cpuCell struct {
 // NR_CPUS is at most 8192).
 const maxSummaryCPU = 1 << 16
 
-func decodeCPUSummary(raw []byte) (cpuSummary, error) {
+// decodeSummary decodes the summary section named what, whose keys are
+// below maxKey (the thread count, or maxSummaryCPU).
+func decodeSummary(raw []byte, what string, maxKey uint64) (summary, error) {
 	r := &reader{b: raw}
-	cells := make([]cpuCell, r.count("cpu summary", 4))
+	cells := make([]summaryCell, r.count(what, 4))
 	var base, prev int64
 	for i := range cells {
 		e := &cells[i]
-		prev += r.varint("cpu summary bucket")
+		prev += r.varint(what + " bucket")
 		if i == 0 {
 			base = prev
 		}
 		if off := prev - base; off >= 0 && off < 1<<32 {
 			e.bucket = uint32(off)
 		} else {
-			r.fail("cpu summary bucket")
+			r.fail(what + " bucket")
 		}
-		e.cpu = r.u32("cpu summary cpu", maxSummaryCPU)
-		e.count = r.u32("cpu summary count", 1<<32)
-		e.idle = r.u32("cpu summary idle", uint64(e.count)+1)
+		e.key = r.u32(what+" key", maxKey)
+		e.count = r.u32(what+" count", 1<<32)
+		e.idle = r.u32(what+" idle", uint64(e.count)+1)
 	}
 	if r.err != nil {
-		return cpuSummary{}, fmt.Errorf("cpu summary: %w", r.err)
+		return summary{}, fmt.Errorf("%s: %w", what, r.err)
 	}
-	return cpuSummary{base: base, cells: cells}, nil
+	return summary{base: base, cells: cells}, nil
 }
 
 // within reports whether the section lies between the block's magic and

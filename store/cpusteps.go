@@ -313,7 +313,7 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 	if err != nil {
 		return nil, fmt.Errorf("block %s section %d: %w", b, sectionCPUSummary, err)
 	}
-	sum, err := decodeCPUSummary(raw)
+	sum, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
 	if err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
@@ -323,16 +323,16 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 		b.cpuSteps.Store(c)
 		return c, nil
 	}
-	stepOf := func(e cpuCell) int64 { return floorDiv((sum.base+int64(e.bucket))*bucket-phase, step) }
+	stepOf := func(e summaryCell) int64 { return floorDiv((sum.base+int64(e.bucket))*bucket-phase, step) }
 	// Cells are in bucket order, so steps ascend: count into a dense
 	// steps × CPUs array when it is not much larger than the cells
 	// (CPU numbers are dense), else into a map.
 	k0, k1 := stepOf(sum.cells[0]), stepOf(sum.cells[len(sum.cells)-1])
 	cpus := int64(0)
 	for _, e := range sum.cells {
-		cpus = max(cpus, int64(e.cpu)+1)
+		cpus = max(cpus, int64(e.key)+1)
 	}
-	count := func(e cpuCell) uint32 {
+	count := func(e summaryCell) uint32 {
 		if idle {
 			return e.count
 		}
@@ -341,7 +341,7 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 	if size := (k1 - k0 + 1) * cpus; size <= 4*int64(len(sum.cells))+1024 {
 		dense := make([]uint32, size)
 		for _, e := range sum.cells {
-			dense[(stepOf(e)-k0)*cpus+int64(e.cpu)] += count(e)
+			dense[(stepOf(e)-k0)*cpus+int64(e.key)] += count(e)
 		}
 		for i, n := range dense {
 			if n > 0 {
@@ -356,7 +356,7 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 		counts := map[key]uint32{}
 		for _, e := range sum.cells {
 			if n := count(e); n > 0 {
-				counts[key{stepOf(e), e.cpu}] += n
+				counts[key{stepOf(e), e.key}] += n
 			}
 		}
 		for k, n := range counts {

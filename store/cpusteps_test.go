@@ -190,7 +190,7 @@ func TestCPUSummaryOfSynthBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := decodeCPUSummary(raw)
+		cs, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
 		if err != nil || len(cs.cells) == 0 {
 			t.Fatalf("block %s: per-CPU summary %+v: %v", b, cs, err)
 		}
@@ -215,15 +215,15 @@ func TestCPUSummaryOfSynthBlocks(t *testing.T) {
 }
 
 func FuzzDecodeCPUSummary(f *testing.F) {
-	f.Add(encodeCPUSummary([]cpuSummaryEntry{{bucket: 170_000_000, cpu: 3, count: 990, idle: 10}, {bucket: 170_000_001, cpu: 0, count: 5, idle: 5}}))
-	f.Add(encodeCPUSummary(nil))
+	f.Add(encodeSummary([]summaryEntry{{bucket: 170_000_000, key: 3, count: 990, idle: 10}, {bucket: 170_000_001, key: 0, count: 5, idle: 5}}))
+	f.Add(encodeSummary(nil))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		s, err := decodeCPUSummary(raw)
+		s, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
 		if err != nil {
 			return
 		}
 		for _, c := range s.cells {
-			if c.cpu >= maxSummaryCPU || c.idle > c.count {
+			if c.key >= maxSummaryCPU || c.idle > c.count {
 				t.Fatalf("decoded an out-of-range cell %+v", c)
 			}
 		}

@@ -105,7 +105,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 		}
 		mask := compile(f, ix.tables, &ix.idle)
 		for _, e := range ix.summary.cells {
-			if mask.threadOK[e.thread] {
+			if mask.threadOK[e.key] {
 				add(ix.summary.base+int64(e.bucket), e.count, e.idle, weight)
 			}
 		}
