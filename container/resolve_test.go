@@ -44,6 +44,27 @@ func ownCgroup(t *testing.T) string {
 	return ""
 }
 
+// resolverFor opens a resolver with opts that resolves by file handle
+// (handles) or by walking the tree. ok is false, and the resolver closed,
+// when file handles are not available here: the caller then tests the walk
+// only.
+func resolverFor(t *testing.T, opts Options, handles bool) (r *Resolver, ok bool) {
+	t.Helper()
+	r, err := NewResolver(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if handles && !r.UsesHandles() {
+		t.Logf("no file handles here (needs CAP_DAC_READ_SEARCH): only the walk is tested")
+		r.Close()
+		return nil, false
+	}
+	if !handles {
+		r.Close() // walk from now on
+	}
+	return r, true
+}
+
 // TestResolveOwnCgroup resolves this process's own cgroup, by file handle
 // (when privileged) and by walking the tree.
 func TestResolveOwnCgroup(t *testing.T) {
@@ -51,17 +72,9 @@ func TestResolveOwnCgroup(t *testing.T) {
 	path := ownCgroup(t)
 	id := inode(t, filepath.Join(root, path))
 	for _, handles := range []bool{true, false} {
-		r, err := NewResolver(Options{CgroupRoot: root})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if handles && !r.UsesHandles() {
-			t.Logf("no file handles here (needs CAP_DAC_READ_SEARCH): only the walk is tested")
-			r.Close()
+		r, ok := resolverFor(t, Options{CgroupRoot: root}, handles)
+		if !ok {
 			continue
-		}
-		if !handles {
-			r.Close() // walk from now on
 		}
 		c := r.Lookup(id)
 		if c == nil || c.Cgroup != path {
@@ -98,12 +111,9 @@ func TestResolveVanished(t *testing.T) {
 	node.pod("ns1", "web-0", uid, "nginx")
 
 	for _, handles := range []bool{true, false} {
-		r, err := NewResolver(Options{CgroupRoot: root, Dirs: node.dirs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !handles {
-			r.Close()
+		r, ok := resolverFor(t, Options{CgroupRoot: root, Dirs: node.dirs}, handles)
+		if !ok {
+			continue
 		}
 		c := r.Lookup(id)
 		want := "/" + filepath.Base(base) + rel
