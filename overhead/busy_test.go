@@ -128,38 +128,55 @@ func TestBrowsingDoesNotHideAnOverload(t *testing.T) {
 	}
 }
 
+// fakeProcess is the CPU, wall clock and heap allocations a Busy reads,
+// moved by the test.
+type fakeProcess struct {
+	mu        sync.Mutex
+	cpu       time.Duration
+	now       time.Time
+	allocated uint64
+}
+
+// newFakeBusy returns a Busy reading a fakeProcess.
+func newFakeBusy() (*Busy, *fakeProcess) {
+	f := &fakeProcess{now: time.Unix(1000, 0)}
+	b := NewBusy(func() (time.Duration, error) { f.mu.Lock(); defer f.mu.Unlock(); return f.cpu, nil })
+	b.now = f.clock
+	b.allocated = func() uint64 { f.mu.Lock(); defer f.mu.Unlock(); return f.allocated }
+	return b, f
+}
+
+func (f *fakeProcess) clock() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+
+// step moves the process on by cpu of CPU time, wall of wall time and
+// alloc bytes allocated.
+func (f *fakeProcess) step(cpu, wall time.Duration, alloc uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cpu += cpu
+	f.now = f.now.Add(wall)
+	f.allocated += alloc
+}
+
+// open reports whether a busy interval is under way.
+func (b *Busy) open() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.n > 0 }
+
 // TestBusyCollectsQueryGarbage checks that a busy interval whose requests
 // allocated MinGarbage or more goes on until its garbage is collected, so
 // that the collection's CPU counts as the queries', not the sampling
 // path's; that requests arriving meanwhile join it; and that a light
 // interval ends with its last request, without a collection.
 func TestBusyCollectsQueryGarbage(t *testing.T) {
-	var mu sync.Mutex
-	var cpu time.Duration
-	var allocated uint64
-	now := time.Unix(1000, 0)
-	b := NewBusy(func() (time.Duration, error) { mu.Lock(); defer mu.Unlock(); return cpu, nil })
-	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	b.allocated = func() uint64 { mu.Lock(); defer mu.Unlock(); return allocated }
+	b, f := newFakeBusy()
 	b.settle = nil // TestBusySettles covers it
 	release := make(chan struct{})
 	collecting := make(chan struct{}, 1)
 	b.collect = func() {
 		collecting <- struct{}{}
 		<-release
-		mu.Lock()
-		defer mu.Unlock()
-		cpu += 30 * time.Millisecond // the collection's CPU
-		now = now.Add(40 * time.Millisecond)
+		f.step(30*time.Millisecond, 40*time.Millisecond, 0) // the collection's CPU
 	}
-	step := func(c, wall time.Duration, alloc uint64) {
-		mu.Lock()
-		defer mu.Unlock()
-		cpu += c
-		now = now.Add(wall)
-		allocated += alloc
-	}
-	open := func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.n > 0 }
+	step, open := f.step, b.open
 
 	// A light request: no collection, the interval ends with it.
 	b.Enter()
@@ -189,7 +206,7 @@ func TestBusyCollectsQueryGarbage(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	wall, busyCPU := b.totals(now, cpu)
+	wall, busyCPU := b.totals(f.clock(), f.cpu)
 	// 10 ms, then 60 + 40 (the collection) + 5 ms; 5 ms, then 50 + 30 + 5 ms.
 	if wall != 115*time.Millisecond || busyCPU != 90*time.Millisecond {
 		t.Fatalf("busy %v wall, %v CPU; want 115ms and 90ms, the collection's included", wall, busyCPU)
@@ -207,25 +224,15 @@ func TestBusyCollectsQueryGarbage(t *testing.T) {
 // and that a request arriving while it settles joins the interval and
 // settles again.
 func TestBusySettles(t *testing.T) {
-	var mu sync.Mutex
-	var cpu time.Duration
-	now := time.Unix(1000, 0)
-	b := NewBusy(func() (time.Duration, error) { mu.Lock(); defer mu.Unlock(); return cpu, nil })
-	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	b.allocated = func() uint64 { return 0 } // light requests: no collection
+	b, f := newFakeBusy() // light requests: no collection
 	settling := make(chan chan struct{})
 	b.settle = func() {
 		done := make(chan struct{})
 		settling <- done
 		<-done
 	}
-	step := func(c, wall time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		cpu += c
-		now = now.Add(wall)
-	}
-	open := func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.n > 0 }
+	step := func(c, wall time.Duration) { f.step(c, wall, 0) }
+	open := b.open
 
 	b.Enter()
 	step(3*time.Millisecond, 5*time.Millisecond)
@@ -249,7 +256,7 @@ func TestBusySettles(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	wall, busyCPU := b.totals(now, cpu)
+	wall, busyCPU := b.totals(f.clock(), f.cpu)
 	if wall != 27*time.Millisecond || busyCPU != 10*time.Millisecond {
 		t.Fatalf("busy %v wall, %v CPU; want 27ms and 10ms, the settling included", wall, busyCPU)
 	}
