@@ -77,6 +77,18 @@ func (a *accumulator) begin() { a.curA, a.curB = 0, 0 }
 // window A, the others in B.
 func (a *accumulator) add(b *store.Batch, split int64) {
 	t := b.T
+	if !a.wantTree && !a.tab {
+		// Only the windows' totals: no stack is looked at.
+		w := b.Weight()
+		for _, i := range b.Rows {
+			if t.Time[i] >= split {
+				a.curA += w
+			} else {
+				a.curB += w
+			}
+		}
+		return
+	}
 	type key struct {
 		comm, stack uint32
 		inA         bool

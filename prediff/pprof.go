@@ -2,13 +2,11 @@ package prediff
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/query"
-	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -19,37 +17,41 @@ import (
 // address kept (as export's pprof), so that
 // "go tool pprof -diff_base b a" shows what grew. Each profile's duration
 // is the windows' total length. The Result lists the events (no tree, no
-// table); with no event the profiles are empty.
+// table); with no event the profiles are empty. The windows are read
+// once, as Compare reads them, and each batch is added to the profiles
+// stack by stack (query.PprofAdder), not sample by sample.
 func Profiles(ctx context.Context, db *store.DB, opts Options) (a, b *profile.Profile, res *Result, warnings store.Warnings, err error) {
 	opts.Tree, opts.Table, opts.Focus = false, false, nil
-	if res, warnings, err = Compare(ctx, db, opts); err != nil {
-		return nil, nil, nil, warnings, err
+	type side struct {
+		b   *profileio.PprofBuilder
+		add *query.PprofAdder
 	}
-	var ba, bb *profileio.PprofBuilder
-	for _, e := range res.Events {
-		f := opts.Filter
-		f.Nodes, f.NodeRegex, f.NodeLabels = []string{e.Node}, nil, nil
-		r := store.Range{From: max(0, e.Time-2*opts.Window), To: e.Time}
-		if r.To <= r.From {
-			continue
+	var sa, sb side
+	var rowsA, rowsB []int32
+	add := func(s *side, bt *store.Batch, rows []int32) {
+		if len(rows) == 0 {
+			return
 		}
-		split := e.Time - opts.Window
-		w, err := query.Samples(ctx, db, r, &f, func(s *sample.Sample, periodNs int64) error {
-			bld := &bb
-			if s.Time >= split {
-				bld = &ba
-			}
-			if *bld == nil {
-				*bld = profileio.NewPprofBuilder(periodNs)
-			}
-			(*bld).SetPeriod(periodNs)
-			(*bld).Add(s)
-			return nil
-		})
-		warnings = append(warnings, w...)
-		if err != nil {
-			return nil, nil, nil, warnings, fmt.Errorf("the windows before %s's event at %s: %w", e.Node, query.FormatTime(e.Time), err)
+		if s.b == nil {
+			s.b = profileio.NewPprofBuilder(bt.Weight())
+			s.add = query.NewPprofAdder(s.b)
 		}
+		s.add.Add(bt, rows)
+	}
+	res, warnings, err = compare(ctx, db, opts, func(bt *store.Batch, split int64) {
+		rowsA, rowsB = rowsA[:0], rowsB[:0]
+		for _, i := range bt.Rows {
+			if bt.T.Time[i] >= split {
+				rowsA = append(rowsA, i)
+			} else {
+				rowsB = append(rowsB, i)
+			}
+		}
+		add(&sb, bt, rowsB)
+		add(&sa, bt, rowsA)
+	})
+	if err != nil {
+		return nil, nil, nil, warnings, err
 	}
 	finish := func(bld *profileio.PprofBuilder) *profile.Profile {
 		if bld == nil {
@@ -59,5 +61,5 @@ func Profiles(ctx context.Context, db *store.DB, opts Options) (a, b *profile.Pr
 		p.DurationNanos = int64(len(res.Events)) * opts.Window
 		return p
 	}
-	return finish(ba), finish(bb), res, warnings, nil
+	return finish(sa.b), finish(sb.b), res, warnings, nil
 }

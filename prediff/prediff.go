@@ -172,6 +172,13 @@ func MatchEvents(db *store.DB, r store.Range, ef store.EventFilter, f *store.Fil
 // that, on its own node, and sums both over the events. No event is not an
 // error: Result.Events is empty and Result.Kinds says what there is.
 func Compare(ctx context.Context, db *store.DB, opts Options) (*Result, store.Warnings, error) {
+	return compare(ctx, db, opts, nil)
+}
+
+// compare is Compare, also handing every batch of an event's two windows
+// to each (when not nil) with the time that splits them: samples at or
+// after split are in A.
+func compare(ctx context.Context, db *store.DB, opts Options, each func(b *store.Batch, split int64)) (*Result, store.Warnings, error) {
 	if opts.Window <= 0 || opts.Window > MaxWindow {
 		return nil, nil, fmt.Errorf("prediff: window %v out of range (1ns to %v)", time.Duration(opts.Window), time.Duration(MaxWindow))
 	}
@@ -206,6 +213,9 @@ func Compare(ctx context.Context, db *store.DB, opts Options) (*Result, store.Wa
 			acc.begin()
 			w, err := db.Select(ctx, r, &f, func(b *store.Batch) error {
 				acc.add(b, split)
+				if each != nil {
+					each(b, split)
+				}
 				return nil
 			})
 			warnings = append(warnings, w...)

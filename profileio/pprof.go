@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/google/pprof/profile"
@@ -27,6 +28,10 @@ import (
 // frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
 // mappings with build ids. Frames are already symbolized, so every mapping is
 // marked as having functions and pprof does not try to symbolize again.
+// The samples of one thread share one Label map, and those of one CPU
+// (and cgroup) their NumLabel and NumUnit maps, so that a profile of
+// hundreds of thousands of samples does not cost as many maps: treat the
+// profile's label maps as read-only.
 type PprofBuilder struct {
 	periodNs  int64
 	prof      *profile.Profile
@@ -34,7 +39,12 @@ type PprofBuilder struct {
 	functions map[functionKey]*profile.Function
 	locations map[locationKey]*profile.Location
 	samples   map[string]*profile.Sample
+	// labels and numLabels hold the label maps samples share: those of a
+	// thread (by labelKey), those of a CPU and cgroup.
+	labels    map[string]map[string][]string
+	numLabels map[numKey]numLabels
 	key       []byte
+	labelKey  []byte
 	minTime   int64
 	maxTime   int64
 	// lastPeriod is the period of the sample at maxTime.
@@ -67,6 +77,8 @@ func NewPprofBuilder(periodNs int64) *PprofBuilder {
 		functions: map[functionKey]*profile.Function{},
 		locations: map[locationKey]*profile.Location{},
 		samples:   map[string]*profile.Sample{},
+		labels:    map[string]map[string][]string{},
+		numLabels: map[numKey]numLabels{},
 		minTime:   math.MaxInt64,
 		maxTime:   math.MinInt64,
 	}
@@ -86,33 +98,54 @@ func (b *PprofBuilder) SetPeriod(periodNs int64) { b.periodNs = periodNs }
 
 // Add adds one sample.
 func (b *PprofBuilder) Add(s *sample.Sample) {
+	locs := make([]*profile.Location, len(s.Stack))
+	for i := range s.Stack {
+		locs[i] = b.Location(&s.Stack[i])
+	}
+	b.add(s, locs, false)
+}
+
+// AddLocated adds one sample as Add does, its stack given as the
+// locations Location returned for its frames (leaf first) rather than as
+// s.Stack. A caller that meets the same stack many times looks its frames
+// up once; locs is not kept. s.Stack may be empty: it is read only with
+// s.Unwind, for the unwind labels, which a stored sample does not have.
+func (b *PprofBuilder) AddLocated(s *sample.Sample, locs []*profile.Location) { b.add(s, locs, true) }
+
+func (b *PprofBuilder) add(s *sample.Sample, locs []*profile.Location, shared bool) {
 	b.minTime = min(b.minTime, s.Time)
 	if s.Time >= b.maxTime {
 		b.maxTime, b.lastPeriod = s.Time, b.periodNs
 	}
-	locs := make([]*profile.Location, len(s.Stack))
-	key := b.key[:0]
-	for i := range s.Stack {
-		locs[i] = b.location(&s.Stack[i])
-		key = binary.AppendUvarint(key, locs[i].ID)
+	// The thread's string labels, shared by all its samples.
+	lk := b.labelKey[:0]
+	lk = append(lk, s.Comm...)
+	lk = append(lk, 0)
+	lk = binary.AppendUvarint(lk, uint64(s.PID))
+	lk = binary.AppendUvarint(lk, uint64(s.TID))
+	lk = binary.AppendUvarint(lk, s.CgroupID)
+	lk = append(append(lk, s.Node...), 0)
+	labels, withLabels := containerLabels(s.Container)
+	if withLabels {
+		for _, l := range labels {
+			lk = append(append(lk, l.value...), 0)
+		}
 	}
-	key = append(key, 0)
-	key = append(key, s.Comm...)
-	key = append(key, 0)
-	key = binary.AppendUvarint(key, uint64(s.PID))
-	key = binary.AppendUvarint(key, uint64(s.TID))
-	key = binary.AppendUvarint(key, uint64(s.CPU))
-	key = binary.AppendUvarint(key, s.CgroupID)
-	key = append(append(key, s.Node...), 0)
-	labels := containerLabels(s.Container)
-	for _, l := range labels {
-		key = append(append(key, l.value...), 0)
-	}
+	// How the user frames were found (a sample the recorder has just
+	// unwound; a stored one says nothing).
 	method, fpFrames := unwindLabels(s)
-	key = append(append(key, method...), 0)
+	lk = append(append(lk, method...), 0)
 	for _, f := range fpFrames {
-		key = append(append(key, f...), 0)
+		lk = append(append(lk, f...), 0)
 	}
+	b.labelKey = lk
+	key := b.key[:0]
+	for _, l := range locs {
+		key = binary.AppendUvarint(key, l.ID)
+	}
+	key = append(key, 0)
+	key = append(key, lk...)
+	key = binary.AppendUvarint(key, uint64(s.CPU))
 	if b.keepTimes {
 		key = binary.AppendVarint(key, s.Time)
 	}
@@ -122,40 +155,52 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 		ps.Value[1] += b.periodNs
 		return
 	}
-	ps := &profile.Sample{
-		Location: locs,
-		Value:    []int64{1, b.periodNs},
-		Label: map[string][]string{
+	if shared {
+		locs = slices.Clone(locs)
+	}
+	ps := &profile.Sample{Location: locs, Value: []int64{1, b.periodNs}, Label: b.labels[string(lk)]}
+	if ps.Label == nil {
+		ps.Label = map[string][]string{
 			"comm": {s.Comm},
 			"pid":  {strconv.FormatUint(uint64(s.PID), 10)},
 			"tid":  {strconv.FormatUint(uint64(s.TID), 10)},
-		},
-		NumLabel: map[string][]int64{"cpu": {int64(s.CPU)}},
+		}
+		if s.Node != "" {
+			ps.Label[nodeLabel] = []string{s.Node}
+		}
+		for _, l := range labels {
+			if withLabels && l.value != "" {
+				ps.Label[l.name] = []string{l.value}
+			}
+		}
+		if method != "" {
+			ps.Label[UnwindLabel] = []string{method}
+		}
+		if len(fpFrames) > 0 {
+			ps.Label[UnwindFPLabel] = fpFrames
+		}
+		b.labels[string(lk)] = ps.Label
+	}
+	// The numeric labels, shared by the samples of a CPU and cgroup
+	// (without timestamps).
+	nk := numKey{cpu: s.CPU, cgroup: s.CgroupID}
+	if nl, ok := b.numLabels[nk]; ok && !b.keepTimes {
+		ps.NumLabel, ps.NumUnit = nl.values, nl.units
+	} else {
 		// A unit keeps CPU 0: pprof's encoding drops a numeric label
 		// whose value is 0 when it has no unit.
-		NumUnit: map[string][]string{"cpu": {"cpu"}},
-	}
-	if s.Node != "" {
-		ps.Label[nodeLabel] = []string{s.Node}
-	}
-	if s.CgroupID != 0 {
-		ps.NumLabel[cgroupIDLabel] = []int64{int64(s.CgroupID)}
-		ps.NumUnit[cgroupIDLabel] = []string{"id"}
-	}
-	for _, l := range labels {
-		if l.value != "" {
-			ps.Label[l.name] = []string{l.value}
+		ps.NumLabel = map[string][]int64{"cpu": {int64(s.CPU)}}
+		ps.NumUnit = map[string][]string{"cpu": {"cpu"}}
+		if s.CgroupID != 0 {
+			ps.NumLabel[cgroupIDLabel] = []int64{int64(s.CgroupID)}
+			ps.NumUnit[cgroupIDLabel] = []string{"id"}
 		}
-	}
-	if method != "" {
-		ps.Label[UnwindLabel] = []string{method}
-	}
-	if len(fpFrames) > 0 {
-		ps.Label[UnwindFPLabel] = fpFrames
-	}
-	if b.keepTimes {
-		ps.NumLabel[timestampLabel] = []int64{s.Time}
-		ps.NumUnit[timestampLabel] = []string{"nanoseconds"}
+		if b.keepTimes {
+			ps.NumLabel[timestampLabel] = []int64{s.Time}
+			ps.NumUnit[timestampLabel] = []string{"nanoseconds"}
+		} else {
+			b.numLabels[nk] = numLabels{ps.NumLabel, ps.NumUnit}
+		}
 	}
 	b.samples[string(key)] = ps
 	b.prof.Sample = append(b.prof.Sample, ps)
@@ -200,19 +245,32 @@ func unwindLabels(s *sample.Sample) (string, []string) {
 	return "table+fp", fp
 }
 
+type numKey struct {
+	cpu    uint32
+	cgroup uint64
+}
+
+type numLabels struct {
+	values map[string][]int64
+	units  map[string][]string
+}
+
 type label struct{ name, value string }
 
 // containerLabels lists a sample's container metadata as pprof labels
-// (empty values are left out of the profile). Nil has none.
-func containerLabels(c *sample.Container) []label {
+// (empty values are left out of the profile); ok is false for nil, which
+// has none. An array, not a slice: Add calls it for every sample.
+func containerLabels(c *sample.Container) (l [8]label, ok bool) {
 	if c == nil {
-		return nil
+		return l, false
 	}
-	return []label{{"cgroup", c.Cgroup}, {"container_id", c.ID}, {"container_runtime", c.Runtime},
-		{"container", c.Name}, {"pod", c.Pod}, {"pod_uid", c.PodUID}, {"namespace", c.Namespace}, {"qos", c.QoS}}
+	return [8]label{{"cgroup", c.Cgroup}, {"container_id", c.ID}, {"container_runtime", c.Runtime},
+		{"container", c.Name}, {"pod", c.Pod}, {"pod_uid", c.PodUID}, {"namespace", c.Namespace}, {"qos", c.QoS}}, true
 }
 
-func (b *PprofBuilder) location(f *sample.Frame) *profile.Location {
+// Location returns the profile's location of frame f (its module,
+// function and address), made on first use.
+func (b *PprofBuilder) Location(f *sample.Frame) *profile.Location {
 	key := locationKey{f.Module, f.Function, f.Address}
 	if loc, ok := b.locations[key]; ok {
 		return loc

@@ -40,15 +40,20 @@ func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, 
 
 // PprofOf builds a pprof profile of the samples in r that pass f, each
 // sample's CPU time its own sampling period. The profile's Period is the
-// first sample's.
+// first sample's. It is the profile Samples and PprofBuilder.Add build,
+// batch by batch (PprofAdder).
 func PprofOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*profile.Profile, store.Warnings, error) {
 	var b *profileio.PprofBuilder
-	warnings, err := Samples(ctx, db, r, f, func(s *sample.Sample, periodNs int64) error {
-		if b == nil {
-			b = profileio.NewPprofBuilder(periodNs)
+	var add *PprofAdder
+	warnings, err := db.Select(ctx, r, f, func(bt *store.Batch) error {
+		if len(bt.Rows) == 0 {
+			return nil
 		}
-		b.SetPeriod(periodNs)
-		b.Add(s)
+		if b == nil {
+			b = profileio.NewPprofBuilder(bt.Weight())
+			add = NewPprofAdder(b)
+		}
+		add.Add(bt, bt.Rows)
 		return nil
 	})
 	if b == nil {
