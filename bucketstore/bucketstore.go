@@ -10,12 +10,15 @@
 // bucketindex: one GET for every block's meta and every event segment)
 // when its listing is at most Options.IndexMaxAge old, and otherwise lists
 // the bucket: one LIST of the nodes and two per node (blocks, events), a
-// meta read once per block. A block's data is read with ranged GETs of what a query
-// needs: its tail (trailer, table of contents, chunk index and the index
-// sections after the chunks) in one GET of up to TailBytes when the block
-// is first queried, kept in a bounded cache, then the chunks the query
-// reads. The store keeps decoded indexes and chunks in its own bounded
-// caches above this.
+// meta read once per block. A block's data is read with ranged GETs of
+// what a query needs: when the block is first queried, the whole object
+// if it is at most WholeBytes (a recorder's 2-minute block), else its
+// tail (trailer, table of contents, chunk index and the index sections
+// after the chunks) in one GET of up to TailBytes, kept in a bounded
+// cache, then the chunks before the tail that the query reads. The store
+// keeps decoded indexes and chunks in its own bounded caches above this;
+// all of them are one LRU (internal/lru). An optional DiskCache keeps
+// what was read on local disk as well.
 //
 // Errors: an object that is not there is fs.ErrNotExist (a block being
 // uploaded, or deleted under a query); any other failure of the bucket is
@@ -25,7 +28,6 @@
 package bucketstore
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +45,7 @@ import (
 
 	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/lru"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -55,6 +58,16 @@ type Options struct {
 	// fetches (default 256 KiB): enough, for most blocks, to hold the
 	// trailer, the table of contents and every index section in one GET.
 	TailBytes int64
+	// WholeBytes is the size up to which a block's data is fetched whole
+	// by its first read (default 1 MiB: a recorder's 2-minute block of 8
+	// busy CPUs is about 450 KB): one GET then answers a cold query of
+	// the block, where its tail and then each chunk before the tail took
+	// one each, one after another.
+	WholeBytes int64
+	// DiskCache, when not nil, keeps the ranges read and the metas on
+	// local disk (OpenDiskCache): blocks never change, so what a query
+	// service read once it reads again without a GET, after a restart too.
+	DiskCache *DiskCache
 	// IndexMaxAge is the age up to which the bucket index is trusted
 	// (default 15 s): List and Events read it, one GET, instead of listing
 	// every node's prefix, when the compactor's listing behind it is at
@@ -81,6 +94,7 @@ const (
 	indexReuse            = 2 * time.Second
 	defaultTimeout        = 10 * time.Second
 	defaultTailBytes      = 256 << 10
+	defaultWholeBytes     = 1 << 20
 	defaultTailCacheBytes = 16 << 20
 	// maxMetaBytes bounds a meta.json read.
 	maxMetaBytes = 1 << 20
@@ -96,7 +110,10 @@ type Source struct {
 	name string
 	opts Options
 
-	tails tailCache
+	// tails caches the fetched tails (or whole objects), bounded by their
+	// bytes; the least recently used go first.
+	tails *lru.Cache[string, []byte]
+	disk  *DiskCache
 	// segments caches the events of event segments read, by object name:
 	// a node's segments other than its newest are complete and never read
 	// again; with the index, a segment is read again when its time changed.
@@ -135,6 +152,10 @@ type Stats struct {
 	Listings   uint64
 	// TailCacheBytes is the memory the cached tails take.
 	TailCacheBytes int64
+	// DiskHits counts the reads the disk cache answered, DiskCacheBytes
+	// what it holds (both 0 without one).
+	DiskHits       uint64
+	DiskCacheBytes int64
 }
 
 // New returns the blocks of bkt as a BlockSource. name names the bucket in
@@ -145,6 +166,9 @@ func New(bkt objstore.BucketReader, name string, opts Options) *Source {
 	}
 	if opts.TailBytes <= 0 {
 		opts.TailBytes = defaultTailBytes
+	}
+	if opts.WholeBytes == 0 {
+		opts.WholeBytes = defaultWholeBytes
 	}
 	if opts.TailCacheBytes <= 0 {
 		opts.TailCacheBytes = defaultTailCacheBytes
@@ -158,9 +182,8 @@ func New(bkt objstore.BucketReader, name string, opts Options) *Source {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Source{bkt: bkt, name: name, opts: opts, segments: map[string]segment{}}
-	s.tails.limit = opts.TailCacheBytes
-	return s
+	return &Source{bkt: bkt, name: name, opts: opts, segments: map[string]segment{}, disk: opts.DiskCache,
+		tails: lru.New[string](opts.TailCacheBytes, func(b []byte) int64 { return int64(len(b)) }, nil)}
 }
 
 // String names the source.
@@ -169,8 +192,9 @@ func (s *Source) String() string { return "bucket " + s.name }
 // Stats returns the source's counters.
 func (s *Source) Stats() Stats {
 	return Stats{Lists: s.stats.lists.Load(), Gets: s.stats.gets.Load(), GetBytes: s.stats.getBytes.Load(),
-		TailHits: s.stats.tailHits.Load(), Errors: s.stats.errors.Load(), TailCacheBytes: s.tails.size(),
-		IndexReads: s.stats.indexReads.Load(), Listings: s.stats.listings.Load()}
+		TailHits: s.stats.tailHits.Load(), Errors: s.stats.errors.Load(), TailCacheBytes: s.tails.Weight(),
+		IndexReads: s.stats.indexReads.Load(), Listings: s.stats.listings.Load(),
+		DiskHits: s.disk.hitCount(), DiskCacheBytes: s.disk.size()}
 }
 
 // index returns the bucket index when it may be trusted, nil when the
@@ -426,48 +450,82 @@ func (s *Source) Meta(ctx context.Context, key string) (store.Meta, error) {
 		im.Node, _, _ = strings.Cut(key, "/")
 		return im, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	s.stats.gets.Add(1)
-	rc, err := s.bkt.Get(ctx, name)
-	if err != nil {
-		return store.Meta{}, s.fail(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxMetaBytes+1))
-	if err != nil {
-		return store.Meta{}, s.fail(err)
-	}
-	s.stats.getBytes.Add(uint64(len(b)))
-	if len(b) > maxMetaBytes {
-		return store.Meta{}, fmt.Errorf("%s: larger than %d bytes", name, maxMetaBytes)
+	b := s.disk.get(name)
+	if b == nil {
+		if b, err = s.readMeta(ctx, name); err != nil {
+			return store.Meta{}, err
+		}
 	}
 	m, err := store.ParseMeta(b)
 	if err != nil {
 		return store.Meta{}, fmt.Errorf("%s: %w", name, err)
 	}
+	s.disk.put(name, b) // a meta is written once, last: never changes
 	m.Node, _, _ = strings.Cut(key, "/")
 	return m, nil
 }
 
+// readMeta reads a meta.json object.
+func (s *Source) readMeta(ctx context.Context, name string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.stats.gets.Add(1)
+	rc, err := s.bkt.Get(ctx, name)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxMetaBytes+1))
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	s.stats.getBytes.Add(uint64(len(b)))
+	if len(b) > maxMetaBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, maxMetaBytes)
+	}
+	return b, nil
+}
+
 // Open returns a block's data object, read in ranges. It asks the bucket
 // for the object's size (one HEAD): a truncated upload then shows as a
-// damaged block, not as reads past its end.
+// damaged block, not as reads past its end. When the meta states the
+// size, the HEAD goes alongside the object's first GET instead of before
+// it, and that GET's answer waits for the HEAD's: one round trip, not two
+// (and none when the disk cache holds what is read).
 func (s *Source) Open(ctx context.Context, key string, m store.Meta) (store.BlockData, error) {
 	name, err := objectName(key, dataFile)
 	if err != nil {
 		return nil, err
 	}
+	o := &object{s: s, name: name, size: m.Bytes, checked: make(chan struct{})}
+	if m.Bytes > 0 {
+		return o, nil
+	}
+	o.check.Do(func() {}) // checked here
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	attrs, err := s.bkt.Attributes(ctx, name)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	if m.Bytes > 0 && attrs.Size != m.Bytes {
-		return nil, fmt.Errorf("%s is %d bytes, its meta says %d: truncated or damaged", name, attrs.Size, m.Bytes)
+	o.size = attrs.Size
+	close(o.checked)
+	return o, nil
+}
+
+// checkSize asks the bucket for an object's size and fails unless it is
+// size.
+func (s *Source) checkSize(ctx context.Context, name string, size int64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	attrs, err := s.bkt.Attributes(ctx, name)
+	if err != nil {
+		return s.fail(err)
 	}
-	return &object{s: s, name: name, size: attrs.Size}, nil
+	if attrs.Size != size {
+		return fmt.Errorf("%s is %d bytes, its meta says %d: truncated or damaged", name, attrs.Size, size)
+	}
+	return nil
 }
 
 // fail classifies a bucket error: not found, or the bucket unavailable.
@@ -501,19 +559,28 @@ type object struct {
 	s    *Source
 	name string
 	size int64
+	// check starts the HEAD that compares the object's size with its
+	// meta's; checked is closed once it answered, checkErr says how.
+	check    sync.Once
+	checked  chan struct{}
+	checkErr error
 }
 
 func (o *object) Size() int64  { return o.size }
-func (o *object) Close() error { o.s.tails.forget(o.name); return nil }
+func (o *object) Close() error { o.s.tails.Remove(o.name); return nil }
 
 // ReadAt reads len(p) bytes at off: from the cached tail when they lie in
 // it, fetching the tail first when they lie in its span, else with a
-// ranged GET of exactly these bytes.
+// ranged GET of exactly these bytes. The tail of an object of at most
+// Options.WholeBytes is the whole object.
 func (o *object) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 || off+int64(len(p)) > o.size {
 		return 0, fmt.Errorf("read %s at %d+%d: outside its %d bytes", o.name, off, len(p), o.size)
 	}
 	tailStart := max(0, o.size-o.s.opts.TailBytes)
+	if o.size <= o.s.opts.WholeBytes {
+		tailStart = 0
+	}
 	if off >= tailStart {
 		tail, err := o.tail(tailStart)
 		if err != nil {
@@ -531,7 +598,7 @@ func (o *object) ReadAt(p []byte, off int64) (int, error) {
 // tail returns the object's bytes from start to its end, from the cache or
 // fetched into it.
 func (o *object) tail(start int64) ([]byte, error) {
-	if b := o.s.tails.get(o.name); b != nil {
+	if b, ok := o.s.tails.Get(o.name); ok {
 		o.s.stats.tailHits.Add(1)
 		return b, nil
 	}
@@ -539,12 +606,38 @@ func (o *object) tail(start int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.s.tails.put(o.name, b)
+	o.s.tails.Add(o.name, b)
 	return b, nil
 }
 
-// get reads n bytes at off with one ranged GET.
+// get reads n bytes at off: from the disk cache, or with one ranged GET
+// (then kept in the disk cache). It fails, whatever the GET gave, when
+// the object's size does not match its meta.
 func (o *object) get(off, n int64) ([]byte, error) {
+	key := fmt.Sprintf("%s@%d+%d", o.name, off, n)
+	if b := o.s.disk.get(key); b != nil {
+		return b, nil // fetched whole before, so the object had its size
+	}
+	o.check.Do(func() {
+		go func() {
+			defer close(o.checked)
+			o.checkErr = o.s.checkSize(context.Background(), o.name, o.size)
+		}()
+	})
+	b, err := o.fetch(off, n)
+	<-o.checked
+	if o.checkErr != nil {
+		return nil, o.checkErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.s.disk.put(key, b)
+	return b, nil
+}
+
+// fetch reads n bytes at off with one ranged GET.
+func (o *object) fetch(off, n int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.s.opts.Timeout)
 	defer cancel()
 	o.s.stats.gets.Add(1)
@@ -563,63 +656,4 @@ func (o *object) get(off, n int64) ([]byte, error) {
 		return nil, o.s.fail(err)
 	}
 	return b, nil
-}
-
-// tailCache keeps fetched block tails, bounded by their bytes.
-type tailCache struct {
-	mu    sync.Mutex
-	limit int64
-	bytes int64
-	lru   *list.List // of *tailEntry, most recent first
-	index map[string]*list.Element
-}
-
-type tailEntry struct {
-	name string
-	b    []byte
-}
-
-func (c *tailCache) get(name string) []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.index[name]
-	if !ok {
-		return nil
-	}
-	c.lru.MoveToFront(e)
-	return e.Value.(*tailEntry).b
-}
-
-func (c *tailCache) put(name string, b []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.index == nil {
-		c.index, c.lru = map[string]*list.Element{}, list.New()
-	}
-	if _, ok := c.index[name]; ok {
-		return
-	}
-	c.index[name] = c.lru.PushFront(&tailEntry{name, b})
-	c.bytes += int64(len(b))
-	for c.bytes > c.limit && c.lru.Len() > 1 {
-		old := c.lru.Remove(c.lru.Back()).(*tailEntry)
-		delete(c.index, old.name)
-		c.bytes -= int64(len(old.b))
-	}
-}
-
-func (c *tailCache) forget(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.index[name]; ok {
-		c.lru.Remove(e)
-		delete(c.index, name)
-		c.bytes -= int64(len(e.Value.(*tailEntry).b))
-	}
-}
-
-func (c *tailCache) size() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.bytes
 }

@@ -16,8 +16,10 @@ var (
 	descBucketTailMem  = desc("bucket_read_tail_cache_bytes", "Memory of the block tails the query service keeps.")
 	descBucketIndex    = desc("bucket_read_index_reads_total", "Bucket index GETs by the query service (one a refresh while the compactor keeps the index fresh).")
 	descBucketListings = desc("bucket_read_listings_total", "Refreshes that listed every node's prefix instead of reading the bucket index (none, stale or unreadable).")
+	descBucketDiskHits = desc("bucket_read_disk_cache_hits_total", "Reads of block data and metas answered by the query service's disk cache (--objstore-cache-dir) instead of a GET.")
+	descBucketDiskSize = desc("bucket_read_disk_cache_bytes", "Bytes in the query service's disk cache (--objstore-cache-dir; 0 without one).")
 	bucketDescriptions = []*prometheus.Desc{descBucketLists, descBucketGets, descBucketGetBytes, descBucketTailHits, descBucketErrors, descBucketTailMem,
-		descBucketIndex, descBucketListings}
+		descBucketIndex, descBucketListings, descBucketDiskHits, descBucketDiskSize}
 )
 
 // RegisterBucketReads adds the counters of a query service's reads of its
@@ -35,6 +37,8 @@ func (m *Metrics) RegisterBucketReads(stats func() bucketstore.Stats) error {
 			{descBucketTailMem, prometheus.GaugeValue, float64(st.TailCacheBytes)},
 			{descBucketIndex, prometheus.CounterValue, float64(st.IndexReads)},
 			{descBucketListings, prometheus.CounterValue, float64(st.Listings)},
+			{descBucketDiskHits, prometheus.CounterValue, float64(st.DiskHits)},
+			{descBucketDiskSize, prometheus.GaugeValue, float64(st.DiskCacheBytes)},
 		}
 	}})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/lru"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -137,8 +138,12 @@ type DB struct {
 	// of blocks whose meta was found unreadable (warned about once).
 	refreshMu sync.Mutex
 	badMeta   map[string]bool
-	cache     chunkCache
-	indexes   indexCache
+	// chunks caches decoded chunks, bounded by their samples; indexes
+	// the indexes of recently queried blocks, bounded by their
+	// approximate memory. A cached chunk shares its block's tables, so an
+	// index evicted stays in memory while its chunks are cached.
+	chunks  *lru.Cache[chunkKey, *Table]
+	indexes *lru.Cache[*Block, *blockIndex]
 	// maxMergedThreadBytes is maxMergedThreadBytes, lowered by tests.
 	maxMergedThreadBytes int64
 
@@ -214,8 +219,8 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.sources = append(db.sources, opts.Sources...)
 	db.sourceErr = make([]atomic.Pointer[error], len(db.sources))
-	db.cache.limit = opts.ChunkCacheSamples
-	db.indexes.limit = opts.IndexCacheBytes
+	db.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
+	db.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
 	db.maxMergedThreadBytes = maxMergedThreadBytes
 	switch {
 	case dir == "":
@@ -830,7 +835,7 @@ func (db *DB) Stats() Stats {
 		// recorder prints after Close).
 		s.Blocks, s.BlockBytes = db.closedBlocks, db.closedBytes
 	}
-	s.IndexesCached, s.IndexCacheBytes = db.indexes.stats()
+	s.IndexesCached, s.IndexCacheBytes = db.indexes.Len(), db.indexes.Weight()
 	s.IndexReads = db.indexReads.Load()
 	if db.head != nil {
 		s.HeadSamples = db.head.T.Len()

@@ -337,43 +337,47 @@ func checkRetained(t *testing.T, db *DB, dir string, now time.Time, retention ti
 	st.fds = blockFDs + otherFDs
 
 	// Caches: only live blocks, within their limits, accounted truly.
-	db.cache.mu.Lock()
-	samples := 0
-	for k, e := range db.cache.index {
+	samples := int64(0)
+	var deadChunk *chunkKey
+	db.chunks.Range(func(k chunkKey, t *Table) bool {
 		if !live[k.block] {
-			db.cache.mu.Unlock()
-			t.Fatalf("the chunk cache holds chunk %d of block %s, deleted", k.chunk, k.block.Meta.ID)
+			deadChunk = &k
+			return false
 		}
-		samples += e.Value.(*cachedChunk).table.Len()
+		samples += int64(t.Len())
+		st.chunkEntries++
+		return true
+	})
+	if deadChunk != nil {
+		t.Fatalf("the chunk cache holds chunk %d of block %s, deleted", deadChunk.chunk, deadChunk.block.Meta.ID)
 	}
-	st.chunkEntries, st.chunkSamples = len(db.cache.index), db.cache.samples
-	lruLen := 0
-	if db.cache.lru != nil {
-		lruLen = db.cache.lru.Len()
+	st.chunkSamples = int(db.chunks.Weight())
+	if samples != int64(st.chunkSamples) || db.chunks.Len() != st.chunkEntries {
+		t.Fatalf("chunk cache: counts %d samples in %d entries, holds %d in %d", st.chunkSamples, db.chunks.Len(), samples, st.chunkEntries)
 	}
-	db.cache.mu.Unlock()
-	if samples != st.chunkSamples || lruLen != st.chunkEntries {
-		t.Fatalf("chunk cache: counts %d samples in %d LRU entries, holds %d in %d", st.chunkSamples, lruLen, samples, st.chunkEntries)
+	if st.chunkSamples > db.opts.ChunkCacheSamples && st.chunkEntries > 1 {
+		t.Fatalf("chunk cache: %d samples in %d chunks, limit %d", st.chunkSamples, st.chunkEntries, db.opts.ChunkCacheSamples)
 	}
-	if st.chunkSamples > db.cache.limit && st.chunkEntries > 1 {
-		t.Fatalf("chunk cache: %d samples in %d chunks, limit %d", st.chunkSamples, st.chunkEntries, db.cache.limit)
-	}
-	db.indexes.mu.Lock()
 	var bytes int64
-	for b, e := range db.indexes.index {
+	var deadIndex *Block
+	db.indexes.Range(func(b *Block, ix *blockIndex) bool {
 		if !live[b] {
-			db.indexes.mu.Unlock()
-			t.Fatalf("the index cache holds the index of block %s, deleted", b.Meta.ID)
+			deadIndex = b
+			return false
 		}
-		bytes += e.Value.(*cachedIndex).ix.bytes
+		bytes += ix.bytes
+		st.indexes++
+		return true
+	})
+	if deadIndex != nil {
+		t.Fatalf("the index cache holds the index of block %s, deleted", deadIndex.Meta.ID)
 	}
-	st.indexes, st.indexBytes = len(db.indexes.index), db.indexes.bytes
-	db.indexes.mu.Unlock()
+	st.indexBytes = db.indexes.Weight()
 	if bytes != st.indexBytes {
 		t.Fatalf("index cache: counts %d bytes, holds %d", st.indexBytes, bytes)
 	}
-	if st.indexBytes > db.indexes.limit && st.indexes > 1 {
-		t.Fatalf("index cache: %d bytes in %d indexes, limit %d", st.indexBytes, st.indexes, db.indexes.limit)
+	if st.indexBytes > db.opts.IndexCacheBytes && st.indexes > 1 {
+		t.Fatalf("index cache: %d bytes in %d indexes, limit %d", st.indexBytes, st.indexes, db.opts.IndexCacheBytes)
 	}
 	s := db.Stats()
 	if s.Blocks != st.blocks || s.IndexesCached != st.indexes || s.IndexCacheBytes != st.indexBytes {

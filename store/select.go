@@ -1,7 +1,6 @@
 package store
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"runtime"
@@ -299,23 +298,9 @@ func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 	return b, nil
 }
 
-// chunkCache keeps recently decoded chunks, bounded by their sample count.
-type chunkCache struct {
-	mu      sync.Mutex
-	limit   int
-	samples int
-	lru     *list.List // of *cachedChunk, most recent first
-	index   map[chunkKey]*list.Element
-}
-
 type chunkKey struct {
 	block *Block
 	chunk int
-}
-
-type cachedChunk struct {
-	key   chunkKey
-	table *Table
 }
 
 // defaultChunkCacheSamples bounds the decoded-chunk cache: 2 M samples,
@@ -325,35 +310,18 @@ type cachedChunk struct {
 // inside the span just drawn, not whole heatmaps.
 const defaultChunkCacheSamples = 2 << 20
 
+// chunk returns chunk i of b, from the cache of decoded chunks (bounded
+// by their samples) or decoded into it.
 func (db *DB) chunk(b *Block, ix *blockIndex, i int) (*Table, error) {
-	c := &db.cache
 	key := chunkKey{b, i}
-	c.mu.Lock()
-	if c.index == nil {
-		c.index, c.lru = map[chunkKey]*list.Element{}, list.New()
-	}
-	if e, ok := c.index[key]; ok {
-		c.lru.MoveToFront(e)
-		t := e.Value.(*cachedChunk).table
-		c.mu.Unlock()
+	if t, ok := db.chunks.Get(key); ok {
 		return t, nil
 	}
-	c.mu.Unlock()
 	t, err := b.readChunk(ix, i)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.index[key]; !ok && !b.retired.Load() {
-		c.index[key] = c.lru.PushFront(&cachedChunk{key, t})
-		c.samples += t.Len()
-		for c.samples > c.limit && c.lru.Len() > 1 {
-			old := c.lru.Remove(c.lru.Back()).(*cachedChunk)
-			delete(c.index, old.key)
-			c.samples -= old.table.Len()
-		}
-	}
+	db.chunks.AddIf(key, t, func() bool { return !b.retired.Load() })
 	return t, nil
 }
 
@@ -362,38 +330,9 @@ func (db *DB) chunk(b *Block, ix *blockIndex, i int) (*Table, error) {
 // can.
 func (db *DB) retire(b *Block) {
 	b.retired.Store(true)
-	db.cache.forget(b)
-	db.indexes.forget(b)
+	db.chunks.RemoveFunc(func(k chunkKey) bool { return k.block == b })
+	db.indexes.Remove(b)
 	b.Close()
-}
-
-// forget drops a block's chunks from the cache for good (it is going away).
-func (c *chunkCache) forget(b *Block) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, e := range c.index {
-		if k.block == b {
-			c.lru.Remove(e)
-			delete(c.index, k)
-			c.samples -= e.Value.(*cachedChunk).table.Len()
-		}
-	}
-}
-
-// indexCache keeps the indexes of recently queried blocks, bounded by
-// their approximate memory. A cached chunk shares its block's tables, so
-// an index evicted here stays in memory while its chunks are cached.
-type indexCache struct {
-	mu    sync.Mutex
-	limit int64
-	bytes int64
-	lru   *list.List // of *cachedIndex, most recent first
-	index map[*Block]*list.Element
-}
-
-type cachedIndex struct {
-	block *Block
-	ix    *blockIndex
 }
 
 // defaultIndexCacheBytes bounds the index cache. A 2-minute block's index
@@ -404,7 +343,7 @@ const defaultIndexCacheBytes = 32 << 20
 // blockIndex returns b's index, from the cache or read from b's file (the
 // caller holds a reference to b).
 func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
-	if ix := db.indexes.get(b); ix != nil {
+	if ix, ok := db.indexes.Get(b); ok {
 		return ix, nil
 	}
 	if err := b.header(); err != nil {
@@ -412,7 +351,7 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	}
 	b.loading.Lock()
 	defer b.loading.Unlock()
-	if ix := db.indexes.get(b); ix != nil {
+	if ix, ok := db.indexes.Get(b); ok {
 		return ix, nil // read by another query meanwhile
 	}
 	if b.indexErr != nil {
@@ -426,58 +365,6 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 		}
 		return nil, err
 	}
-	db.indexes.put(b, ix)
+	db.indexes.AddIf(b, ix, func() bool { return !b.retired.Load() })
 	return ix, nil
-}
-
-func (c *indexCache) get(b *Block) *blockIndex {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.index[b]
-	if !ok {
-		return nil
-	}
-	c.lru.MoveToFront(e)
-	return e.Value.(*cachedIndex).ix
-}
-
-// put caches ix, evicting the least recently used indexes beyond the
-// limit (but always keeping the newest), unless b has left the DB.
-func (c *indexCache) put(b *Block, ix *blockIndex) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if b.retired.Load() {
-		return
-	}
-	if c.index == nil {
-		c.index, c.lru = map[*Block]*list.Element{}, list.New()
-	}
-	if _, ok := c.index[b]; ok {
-		return
-	}
-	c.index[b] = c.lru.PushFront(&cachedIndex{b, ix})
-	c.bytes += ix.bytes
-	for c.bytes > c.limit && c.lru.Len() > 1 {
-		old := c.lru.Remove(c.lru.Back()).(*cachedIndex)
-		delete(c.index, old.block)
-		c.bytes -= old.ix.bytes
-	}
-}
-
-// forget drops a block's index from the cache for good.
-func (c *indexCache) forget(b *Block) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.index[b]; ok {
-		c.lru.Remove(e)
-		delete(c.index, b)
-		c.bytes -= e.Value.(*cachedIndex).ix.bytes
-	}
-}
-
-// stats returns the cache's size in indexes and bytes.
-func (c *indexCache) stats() (n int, bytes int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.index), c.bytes
 }

@@ -85,22 +85,18 @@ func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.War
 	}
 	if p.get("node") == "" && p.get("label") == "" {
 		evs, more := s.db.Events(r, f, limit)
-		out := eventsJSON{Events: make([]eventJSON, len(evs)), More: more}
-		for i := range evs {
-			out.Events[i] = toEventJSON(&evs[i])
-		}
-		return nil, rep.json(out)
+		return nil, rep.encoded(listOfEvents(len(evs), more, rep.limit, func(out []byte, i int) []byte {
+			return append(appendEventFields(out, &evs[i]), '}')
+		}))
 	}
 	nf, err := s.nodeFilter(p)
 	if err != nil {
 		return nil, err
 	}
 	evs := prediff.MatchEvents(s.db, r, f, &nf)
-	out := eventsJSON{Events: make([]eventJSON, 0, min(len(evs), limit)), More: len(evs) > limit}
-	for i := range evs[:min(len(evs), limit)] {
-		out.Events = append(out.Events, toEventJSON(&evs[i].Event))
-	}
-	return nil, rep.json(out)
+	return nil, rep.encoded(listOfEvents(min(len(evs), limit), len(evs) > limit, rep.limit, func(out []byte, i int) []byte {
+		return append(appendEventFields(out, &evs[i].Event), '}')
+	}))
 }
 
 // postedEvent is the body of POST /api/events. Time is Unix seconds (a

@@ -75,6 +75,15 @@ type countJSON struct {
 	Count int    `json:"count"`
 }
 
+// fleetEventCounts are the fields of fleetEventsJSON after its list,
+// encoded after the list fleetEvents encodes by hand.
+type fleetEventCounts struct {
+	Total   int         `json:"total"`
+	Kinds   []countJSON `json:"kinds"`
+	Nodes   []countJSON `json:"nodes"`
+	Message string      `json:"message"`
+}
+
 // fleetEventsJSON is the answer of /api/fleet/events.
 type fleetEventsJSON struct {
 	// Events are the events that pass every filter, in time order, at
@@ -115,7 +124,8 @@ func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Wa
 		return nil, err
 	}
 	evs := prediff.MatchEvents(s.db, r, ef, &f)
-	out := fleetEventsJSON{Events: []fleetEventJSON{}}
+	var listed []*prediff.NodeEvent
+	var rest fleetEventCounts
 	byKind, byNode := map[string]int{}, map[string]int{}
 	for i := range evs {
 		e := &evs[i]
@@ -125,18 +135,25 @@ func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Wa
 			continue
 		}
 		byNode[e.Node]++
-		out.Total++
-		if len(out.Events) == limit {
-			out.More = true
-			continue
+		rest.Total++
+		if len(listed) < limit {
+			listed = append(listed, e)
 		}
-		out.Events = append(out.Events, fleetEventJSON{eventJSON: toEventJSON(&e.Event), Node: e.Node, Kind: kind})
 	}
-	out.Kinds, out.Nodes = counts(byKind), counts(byNode)
-	if out.Total == 0 {
-		out.Message = noEventsMessage(p, kinds, len(evs))
+	rest.Kinds, rest.Nodes = counts(byKind), counts(byNode)
+	if rest.Total == 0 {
+		rest.Message = noEventsMessage(p, kinds, len(evs))
 	}
-	return nil, rep.json(out)
+	out, err := eventList(len(listed), rest.Total > len(listed), rep.limit, func(out []byte, i int) []byte {
+		e := listed[i]
+		out = append(appendEventFields(out, &e.Event), `,"node":`...)
+		out = append(appendString(out, e.Node), `,"kind":`...)
+		return append(appendString(out, e.Kind()), '}')
+	})
+	if err == nil {
+		out, err = closeEventList(out, rest)
+	}
+	return nil, rep.encoded(out, err)
 }
 
 // noEventsMessage says why no event matched: none in the range on the

@@ -86,8 +86,8 @@ func main() {
 		tmpl.samples, len(tmpl.blocks), float64(tmpl.bytes)/1e6, tmpl.took.Round(time.Millisecond), float64(tmpl.samples)/tmpl.took.Seconds()/1e6)
 	fmt.Printf("- full fleet of %d nodes: %.0f M samples, %.2f GB\n\n", fleet[len(fleet)-1],
 		float64(tmpl.samples*fleet[len(fleet)-1])/1e6, float64(tmpl.bytes*int64(fleet[len(fleet)-1]))/1e9)
-	fmt.Println("| nodes | upload | serve start | /api/nodes warm | heatmap 1 node 10 min cold | warm | timeline all nodes 10 min warm | events all nodes cold | warm (events) | GETs (bytes) cold heatmap | index GETs / LISTs in one refresh interval | index rewrite (compactor) | serve RSS (peak) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| nodes | upload | serve start | /api/nodes warm | heatmap 1 node 10 min cold | warm | cold, restarted over its disk cache | timeline all nodes 10 min warm | events all nodes cold | warm (events) | /api/fleet/events warm | GETs (bytes) cold heatmap | index GETs / LISTs in one refresh interval | index rewrite (compactor) | serve RSS (peak) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	have := 0
 	for _, n := range fleet {
 		t0 := time.Now()
@@ -95,8 +95,8 @@ func main() {
 		up := time.Since(t0)
 		have = n
 		r := b.measure("fleet", n, start, *span)
-		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s (%d) | %d (%.1f MB) | %d / %d | %s | %.0f MB (%.0f MB) |\n", n, up.Round(time.Millisecond), r.startup.Round(time.Millisecond),
-			ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), ms(r.eventsCold), ms(r.eventsWarm), r.events, r.coldGets, float64(r.coldBytes)/1e6,
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s (%d) | %s | %d (%.1f MB) | %d / %d | %s | %.0f MB (%.0f MB) |\n", n, up.Round(time.Millisecond), r.startup.Round(time.Millisecond),
+			ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.heatDisk), ms(r.timelineWarm), ms(r.eventsCold), ms(r.eventsWarm), r.events, ms(r.fleetEventsWarm), r.coldGets, float64(r.coldBytes)/1e6,
 			r.indexReads, r.lists, r.indexUpdate.Round(time.Millisecond), r.rssMB, r.hwmMB)
 	}
 	if *sim > 0 {
@@ -106,8 +106,8 @@ func main() {
 		b.upload("sim", stmpl, 0, *sim)
 		fmt.Printf("- uploaded %d nodes x %d blocks (%d objects) in %s\n", *sim, len(stmpl.blocks), 2*(*sim)*len(stmpl.blocks), time.Since(t0).Round(time.Millisecond))
 		r := b.measure("sim", *sim, start, *simSpan)
-		fmt.Printf("- query service (a compactor rewrites the bucket index every 10 s, each rewrite taking %s; the query service reads it when its listing is at most 15 s old, else lists): start %s, index GETs / LISTs per refresh interval %d / %d, /api/nodes warm %s, one node's heatmap cold %s / warm %s, timeline over all nodes warm %s, events over all nodes warm %s (%d), RSS %.0f MB (peak %.0f MB)\n",
-			r.indexUpdate.Round(time.Millisecond), r.startup.Round(time.Millisecond), r.indexReads, r.lists, ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), ms(r.eventsWarm), r.events, r.rssMB, r.hwmMB)
+		fmt.Printf("- query service (a compactor rewrites the bucket index every 10 s, each rewrite taking %s; the query service reads it when its listing is at most 15 s old, else lists): start %s, index GETs / LISTs per refresh interval %d / %d, /api/nodes warm %s, one node's heatmap cold %s / warm %s, timeline over all nodes warm %s, events over all nodes warm %s (%d), /api/fleet/events warm %s, RSS %.0f MB (peak %.0f MB)\n",
+			r.indexUpdate.Round(time.Millisecond), r.startup.Round(time.Millisecond), r.indexReads, r.lists, ms(r.nodesWarm), ms(r.heatCold), ms(r.heatWarm), ms(r.timelineWarm), ms(r.eventsWarm), r.events, ms(r.fleetEventsWarm), r.rssMB, r.hwmMB)
 		b.compact("sim", start)
 	}
 }
@@ -380,7 +380,7 @@ func (b *bench) upload(prefix string, t template, from, to int) {
 
 type result struct {
 	startup, nodesWarm, heatCold, heatWarm, timelineWarm time.Duration
-	eventsCold, eventsWarm                               time.Duration
+	eventsCold, eventsWarm, fleetEventsWarm, heatDisk    time.Duration
 	events                                               int
 	coldGets, coldBytes, lists, indexReads               int64
 	indexUpdate                                          time.Duration
@@ -395,34 +395,13 @@ func (b *bench) measure(prefix string, nodes int, start time.Time, span time.Dur
 	var r result
 	stopIndex, indexTook := b.keepIndexFresh(prefix)
 	defer stopIndex()
-	port := freePort()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	heapDir := filepath.Join(b.dir, fmt.Sprintf("heap-%s-%d", prefix, nodes))
 	if err := os.MkdirAll(heapDir, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	cmd := exec.Command(b.bin, "serve", "--objstore-config", b.configFile(prefix), "--listen", addr, "--heap-profile-dir", heapDir)
-	logf, _ := os.Create(filepath.Join(b.dir, "serve-"+prefix+".log"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	base, cmd, startup := b.serve(prefix, "--heap-profile-dir", heapDir)
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://" + addr
-	for {
-		if resp, err := http.Get(base + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Since(t0) > 5*time.Minute {
-			log.Fatalf("serve did not start (log %s)", logf.Name())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	r.startup = time.Since(t0)
+	r.startup = startup
 	get := func(path string) time.Duration {
 		t := time.Now()
 		resp, err := http.Get(base + path)
@@ -467,6 +446,7 @@ func (b *bench) measure(prefix string, nodes int, start time.Time, span time.Dur
 	r.eventsCold = get(evPath)
 	r.eventsWarm = median(evPath)
 	r.events = b.countEvents(base + evPath)
+	r.fleetEventsWarm = median("/api/fleet/events?limit=10000&from=" + strconv.FormatInt(start.Unix(), 10) + "&to=" + strconv.FormatInt(start.Add(span).Unix(), 10))
 	// The requests of one refresh interval: index GETs, or LISTs when
 	// the query service had to list.
 	l0, _, _ := b.bucketMetrics(base)
@@ -478,7 +458,65 @@ func (b *bench) measure(prefix string, nodes int, start time.Time, span time.Dur
 	r.indexUpdate = indexTook()
 	r.rssMB, r.hwmMB = rss(cmd.Process.Pid)
 	b.heapProfile(cmd.Process, heapDir)
+	r.heatDisk = b.diskCacheCold(prefix, "/api/heatmap?node="+node+"&"+win)
 	return r
+}
+
+// serve starts a query service over the bucket's prefix and waits until
+// it answers; it returns its address, its process and how long it took.
+func (b *bench) serve(prefix string, args ...string) (base string, cmd *exec.Cmd, startup time.Duration) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	cmd = exec.Command(b.bin, append([]string{"serve", "--objstore-config", b.configFile(prefix), "--listen", addr}, args...)...)
+	logf, _ := os.Create(filepath.Join(b.dir, "serve-"+prefix+".log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	base = "http://" + addr
+	for {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(t0) > 5*time.Minute {
+			log.Fatalf("serve did not start (log %s)", logf.Name())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return base, cmd, time.Since(t0)
+}
+
+// diskCacheCold times path as the first query of a query service
+// restarted over a disk cache (serve --objstore-cache-dir) that a
+// previous one filled by answering it once.
+func (b *bench) diskCacheCold(prefix, path string) time.Duration {
+	cache, err := os.MkdirTemp(b.dir, "cache-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(cache)
+	var took time.Duration
+	for range 2 {
+		base, cmd, _ := b.serve(prefix, "--objstore-cache-dir", cache)
+		t := time.Now()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		took = time.Since(t)
+		if resp.StatusCode != 200 {
+			log.Printf("%s with a disk cache: %d", path, resp.StatusCode)
+			took = -1
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	return took
 }
 
 // heapProfile has the query service write its heap profile (SIGUSR1) and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -15,8 +16,9 @@ import (
 // queryFlags choose what serve and export read: a data directory, the
 // blocks a fleet uploaded to a bucket, or both.
 type queryFlags struct {
-	data, objstore *string
-	fs             *flag.FlagSet
+	data, objstore      *string
+	cacheDir, cacheSize *string
+	fs                  *flag.FlagSet
 }
 
 func addQueryFlags(fs *flag.FlagSet, dataHelp string) queryFlags {
@@ -26,6 +28,9 @@ func addQueryFlags(fs *flag.FlagSet, dataHelp string) queryFlags {
 		objstore: fs.String("objstore-config", "", "also read the blocks every node uploaded to this bucket "+
 			"(objstore config YAML: provider, bucket, endpoint, prefix; credentials from files or the environment); "+
 			"with it, --data is read only when given"),
+		cacheDir: fs.String("objstore-cache-dir", "", "with --objstore-config, keep the block data and metas read from the bucket in this local directory too "+
+			"(blocks never change: a restarted query service reads them again without a GET); '' for none"),
+		cacheSize: fs.String("objstore-cache-size", "1GiB", "bound of --objstore-cache-dir: the least recently used files are deleted beyond it"),
 	}
 }
 
@@ -46,6 +51,9 @@ func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func
 	dataGiven := false
 	q.fs.Visit(func(f *flag.Flag) { dataGiven = dataGiven || f.Name == "data" })
 	dir := *q.data
+	if *q.objstore == "" && *q.cacheDir != "" {
+		return nil, nil, nil, usageError{errors.New("--objstore-cache-dir: caches a bucket's reads; give --objstore-config too")}
+	}
 	if *q.objstore == "" {
 		db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: slog.Default()})
 		return db, nil, func() {}, err
@@ -67,7 +75,22 @@ func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func
 		bkt.Close()
 		return nil, nil, nil, err
 	}
-	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: bucketTimeout})
+	var disk *bucketstore.DiskCache
+	if *q.cacheDir != "" {
+		size, err := parseSize(*q.cacheSize)
+		if err == nil && size <= 0 {
+			err = errors.New("want more than 0 bytes")
+		}
+		if err != nil {
+			bkt.Close()
+			return nil, nil, nil, usageError{fmt.Errorf("--objstore-cache-size: %w", err)}
+		}
+		if disk, err = bucketstore.OpenDiskCache(*q.cacheDir, size, slog.Default()); err != nil {
+			bkt.Close()
+			return nil, nil, nil, fmt.Errorf("--objstore-cache-dir: %w", err)
+		}
+	}
+	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: bucketTimeout, DiskCache: disk})
 	db, err := store.Open(dir, store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.Default(),
 		ChunkCacheSamples: bucketChunkCacheSamples})
 	if err != nil {

@@ -86,9 +86,13 @@ func TestServeFleet(t *testing.T) {
 
 	var urls []string
 	var daemons []*daemon
-	for range 2 {
+	for i := range 2 {
 		addr := "127.0.0.1:" + freePort(t)
-		d := startDaemon(t, bin, "serve", "--objstore-config", cfg, "--listen", addr)
+		args := []string{"serve", "--objstore-config", cfg, "--listen", addr}
+		if i == 1 { // the second keeps what it reads on disk too
+			args = append(args, "--objstore-cache-dir", t.TempDir(), "--objstore-cache-size", "64MiB")
+		}
+		d := startDaemon(t, bin, args...)
 		url := "http://" + addr
 		waitServing(t, d, url+"/api/nodes")
 		urls, daemons = append(urls, url), append(daemons, d)
@@ -158,6 +162,10 @@ func TestServeFleet(t *testing.T) {
 	code, metrics := getBody(t, urls[0]+"/metrics")
 	if code != http.StatusOK || !strings.Contains(metrics, "heatscope_bucket_read_gets_total") {
 		t.Fatalf("/metrics: %d, want the bucket read counters", code)
+	}
+	if _, cached := getBody(t, urls[1]+"/metrics"); !strings.Contains(cached, "\nheatscope_bucket_read_disk_cache_bytes ") ||
+		strings.Contains(cached, "\nheatscope_bucket_read_disk_cache_bytes 0\n") {
+		t.Errorf("the query service with --objstore-cache-dir keeps nothing on disk:\n%s", cached)
 	}
 
 	// MinIO stopped: a query of data not read yet fails with 503 naming

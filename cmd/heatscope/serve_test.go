@@ -226,6 +226,7 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--memory-limit", "lots"}, "--memory-limit", 2},
 		{[]string{"serve", "--data", dir, "--heap-profile-dir", filepath.Join(dir, "nothing-here")}, "--heap-profile-dir", 2},
 		{[]string{"serve", "--data", dir, "--auth-token", "two words"}, "--auth-token", 2},
+		{[]string{"serve", "--data", dir, "--objstore-cache-dir", dir}, "--objstore-cache-dir", 2},
 		{[]string{"serve", "--data", filepath.Join(dir, "nothing-here")}, "nothing-here", 1},
 		{[]string{"serve", "--data", dir, "--listen", "127.0.0.1:99999"}, "99999", 1},
 		{[]string{"record", "--data", "", "--output", filepath.Join(dir, "p.pb.gz"), "--listen", "127.0.0.1:0"}, "--data", 2},
