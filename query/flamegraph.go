@@ -28,6 +28,8 @@ type Node struct {
 	SelfCPU float64 `json:"selfCpu"`
 	// Children are sorted by name.
 	Children []*Node `json:"children,omitempty"`
+
+	cpuNs, selfNs int64 // CPU and SelfCPU in nanoseconds, exact
 }
 
 // kindProcess and kindRoot extend sample.Kind for the tree's top levels.
@@ -172,7 +174,7 @@ func (tb *treeBuilder) tree() *Node {
 	out := make([]Node, len(nodes))
 	nchild := make([]int32, len(nodes))
 	for i, fn := range nodes {
-		out[i] = Node{Value: fn.value, Self: fn.self, CPU: seconds(fn.cpuNs), SelfCPU: seconds(fn.selfNs)}
+		out[i] = Node{Value: fn.value, Self: fn.self, CPU: seconds(fn.cpuNs), SelfCPU: seconds(fn.selfNs), cpuNs: fn.cpuNs, selfNs: fn.selfNs}
 		if i == 0 {
 			out[i].Name, out[i].Kind = "root", kindString(kindRoot)
 		} else {

@@ -180,8 +180,13 @@ func TestUnresolvedFramesGrouped(t *testing.T) {
 	}
 	main := d.Root.Children[0].Children[0]
 	i := slices.IndexFunc(main.Children, func(n *DiffNode) bool { return n.Name == "[gzip]" })
-	if i < 0 || main.Children[i].A != 10 || main.Children[i].B != 20 || main.Children[i].Delta != -10 {
-		t.Errorf("grouped diff under main: %+v", main.Children)
+	// CPU time: one period throughout.
+	period := store.DefaultPeriodNs
+	if i < 0 || main.Children[i].A != 10*period || main.Children[i].B != 20*period || main.Children[i].Delta != -10*period {
+		t.Errorf("grouped diff under main: [gzip] at %d of %d children, want A 10, B 20 and delta -10 periods", i, len(main.Children))
+		for _, c := range main.Children {
+			t.Logf("%+v", *c)
+		}
 	}
 	g, _, err := GrowthOf(ctx, db, a, b, f, ByTotal, GroupAddresses)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -12,8 +13,8 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// TestGrowthOf: B is 1 s, A is 2 s; B's counts are doubled before they
-// are subtracted, so steady work shows no growth and a burst does.
+// TestGrowthOf: B is 1 s, A is 2 s; B's CPU time is doubled before it
+// is subtracted, so steady work shows no growth and a burst does.
 func TestGrowthOf(t *testing.T) {
 	db, err := store.Open(t.TempDir(), store.Options{Source: "host", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -39,20 +40,33 @@ func TestGrowthOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Growth{
-		{Name: "burst", Kind: "kernel", Self: 30, Total: 30, DeltaSelf: 30, DeltaTotal: 30},
+	// One period throughout: every CPU time is a count times it.
+	cpu := func(n int64) float64 { return seconds(n * store.DefaultPeriodNs) }
+	type row struct {
+		name, kind                             string
+		self, total, self2, total2             int64
+		selfCPU, totalCPU, selfCPU2, total2CPU float64
+		deltaSelf, deltaTotal                  float64
+		via                                    string
+		deltaVia                               float64
+	}
+	want := []row{
+		{"burst", "kernel", 30, 30, 0, 0, cpu(30), cpu(30), 0, 0, cpu(30), cpu(30), "", 0},
 		// main's growth is all burst's (steady's call did not grow,
 		// shrinks' shrank): a pass-through.
-		{Name: "main", Kind: "user", Self: 0, Total: 54, Total2: 15, DeltaTotal: 24, Via: "burst", ViaKind: "kernel", DeltaVia: 30},
-		{Name: "steady", Kind: "kernel", Self: 20, Total: 20, Self2: 10, Total2: 10},
-		{Name: "shrinks", Kind: "kernel", Self: 4, Total: 4, Self2: 5, Total2: 5, DeltaSelf: -6, DeltaTotal: -6},
+		{"main", "user", 0, 54, 0, 15, 0, cpu(54), 0, cpu(15), 0, cpu(24), "burst", cpu(30)},
+		{"steady", "kernel", 20, 20, 10, 10, cpu(20), cpu(20), cpu(10), cpu(10), 0, 0, "", 0},
+		{"shrinks", "kernel", 4, 4, 5, 5, cpu(4), cpu(4), cpu(5), cpu(5), cpu(-6), cpu(-6), "", 0},
 	}
-	if g.Samples != 54 || g.Samples2 != 15 || len(g.Functions) != len(want) {
+	if g.Samples != 54 || g.Samples2 != 15 || g.CPU != cpu(54) || g.CPU2 != cpu(15) || g.Unit != UnitCPUSeconds || len(g.Functions) != len(want) {
 		t.Fatalf("growth %+v", g)
 	}
-	for i := range want {
-		if g.Functions[i] != want[i] {
-			t.Errorf("row %d: %+v, want %+v", i, g.Functions[i], want[i])
+	for i, w := range want {
+		f := g.Functions[i]
+		got := row{f.Name, f.Kind, f.Self, f.Total, f.Self2, f.Total2, f.SelfCPU, f.TotalCPU, f.SelfCPU2, f.TotalCPU2,
+			f.DeltaSelfCPU, f.DeltaTotalCPU, f.Via, f.DeltaViaCPU}
+		if got != w {
+			t.Errorf("row %d: %+v, want %+v", i, got, w)
 		}
 	}
 }
@@ -101,8 +115,10 @@ func TestGrowthPassThrough(t *testing.T) {
 			deltaVia              int64
 		}
 		var got []row
+		period := float64(store.DefaultPeriodNs) / 1e9
+		samples := func(sec float64) int64 { return int64(math.Round(sec / period)) } // one period throughout
 		for _, f := range g.Functions {
-			got = append(got, row{f.Name, f.DeltaSelf, f.DeltaTotal, f.Via, f.DeltaVia})
+			got = append(got, row{f.Name, samples(f.DeltaSelfCPU), samples(f.DeltaTotalCPU), f.Via, samples(f.DeltaViaCPU)})
 		}
 		rows := map[string]row{
 			"entry":     {"entry", 0, 100, "syscall", 100},   // 100 of 100 through syscall

@@ -242,3 +242,54 @@ func TestFlameGraphAndTopWeighPeriods(t *testing.T) {
 		t.Fatalf("top's third row %+v, want main with %v s in total", f, float64(cpuBefore+cpuAfter)/1e9)
 	}
 }
+
+// TestDiffAndGrowthAcrossARateChange compares 10 s of a steady burn after
+// the sampling rate halved (A) with 10 s of it before (B): A holds half
+// B's samples, but the same CPU time, so the differential flame graph
+// (scaled by totals or by lengths) and the growth table show no change,
+// where by counts the burn would have shrunk by half.
+func TestDiffAndGrowthAcrossARateChange(t *testing.T) {
+	db, start, change, _ := rateChangeStore(t, t.TempDir())
+	ctx := context.Background()
+	sec := int64(time.Second)
+	a := store.Range{From: change + 10*sec, To: change + 20*sec}
+	b := store.Range{From: start + 10*sec, To: start + 20*sec}
+	f := store.Filter{}
+	// within1 says whether ns is within 1% of a CPU-second (10 ms over
+	// 10 s: a sample's period, the windows' edges).
+	within1 := func(ns int64) bool { return math.Abs(float64(ns)) < 0.01*float64(sec) }
+	for _, norm := range []Normalization{ByTotals, ByLength} {
+		d, _, err := DiffOf(ctx, db, a, b, &f, norm, GroupAddresses)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.SamplesB < 2*d.SamplesA-2 || !within1(d.TotalA-10*sec) || !within1(d.TotalB-10*sec) {
+			t.Fatalf("normalization %d: A %d samples, %d ns; B %d samples, %d ns: want half the samples, 10 s each",
+				norm, d.SamplesA, d.TotalA, d.SamplesB, d.TotalB)
+		}
+		var check func(n *DiffNode)
+		check = func(n *DiffNode) {
+			if !within1(n.DeltaTotal) || !within1(n.Delta) || !within1(n.A-n.B) {
+				t.Fatalf("normalization %d, %s: A %d ns, B %d ns, change %d ns (self %d): a steady burn changed", norm, n.Name, n.A, n.B, n.DeltaTotal, n.Delta)
+			}
+			for _, c := range n.Children {
+				check(c)
+			}
+		}
+		check(d.Root)
+	}
+
+	g, _, err := GrowthOf(ctx, db, a, b, &f, ByTotal, GroupAddresses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Unit != UnitCPUSeconds || g.Samples2 < 2*g.Samples-2 || math.Abs(g.CPU-10) > 0.01 || math.Abs(g.CPU2-10) > 0.01 || len(g.Functions) != 2 {
+		t.Fatalf("growth: %d samples, %v s in A; %d, %v s in B (unit %q); %d functions", g.Samples, g.CPU, g.Samples2, g.CPU2, g.Unit, len(g.Functions))
+	}
+	for _, fn := range g.Functions {
+		if fn.Total2 < 2*fn.Total-2 || math.Abs(fn.TotalCPU-fn.TotalCPU2) > 0.01 || math.Abs(fn.DeltaTotalCPU) > 0.01 || math.Abs(fn.DeltaSelfCPU) > 0.01 {
+			t.Fatalf("%s: %d samples, %v s in A; %d, %v s in B; grew %v s (self %v s): a steady burn grew or shrank",
+				fn.Name, fn.Total, fn.TotalCPU, fn.Total2, fn.TotalCPU2, fn.DeltaTotalCPU, fn.DeltaSelfCPU)
+		}
+	}
+}

@@ -238,8 +238,10 @@ func TestTopAndDiff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.TotalA != n || d.TotalB == 0 || d.Root.A != d.TotalA || d.Root.B != d.TotalB {
-			t.Fatalf("diff totals %d/%d, root %d/%d", d.TotalA, d.TotalB, d.Root.A, d.Root.B)
+		// One period throughout: the CPU time is the count times it.
+		if d.SamplesA != n || d.TotalA != n*store.DefaultPeriodNs || d.TotalB != d.SamplesB*store.DefaultPeriodNs || d.TotalB == 0 ||
+			d.Root.A != d.TotalA || d.Root.B != d.TotalB {
+			t.Fatalf("diff totals %d/%d ns in %d/%d samples, root %d/%d", d.TotalA, d.TotalB, d.SamplesA, d.SamplesB, d.Root.A, d.Root.B)
 		}
 		weight := float64(d.TotalA) / float64(d.TotalB)
 		if norm == ByLength {

@@ -53,9 +53,9 @@ func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g 
 	return countFunctions(ctx, db, r, f, g, fr, nil)
 }
 
-// countFunctions is TopOf; when edges is not nil it also counts, for every
-// call from one function to another, the samples whose stack holds that
-// call (once per sample, like Total).
+// countFunctions is TopOf; when edges is not nil it also sums, for every
+// call from one function to another, the CPU time in nanoseconds of the
+// samples whose stack holds that call (once per sample, like Total).
 func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, names Frames, edges map[callEdge]int64) (*Top, store.Warnings, error) {
 	type key = funcKey
 	index := map[key]int{}
@@ -123,7 +123,7 @@ func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.F
 				}
 				if edges != nil && callee >= 0 && callee != fi && !slices.Contains(seenEdges, [2]int{fi, callee}) {
 					seenEdges = append(seenEdges, [2]int{fi, callee})
-					edges[callEdge{key{funcs[fi].Name, funcs[fi].Kind, group}, key{funcs[callee].Name, funcs[callee].Kind, group}}] += n
+					edges[callEdge{key{funcs[fi].Name, funcs[fi].Kind, group}, key{funcs[callee].Name, funcs[callee].Kind, group}}] += n * w
 				}
 				callee = fi
 			}

@@ -160,7 +160,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "diff", body, d)
+			wantJSON(t, "diff", body, nestedDiff(d))
 
 			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75&normalize=length", tc.query))
 			mustOK(t, "diff by length", resp, body)
@@ -168,7 +168,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "diff by length", body, d)
+			wantJSON(t, "diff by length", body, nestedDiff(d))
 
 			resp, body = fx.get(t, withQuery("/api/top", queryA, "limit=20", tc.query))
 			mustOK(t, "top", resp, body)

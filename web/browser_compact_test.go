@@ -17,7 +17,8 @@ import (
 // flame graphs and a differential one, over names with quotes, HTML and
 // non-ASCII characters, the decoded tree must be the nested JSON answer,
 // both through typed arrays and through the DataView path of big-endian
-// machines; API errors and damaged encodings must be errors.
+// machines; API errors and damaged encodings (a differential not in CPU
+// nanoseconds among them) must be errors.
 func TestBrowserCompactDecoder(t *testing.T) {
 	db := testStore(t)
 	if _, err := db.Import("fixture", 0, func(fn func(*sample.Sample) error) error {
@@ -40,18 +41,21 @@ func TestBrowserCompactDecoder(t *testing.T) {
 	list, _ := json.Marshal(targets)
 	js := fmt.Sprintf(`(async () => {
 		const m = await import('/ui/flame.js');
-		// nest rebuilds the API's nested JSON from a decoded tree
+		// nest rebuilds the API's nested JSON from a decoded tree (a
+		// differential's CPU nanoseconds in seconds)
 		const nest = (t) => {
 			const num = t.diff ? ['a', 'b', 'selfA', 'selfB', 'delta', 'deltaTotal'] : ['value', 'self', 'cpu', 'selfCpu'];
+			const scale = t.diff ? 1e9 : 1;
 			const build = (i) => {
 				const o = { name: t.names[t.name[i]], kind: t.kinds[t.kind[i]] };
-				for (const c of num) o[c] = t[c][i];
+				for (const c of num) o[c] = t[c][i] / scale;
 				const kids = [];
 				for (let c = i + 1, end = i + t.size[i]; c < end; c += t.size[c]) kids.push(build(c));
 				if (kids.length) o.children = kids;
 				return o;
 			};
-			return t.diff ? { totalA: t.totalA, totalB: t.totalB, root: t.n ? build(0) : null } : build(0);
+			return t.diff ? { unit: 'cpu-seconds', totalA: t.totalA / 1e9, totalB: t.totalB / 1e9, samplesA: t.samplesA, samplesB: t.samplesB,
+				root: t.n ? build(0) : null } : build(0);
 		};
 		const out = [];
 		for (const [path, query] of %s) {
@@ -99,19 +103,25 @@ func TestBrowserCompactDecoder(t *testing.T) {
 		new DataView(damaged[3].buffer).setUint32(cols + 4 * n + 4, n, true); // node 1's subtree size
 		new DataView(damaged[4].buffer).setUint32(cols + 4, 1 << 30, true); // node 1's name
 		new DataView(damaged[5].buffer).setUint32(8, 1 << 30, true); // the JSON header's length
+		// a differential whose unit is not CPU nanoseconds
+		const diff = new Uint8Array(await (await fetch('/api/diff?%s&from2=1795237382.5&to2=1795237389.75&encoding=compact')).arrayBuffer());
+		const unit = [...new TextEncoder().encode('"unit":"cpu-nanoseconds"')];
+		const at = diff.findIndex((_, i) => unit.every((c, j) => diff[i + j] === c));
+		diff[at + unit.length - 2] = 0x7a; // "cpu-nanosecondz"
+		damaged.push(diff);
 		for (const d of damaged) {
 			try { m.decodeTree(d.buffer); out.push('decoded'); } catch (e) { out.push(e.message); }
 		}
 		out.push(String(m.decodeTree(good.buffer).n === n && n > 1));
 		return out;
-	})()`, queryA), chromedp.EvalAwaitPromise))
+	})()`, queryA, queryA), chromedp.EvalAwaitPromise))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(errs) != 8 || !strings.HasPrefix(errs[0], "from: ") || errs[7] != "true" {
+	if len(errs) != 9 || !strings.HasPrefix(errs[0], "from: ") || errs[8] != "true" {
 		t.Fatalf("errors %q", errs)
 	}
-	for i, msg := range errs[1:7] {
+	for i, msg := range errs[1:8] {
 		if !strings.Contains(msg, "bad compact encoding") {
 			t.Errorf("damaged encoding %d: %q", i, msg)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -293,20 +294,16 @@ func TestBrowserUI(t *testing.T) {
 	}
 	checkDiff := func(what string) {
 		t.Helper()
-		type counts struct{ A, B, TotalA, TotalB int64 }
-		got := eval[*counts](t, ctx, `window.heatscope.diffRoot()`)
-		var want struct {
-			TotalA int64 `json:"totalA"`
-			TotalB int64 `json:"totalB"`
-			Root   struct {
-				A int64 `json:"a"`
-				B int64 `json:"b"`
-			} `json:"root"`
-		}
+		// The page's figures are CPU nanoseconds, the API's seconds.
+		type root struct{ A, B, TotalA, TotalB, SamplesA, SamplesB float64 }
+		got := eval[*root](t, ctx, `window.heatscope.diffRoot()`)
+		var want diffJSON
 		apitest.GetJSON(t, fmt.Sprintf("%s/api/diff?source=fixture&comm=hotapp&from=%s&to=%s&from2=%s&to2=%s", fx.url,
 			ftoa(st.SelFrom), ftoa(st.SelTo), ftoa(st.BFrom), ftoa(st.BTo)), &want)
-		if got == nil || want.TotalA != 150 || want.TotalB != 150 || got.A != want.Root.A || got.B != want.Root.B ||
-			got.A != want.TotalA || got.B != want.TotalB || got.TotalA != want.TotalA || got.TotalB != want.TotalB {
+		ns := func(sec float64) float64 { return math.Round(sec * 1e9) }
+		if got == nil || want.Root == nil || want.SamplesA != 150 || want.SamplesB != 150 || want.TotalA <= 0 || want.TotalA != want.TotalB ||
+			got.A != ns(want.Root.A) || got.B != ns(want.Root.B) || got.A != ns(want.TotalA) || got.B != ns(want.TotalB) ||
+			got.TotalA != got.A || got.TotalB != got.B || got.SamplesA != 150 || got.SamplesB != 150 {
 			t.Fatalf("%s: diff root %+v, /api/diff %+v", what, got, want)
 		}
 		names := eval[[]string](t, ctx, `window.heatscope.flameNames()`)
@@ -314,13 +311,14 @@ func TestBrowserUI(t *testing.T) {
 		if !slices.Contains(names, "hot_fixture_function") || !legend {
 			t.Fatalf("%s: differential flame graph frames %q, legend shown %v", what, names, legend)
 		}
-		// Hovering shows both counts, their shares and the deltas.
+		// Hovering shows both CPU times, their shares and the changes.
 		run("scroll to the flame graph", chromedp.ScrollIntoView(chromedp.CSS("#flame")))
 		hot := eval[[]float64](t, ctx, `(() => { const r = document.getElementById('flame').getBoundingClientRect(),
 			b = window.heatscope.flameBoxes('hot_fixture_function')[0]; return [r.left + b.x + b.w / 2, r.top + b.y + 8]; })()`)
 		run("hover the differential graph", chromedp.MouseEvent(chromedp.MouseMoved, hot[0], hot[1]))
 		tip := eval[string](t, ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
-		if want := "hot_fixture_function\nuser: A 150 samples (100.00%), B 150 samples (100.00%)\ndelta 0 samples (self: A 150 samples, B 150 samples, delta 0 samples)"; tip != want {
+		cpu := formatCPU(want.TotalA) // one stack: every node's time
+		if want := fmt.Sprintf("hot_fixture_function\nuser: A %s (100.00%%), B %s (100.00%%) of CPU time\nchange 0 s (self: A %s, B %s, change 0 s)", cpu, cpu, cpu, cpu); tip != want {
 			t.Fatalf("%s: tooltip %q, want %q", what, tip, want)
 		}
 		run("leave the graph", chromedp.MouseEvent(chromedp.MouseMoved, 1, 1))

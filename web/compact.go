@@ -21,12 +21,13 @@ import (
 //	bytes 8-11   uint32 J, the length of the JSON header
 //	bytes 12-15  zero
 //	bytes 16-    the JSON header: {"names":[...],"kinds":[...]} and, for a
-//	             differential, "totalA" and "totalB"; then zero bytes up to
-//	             a multiple of 8
+//	             differential, "unit":"cpu-nanoseconds", "totalA" and
+//	             "totalB" (CPU time) and, from /api/diff, "samplesA" and
+//	             "samplesB"; then zero bytes up to a multiple of 8
 //	then the columns of N values each, in this order:
 //	  float64: value, self (integers, exact below 2^53), cpu, selfCpu
 //	           (seconds) for "HSF2"; a, b, selfA, selfB, delta,
-//	           deltaTotal (integers) for "HSD1"
+//	           deltaTotal (integer CPU nanoseconds) for "HSD1"
 //	  uint32 name: index into names
 //	  uint32 size: the nodes in the node's subtree, itself included, so its
 //	               first child is the next node and its next sibling the node
@@ -35,7 +36,8 @@ import (
 //
 // Node 0 is the root; children come in the nested JSON's order. Every
 // string is exactly the nested JSON's (encoding/json's escaping), so
-// decoding either gives the same tree.
+// decoding either gives the same tree (a differential's CPU times in
+// nanoseconds where the nested JSON has seconds).
 const (
 	compactFlameMagic = "HSF2" // HSF1 had no CPU time columns
 	compactDiffMagic  = "HSD1"
@@ -186,23 +188,33 @@ func compactNode(root *query.Node, limit int) ([]byte, error) {
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }
 
-// compactDiff encodes a differential flame graph in the compact layout; a
-// diff without a root has no nodes.
+// compactDiff encodes a differential flame graph in the compact layout,
+// its figures CPU time in nanoseconds; a diff without a root has no
+// nodes.
 func compactDiff(d *query.Diff, limit int) ([]byte, error) {
-	header := func(out []byte) []byte {
-		out = append(out, `,"totalA":`...)
-		out = strconv.AppendInt(out, d.TotalA, 10)
-		out = append(out, `,"totalB":`...)
-		return strconv.AppendInt(out, d.TotalB, 10)
-	}
+	header := cpuDiffHeader(intField{"totalA", d.TotalA}, intField{"totalB", d.TotalB},
+		intField{"samplesA", d.SamplesA}, intField{"samplesB", d.SamplesB})
 	if d.Root == nil {
 		c := &columns{limit: limit}
 		return c.encode(compactDiffMagic, header)
 	}
 	return compactTree(compactDiffMagic, d.Root, 6, limit, header, func(n *query.DiffNode, nums []float64) (string, string) {
-		for i, v := range []int64{n.A, n.B, n.SelfA, n.SelfB, n.Delta, n.DeltaTotal} {
-			nums[i] = float64(v)
+		for i, f := range diffFields(n) {
+			nums[i] = float64(f.v)
 		}
 		return n.Name, n.Kind
 	}, func(n *query.DiffNode) []*query.DiffNode { return n.Children })
+}
+
+// cpuDiffHeader appends to a compact differential's header its unit,
+// "cpu-nanoseconds", and fields.
+func cpuDiffHeader(fields ...intField) func([]byte) []byte {
+	return func(out []byte) []byte {
+		out = append(out, `,"unit":"cpu-nanoseconds"`...)
+		for _, f := range fields {
+			out = append(append(append(out, ",\""...), f.name...), "\":"...)
+			out = strconv.AppendInt(out, f.v, 10)
+		}
+		return out
+	}
 }

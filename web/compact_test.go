@@ -19,10 +19,14 @@ import (
 type compactData struct {
 	magic  string
 	header struct {
-		Names  []string `json:"names"`
-		Kinds  []string `json:"kinds"`
-		TotalA *int64   `json:"totalA"`
-		TotalB *int64   `json:"totalB"`
+		Names []string `json:"names"`
+		Kinds []string `json:"kinds"`
+		// a differential's: its unit, CPU totals and sample counts
+		Unit     *string `json:"unit"`
+		TotalA   *int64  `json:"totalA"`
+		TotalB   *int64  `json:"totalB"`
+		SamplesA *int64  `json:"samplesA"`
+		SamplesB *int64  `json:"samplesB"`
 	}
 	nums       [][]float64
 	name, size []uint32
@@ -62,6 +66,9 @@ func decodeCompact(b []byte) (*compactData, error) {
 	}
 	if (d.magic == compactDiffMagic) != (d.header.TotalA != nil && d.header.TotalB != nil) {
 		return nil, fmt.Errorf("%s with totals %v %v", d.magic, d.header.TotalA, d.header.TotalB)
+	}
+	if (d.magic == compactDiffMagic) != (d.header.Unit != nil && *d.header.Unit == "cpu-nanoseconds") {
+		return nil, fmt.Errorf("%s with unit %v", d.magic, d.header.Unit)
 	}
 	for ; off%8 != 0; off++ {
 		if off >= len(b) || b[off] != 0 {
@@ -137,6 +144,9 @@ func (d *compactData) tree(i int) (*query.Node, error) {
 // diff builds the differential flame graph of an "HSD1" encoding.
 func (d *compactData) diff() (*query.Diff, error) {
 	out := &query.Diff{TotalA: *d.header.TotalA, TotalB: *d.header.TotalB}
+	if d.header.SamplesA != nil && d.header.SamplesB != nil {
+		out.SamplesA, out.SamplesB = *d.header.SamplesA, *d.header.SamplesB
+	}
 	var build func(i int) (*query.DiffNode, error)
 	build = func(i int) (*query.DiffNode, error) {
 		n := &query.DiffNode{Name: d.header.Names[d.name[i]], Kind: d.header.Kinds[d.kind[i]], A: int64(d.nums[0][i]), B: int64(d.nums[1][i]),
@@ -178,7 +188,50 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// nested decodes a compact answer and encodes it as encoding/json does.
+// diffJSON is /api/diff's nested JSON, for encoding/json: CPU times in
+// seconds.
+type diffJSON struct {
+	Unit     string        `json:"unit"`
+	TotalA   float64       `json:"totalA"`
+	TotalB   float64       `json:"totalB"`
+	SamplesA int64         `json:"samplesA"`
+	SamplesB int64         `json:"samplesB"`
+	Root     *diffNodeJSON `json:"root"`
+}
+
+type diffNodeJSON struct {
+	Name       string          `json:"name"`
+	Kind       string          `json:"kind"`
+	A          float64         `json:"a"`
+	B          float64         `json:"b"`
+	SelfA      float64         `json:"selfA"`
+	SelfB      float64         `json:"selfB"`
+	Delta      float64         `json:"delta"`
+	DeltaTotal float64         `json:"deltaTotal"`
+	Children   []*diffNodeJSON `json:"children,omitempty"`
+}
+
+// nestedDiff is d as /api/diff's nested JSON should hold it, built
+// independently of encode.go.
+func nestedDiff(d *query.Diff) *diffJSON {
+	s := func(ns int64) float64 { return float64(ns) / 1e9 }
+	var node func(n *query.DiffNode) *diffNodeJSON
+	node = func(n *query.DiffNode) *diffNodeJSON {
+		out := &diffNodeJSON{Name: n.Name, Kind: n.Kind, A: s(n.A), B: s(n.B), SelfA: s(n.SelfA), SelfB: s(n.SelfB), Delta: s(n.Delta), DeltaTotal: s(n.DeltaTotal)}
+		for _, c := range n.Children {
+			out.Children = append(out.Children, node(c))
+		}
+		return out
+	}
+	out := &diffJSON{Unit: "cpu-seconds", TotalA: s(d.TotalA), TotalB: s(d.TotalB), SamplesA: d.SamplesA, SamplesB: d.SamplesB}
+	if d.Root != nil {
+		out.Root = node(d.Root)
+	}
+	return out
+}
+
+// nested decodes a compact answer and encodes it as encoding/json does
+// (a differential as /api/diff's nested JSON).
 func nested(t *testing.T, what string, body []byte) []byte {
 	t.Helper()
 	d, err := decodeCompact(body)
@@ -193,7 +246,11 @@ func nested(t *testing.T, what string, body []byte) []byte {
 		}
 		v, err = d.tree(0)
 	default:
-		v, err = d.diff()
+		var df *query.Diff
+		df, err = d.diff()
+		if err == nil {
+			v = nestedDiff(df)
+		}
 	}
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -240,7 +297,7 @@ func TestCompactEncodingNames(t *testing.T) {
 	names := []string{"plain", "", "with \"quotes\" and \\", "<html>&amp;", "naïve ünïcode", "\x00\x1f\x7f", "bad \xff utf-8",
 		"line\u2028sep\u2029", "tab\tnewline\n", "\ufeffbom first"}
 	root := &query.Node{Name: "\ufeffroot", Kind: "root", Value: 99, Self: 1}
-	d := &query.Diff{TotalA: 7, TotalB: -3, Root: &query.DiffNode{Name: "root", Kind: "root", A: 1, B: 2, SelfA: 3, SelfB: 4, Delta: -5, DeltaTotal: 6}}
+	d := &query.Diff{TotalA: 7, TotalB: -3, SamplesA: 5, SamplesB: 9, Root: &query.DiffNode{Name: "root", Kind: "root", A: 1, B: 2, SelfA: 3, SelfB: 4, Delta: -5, DeltaTotal: 6}}
 	for i, name := range names {
 		root.Children = append(root.Children, &query.Node{Name: name, Kind: name, Value: int64(i) - 3, Self: int64(i) << 40,
 			Children: []*query.Node{{Name: name + "x", Kind: "user"}, {Name: name, Kind: "kernel"}}})
@@ -252,8 +309,8 @@ func TestCompactEncodingNames(t *testing.T) {
 		compact func(int) ([]byte, error)
 	}{
 		{"tree", root, func(limit int) ([]byte, error) { return compactNode(root, limit) }},
-		{"diff", d, func(limit int) ([]byte, error) { return compactDiff(d, limit) }},
-		{"empty diff", &query.Diff{}, func(limit int) ([]byte, error) { return compactDiff(&query.Diff{}, limit) }},
+		{"diff", nestedDiff(d), func(limit int) ([]byte, error) { return compactDiff(d, limit) }},
+		{"empty diff", nestedDiff(&query.Diff{}), func(limit int) ([]byte, error) { return compactDiff(&query.Diff{}, limit) }},
 	} {
 		body, err := tc.compact(1 << 20)
 		if err != nil {

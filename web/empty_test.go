@@ -80,7 +80,7 @@ func TestEmptyResults(t *testing.T) {
 				}
 			}
 			// No sample passes: every count in the answer is 0.
-			for _, field := range []string{`"samples":`, `"samples2":`, `"value":`, `"totalA":`, `"a":`, `"maxvalue":`} {
+			for _, field := range []string{`"samples":`, `"samples2":`, `"samplesA":`, `"samplesB":`, `"cpu2":`, `"value":`, `"totalA":`, `"a":`, `"maxvalue":`} {
 				if i := bytes.Index(body, []byte(field)); i >= 0 && body[i+len(field)] != '0' {
 					t.Errorf("GET %s: %s not 0 in %s", c.target, field, clipBody(body))
 				}

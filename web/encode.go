@@ -110,30 +110,45 @@ func node(out []byte, n *query.Node, limit int) ([]byte, error) {
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }
 
-// diffNode appends a differential flame graph tree.
+// diffNode appends a differential flame graph tree, its CPU times in
+// seconds.
 func diffNode(out []byte, n *query.DiffNode, limit int) ([]byte, error) {
 	return tree(out, n, limit, func(out []byte, n *query.DiffNode) []byte {
 		out = append(out, `"name":`...)
 		out = appendString(out, n.Name)
 		out = append(out, `,"kind":`...)
 		out = appendString(out, n.Kind)
-		for _, f := range []struct {
-			name string
-			v    int64
-		}{{"a", n.A}, {"b", n.B}, {"selfA", n.SelfA}, {"selfB", n.SelfB}, {"delta", n.Delta}, {"deltaTotal", n.DeltaTotal}} {
+		for _, f := range diffFields(n) {
 			out = append(append(append(out, ",\""...), f.name...), "\":"...)
-			out = strconv.AppendInt(out, f.v, 10)
+			out = appendFloat(out, seconds(f.v))
 		}
 		return out
 	}, func(n *query.DiffNode) []*query.DiffNode { return n.Children })
 }
 
-// diff appends d as encoding/json encodes a query.Diff.
+// intField is a named integer of an answer.
+type intField struct {
+	name string
+	v    int64
+}
+
+// diffFields are a differential node's figures, CPU time in nanoseconds,
+// in the order of the nested JSON and of the compact columns.
+func diffFields(n *query.DiffNode) [6]intField {
+	return [6]intField{{"a", n.A}, {"b", n.B}, {"selfA", n.SelfA}, {"selfB", n.SelfB}, {"delta", n.Delta}, {"deltaTotal", n.DeltaTotal}}
+}
+
+// diff appends d as the nested JSON of /api/diff: CPU times in seconds
+// (unit "cpu-seconds"), sample counts as integers.
 func diff(out []byte, d *query.Diff, limit int) ([]byte, error) {
-	out = append(out, `{"totalA":`...)
-	out = strconv.AppendInt(out, d.TotalA, 10)
+	out = append(out, `{"unit":"`+query.UnitCPUSeconds+`","totalA":`...)
+	out = appendFloat(out, seconds(d.TotalA))
 	out = append(out, `,"totalB":`...)
-	out = strconv.AppendInt(out, d.TotalB, 10)
+	out = appendFloat(out, seconds(d.TotalB))
+	out = append(out, `,"samplesA":`...)
+	out = strconv.AppendInt(out, d.SamplesA, 10)
+	out = append(out, `,"samplesB":`...)
+	out = strconv.AppendInt(out, d.SamplesB, 10)
 	out = append(out, `,"root":`...)
 	if d.Root == nil {
 		return append(out, "null}"...), nil

@@ -185,29 +185,44 @@ func TestPostEventReadOnly(t *testing.T) {
 	}
 }
 
+// growthAnswer is /api/top's answer with a baseline.
+type growthAnswer struct {
+	Samples   int64       `json:"samples"`
+	Samples2  int64       `json:"samples2"`
+	CPU       float64     `json:"cpu"`
+	CPU2      float64     `json:"cpu2"`
+	Unit      string      `json:"unit"`
+	Functions []growthRow `json:"functions"`
+}
+
+type growthRow struct {
+	Name          string  `json:"name"`
+	Kind          string  `json:"kind"`
+	Via           string  `json:"via"`
+	Total         int64   `json:"total"`
+	Total2        int64   `json:"total2"`
+	TotalCPU      float64 `json:"totalCpu"`
+	TotalCPU2     float64 `json:"totalCpu2"`
+	DeltaTotalCPU float64 `json:"deltaTotalCpu"`
+	DeltaSelfCPU  float64 `json:"deltaSelfCpu"`
+	DeltaViaCPU   float64 `json:"deltaViaCpu"`
+}
+
 // TestTopGrowth: /api/top with a baseline ranks what grew.
 func TestTopGrowth(t *testing.T) {
 	fx := newFixture(t, testStore(t), Options{})
-	var g struct {
-		Samples   int64 `json:"samples"`
-		Samples2  int64 `json:"samples2"`
-		Functions []struct {
-			Name       string `json:"name"`
-			Total      int64  `json:"total"`
-			Total2     int64  `json:"total2"`
-			DeltaTotal int64  `json:"deltaTotal"`
-		} `json:"functions"`
-	}
+	var g growthAnswer
 	// The capture's second half against its first: same work, same length.
 	apitest.GetJSON(t, fmt.Sprintf("%s/api/top?source=capture&from=%d.5&to=%d&from2=%d&to2=%d.5", fx.url, base+71, base+73, base+70, base+71), &g)
-	if g.Samples == 0 || g.Samples2 == 0 || len(g.Functions) == 0 {
+	if g.Samples == 0 || g.Samples2 == 0 || g.CPU <= 0 || g.CPU2 <= 0 || g.Unit != "cpu-seconds" || len(g.Functions) == 0 {
 		t.Fatalf("growth %+v", g)
 	}
 	for i, f := range g.Functions {
-		if f.DeltaTotal != f.Total-f.Total2 {
-			t.Errorf("%s: delta %d, total %d, baseline %d", f.Name, f.DeltaTotal, f.Total, f.Total2)
+		// Equal lengths: the growth is A's CPU time minus B's.
+		if math.Abs(f.DeltaTotalCPU-(f.TotalCPU-f.TotalCPU2)) > 1e-9 || f.Total > 0 && f.TotalCPU <= 0 {
+			t.Errorf("%s: delta %v s, total %v s (%d samples), baseline %v s", f.Name, f.DeltaTotalCPU, f.TotalCPU, f.Total, f.TotalCPU2)
 		}
-		if i > 0 && f.DeltaTotal > g.Functions[i-1].DeltaTotal {
+		if i > 0 && f.DeltaTotalCPU > g.Functions[i-1].DeltaTotalCPU {
 			t.Errorf("not sorted by growth at %d", i)
 		}
 	}

@@ -396,12 +396,7 @@ func (s *Server) prediffDiff(ctx context.Context, p *params, rep *reply) (store.
 			Root *prediffTreeJSON `json:"root"`
 		}{query.UnitCPUSeconds, prediffTree(root)})
 	}
-	header := func(out []byte) []byte {
-		out = append(out, `,"unit":"cpu-nanoseconds","totalA":`...)
-		out = strconv.AppendInt(out, root.A, 10)
-		out = append(out, `,"totalB":`...)
-		return strconv.AppendInt(out, root.B, 10)
-	}
+	header := cpuDiffHeader(intField{"totalA", root.A}, intField{"totalB", root.B})
 	return warnings, rep.binary(compactTree(compactDiffMagic, root, 6, rep.limit, header, func(n *prediff.TreeNode, nums []float64) (string, string) {
 		for i, v := range []int64{n.A, n.B, n.SelfA, n.SelfB, n.SelfA - n.SelfB, n.A - n.B} {
 			nums[i] = float64(v)

@@ -1,9 +1,12 @@
 package web
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,34 +17,58 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// TestAPIAcrossARateChange records a process that keeps CPU 0 busy, 30 s
-// at 99 Hz then 30 s at 49 Hz (the overhead guard's halving), and checks
-// that the heatmap, timeline and per-CPU answers carry CPU time that stays
-// within 10% across the change, named by their unit, while their sample
-// counts halve; and that /api/pprof weighs each sample by its own period.
-func TestAPIAcrossARateChange(t *testing.T) {
+// rateChangeStore records a process, burn, that keeps CPU 0 busy from
+// base, 30 s at 99 Hz then 30 s at 49 Hz (the overhead guard's halving),
+// and with spike another, spike, busy on CPU 1 from base+42 to base+44
+// (at 49 Hz). It returns the store and the sum of the samples' periods.
+func rateChangeStore(t *testing.T, spike bool) (*store.DB, int64) {
+	t.Helper()
 	p99, p49 := int64(time.Second)/99, int64(time.Second)/49
 	db, err := store.Open(t.TempDir(), store.Options{Source: "host", PeriodNs: p99, BlockDuration: 20 * time.Second, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	start := int64(base) * int64(time.Second)
-	change := start + 30*int64(time.Second)
-	stack := []sample.Frame{{Function: "burn", Module: "/usr/bin/burn", Kind: sample.KindUser}}
+	sec := int64(time.Second)
+	start := int64(base) * sec
+	change := start + 30*sec
 	var cpuNs int64
-	burn := func(from, to, period int64) {
+	var batch []sample.Sample
+	run := func(comm string, pid, cpu uint32, from, to, period int64) {
+		stack := []sample.Frame{{Function: comm + "_fn", Module: "/usr/bin/" + comm, Kind: sample.KindUser}, {Function: "main", Module: "/usr/bin/" + comm, Kind: sample.KindUser}}
 		for ts := from; ts < to; ts += period {
-			s := sample.Sample{Time: ts / 1000 * 1000, PID: 7, TID: 7, Comm: "burn", Stack: stack}
-			if err := db.Append(&s); err != nil {
-				t.Fatal(err)
-			}
+			batch = append(batch, sample.Sample{Time: ts / 1000 * 1000, CPU: cpu, PID: pid, TID: pid, Comm: comm, Stack: stack})
 			cpuNs += period
 		}
 	}
-	burn(start, change, p99)
+	// flush appends the batch in time order.
+	flush := func() {
+		slices.SortStableFunc(batch, func(a, b sample.Sample) int { return cmp.Compare(a.Time, b.Time) })
+		for i := range batch {
+			if err := db.Append(&batch[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch = batch[:0]
+	}
+	run("burn", 7, 0, start, change, p99)
+	flush()
 	db.SetPeriod(p49)
-	burn(change, change+30*int64(time.Second), p49)
+	run("burn", 7, 0, change, change+30*sec, p49)
+	if spike {
+		run("spike", 8, 1, start+42*sec, start+44*sec, p49)
+	}
+	flush()
+	return db, cpuNs
+}
+
+// TestAPIAcrossARateChange records a process that keeps CPU 0 busy, 30 s
+// at 99 Hz then 30 s at 49 Hz (the overhead guard's halving), and checks
+// that the heatmap, timeline and per-CPU answers carry CPU time that stays
+// within 10% across the change, named by their unit, while their sample
+// counts halve; and that /api/pprof weighs each sample by its own period.
+func TestAPIAcrossARateChange(t *testing.T) {
+	db, cpuNs := rateChangeStore(t, false)
 	fx := newFixture(t, db, Options{})
 	q := fmt.Sprintf("from=%d&to=%d", base, base+60)
 
@@ -125,6 +152,66 @@ func TestAPIAcrossARateChange(t *testing.T) {
 	}
 }
 
+// TestDiffAndGrowthAcrossARateChange asks /api/diff (both encodings and
+// both normalisations) and /api/top with a baseline to compare 10 s of a
+// steady burn after the sampling rate halved (A) with 10 s before it (B):
+// every figure is CPU time, named by its unit, and nothing grew or shrank,
+// though A holds half B's samples.
+func TestDiffAndGrowthAcrossARateChange(t *testing.T) {
+	db, _ := rateChangeStore(t, false)
+	fx := newFixture(t, db, Options{})
+	q := fmt.Sprintf("from=%d&to=%d&from2=%d&to2=%d", base+40, base+50, base+10, base+20)
+	// 10 ms: a sample's period, the windows' edges.
+	small := func(sec float64) bool { return math.Abs(sec) < 0.01 }
+
+	for _, norm := range []string{"total", "length"} {
+		var d diffJSON
+		target := "/api/diff?normalize=" + norm + "&" + q
+		resp, body := fx.get(t, target)
+		mustOK(t, target, resp, body)
+		if err := json.Unmarshal(body, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Unit != "cpu-seconds" || d.Root == nil || d.SamplesB < 2*d.SamplesA-2 || !small(d.TotalA-10) || !small(d.TotalB-10) {
+			t.Fatalf("%s: unit %q, A %d samples, %v s; B %d samples, %v s: want cpu-seconds, half the samples, 10 s each",
+				target, d.Unit, d.SamplesA, d.TotalA, d.SamplesB, d.TotalB)
+		}
+		var check func(n *diffNodeJSON)
+		check = func(n *diffNodeJSON) {
+			if !small(n.DeltaTotal) || !small(n.Delta) || !small(n.A-n.B) {
+				t.Fatalf("%s, %s: A %v s, B %v s, change %v s (self %v s): a steady burn changed", target, n.Name, n.A, n.B, n.DeltaTotal, n.Delta)
+			}
+			for _, c := range n.Children {
+				check(c)
+			}
+		}
+		check(d.Root)
+		resp, body = fx.get(t, target+"&encoding=compact")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != binaryType {
+			t.Fatalf("%s compact: %d %s", target, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		if got := nested(t, target, body); !sameJSON(t, got, mustJSON(t, d)) {
+			t.Fatalf("%s: the compact answer decodes to %s", target, got)
+		}
+	}
+
+	var g growthAnswer
+	resp, body := fx.get(t, "/api/top?"+q)
+	mustOK(t, "growth", resp, body)
+	if err := json.Unmarshal(body, &g); err != nil {
+		t.Fatal(err)
+	}
+	if g.Unit != "cpu-seconds" || g.Samples2 < 2*g.Samples-2 || !small(g.CPU-10) || !small(g.CPU2-10) || len(g.Functions) != 2 {
+		t.Fatalf("growth: unit %q, A %d samples, %v s; B %d samples, %v s; %d functions", g.Unit, g.Samples, g.CPU, g.Samples2, g.CPU2, len(g.Functions))
+	}
+	for _, f := range g.Functions {
+		if f.Total2 < 2*f.Total-2 || !small(f.TotalCPU-f.TotalCPU2) || !small(f.DeltaTotalCPU) || !small(f.DeltaSelfCPU) || f.TotalCPU < 9.99 {
+			t.Fatalf("growth of %s: %d samples, %v s in A; %d, %v s in B; grew %v s (self %v s): a steady burn grew or shrank",
+				f.Name, f.Total, f.TotalCPU, f.Total2, f.TotalCPU2, f.DeltaTotalCPU, f.DeltaSelfCPU)
+		}
+	}
+}
+
 // TestNoSamplesInRange asks for ranges past the data: the answers say
 // there are no samples there and where the data starts and ends, instead
 // of "to must be after from".
@@ -140,4 +227,14 @@ func TestNoSamplesInRange(t *testing.T) {
 			t.Errorf("%s: %s, want no samples and where the data is", tc.path, body)
 		}
 	}
+}
+
+// mustJSON encodes v, failing the test if it cannot.
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -599,7 +599,7 @@ func TestTreeEncodingMatchesEncodingJSON(t *testing.T) {
 	names := []string{"plain", "", "with \"quotes\" and \\", "<html>&amp;", "naïve ünïcode", "\x00\x1f\x7f", "bad \xff utf-8",
 		"line\u2028sep\u2029", "tab\tnewline\n"}
 	root := &query.Node{Name: "root", Kind: "root", Value: 99, Self: 1}
-	d := &query.Diff{TotalA: 7, TotalB: -3, Root: &query.DiffNode{Name: "root", Kind: "root", A: 1, B: 2, SelfA: 3, SelfB: 4, Delta: -5, DeltaTotal: 6}}
+	d := &query.Diff{TotalA: 7, TotalB: -3, SamplesA: 5, SamplesB: 9, Root: &query.DiffNode{Name: "root", Kind: "root", A: 1, B: 2, SelfA: 3, SelfB: 4, Delta: -5, DeltaTotal: 6}}
 	for i, name := range names {
 		root.Children = append(root.Children, &query.Node{Name: name, Kind: name, Value: int64(i) - 3, Self: int64(i) << 40,
 			Children: []*query.Node{{Name: name + "x", Kind: "user"}}})
@@ -617,12 +617,12 @@ func TestTreeEncodingMatchesEncodingJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ = json.Marshal(d)
+	want, _ = json.Marshal(nestedDiff(d))
 	if !bytes.Equal(got, want) {
 		t.Fatalf("diff:\n got %s\nwant %s", got, want)
 	}
 	got, _ = diff(nil, &query.Diff{}, 100)
-	if want, _ := json.Marshal(&query.Diff{}); !bytes.Equal(got, want) {
+	if want, _ := json.Marshal(nestedDiff(&query.Diff{})); !bytes.Equal(got, want) {
 		t.Fatalf("empty diff: %s, want %s", got, want)
 	}
 }

@@ -204,10 +204,11 @@ type growth struct {
 }
 
 type grower struct {
-	Name       string `json:"name"`
-	Kind       string `json:"kind"`
-	DeltaTotal int64  `json:"deltaTotal"`
-	Via        string `json:"via"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// DeltaTotalCPU is the growth of its total CPU time, in seconds.
+	DeltaTotalCPU float64 `json:"deltaTotalCpu"`
+	Via           string  `json:"via"`
 }
 
 // window is the time before each event the checks select (the UI's
@@ -229,10 +230,10 @@ func memcgRank(fns []grower, passThroughs bool) (int, string) {
 	var names []string
 	rank := -1
 	for _, f := range fns {
-		if f.DeltaTotal <= 0 || f.Via != "" && !passThroughs {
+		if f.DeltaTotalCPU <= 0 || f.Via != "" && !passThroughs {
 			continue
 		}
-		names = append(names, fmt.Sprintf("%s %+d", f.Name, f.DeltaTotal))
+		names = append(names, fmt.Sprintf("%s %+.1f ms", f.Name, 1000*f.DeltaTotalCPU))
 		if rank < 0 && f.Kind == "kernel" && memcgStats.MatchString(f.Name) {
 			rank = len(names)
 		}

@@ -10,7 +10,7 @@ import { Heatmap } from './heatmap.js';
 import { FlameGraph, fetchTree } from './flame.js';
 import { PerCPU } from './percpu.js';
 import { EventList } from './events.js';
-import { drawLegend, formatCPU } from './legend.js';
+import { drawLegend, formatCPU, formatChange } from './legend.js';
 import { Fleet, fleetWanted, exposeFleet } from './fleet.js';
 
 const $ = (id) => document.getElementById(id);
@@ -31,7 +31,7 @@ const state = {
   node: '', comm: '', pid: '', cpu: '', container: '', pod: '', namespace: '', qos: '', frame: '', stack: 'all',
   group: '', enhanced: false, icicle: false, search: '',
   addresses: false, // unresolved frames one per address ([gzip+0x4ce8]), not per module ([gzip])
-  norm: 'total', // how the differential flame graph scales B: by 'total' samples or window 'length'
+  norm: 'total', // how the differential flame graph scales B: by 'total' CPU time or window 'length'
   growthOrder: 'total', passThrough: false, // the growth table's order, and whether it shows pass-throughs
 };
 let sources = [];
@@ -163,6 +163,11 @@ function windowText(from, to) {
   return `${formatTime(from)} + ${Math.round((to - from) * 1000) / 1000} s`;
 }
 
+// samplesText counts samples in words.
+function samplesText(n) {
+  return `${n} sample${n === 1 ? '' : 's'}`;
+}
+
 // noSamples is the message of a view no sample reaches.
 function noSamples(from, to) {
   return `No samples match ${filterText()} in ${windowText(from, to)}.`;
@@ -267,7 +272,7 @@ function pickEvent(e) {
   state.compare = true;
   state.bFrom = t - 2 * n;
   state.bTo = t - n;
-  // equal windows before the event: compare samples per second, so the
+  // equal windows before the event: compare CPU time per second, so the
   // burst shows as growth wherever it ran (FlameScope's scaling by totals
   // would paint a nearly idle baseline's few frames as shrinking)
   state.norm = 'length';
@@ -475,7 +480,7 @@ async function loadSelection() {
     fp.set('from2', secs(state.bFrom));
     fp.set('to2', secs(state.bTo));
     if (state.norm !== 'total') fp.set('normalize', state.norm);
-    $('flame-label').textContent = label + ` (A) against baseline B ${formatTime(state.bFrom)} + ${(state.bTo - state.bFrom).toFixed(3)} s; width: A's samples`;
+    $('flame-label').textContent = label + ` (A) against baseline B ${formatTime(state.bFrom)} + ${(state.bTo - state.bFrom).toFixed(3)} s; width: A's CPU time`;
   }
   const growthReq = hasBaseline() ? request('growth', '/api/top', (() => {
     const gp = new URLSearchParams(tp);
@@ -497,7 +502,7 @@ function showFlame(fg, from, to, path) {
   if (fg.diff && fg.totalA === 0) {
     empty = fg.totalB === 0
       ? `No samples match ${filterText()} in the selection A (${windowText(from, to)}) nor in the baseline B (${windowText(state.bFrom, state.bTo)}).`
-      : `No samples match ${filterText()} in the selection A (${windowText(from, to)}); the baseline B holds ${fg.totalB}.`;
+      : `No samples match ${filterText()} in the selection A (${windowText(from, to)}); the baseline B holds ${formatCPU(fg.totalB / 1e9)} of CPU time (${samplesText(fg.samplesB)}).`;
   } else if (!fg.diff && (fg.n === 0 || fg.value[0] === 0)) {
     empty = noSamples(from, to);
   }
@@ -518,19 +523,21 @@ function showGrowth(g) {
   if (!g) return;
   showEmpty('growth-empty', g.samples > 0 || g.samples2 > 0 ? ''
     : `No samples match ${filterText()} in A (${windowText(state.selFrom, state.selTo)}) nor in B (${windowText(state.bFrom, state.bTo)}).`);
-  $('growth-label').textContent = `A: ${g.samples} samples, B: ${g.samples2} (B scaled to A's length)`;
+  $('growth-label').textContent = `A: ${formatCPU(g.cpu)} of CPU time (${samplesText(g.samples)}), B: ${formatCPU(g.cpu2)} (${samplesText(g.samples2)}), ` +
+    "B scaled to A's length";
   $('growth-by-total').classList.toggle('sorted', state.growthOrder === 'total');
   $('growth-by-self').classList.toggle('sorted', state.growthOrder === 'self');
   $('growth-collapse').checked = !state.passThrough;
-  const key = state.growthOrder === 'self' ? 'deltaSelf' : 'deltaTotal';
+  const key = state.growthOrder === 'self' ? 'deltaSelfCpu' : 'deltaTotalCpu';
   const grew = g.functions.filter((f) => f[key] > 0);
   const shown = state.passThrough ? grew : grew.filter((f) => !f.via);
-  $('growth-hidden').textContent = state.passThrough ? '' : `${grew.length - shown.length} pass-through callers hidden`;
+  const hidden = grew.length - shown.length;
+  $('growth-hidden').textContent = state.passThrough ? '' : `${hidden} pass-through caller${hidden === 1 ? '' : 's'} hidden`;
   const rows = shown.slice(0, 30).map((f) => {
     const tr = document.createElement('tr');
     tr.dataset.name = f.name;
-    const sign = (n) => (n > 0 ? '+' : '') + n;
-    for (const [text, cls] of [[f.name], [f.kind], [f.total, 'num'], [f.total2, 'num'], [sign(f.deltaTotal), 'num'], [sign(f.deltaSelf), 'num']]) {
+    for (const [text, cls] of [[f.name], [f.kind], [formatCPU(f.totalCpu), 'num'], [pct(f.totalCpu, g.cpu), 'num'],
+      [formatCPU(f.totalCpu2), 'num'], [pct(f.totalCpu2, g.cpu2), 'num'], [formatChange(f.deltaTotalCpu), 'num'], [formatChange(f.deltaSelfCpu), 'num']]) {
       const td = document.createElement('td');
       td.textContent = String(text);
       if (cls) td.className = cls;
@@ -540,10 +547,11 @@ function showGrowth(g) {
       tr.className = 'pass-through';
       const via = document.createElement('span');
       via.className = 'via';
-      via.textContent = ` → ${f.via} (${sign(f.deltaVia)})`;
+      via.textContent = ` → ${f.via} (${formatChange(f.deltaViaCpu)})`;
       tr.cells[0].append(via);
-      tr.title = `${f.name} passes ${pct(f.deltaVia, f.deltaTotal)} of its growth to ${f.via}`;
+      tr.title = `${f.name} passes ${pct(f.deltaViaCpu, f.deltaTotalCpu)} of its growth to ${f.via}; `;
     }
+    tr.title += `${f.total} samples with it on the stack in A, ${f.total2} in B`;
     return tr;
   });
   $('growth').tBodies[0].replaceChildren(...rows);
@@ -888,8 +896,12 @@ window.heatscope = {
   nodeChoices: () => [...$('f-node').options].map((o) => [o.value, o.textContent]),
   // the functions in the growth table, as ranked
   growth: () => [...$('growth').tBodies[0].rows].map((r) => r.dataset.name),
-  // the differential flame graph's root counts, null when not comparing
-  diffRoot: () => (flame.diff && flame.tree.n > 0 ? { a: flame.tree.a[0], b: flame.tree.b[0], totalA: flame.tree.totalA, totalB: flame.tree.totalB } : null),
+  // the differential flame graph's root CPU times (ns) and totals, null
+  // when not comparing
+  diffRoot: () => (flame.diff && flame.tree.n > 0 ? {
+    a: flame.tree.a[0], b: flame.tree.b[0], totalA: flame.tree.totalA, totalB: flame.tree.totalB,
+    samplesA: flame.tree.samplesA, samplesB: flame.tree.samplesB,
+  } : null),
   timeline: () => ({ data: timeline.data, view: timeline.view() }),
   // the drawn frames named name: their boxes in CSS pixels of the canvas
   flameBoxes: (name) => flame.rects.filter((b) => flame.name(b.node) === name).map((b) => ({ x: b.x, y: b.y, w: b.w, value: flame.value(b.node) })),

@@ -1,10 +1,10 @@
 // The flame graph on canvas: click a frame to zoom into it, search with a
-// regular expression (matches highlighted, their share of samples shown),
-// flame (root at the bottom) or icicle (root at the top). A differential
-// flame graph (from /api/diff) is drawn with A's counts as widths and
-// coloured by the normalised change against B; a plain one is drawn with
-// CPU time as widths (each sample weighing its own period, so a change of
-// the sampling rate does not change a frame's width).
+// regular expression (matches highlighted, their share of CPU time shown),
+// flame (root at the bottom) or icicle (root at the top). Widths are CPU
+// time, each sample weighing its own period, so a change of the sampling
+// rate does not change a frame's width: a plain flame graph's, or in a
+// differential one (from /api/diff or /api/fleet/prediff/diff) A's,
+// coloured by the normalised change against B.
 //
 // Trees run to hundreds of thousands of nodes (50 000 distinct stacks are
 // about 300 000), so they come in the API's compact encoding
@@ -13,7 +13,7 @@
 // node is its index in the columns (the root is 0), its subtree the next
 // size[i] nodes; a draw visits only the frames wide enough to see.
 import { sizeCanvas, showTooltip, hideTooltip, pct, trimText } from './util.js';
-import { formatCPU } from './legend.js';
+import { formatCPU, formatChange } from './legend.js';
 
 const ROW = 17;
 
@@ -37,10 +37,12 @@ function column(T, buf, off, n, native) {
 }
 
 // decodeTree reads a compact tree (an ArrayBuffer) into
-// {diff, n, names, kinds, totalA, totalB, name, kind, size, and the
-// numeric columns: value, self, cpu and selfCpu, or a, b, selfA, selfB, delta and
-// deltaTotal}. It checks every length and index, so that a bad answer is
-// an error, never a wrong drawing. native false reads the columns through
+// {diff, n, names, kinds, totalA, totalB, samplesA, samplesB, name, kind,
+// size, and the numeric columns: value, self, cpu and selfCpu (CPU
+// seconds), or a, b, selfA, selfB, delta and deltaTotal (CPU nanoseconds,
+// as the header's unit says)}. It checks every length and index, and a
+// differential's unit, so that a bad answer is an error, never a wrong
+// drawing. native false reads the columns through
 // a DataView, as on a big-endian machine (the tests use it).
 export function decodeTree(buf, native = littleEndian) {
   const bad = (why) => new Error('flame graph: bad compact encoding: ' + why);
@@ -55,7 +57,9 @@ export function decodeTree(buf, native = littleEndian) {
   const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, HEADER, j)));
   let off = (HEADER + j + 7) & ~7;
   if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF2') throw bad('size');
-  const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB, unit: head.unit };
+  if (magic === 'HSD1' && head.unit !== 'cpu-nanoseconds') throw bad('unit ' + JSON.stringify(head.unit));
+  const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB,
+    samplesA: head.samplesA, samplesB: head.samplesB };
   for (const c of cols) {
     t[c] = column(Float64Array, buf, off, n, native);
     off += 8 * n;
@@ -116,8 +120,8 @@ function colour(name, kind) {
   }
 }
 
-// diffColour is red for frames with more samples in A than B (scaled to
-// A's total), blue for fewer, white for none, stronger as the change
+// diffColour is red for frames with more CPU time in A than in B (B
+// scaled as asked), blue for less, white for none, stronger as the change
 // grows relative to the frame.
 function diffColour(a, deltaTotal) {
   const t = Math.min(1, Math.abs(deltaTotal) / Math.max(1, a));
@@ -147,7 +151,7 @@ export class FlameGraph {
   }
 
   // set shows a tree: a flame graph, or a differential one whose widths
-  // are A's counts.
+  // are A's CPU time.
   set(tree) {
     this.tree = tree;
     this.hits = new Uint8Array(tree.names.length);
@@ -169,19 +173,15 @@ export class FlameGraph {
     return this.tree.kinds[this.tree.kind[i]];
   }
 
-  // value is node i's width: its CPU time in seconds, or A's samples in a
-  // differential graph.
+  // value is node i's width: its CPU time in seconds, or A's in
+  // nanoseconds in a differential graph.
   value(i) {
     return this.diff ? this.tree.a[i] : this.tree.cpu[i];
   }
 
-  // format writes a value (of value or total) with its unit: a plain
-  // graph's is CPU seconds, a differential one's samples or, when its
-  // header says so (the fleet's pre-event diff), CPU nanoseconds.
+  // format writes a value (of value or total) as CPU time with its unit.
   format(v) {
-    if (!this.diff) return formatCPU(v);
-    if (this.tree.unit === 'cpu-nanoseconds') return (v < 0 ? '-' : '') + formatCPU(Math.abs(v) / 1e9);
-    return `${v} samples`;
+    return formatCPU(this.diff ? v / 1e9 : v);
   }
 
   // total is the value of the whole graph.
@@ -326,10 +326,10 @@ export class FlameGraph {
     const i = this.rects[j].node;
     const t = this.tree;
     if (t.diff) {
-      const f = (v) => this.format(v);
-      const sign = (v) => (v > 0 ? '+' + f(v) : f(v));
-      return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${f(t.a[i])} (${pct(t.a[i], t.totalA)}), B ${f(t.b[i])} (${pct(t.b[i], t.totalB)})\n` +
-        `delta ${sign(t.deltaTotal[i])} (self: A ${f(t.selfA[i])}, B ${f(t.selfB[i])}, delta ${sign(t.delta[i])})`);
+      const f = (ns) => formatCPU(ns / 1e9);
+      const change = (ns) => formatChange(ns / 1e9);
+      return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${f(t.a[i])} (${pct(t.a[i], t.totalA)}), B ${f(t.b[i])} (${pct(t.b[i], t.totalB)}) of CPU time\n` +
+        `change ${change(t.deltaTotal[i])} (self: A ${f(t.selfA[i])}, B ${f(t.selfB[i])}, change ${change(t.delta[i])})`);
     }
     showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: ${formatCPU(t.cpu[i])} of CPU time (${pct(t.cpu[i], this.total())}), ` +
       `self ${formatCPU(t.selfCpu[i])} (${pct(t.selfCpu[i], this.total())})\n${t.value[i]} samples, self ${t.self[i]}`);

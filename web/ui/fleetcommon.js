@@ -2,7 +2,7 @@
 // fleet): the state in the URL's hash, elements built from untrusted text
 // (names and event texts are only ever set as text), links into the node
 // view, and the page's busy/ready marks that tests wait on.
-import { formatCPU } from './legend.js';
+import { formatCPU, formatChange } from './legend.js';
 
 export const $ = (id) => document.getElementById(id);
 
@@ -39,7 +39,7 @@ export function secs(t) {
 
 // cpu formats CPU-seconds with their unit; signed adds a + to growth.
 export const cpu = (sec) => (sec < 0 ? '−' + formatCPU(-sec) : formatCPU(sec));
-export const signed = (sec) => (sec > 0 ? '+' + formatCPU(sec) : sec < 0 ? '−' + formatCPU(-sec) : '0 s');
+export const signed = formatChange;
 
 // nodeViewLink is the node view of node around an event at t (Unix s):
 // the heatmap from a minute before to half a minute after, the window

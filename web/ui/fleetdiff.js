@@ -6,7 +6,7 @@
 // click shows that function per node and per event, and each event links
 // to its node's view with the two windows selected. Every figure is CPU
 // time. Names and event texts are untrusted: set as text only.
-import { getJSON, formatTime, showTooltip, hideTooltip, pct } from './util.js';
+import { getJSON, formatTime, pct } from './util.js';
 import { FlameGraph, fetchTree } from './flame.js';
 import { $, el, readHash, writeHash, nodeViewLink, track, setReady, setStatus, showParamError, nodeSources, cpu, signed } from './fleetcommon.js';
 
@@ -18,20 +18,7 @@ let last = null; // /api/fleet/prediff's last answer
 let focus = null; // its answer for the function clicked
 let sources = new Map();
 
-// FleetFlame draws the summed differential tree, whose figures are CPU
-// nanoseconds: its tooltip says them in CPU time.
-class FleetFlame extends FlameGraph {
-  move(ev) {
-    const j = this.boxAt(ev);
-    if (j < 0) return hideTooltip();
-    const i = this.rects[j].node;
-    const t = this.tree;
-    const s = (ns) => ns / 1e9;
-    showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${cpu(s(t.a[i]))} (${pct(t.a[i], t.totalA)}), B ${cpu(s(t.b[i]))} (${pct(t.b[i], t.totalB)}) of CPU time\n` +
-      `change ${signed(s(t.deltaTotal[i]))} (self: A ${cpu(s(t.selfA[i]))}, B ${cpu(s(t.selfB[i]))}, change ${signed(s(t.delta[i]))})`);
-  }
-}
-const flame = new FleetFlame($('pd-flame'), $('pd-flame-names'), () => showMatch());
+const flame = new FlameGraph($('pd-flame'), $('pd-flame-names'), () => showMatch());
 
 function showMatch() {
   const m = flame.matched();

@@ -19,6 +19,13 @@ export function formatCPU(sec) {
   return `${+(sec * 1e6).toPrecision(3)} µs`;
 }
 
+// formatChange writes a change of CPU time in seconds with its unit: a
+// plus sign for growth, a minus sign for a fall.
+export function formatChange(sec) {
+  if (sec > 0) return '+' + formatCPU(sec);
+  return sec < 0 ? '−' + formatCPU(-sec) : '0 s';
+}
+
 // drawLegend fills a legend box (a .legend element holding a
 // .legend-caption, .legend-lo, canvas.legend-bar and .legend-hi) with the
 // scale from 0 to max: caption says what the colour measures, hi labels
