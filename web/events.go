@@ -60,29 +60,45 @@ type eventsJSON struct {
 	More bool `json:"more"`
 }
 
+// eventQuery holds the parameters both event lists (/api/events and
+// /api/fleet/events) take besides the node filters.
+type eventQuery struct {
+	// r is from and to, by default all time; limit the most events.
+	r     store.Range
+	limit int
+	// filter holds the event sources (source) and kinds (kind) named,
+	// each a comma-separated list, by default all.
+	filter store.EventFilter
+}
+
+// parseEventQuery parses from, to, limit, source and kind.
+func parseEventQuery(p *params) (eventQuery, error) {
+	var q eventQuery
+	var err error
+	if q.r, err = p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true); err != nil {
+		return q, err
+	}
+	if q.limit, err = p.int("limit", defaultEventsLimit, 1, maxEventsLimit); err != nil {
+		return q, err
+	}
+	if q.filter.Sources, err = listParam(p, "source"); err != nil {
+		return q, err
+	}
+	q.filter.Kinds, err = listParam(p, "kind")
+	return q, err
+}
+
 // listEvents answers GET /api/events: the events in [from, to) (default:
 // all), from the event sources named by source and of the kinds named by
 // kind (comma-separated; default: all), recorded on the nodes node and
 // label select (as the sample filters' node and label), in time order, at
 // most limit.
 func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.Warnings, error) {
-	r, err := p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true)
+	q, err := parseEventQuery(p)
 	if err != nil {
 		return nil, err
 	}
-	limit, err := p.int("limit", defaultEventsLimit, 1, maxEventsLimit)
-	if err != nil {
-		return nil, err
-	}
-	var f store.EventFilter
-	for name, list := range map[string]*[]string{"source": &f.Sources, "kind": &f.Kinds} {
-		if v := p.get(name); v != "" {
-			*list = strings.Split(v, ",")
-			if len(*list) > maxListItems {
-				return nil, paramErr(name, "%d items, at most %d", len(*list), maxListItems)
-			}
-		}
-	}
+	r, f, limit := q.r, q.filter, q.limit
 	if p.get("node") == "" && p.get("label") == "" {
 		evs, more := s.db.Events(r, f, limit)
 		return nil, rep.encoded(listOfEvents(len(evs), more, rep.limit, func(out []byte, i int) []byte {

@@ -79,12 +79,16 @@ func TestPostAndListEvents(t *testing.T) {
 	if len(some.Events) != 2 || !some.More {
 		t.Fatalf("limit: %+v", some)
 	}
-	for query, param := range map[string]string{"from=yesterday": "from", "from=10&to=5": "to", "limit=0": "limit", "comm=x": "comm", "limit=100001": "limit", "kind=" + strings.Repeat("a,", 1024) + "a": "kind"} {
-		resp, b := fx.get(t, "/api/events?"+query)
-		var e errorBody
-		json.Unmarshal(b, &e)
-		if resp.StatusCode != http.StatusBadRequest || e.Param != param {
-			t.Errorf("GET /api/events?%s: %d %s, want 400 naming %s", query, resp.StatusCode, b, param)
+	// Both event lists parse these alike (parseEventQuery).
+	for _, path := range []string{"/api/events", "/api/fleet/events"} {
+		for query, param := range map[string]string{"from=yesterday": "from", "from=10&to=5": "to", "limit=0": "limit", "comm=x": "comm", "limit=100001": "limit",
+			"kind=" + strings.Repeat("a,", 1024) + "a": "kind", "source=" + strings.Repeat("a,", 1024) + "a": "source"} {
+			resp, b := fx.get(t, path+"?"+query)
+			var e errorBody
+			json.Unmarshal(b, &e)
+			if resp.StatusCode != http.StatusBadRequest || e.Param != param {
+				t.Errorf("GET %s?%s: %d %s, want 400 naming %s", path, query, resp.StatusCode, b, param)
+			}
 		}
 	}
 }

@@ -103,11 +103,7 @@ type fleetEventsJSON struct {
 // fleetEvents answers /api/fleet/events: every event of every node, with
 // counts by kind and by node.
 func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Warnings, error) {
-	r, err := p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true)
-	if err != nil {
-		return nil, err
-	}
-	limit, err := p.int("limit", defaultEventsLimit, 1, maxEventsLimit)
+	q, err := parseEventQuery(p)
 	if err != nil {
 		return nil, err
 	}
@@ -115,15 +111,10 @@ func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Wa
 	if err != nil {
 		return nil, err
 	}
-	var ef store.EventFilter
-	if ef.Sources, err = listParam(p, "source"); err != nil {
-		return nil, err
-	}
-	kinds, err := listParam(p, "kind")
-	if err != nil {
-		return nil, err
-	}
-	evs := prediff.MatchEvents(s.db, r, ef, &f)
+	// Every kind is matched, so that the other kinds are counted; the
+	// kinds asked for choose the events listed.
+	limit, kinds := q.limit, q.filter.Kinds
+	evs := prediff.MatchEvents(s.db, q.r, store.EventFilter{Sources: q.filter.Sources}, &f)
 	var listed []*prediff.NodeEvent
 	var rest fleetEventCounts
 	byKind, byNode := map[string]int{}, map[string]int{}
