@@ -14,9 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/thanos-io/objstore"
 	"github.com/thanos-io/objstore/exthttp"
-	"github.com/thanos-io/objstore/providers/azure"
 	"github.com/thanos-io/objstore/providers/filesystem"
-	"github.com/thanos-io/objstore/providers/gcs"
 	"github.com/thanos-io/objstore/providers/s3"
 )
 
@@ -65,67 +63,18 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Bucket, error) {
 	if opts.MaxRetries <= 0 {
 		opts.MaxRetries = 2
 	}
+	open := openers[cfg.Provider]
+	if open == nil {
+		return nil, fmt.Errorf("objstore config: provider %s: %s", cfg.Provider, notBuiltIn[cfg.Provider])
+	}
 	b := &Bucket{name: cfg.Name()}
 	b.secrets = envSecrets()
-	readSecret := func(path, what string) (string, error) {
-		if path == "" {
-			return "", nil
-		}
-		v, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("bucket %s: read %s: %w", b.name, what, err)
-		}
-		s := strings.TrimSpace(string(v))
-		if s == "" {
-			return "", fmt.Errorf("bucket %s: %s %s is empty", b.name, what, path)
-		}
-		b.secrets = append(b.secrets, s)
-		return s, nil
-	}
-	cr := cfg.Credentials
-	logger := slogKit{log: opts.Logger, scrub: b.scrub}
 	httpCfg := exthttp.DefaultHTTPConfig
 	httpCfg.ResponseHeaderTimeout = model.Duration(opts.ResponseTimeout)
 	httpCfg.TLSConfig = exthttp.TLSConfig{CAFile: cfg.TLS.CAFile, ServerName: cfg.TLS.ServerName, InsecureSkipVerify: cfg.TLS.InsecureSkipVerify}
-	var inner objstore.Bucket
-	var err error
-	switch cfg.Provider {
-	case "s3":
-		c := s3.DefaultConfig
-		c.Bucket, c.Endpoint, c.Region, c.Insecure = cfg.Bucket, cfg.Endpoint, cfg.Region, cfg.TLS.Insecure
-		c.HTTPConfig = httpCfg
-		c.MaxRetries = opts.MaxRetries
-		if c.AccessKey, err = readSecret(cr.AccessKeyFile, "access key file"); err != nil {
-			return nil, err
-		}
-		if c.SecretKey, err = readSecret(cr.SecretKeyFile, "secret key file"); err != nil {
-			return nil, err
-		}
-		if c.SessionToken, err = readSecret(cr.SessionTokenFile, "session token file"); err != nil {
-			return nil, err
-		}
-		inner, err = s3.NewBucketWithConfig(logger, c, opts.Component, nil)
-	case "gcs":
-		c := gcs.Config{Bucket: cfg.Bucket, HTTPConfig: httpCfg, MaxRetries: opts.MaxRetries}
-		if c.ServiceAccount, err = readSecret(cr.ServiceAccountFile, "service account file"); err != nil {
-			return nil, err
-		}
-		inner, err = gcs.NewBucketWithConfig(ctx, logger, c, opts.Component, nil)
-	case "azure":
-		c := azure.DefaultConfig
-		c.StorageAccountName, c.ContainerName, c.HTTPConfig = cfg.StorageAccount, cfg.Bucket, httpCfg
-		if cfg.Endpoint != "" {
-			c.Endpoint = cfg.Endpoint
-		}
-		if c.StorageAccountKey, err = readSecret(cr.AccountKeyFile, "account key file"); err != nil {
-			return nil, err
-		}
-		if c.StorageAccountKey == "" {
-			c.StorageAccountKey = os.Getenv("AZURE_STORAGE_ACCOUNT_KEY")
-		}
-		inner, err = azure.NewBucketWithConfig(logger, c, opts.Component, nil)
-	case "filesystem":
-		inner, err = filesystem.NewBucket(cfg.Directory)
+	inner, err := open(ctx, cfg, opening{b: b, opts: opts, http: httpCfg, logger: slogKit{log: opts.Logger, scrub: b.scrub}})
+	if cred := (credentialError{}); errors.As(err, &cred) {
+		return nil, err // names the bucket and the file already
 	}
 	if err != nil {
 		return nil, b.wrap("open", "", err)
@@ -135,6 +84,76 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Bucket, error) {
 	}
 	b.inner = inner
 	return b, nil
+}
+
+// opener opens one provider's bucket.
+type opener func(ctx context.Context, cfg Config, o opening) (objstore.Bucket, error)
+
+// opening is what every provider's opener is given.
+type opening struct {
+	b      *Bucket
+	opts   Options
+	http   exthttp.HTTPConfig
+	logger slogKit
+}
+
+// credentialError is a credential file that could not be read.
+type credentialError struct{ err error }
+
+func (e credentialError) Error() string { return e.err.Error() }
+func (e credentialError) Unwrap() error { return e.err }
+
+// readSecret returns the trimmed contents of the credential file at path
+// ("" without one), and adds them to what errors are scrubbed of.
+func (o opening) readSecret(path, what string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	v, err := os.ReadFile(path)
+	if err != nil {
+		return "", credentialError{fmt.Errorf("bucket %s: read %s: %w", o.b.name, what, err)}
+	}
+	s := strings.TrimSpace(string(v))
+	if s == "" {
+		return "", credentialError{fmt.Errorf("bucket %s: %s %s is empty", o.b.name, what, path)}
+	}
+	o.b.secrets = append(o.b.secrets, s)
+	return s, nil
+}
+
+// openers are the providers built into this binary: s3 and filesystem
+// always, gcs and azure with the build tags of the same names (gcs.go,
+// azure.go).
+var openers = map[string]opener{"s3": openS3, "filesystem": openFilesystem}
+
+// notBuiltIn says, for each provider a binary may lack, how to get it.
+var notBuiltIn = map[string]string{
+	"gcs": "not built into this heatscope (build it with `make build TAGS=gcs`); " +
+		"Google Cloud Storage also answers S3 requests: provider s3, endpoint storage.googleapis.com, with HMAC keys",
+	"azure": "not built into this heatscope (build it with `make build TAGS=azure`)",
+}
+
+func openS3(_ context.Context, cfg Config, o opening) (objstore.Bucket, error) {
+	c := s3.DefaultConfig
+	c.Bucket, c.Endpoint, c.Region, c.Insecure = cfg.Bucket, cfg.Endpoint, cfg.Region, cfg.TLS.Insecure
+	c.HTTPConfig = o.http
+	c.MaxRetries = o.opts.MaxRetries
+	cr := cfg.Credentials
+	var err error
+	if c.AccessKey, err = o.readSecret(cr.AccessKeyFile, "access key file"); err != nil {
+		return nil, err
+	}
+	if c.SecretKey, err = o.readSecret(cr.SecretKeyFile, "secret key file"); err != nil {
+		return nil, err
+	}
+	if c.SessionToken, err = o.readSecret(cr.SessionTokenFile, "session token file"); err != nil {
+		return nil, err
+	}
+	return s3.NewBucketWithConfig(o.logger, c, o.opts.Component, nil)
+}
+
+func openFilesystem(_ context.Context, cfg Config, _ opening) (objstore.Bucket, error) {
+	return filesystem.NewBucket(cfg.Directory)
 }
 
 // envSecrets are the credentials the providers may take from the
