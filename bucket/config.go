@@ -1,6 +1,7 @@
 // Package bucket opens the object storage a fleet of recorders ships its
 // blocks to: an S3-compatible service (AWS S3, MinIO, Ceph), Google Cloud
-// Storage, Azure Blob Storage, or a local directory. It reads heatscope's
+// Storage and Azure Blob Storage (with the gcs and azure build tags), or a
+// local directory. It reads heatscope's
 // own objstore config file and returns a client over
 // github.com/thanos-io/objstore whose errors name the bucket and the
 // operation and never carry a credential.
