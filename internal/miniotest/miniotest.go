@@ -12,12 +12,20 @@ package miniotest
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +59,10 @@ type Server struct {
 	Bucket string
 	// Dir holds the server's data, the credential files and configs.
 	Dir string
+	// CAFile, for a server started by StartTLS, is the PEM certificate it
+	// serves HTTPS with (self-signed for 127.0.0.1), which clients trust;
+	// "" for plain HTTP.
+	CAFile string
 
 	t      testing.TB
 	binary string
@@ -98,8 +110,27 @@ func Require(t testing.TB) string {
 // it and removes its data when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartTLS is Start with the server on HTTPS, as S3, GCS and Azure are
+// reached (plain HTTP is a MinIO on loopback's), under a self-signed
+// certificate for 127.0.0.1 that Config trusts.
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, https bool) *Server {
+	t.Helper()
 	s := &Server{t: t, binary: Require(t), Dir: t.TempDir(),
 		AccessKey: "hs" + randomHex(8), SecretKey: randomHex(20), Bucket: "heatscope-" + randomHex(4)}
+	if https {
+		var err error
+		if s.CAFile, err = writeCert(filepath.Join(s.Dir, "certs")); err != nil {
+			t.Fatalf("minio: certificate: %v", err)
+		}
+	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatalf("minio: find a free port: %v", err)
@@ -134,7 +165,56 @@ func Start(t testing.TB) *Server {
 }
 
 func (s *Server) client() (*minio.Client, error) {
-	return minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), MaxRetries: 1})
+	return s.clientAs(s.AccessKey, s.SecretKey)
+}
+
+func (s *Server) clientAs(accessKey, secretKey string) (*minio.Client, error) {
+	opts := &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), MaxRetries: 1}
+	if s.CAFile != "" {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		opts.Secure = true
+		opts.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	}
+	return minio.New(s.Endpoint, opts)
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 and its key
+// into dir as MinIO's --certs-dir wants them, and returns the
+// certificate's path.
+func writeCert(dir string) (string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "heatscope test minio"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", err
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	crt := filepath.Join(dir, "public.crt")
+	if err := os.WriteFile(crt, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "private.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
+		return "", err
+	}
+	return crt, nil
 }
 
 // Restart starts the server again (after Stop) on the same port and data;
@@ -146,7 +226,11 @@ func (s *Server) Restart() {
 	if s.cmd != nil {
 		s.t.Fatal("minio: Restart while running")
 	}
-	cmd := exec.Command(s.binary, "server", "--quiet", "--address", s.Endpoint, "--console-address", "127.0.0.1:0", filepath.Join(s.Dir, "data"))
+	args := []string{"server", "--quiet", "--address", s.Endpoint, "--console-address", "127.0.0.1:0"}
+	if s.CAFile != "" {
+		args = append(args, "--certs-dir", filepath.Dir(s.CAFile))
+	}
+	cmd := exec.Command(s.binary, append(args, filepath.Join(s.Dir, "data"))...)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1", "HOME="+s.Dir)
 	cmd.Stdout, cmd.Stderr = s.logf, s.logf
@@ -163,7 +247,7 @@ func (s *Server) Restart() {
 	if err != nil {
 		s.t.Fatalf("minio: client: %v", err)
 	}
-	stranger, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4("probe"+randomHex(8), randomHex(20), ""), MaxRetries: 1})
+	stranger, err := s.clientAs("probe"+randomHex(8), randomHex(20))
 	if err != nil {
 		s.t.Fatalf("minio: client: %v", err)
 	}
@@ -233,8 +317,12 @@ func (s *Server) ConfigWith(prefix, accessKey, secretKey, bucketName string) buc
 			s.t.Fatal(err)
 		}
 	}
+	conn := bucket.TLS{Insecure: true}
+	if s.CAFile != "" {
+		conn = bucket.TLS{CAFile: s.CAFile}
+	}
 	return bucket.Config{Provider: "s3", Bucket: bucketName, Endpoint: s.Endpoint, Prefix: prefix,
-		TLS: bucket.TLS{Insecure: true}, Credentials: bucket.Credentials{AccessKeyFile: ak, SecretKeyFile: sk}}
+		TLS: conn, Credentials: bucket.Credentials{AccessKeyFile: ak, SecretKeyFile: sk}}
 }
 
 // WriteConfig writes Config(prefix) as an objstore config file and
@@ -252,8 +340,8 @@ func (s *Server) WriteConfigOf(cfg bucket.Config) string {
 		s.t.Fatal(err)
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "provider: %s\nbucket: %s\nendpoint: %s\nprefix: %q\ntls:\n  insecure: %t\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
-		cfg.Provider, cfg.Bucket, cfg.Endpoint, cfg.Prefix, cfg.TLS.Insecure, cfg.Credentials.AccessKeyFile, cfg.Credentials.SecretKeyFile)
+	fmt.Fprintf(f, "provider: %s\nbucket: %s\nendpoint: %s\nprefix: %q\ntls:\n  insecure: %t\n  ca_file: %q\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
+		cfg.Provider, cfg.Bucket, cfg.Endpoint, cfg.Prefix, cfg.TLS.Insecure, cfg.TLS.CAFile, cfg.Credentials.AccessKeyFile, cfg.Credentials.SecretKeyFile)
 	return f.Name()
 }
 
