@@ -53,7 +53,8 @@ type Options struct {
 	Health func() error
 	// Busy, when not nil, hears of every request's start and end, so that
 	// a recorder's overhead guard can leave the CPU spent serving out of
-	// what sampling costs.
+	// what sampling costs. /metrics and /healthz are not queries: a
+	// scrape or a probe is part of what running the agent costs.
 	Busy interface {
 		Enter()
 		Leave()
@@ -437,8 +438,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if b := s.opts.Busy; b != nil {
 		next := h
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b.Enter()
-			defer b.Leave()
+			if r.URL.Path != "/metrics" && r.URL.Path != "/healthz" {
+				b.Enter()
+				defer b.Leave()
+			}
 			next.ServeHTTP(w, r)
 		})
 	}

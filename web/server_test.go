@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -646,5 +647,44 @@ func TestSteps(t *testing.T) {
 		if got := secondsText(ns); got != want {
 			t.Errorf("secondsText(%d) = %q, want %q", ns, got, want)
 		}
+	}
+}
+
+// countingBusy counts the requests a Server tells it of.
+type countingBusy struct{ enters, leaves atomic.Int64 }
+
+func (b *countingBusy) Enter() { b.enters.Add(1) }
+func (b *countingBusy) Leave() { b.leaves.Add(1) }
+
+// TestServeTellsBusyOfQueriesOnly checks that the overhead guard hears of
+// API requests but not of scrapes and probes, which are part of what
+// running the agent costs.
+func TestServeTellsBusyOfQueriesOnly(t *testing.T) {
+	busy := &countingBusy{}
+	srv, err := New(testStore(t), Options{Logger: discard(), Busy: busy, Health: func() error { return nil },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("metric 1\n")) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	for _, path := range []string{"/metrics", "/healthz", "/api/sources", "/healthz", "/metrics"} {
+		resp, err := http.Get("http://" + ln.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s", path, resp.Status)
+		}
+	}
+	if e, l := busy.enters.Load(), busy.leaves.Load(); e != 1 || l != 1 {
+		t.Fatalf("Busy heard of %d requests starting and %d ending, want the one API request", e, l)
 	}
 }
