@@ -2,6 +2,7 @@ package profileio
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -107,5 +108,31 @@ func TestTopFunctions(t *testing.T) {
 	// Functions without self time sort last, by name.
 	if last := top[len(top)-2:]; last[0].Name != "inner" || last[1].Name != "main" || last[0].Self != 0 || last[1].Self != 0 {
 		t.Errorf("functions without self time do not sort last by name: %+v", top)
+	}
+}
+
+// TestTopFunctionsWeighPeriods: 60 samples of fast at 99 Hz (0.61 s),
+// then, the rate lowered, 30 of slow at 24.5 Hz (1.22 s): slow took more
+// CPU time and comes first, though it has fewer samples.
+func TestTopFunctionsWeighPeriods(t *testing.T) {
+	p99, p24 := int64(1e9)/99, int64(1e9)/99*4
+	b := NewPprofBuilder(p99)
+	add := func(fn string, n int) {
+		s := sample.Sample{Comm: "app", PID: 1, TID: 1, Stack: []sample.Frame{{Function: fn, Kind: sample.KindUser}, {Function: "main", Kind: sample.KindUser}}}
+		for range n {
+			b.Add(&s)
+		}
+	}
+	add("fast", 60)
+	b.SetPeriod(p24)
+	add("slow", 30)
+	top := TopFunctions(b.Profile())
+	want := []FunctionCount{
+		{Name: "slow", Self: 30, Total: 30, SelfNs: 30 * p24, TotalNs: 30 * p24},
+		{Name: "fast", Self: 60, Total: 60, SelfNs: 60 * p99, TotalNs: 60 * p99},
+		{Name: "main", Total: 90, TotalNs: 60*p99 + 30*p24},
+	}
+	if !slices.Equal(top, want) {
+		t.Fatalf("top:\n%+v\nwant\n%+v", top, want)
 	}
 }

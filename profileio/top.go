@@ -14,11 +14,27 @@ type FunctionCount struct {
 	// Self counts samples where the function is the leaf; Total counts
 	// samples where it is anywhere on the stack (once per sample).
 	Self, Total int64
+	// SelfNs and TotalNs are the same samples' CPU time in nanoseconds
+	// (the profile's cpu/nanoseconds value: each sample weighs its own
+	// sampling period); 0 in a profile without that value.
+	SelfNs, TotalNs int64
 }
 
-// TopFunctions counts each function's self and total samples (the first
-// sample value) in p, sorted by self count, highest first, then by name.
+// TopFunctions counts each function's self and total samples (the
+// samples/count value, else the first) and CPU time (the cpu/nanoseconds
+// value) in p, sorted by self CPU time, highest first, then by self
+// count, then by name: across a change of the sampling rate the counts
+// weigh a fast-sampled function over one that ran longer.
 func TopFunctions(p *profile.Profile) []FunctionCount {
+	count, cpu := 0, -1
+	for i, st := range p.SampleType {
+		switch {
+		case st.Type == "samples" && st.Unit == "count":
+			count = i
+		case st.Type == "cpu" && st.Unit == "nanoseconds":
+			cpu = i
+		}
+	}
 	byName := map[string]*FunctionCount{}
 	get := func(name string) *FunctionCount {
 		fc, ok := byName[name]
@@ -30,23 +46,28 @@ func TopFunctions(p *profile.Profile) []FunctionCount {
 	}
 	seen := map[string]bool{}
 	for _, s := range p.Sample {
-		if len(s.Value) == 0 {
+		if len(s.Value) <= count {
 			continue
 		}
-		n := s.Value[0]
+		n, ns := s.Value[count], int64(0)
+		if cpu >= 0 && cpu < len(s.Value) {
+			ns = s.Value[cpu]
+		}
 		clear(seen)
 		for i, loc := range s.Location {
 			for j, line := range loc.Line {
 				if line.Function == nil {
 					continue
 				}
-				name := line.Function.Name
+				fc := get(line.Function.Name)
 				if i == 0 && j == 0 {
-					get(name).Self += n
+					fc.Self += n
+					fc.SelfNs += ns
 				}
-				if !seen[name] {
-					seen[name] = true
-					get(name).Total += n
+				if !seen[fc.Name] {
+					seen[fc.Name] = true
+					fc.Total += n
+					fc.TotalNs += ns
 				}
 			}
 		}
@@ -56,7 +77,7 @@ func TopFunctions(p *profile.Profile) []FunctionCount {
 		out = append(out, *fc)
 	}
 	slices.SortFunc(out, func(a, b FunctionCount) int {
-		return cmp.Or(cmp.Compare(b.Self, a.Self), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(b.SelfNs, a.SelfNs), cmp.Compare(b.Self, a.Self), cmp.Compare(a.Name, b.Name))
 	})
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,6 +106,34 @@ func TestTopLeavesIdleOut(t *testing.T) {
 	if left != 37 || strings.Contains(out.String(), "halt") || !strings.Contains(out.String(), " 95.24% ") ||
 		!strings.Contains(out.String(), "e1000_intr") {
 		t.Fatalf("%d idle samples left out; top:\n%s", left, out.String())
+	}
+}
+
+// TestTopWeighsPeriods checks that record --top ranks and shares CPU
+// time: 60 samples of fast at 99 Hz, then, the guard having lowered the
+// rate to a quarter, 30 of slow, which took twice fast's CPU time.
+func TestTopWeighsPeriods(t *testing.T) {
+	p99 := int64(1e9) / 99
+	b := profileio.NewPprofBuilder(p99)
+	add := func(fn string, n int) {
+		s := sample.Sample{Comm: "app", PID: 9, TID: 9, Stack: []sample.Frame{{Function: fn, Module: "/usr/bin/app", Kind: sample.KindUser}}}
+		for range n {
+			b.Add(&s)
+		}
+	}
+	add("fast", 60)
+	b.SetPeriod(4 * p99)
+	add("slow", 30)
+	var out bytes.Buffer
+	printTop(&out, profileio.TopFunctions(b.Profile()), 5)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	want := []string{
+		" self CPU   self% total CPU  samples  function",
+		"   1.212s  66.67%    1.212s       30  slow",
+		"   0.606s  33.33%    0.606s       60  fast",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("top:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
 	}
 }
 

@@ -48,7 +48,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	unwindMode := fs.String("unwind", "fp", "how user stacks are walked: fp (frame pointers), dwarf (unwind tables from each binary's .eh_frame, frame pointers where there are none; Linux 5.17) or auto (dwarf where the kernel can, else fp)")
 	unwindTables := fs.String("unwind-tables", "64MiB", "memory bound of the unwind tables loaded into BPF maps (--unwind dwarf): the least recently used are evicted beyond it")
 	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
-	top := fs.Int("top", 0, "when done, print this many top functions by self samples (keeps the run's profile in memory: for bounded runs)")
+	top := fs.Int("top", 0, "when done, print this many top functions by self CPU time (keeps the run's profile in memory: for bounded runs)")
 	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
 	containers := fs.Bool("containers", true, "label samples with their container, pod and Kubernetes names, read from their cgroup (cgroup v2)")
 	hostRoot := fs.String("host-root", "/", "where the host's /var/log/pods, /var/log/containers and /var/lib/kubelet/pods are mounted (for --containers; e.g. /host in a container)")
@@ -534,17 +534,21 @@ func withoutIdle(p *profile.Profile) (*profile.Profile, int64) {
 	return busy, idle
 }
 
+// printTop prints the first n functions of top by self CPU time, with
+// their share of all the self CPU time, their total CPU time and their
+// self samples.
 func printTop(w io.Writer, top []profileio.FunctionCount, n int) {
 	var total int64
 	for _, fc := range top {
-		total += fc.Self
+		total += fc.SelfNs
 	}
 	if total == 0 {
 		fmt.Fprintln(w, "no samples")
 		return
 	}
-	fmt.Fprintf(w, "%8s %7s %8s  %s\n", "self", "self%", "total", "function")
+	secs := func(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+	fmt.Fprintf(w, "%9s %7s %9s %8s  %s\n", "self CPU", "self%", "total CPU", "samples", "function")
 	for _, fc := range top[:min(n, len(top))] {
-		fmt.Fprintf(w, "%8d %6.2f%% %8d  %s\n", fc.Self, 100*float64(fc.Self)/float64(total), fc.Total, fc.Name)
+		fmt.Fprintf(w, "%9s %6.2f%% %9s %8d  %s\n", secs(fc.SelfNs), 100*float64(fc.SelfNs)/float64(total), secs(fc.TotalNs), fc.Self, fc.Name)
 	}
 }
