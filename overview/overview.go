@@ -69,13 +69,16 @@ type Node struct {
 	Labels map[string]string `json:"labels"`
 	// Busiest is, per column, the busy share of the node's busiest CPU
 	// (its CPU time over the column's length), BusiestCPU that CPU (-1
-	// when the column has no sample).
-	Busiest    []float64 `json:"busiest"`
-	BusiestCPU []int32   `json:"busiestCpu"`
+	// when the column has no sample). These four hold a value per column,
+	// so they are never empty in an answer; they are left out (nil) only
+	// of the header of the API's compact encoding, which carries them as
+	// binary columns.
+	Busiest    []float64 `json:"busiest,omitempty"`
+	BusiestCPU []int32   `json:"busiestCpu,omitempty"`
 	// CPU is, per column, the CPU time of all the node's CPUs, seconds;
 	// Samples the samples it stands for.
-	CPU     []float64 `json:"cpu"`
-	Samples []int64   `json:"samples"`
+	CPU     []float64 `json:"cpu,omitempty"`
+	Samples []int64   `json:"samples,omitempty"`
 	// Peak is the highest Busiest, at column PeakColumn (-1 without
 	// samples).
 	Peak       float64 `json:"peak"`

@@ -53,7 +53,7 @@ func (s *Server) endpoints() map[string]endpoint {
 		"/api/top":        {with("from", "to", "from2", "to2", "limit", "order", "group", "addresses"), s.top},
 		eventsPath:        {[]string{"from", "to", "source", "kind", "node", "label", "limit"}, s.listEvents},
 		"/api/pprof":      {with("from", "to"), s.pprof},
-		fleetPath:         {with("from", "to", "step", "columns"), s.fleetOverview},
+		fleetPath:         {with("from", "to", "step", "columns", "encoding"), s.fleetOverview},
 	}
 	for path, ep := range s.fleetEndpoints() {
 		m[path] = ep

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -224,4 +226,70 @@ func TestFleetOverviewOfNoNode(t *testing.T) {
 	if len(ov.Nodes) != 0 || !strings.Contains(ov.Message, "No node has samples yet") {
 		t.Errorf("%+v", ov)
 	}
+}
+
+// TestFleetOverviewCompact: the compact encoding (the UI's) holds the
+// JSON answer: its header is the answer without the per-column arrays,
+// and its columns are those arrays, node by node.
+func TestFleetOverviewCompact(t *testing.T) {
+	fx := newFixture(t, overviewFleet(t), Options{})
+	from := float64(fleetStart) / 1e9
+	q := "from=" + ftoa(from) + "&to=" + ftoa(from+30) + "&step=10s"
+	for _, query := range []string{q, q + "&comm=kubelet", q + "&label=zone=mars", ""} {
+		want := getOverview(t, fx, query)
+		resp, body := fx.get(t, fleetPath+"?"+query+"&encoding=compact")
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != binaryType {
+			t.Fatalf("%s: %d, content type %q: %.300s", query, resp.StatusCode, ct, body)
+		}
+		got, err := decodeCompactOverview(body)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		// The JSON's figures, to float32's precision.
+		for i := range want.Nodes {
+			n := &want.Nodes[i]
+			for k := range n.Busiest {
+				n.Busiest[k] = float64(float32(n.Busiest[k]))
+				n.CPU[k] = float64(float32(n.CPU[k]))
+			}
+		}
+		wb, _ := json.Marshal(want)
+		gb, _ := json.Marshal(got)
+		if string(wb) != string(gb) {
+			t.Errorf("%s: compact\n%s\nwant\n%s", query, gb, wb)
+		}
+	}
+	resp, body := fx.get(t, fleetPath+"?encoding=xml")
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "encoding") {
+		t.Errorf("encoding=xml: %d %s, want 400 naming encoding", resp.StatusCode, body)
+	}
+}
+
+// decodeCompactOverview reads the compact encoding as docs/api.md
+// describes it.
+func decodeCompactOverview(b []byte) (*overview.Overview, error) {
+	le := binary.LittleEndian
+	if len(b) < compactHeaderLen || string(b[:4]) != compactOverviewMagic {
+		return nil, fmt.Errorf("not a compact overview: %.20q", b)
+	}
+	n, c, j := int(le.Uint32(b[4:])), int(le.Uint32(b[8:])), int(le.Uint32(b[12:]))
+	var ov overview.Overview
+	if err := json.Unmarshal(b[compactHeaderLen:compactHeaderLen+j], &ov); err != nil {
+		return nil, err
+	}
+	off := (compactHeaderLen + j + 7) &^ 7
+	if len(b) != off+16*n*c || len(ov.Nodes) != n {
+		return nil, fmt.Errorf("%d bytes, %d nodes in the header, for %d nodes × %d columns", len(b), len(ov.Nodes), n, c)
+	}
+	col := func(k, i int) uint32 { return le.Uint32(b[off+4*(k*n*c+i):]) }
+	for r := range ov.Nodes {
+		nd := &ov.Nodes[r]
+		for i := r * c; i < (r+1)*c; i++ {
+			nd.Busiest = append(nd.Busiest, float64(math.Float32frombits(col(0, i))))
+			nd.CPU = append(nd.CPU, float64(math.Float32frombits(col(1, i))))
+			nd.BusiestCPU = append(nd.BusiestCPU, int32(col(2, i)))
+			nd.Samples = append(nd.Samples, int64(col(3, i)))
+		}
+	}
+	return &ov, nil
 }

@@ -7,7 +7,7 @@
 //
 // It builds (once) a data directory: one node's day of synthetic samples
 // (internal/synth, 8 CPUs at -hz, imported through the store's block
-// writer as blocks of 4 M samples, format version 3 with the per-CPU
+// writer as blocks of 4 M samples, format version 4 with the per-CPU
 // summary) whose blocks are then hard-linked once per node, each copy
 // with a meta.json of its own (node name, zone label, block id): the
 // overview reads every node's blocks separately, so its cost is that of
@@ -17,38 +17,36 @@
 //
 // It serves the directory with package web and measures, as medians of
 // -runs (min-max): the API's answer cold (the first request after the
-// start: every block's per-CPU summary section read) and warm; and in
-// headless chromium, the fleet page's load as a click on Apply does it
-// (request, response, JSON parse and drawing of every row), and its
-// drawing alone (a sort change). The machine is shared: compare medians,
-// and read them with the load average printed beside them.
+// start: every block's per-CPU summary section read) and warm, in the
+// compact encoding the UI asks for and in JSON; and in headless chromium,
+// the fleet page's load as a click on Apply does it (request, response,
+// decoding and drawing of every row, and the part after the body
+// arrived), and its drawing alone (a sort change). The machine is shared:
+// compare medians, and read them with the load average printed beside
+// them. -cpuprofile profiles the run (server and client).
 package main
 
 import (
-	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
+	"runtime/pprof"
 	"strings"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/heatscope/heatscope/internal/browsertest"
+	"github.com/heatscope/heatscope/bench/internal/benchweb"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
-	"github.com/heatscope/heatscope/web"
 )
 
 func main() {
@@ -61,13 +59,23 @@ func main() {
 	runs := flag.Int("runs", 9, "repeats per measure")
 	columns := flag.Int("columns", 0, "columns asked of the API (0: as many as the UI asks for at 1300 px)")
 	chromium := flag.String("chromium", "chromium", "the browser to drive")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the server is in this process) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*dir, *nodes, *hours, *cpus, *hz, *runs, *columns, *chromium); err != nil {
+		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chromium string) error {
 	if _, err := os.Stat(filepath.Join(dir, "blocks")); err != nil {
@@ -76,7 +84,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 		}
 	}
 	start := time.Now()
-	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: quiet()})
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
 	if err != nil {
 		return err
 	}
@@ -88,19 +96,11 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	}
 	st := db.Stats()
 
-	srv, err := web.New(db, web.Options{Logger: quiet()})
+	base, stop, err := benchweb.Serve(db)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	defer func() { stop(); <-served }()
-	base := "http://" + ln.Addr().String()
+	defer stop()
 
 	// The UI asks for as many columns as fit: at 1300 px, 1300 - 2 - 180
 	// (names) over 3 px.
@@ -108,44 +108,43 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 		columns = (1300 - 32 - 2 - 180) / 3
 	}
 	api := fmt.Sprintf("%s/api/fleet/overview?columns=%d", base, columns)
-	load := func() { out, _ := exec.Command("cat", "/proc/loadavg").Output(); fmt.Printf("load average: %s", out) }
+	load := func() { fmt.Printf("load average: %s\n", benchweb.LoadAverage()) }
 
 	fmt.Printf("# Fleet overview: %d nodes × %.0f h × %d CPUs (%d blocks, %s)\n\n", nodes, hours, cpus, st.Blocks, dir)
 	load()
 	fmt.Printf("store opened in %v (block metas and chunk indexes)\n\n", opened.Round(time.Millisecond))
-	cold, size, err := get(api)
+	// The UI asks for the compact encoding; the JSON one is the API's
+	// default.
+	cold, compactSize, err := get(api+"&encoding=compact", compactAnswer)
 	if err != nil {
 		return err
 	}
-	var warm []float64
+	var warm, warmJSON []float64
+	var jsonSize int
 	for range runs {
-		d, _, err := get(api)
+		d, _, err := get(api+"&encoding=compact", compactAnswer)
 		if err != nil {
 			return err
 		}
 		warm = append(warm, d)
+		d, jsonSize, err = get(api, jsonAnswer)
+		if err != nil {
+			return err
+		}
+		warmJSON = append(warmJSON, d)
 	}
 	fmt.Println("| measure | median (min-max) |")
 	fmt.Println("|---|---|")
 	fmt.Printf("| API, cold (first request: every block's per-CPU summary read) | %.0f ms |\n", cold)
-	fmt.Printf("| API, warm (%d runs) | %s |\n", runs, stat(warm))
-	fmt.Printf("| answer | %.1f MB of JSON, %d columns |\n", float64(size)/1e6, columns)
+	fmt.Printf("| API, warm, compact encoding as the UI asks (%d runs) | %s |\n", runs, benchweb.Stat(warm))
+	fmt.Printf("| API, warm, JSON (%d runs) | %s |\n", runs, benchweb.Stat(warmJSON))
+	fmt.Printf("| answer, %d columns | compact %.1f MB, JSON %.1f MB |\n", columns, float64(compactSize)/1e6, float64(jsonSize)/1e6)
 
-	exe, err := exec.LookPath(chromium)
+	bctx, exe, done, err := benchweb.Browser(chromium, 1300, 1000, 20*time.Minute)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "heatscope-bench-overview-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, browsertest.Options(exe, tmp, 1300, 1000)...)
-	defer cancelAlloc()
-	bctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 20*time.Minute)
-	defer cancelTimeout()
+	defer done()
 	ready := chromedp.Poll[chromedp.Void](`document.body.dataset.fleetReady === '1'`, chromedp.WithPollingTimeout(5*time.Minute))
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/#fleet"), ready); err != nil {
 		return err
@@ -155,31 +154,36 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 		return fmt.Errorf("the page drew %d rows, want %d (%v)", rows, nodes, err)
 	}
 	// A reload as Apply does it, and a redraw as a sort change does it.
-	var loaded, drawn []float64
+	var loaded, received, decoded, drawn []float64
 	for i := range runs {
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[float64](`(async () => { const t0 = performance.now();
-			await window.heatscopeFleet.load(); return performance.now() - t0; })()`, chromedp.EvalAwaitPromise))
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[[]float64](`(async () => { const t0 = performance.now();
+			await window.heatscopeFleet.load(); const t1 = performance.now();
+			const got = performance.getEntriesByName('received /api/fleet/overview').at(-1).startTime;
+			return [t1 - t0, got - t0, performance.getEntriesByName('fleet:draw').at(-1).duration]; })()`, chromedp.EvalAwaitPromise))
 		if err != nil {
 			return err
 		}
-		loaded = append(loaded, v)
+		loaded, received, decoded = append(loaded, v[0]), append(received, v[1]), append(decoded, v[2])
 		sort := []string{"name", "events", "peak"}[i%3]
-		v, err = chromedp.Run(bctx, chromedp.Evaluate[float64](fmt.Sprintf(`(() => { const e = document.getElementById('fleet-sort');
+		d, err := chromedp.Run(bctx, chromedp.Evaluate[float64](fmt.Sprintf(`(() => { const e = document.getElementById('fleet-sort');
 			const t0 = performance.now(); e.value = %q; e.dispatchEvent(new Event('change')); return performance.now() - t0; })()`, sort)))
 		if err != nil {
 			return err
 		}
-		drawn = append(drawn, v)
+		drawn = append(drawn, d)
 	}
-	fmt.Printf("| UI in headless %s: request to every row drawn (as Apply, %d runs) | %s |\n", filepath.Base(exe), runs, stat(loaded))
-	fmt.Printf("| UI: drawing alone (a sort change, %d runs) | %s |\n", runs, stat(drawn))
+	fmt.Printf("| UI in headless %s: request to every row drawn (as Apply, %d runs) | %s |\n", filepath.Base(exe), runs, benchweb.Stat(loaded))
+	fmt.Printf("| UI: of which the request, to the body received | %s |\n", benchweb.Stat(received))
+	fmt.Printf("| UI: of which the body decoded and every row drawn | %s |\n", benchweb.Stat(decoded))
+	fmt.Printf("| UI: drawing alone (a sort change, %d runs) | %s |\n", runs, benchweb.Stat(drawn))
 	fmt.Println()
 	load()
 	return nil
 }
 
-// get fetches url and returns how long it took (ms) and the body's size.
-func get(url string) (float64, int, error) {
+// get fetches url and returns how long it took (ms) and the body's size,
+// after check found the body an overview with nodes.
+func get(url string, check func([]byte) error) (float64, int, error) {
 	t0 := time.Now()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -194,13 +198,29 @@ func get(url string) (float64, int, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
 	}
-	var check struct {
-		Nodes []json.RawMessage `json:"nodes"`
-	}
-	if err := json.Unmarshal(b, &check); err != nil || len(check.Nodes) == 0 {
-		return 0, 0, fmt.Errorf("%s: no node in the answer (%v): %.200s", url, err, b)
+	if err := check(b); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w: %.200q", url, err, b)
 	}
 	return ms, len(b), nil
+}
+
+// jsonAnswer checks a JSON overview holds nodes.
+func jsonAnswer(b []byte) error {
+	var ov struct {
+		Nodes []json.RawMessage `json:"nodes"`
+	}
+	if err := json.Unmarshal(b, &ov); err != nil || len(ov.Nodes) == 0 {
+		return fmt.Errorf("no node in the answer (%v)", err)
+	}
+	return nil
+}
+
+// compactAnswer checks a compact overview holds nodes.
+func compactAnswer(b []byte) error {
+	if len(b) < 16 || string(b[:4]) != "HSO1" || binary.LittleEndian.Uint32(b[4:]) == 0 {
+		return fmt.Errorf("not a compact overview with nodes")
+	}
+	return nil
 }
 
 // generate writes one node's hours of synthetic samples into dir/template,
@@ -211,7 +231,7 @@ func generate(dir string, nodes int, hours float64, cpus, hz int) error {
 	if err := os.RemoveAll(tpl); err != nil {
 		return err
 	}
-	db, err := store.Open(tpl, store.Options{Source: "template", Logger: quiet()})
+	db, err := store.Open(tpl, store.Options{Source: "template", Logger: benchweb.Quiet()})
 	if err != nil {
 		return err
 	}
@@ -265,9 +285,4 @@ func generate(dir string, nodes int, hours float64, cpus, hz int) error {
 		}
 	}
 	return os.RemoveAll(filepath.Join(tpl, "wal"))
-}
-
-func stat(ms []float64) string {
-	s := slices.Sorted(slices.Values(ms))
-	return fmt.Sprintf("%.0f ms (%.0f-%.0f)", s[len(s)/2], s[0], s[len(s)-1])
 }

@@ -21,23 +21,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
-	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/heatscope/heatscope/internal/browsertest"
+	"github.com/heatscope/heatscope/bench/internal/benchweb"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
-	"github.com/heatscope/heatscope/web"
 )
 
 const (
@@ -60,15 +54,13 @@ func main() {
 	}
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func run(dir string, runs int, minutes float64, chromium string) error {
 	if _, err := os.Stat(filepath.Join(dir, "blocks")); err != nil {
 		if err := generate(dir, minutes); err != nil {
 			return fmt.Errorf("generate the store: %w", err)
 		}
 	}
-	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: quiet()})
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
 	if err != nil {
 		return err
 	}
@@ -91,39 +83,21 @@ func run(dir string, runs int, minutes float64, chromium string) error {
 		return err
 	}
 
-	srv, err := web.New(db, web.Options{Logger: quiet()})
+	base, stop, err := benchweb.Serve(db)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	defer stop()
+	bctx, exe, done, err := benchweb.Browser(chromium, 1300, 1000, 30*time.Minute)
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	defer func() { stop(); <-served }()
-
-	exe, err := exec.LookPath(chromium)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "heatscope-bench-ui-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, browsertest.Options(exe, tmp, 1300, 1000)...)
-	defer cancelAlloc()
-	bctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 30*time.Minute)
-	defer cancelTimeout()
+	defer done()
 
 	fmt.Printf("UI drawing in headless %s, medians of %d draws (min-max), from the response's last byte:\n\n", filepath.Base(exe), runs)
 	fmt.Println("| view | size | response | drawn (JS) | painted | target |")
 	fmt.Println("|---|---|---|---|---|---|")
-	base := "http://" + ln.Addr().String() + "/#source=synthetic"
+	base += "/#source=synthetic"
 
 	// The heatmap of 10 minutes; the selection is one second, so that the
 	// flame graph loading with the page stays small.
@@ -155,9 +129,9 @@ func run(dir string, runs int, minutes float64, chromium string) error {
 	fmt.Printf("\nDecoding the flame graph's answer in the page, medians of %d (min-max):\n\n", runs)
 	fmt.Println("| encoding | bytes | nodes | decode | ratio to nested JSON |")
 	fmt.Println("|---|---|---|---|---|")
-	fmt.Printf("| nested JSON, JSON.parse | %.1f MB | %.0f | %s | 1 |\n", dec.jsonBytes/1e6, dec.nodes, stat(dec.json))
-	fmt.Printf("| compact, decodeTree | %.1f MB | %.0f | %s | %.3f |\n", dec.compactBytes/1e6, dec.nodes, stat(dec.compact),
-		median(dec.compact)/median(dec.json))
+	fmt.Printf("| nested JSON, JSON.parse | %.1f MB | %.0f | %s | 1 |\n", dec.jsonBytes/1e6, dec.nodes, benchweb.Stat(dec.json))
+	fmt.Printf("| compact, decodeTree | %.1f MB | %.0f | %s | %.3f |\n", dec.compactBytes/1e6, dec.nodes, benchweb.Stat(dec.compact),
+		benchweb.Median(dec.compact)/benchweb.Median(dec.json))
 	fmt.Printf("\nstore: %s, %d samples of %d CPUs at %d Hz\n", dir, src.Samples, cpus, hz)
 	return nil
 }
@@ -165,7 +139,7 @@ func run(dir string, runs int, minutes float64, chromium string) error {
 // generate builds the store: minutes of synth samples ending at the last
 // whole hour (recent, so that no retention drops them).
 func generate(dir string, minutes float64) error {
-	db, err := store.Open(dir, store.Options{Source: "bench-ui", Logger: quiet()})
+	db, err := store.Open(dir, store.Options{Source: "bench-ui", Logger: benchweb.Quiet()})
 	if err != nil {
 		return err
 	}
@@ -244,23 +218,8 @@ type result struct {
 }
 
 func (r result) print(view, size, target string) {
-	fmt.Printf("| %s | %s, %.1f MB | %s | %s | %s | %s |\n", view, size, r.bytes/1e6, stat(r.response), stat(r.draw), stat(r.paint), target)
+	fmt.Printf("| %s | %s, %.1f MB | %s | %s | %s | %s |\n", view, size, r.bytes/1e6, benchweb.Stat(r.response), benchweb.Stat(r.draw), benchweb.Stat(r.paint), target)
 }
-
-func stat(ms []float64) string {
-	s := slices.Sorted(slices.Values(ms))
-	return fmt.Sprintf("%.*f ms (%.*f-%.*f)", digits(s[0]), s[len(s)/2], digits(s[0]), s[0], digits(s[0]), s[len(s)-1])
-}
-
-// digits shows times under 10 ms with a decimal.
-func digits(ms float64) int {
-	if ms < 10 {
-		return 1
-	}
-	return 0
-}
-
-func median(ms []float64) float64 { return slices.Sorted(slices.Values(ms))[len(ms)/2] }
 
 // decoding holds the decoding times of both encodings of one flame graph.
 type decoding struct {

@@ -12,7 +12,7 @@
 // field, nodes in pre-order, mapped onto typed arrays with no parsing. A
 // node is its index in the columns (the root is 0), its subtree the next
 // size[i] nodes; a draw visits only the frames wide enough to see.
-import { sizeCanvas, showTooltip, hideTooltip, pct, trimText } from './util.js';
+import { sizeCanvas, showTooltip, hideTooltip, pct, trimText, getBinary } from './util.js';
 import { formatCPU, formatChange } from './legend.js';
 
 const ROW = 17;
@@ -83,25 +83,7 @@ export function decodeTree(buf, native = littleEndian) {
 export async function fetchTree(path, params, signal) {
   const p = new URLSearchParams(params);
   p.set('encoding', 'compact');
-  const resp = await fetch(path + '?' + p.toString(), { signal, headers: { Accept: 'application/octet-stream' } });
-  let buf;
-  try {
-    buf = await resp.arrayBuffer();
-  } catch (e) {
-    if (e.name === 'AbortError') throw e;
-    throw new Error(`${path}: ${resp.status} ${resp.statusText}`);
-  }
-  performance.mark('received ' + path);
-  if (!resp.ok) {
-    let msg = '';
-    try {
-      msg = JSON.parse(new TextDecoder().decode(buf)).error;
-    } catch {
-      // not JSON: the status says it
-    }
-    throw new Error(msg || `${path}: ${resp.status} ${resp.statusText}`);
-  }
-  return decodeTree(buf);
+  return decodeTree(await getBinary(path, p, signal));
 }
 
 // hue gives a stable colour per frame name and kind.

@@ -26,6 +26,35 @@ export async function getJSON(path, params, signal) {
   return body;
 }
 
+// getBinary gets path's answer in a binary encoding as an ArrayBuffer, or
+// throws an Error carrying the API's error message (and, like getJSON's,
+// its status and the parameter it names). Once the body has arrived,
+// before it is decoded, it sets the performance mark "received PATH".
+export async function getBinary(path, params, signal) {
+  const resp = await fetch(path + '?' + params.toString(), { signal, headers: { Accept: 'application/octet-stream' } });
+  let buf;
+  try {
+    buf = await resp.arrayBuffer();
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new Error(`${path}: ${resp.status} ${resp.statusText}`);
+  }
+  performance.mark('received ' + path);
+  if (!resp.ok) {
+    let body = null;
+    try {
+      body = JSON.parse(new TextDecoder().decode(buf));
+    } catch {
+      // not JSON: the status says it
+    }
+    const e = new Error((body && body.error) || `${path}: ${resp.status} ${resp.statusText}`);
+    e.status = resp.status;
+    e.param = body && body.param;
+    throw e;
+  }
+  return buf;
+}
+
 // sizeCanvas gives a canvas a size in CSS pixels, backed by device pixels,
 // and returns its 2D context scaled to CSS pixels.
 export function sizeCanvas(canvas, width, height) {
