@@ -1,25 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/heatscope/heatscope/internal/bpftest"
-	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
 )
 
@@ -44,28 +37,21 @@ var fleetNodes = []fleetNode{
 // TestFleetScenario extends the scenario into a fleet: four nodes'
 // recordings in a real MinIO bucket (two with kubelet-sim's bursts and a
 // reset after each, two healthy), one query service over the bucket, and
-// a headless Chromium walking from the fleet's events to the culprit on
-// the right nodes, asserting what a person sees at each step: the resets
-// on the two zombie nodes only, the memcg stats functions among the
-// functions that grew before the resets, "5 of 5 ena-reset events, on 2
-// of 2 nodes", per node and per event, and one event's node view with the
-// two windows compared. It saves the screenshots of docs/walkthrough.md's
-// second part (HEATSCOPE_SCREENSHOT_DIR).
+// a headless Chromium walking from the fleet overview (the first page) to
+// the fleet's events and to the culprit on the right nodes, asserting
+// what a person sees at each step: a row per node, the resets as marks on
+// the two zombie nodes' rows only, those two rows alone left by a filter
+// on kubelet-sim in the memcg stats functions, lit on the CPU it was
+// pinned to; the resets on the two zombie nodes only in the event list;
+// the memcg stats functions among the functions that grew before the
+// resets, "5 of 5 ena-reset events, on 2 of 2 nodes", per node and per
+// event; and one event's node view with the two windows compared. It saves
+// the screenshots of docs/walkthrough.md's second part
+// (HEATSCOPE_SCREENSHOT_DIR).
 func TestFleetScenario(t *testing.T) {
-	bpftest.Require(t)
-	if _, err := findMemoryHierarchy(); err != nil {
-		t.Fatalf("the scenario needs memory cgroups: %v", err)
-	}
+	dir, heatscope, scenario := buildScenario(t)
 	m := miniotest.Start(t)
 	cfg := m.WriteConfig("fleet")
-	dir := t.TempDir()
-	heatscope := filepath.Join(dir, "heatscope")
-	scenario := filepath.Join(dir, "cpu-zombies")
-	for bin, pkg := range map[string]string{heatscope: "../../cmd/heatscope", scenario: "."} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
 	tag := fmt.Sprintf("fleet %d", time.Now().UnixNano())
 	resets := 0
 	for _, n := range fleetNodes {
@@ -74,19 +60,7 @@ func TestFleetScenario(t *testing.T) {
 	}
 
 	url := "http://" + freeAddr(t)
-	serve := exec.Command(heatscope, "serve", "--objstore-config", cfg, "--listen", strings.TrimPrefix(url, "http://"))
-	var serveLog bytes.Buffer
-	serve.Stdout, serve.Stderr = &serveLog, &serveLog
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		serve.Process.Signal(syscall.SIGINT)
-		serve.Wait()
-		if t.Failed() {
-			t.Logf("serve:\n%s", serveLog.String())
-		}
-	}()
+	startLogged(t, "serve", exec.Command(heatscope, "serve", "--objstore-config", cfg, "--listen", strings.TrimPrefix(url, "http://")))
 	waitNodes(t, url, len(fleetNodes))
 
 	// The API: the resets are on the zombie nodes only, each ours.
@@ -115,33 +89,17 @@ func TestFleetScenario(t *testing.T) {
 func recordFleetNode(t *testing.T, heatscope, scenario, cfg, data string, n fleetNode, tag string) {
 	t.Helper()
 	addr := freeAddr(t)
-	rec := exec.Command(heatscope, "record", "--data", data, "--node", n.name, "--node-label", "zone="+n.zone,
-		"--objstore-config", cfg, "--listen", addr, "--progress", "0", "--max-cpu", "0")
-	var recLog bytes.Buffer
-	rec.Stdout, rec.Stderr = &recLog, &recLog
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
+	recLog, stop := startLogged(t, n.name+"'s recorder", exec.Command(heatscope, "record", "--data", data, "--node", n.name,
+		"--node-label", "zone="+n.zone, "--objstore-config", cfg, "--listen", addr, "--progress", "0", "--max-cpu", "0"))
 	waitServing(t, "http://"+addr+"/api/sources")
 	if n.bursts > 0 {
-		sc := exec.Command(scenario, "-cgroups", "1500", "-interval", "4s", "-burst", "1200ms", "-bursts", fmt.Sprint(n.bursts),
-			"-inject-every", "1", "-cpu", fmt.Sprint(pinnedCPU), "-tag", tag+" "+n.name)
-		var scErr bytes.Buffer
-		sc.Stderr = &scErr
-		out, err := sc.Output()
-		if err != nil {
-			t.Fatalf("%s: scenario: %v\n%s", n.name, err, scErr.String())
-		}
-		if got := strings.Count(string(out), "\n"); got != n.bursts {
-			t.Fatalf("%s: %d bursts reported, want %d:\n%s", n.name, got, n.bursts, out)
-		}
+		runBursts(t, scenario, tag+" "+n.name, n.bursts)
 	} else {
 		time.Sleep(8 * time.Second)
 	}
 	time.Sleep(time.Second) // the recorder reads its ring every 100 ms, the kernel log as it comes
-	rec.Process.Signal(syscall.SIGINT)
-	if err := rec.Wait(); err != nil {
-		t.Fatalf("%s: record: %v\n%s", n.name, err, recLog.String())
+	if err := stop(); err != nil {
+		t.Fatalf("%s: record: %v", n.name, err)
 	}
 	if !strings.Contains(recLog.String(), "blocks and") || strings.Contains(recLog.String(), "not yet shipped") {
 		t.Fatalf("%s: the recorder did not ship everything:\n%s", n.name, recLog.String())
@@ -188,69 +146,96 @@ func getJSONInto(t *testing.T, url string, v any) {
 	}
 }
 
-// walkFleet walks the fleet views in headless Chromium as a person would,
-// from the fleet's events to the culprit and back to one node.
+// walkFleet walks the fleet views in headless Chromium as a person would:
+// from the fleet overview, heatscope's first page over several nodes, to
+// the fleet's events, to what grew before the resets, and back to one
+// node.
 func walkFleet(t *testing.T, url string, resets int) {
-	ctx := browsertest.Start(t, 1300, 1000, 120*time.Second)
-	var jsErrors atomic.Value
-	jsErrors.Store("")
-	chromedp.Listen(ctx, func(ev any) {
-		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
-			jsErrors.Store(jsErrors.Load().(string) + ev.ExceptionDetails.Text + "\n")
-		}
-	})
-	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-		chromedp.WithPollingTimeout(60*time.Second))
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+	w := newWalker(t, 1300, 1000, 60*time.Second, 150*time.Second)
+	do, eval, shoot, settled := w.do, w.eval, w.shoot, w.settled
+	overviewDrawn := chromedp.Poll[chromedp.Void](`document.body.dataset.fleetReady === '1'`, chromedp.WithPollingTimeout(60*time.Second))
+	// follow clicks a link to another page and waits until that page has
+	// drawn what it asked for.
+	follow := func(what, sel string) {
 		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, jsErrors.Load())
+		resp, err := chromedp.RunResponse(w.ctx, chromedp.Click(chromedp.CSS(sel)))
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, w.jsErrors.Load())
 		}
+		do(what, settled)
 	}
-	eval := func(expr string, v any) {
+	type row struct {
+		Name       string
+		Resets     int
+		Peak       float64
+		BusiestCPU int
+	}
+	rows := func() []row {
 		t.Helper()
-		res, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		b, _ := json.Marshal(res)
-		if err := json.Unmarshal(b, v); err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-	}
-	shotDir := t.TempDir()
-	if d := os.Getenv(screenshotEnv); d != "" {
-		shotDir = d
-	}
-	shoot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(shotDir, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", filepath.Join(shotDir, name))
+		var out []row
+		eval(`(() => { const d = window.heatscopeFleet.data(); return window.heatscopeFleet.rows().map((name) => {
+			const n = d.nodes.find((n) => n.name === name);
+			return {Name: name, Resets: n.events.filter((e) => e.kind === 'ena-reset').length, Peak: n.peak,
+				BusiestCPU: n.peakColumn < 0 ? -1 : n.busiestCpu[n.peakColumn]}; }); })()`, &out)
+		return out
 	}
 
-	// 1. The fleet's events: the resets light up the two zombie nodes'
-	// rows, the healthy nodes have none.
-	do("open the fleet events", chromedp.Navigate(url+"/fleet/events#kind=ena-reset"), settled)
+	// 1. heatscope's first page over a fleet is the fleet overview: a row
+	// per node, the busiest CPU's busy share per column; the resets are
+	// marks on the two zombie nodes' rows, none on the healthy ones'.
+	do("open heatscope", chromedp.Navigate(url+"/"), overviewDrawn)
+	var page string
+	eval(`document.body.dataset.page || ''`, &page)
+	all := rows()
+	resetsOn := map[string]int{}
+	for _, r := range all {
+		resetsOn[r.Name] = r.Resets
+	}
+	if page != "fleet" || len(all) != len(fleetNodes) || resetsOn["zombie-a"] != 3 || resetsOn["zombie-c"] != 2 ||
+		resetsOn["healthy-b"] != 0 || resetsOn["healthy-d"] != 0 {
+		t.Fatalf("the first page: %q, rows %+v; want the fleet overview, 4 rows, resets 3 on zombie-a and 2 on zombie-c only", page, all)
+	}
+	shoot("walkthrough-fleet-1-overview.png", "")
+
+	// 2. Which nodes ran kubelet-sim in the memcg stats functions: a
+	// command and a frame filter leave the two zombie nodes, lit on the
+	// CPU kubelet-sim was pinned to, and say the two others are hidden.
+	do("filter the overview", chromedp.SetValue(chromedp.CSS("#fleet-f-comm"), "kubelet-sim"),
+		chromedp.SetValue(chromedp.CSS("#fleet-f-frame"), memcgStats.String()),
+		chromedp.Evaluate[chromedp.Void](`document.body.dataset.fleetReady = '0'`), chromedp.Click(chromedp.CSS("#fleet-apply")), overviewDrawn)
+	filtered := rows()
+	var status string
+	eval(`document.getElementById('fleet-status').textContent`, &status)
+	litNodes := []string{}
+	for _, r := range filtered {
+		litNodes = append(litNodes, r.Name)
+		if r.Peak <= 0 || r.BusiestCPU != pinnedCPU {
+			t.Errorf("%s, filtered to kubelet-sim in the memcg stats functions: peak %.3f on CPU %d, want lit on CPU %d", r.Name, r.Peak, r.BusiestCPU, pinnedCPU)
+		}
+	}
+	slices.Sort(litNodes)
+	if strings.Join(litNodes, ",") != "zombie-a,zombie-c" || !strings.Contains(status, "2 nodes without a matching sample are not shown") {
+		t.Fatalf("the overview filtered to kubelet-sim in the memcg stats functions: rows %+v, status %q; want zombie-a and zombie-c, 2 hidden", filtered, status)
+	}
+	shoot("walkthrough-fleet-2-overview-filtered.png", "")
+
+	// 3. The fleet's events (the link at the top), then the resets alone
+	// (a click on their kind): 3 on zombie-a, 2 on zombie-c.
+	follow("follow the fleet events link", `.fleet-nav a[href="/fleet/events"]`)
+	do("pick the resets", chromedp.Click(chromedp.CSS(`#fe-kinds tbody tr[data-name="ena-reset"] td`)), chromedp.Sleep(100*time.Millisecond), settled)
 	var byNode []string
 	eval(`[...document.querySelectorAll('#fe-nodes tbody tr')].map((tr) => tr.cells[0].textContent + ' ' + tr.cells[1].textContent)`, &byNode)
-	var summary string
+	var summary, kind string
 	eval(`document.getElementById('fe-summary').textContent`, &summary)
-	if strings.Join(byNode, ", ") != "zombie-a 3, zombie-c 2" || summary != fmt.Sprintf("%d events on 2 nodes", resets) {
-		t.Fatalf("fleet events, kind ena-reset: by node %q, summary %q", byNode, summary)
+	eval(`document.getElementById('fe-kind').value`, &kind)
+	if kind != "ena-reset" || strings.Join(byNode, ", ") != "zombie-a 3, zombie-c 2" || summary != fmt.Sprintf("%d events on 2 nodes", resets) {
+		t.Fatalf("fleet events, kind %q: by node %q, summary %q", kind, byNode, summary)
 	}
-	shoot("walkthrough-fleet-1-events.png")
+	shoot("walkthrough-fleet-3-events.png", "")
 
-	var href string
-	// 2. What grew before all the resets: the kind's link, then a 2 s
+	// 4. What grew before all the resets: the kind's link, then a 2 s
 	// window (the bursts are 4 s apart).
-	eval(`document.querySelector('#fe-kinds tbody tr[data-name="ena-reset"] a').href`, &href)
-	do("follow the kind's link", chromedp.Navigate(href), settled)
+	follow("follow the kind's link", `#fe-kinds tbody tr[data-name="ena-reset"] a`)
 	do("window 2 s", chromedp.SetValue(chromedp.CSS("#pd-window"), "2"), chromedp.Click(chromedp.CSS("#pd-apply")), settled)
 	var fns []struct{ Name, Kind, GrewBefore string }
 	eval(`window.heatscopeFleetDiff.functions()`, &fns)
@@ -273,12 +258,12 @@ func walkFleet(t *testing.T, url string, resets int) {
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('pd-search').dispatchEvent(new Event('input'))`), settled)
 	// The flame graph is deep: its wide frames are at its bottom.
 	do("scroll to the flame graph's base", chromedp.Evaluate[chromedp.Void](`document.getElementById('pd-flame-box').scrollIntoView({block: 'end'})`))
-	shoot("walkthrough-fleet-2-prediff.png")
+	shoot("walkthrough-fleet-4-prediff.png", "")
 	do("scroll to the culprit's row", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
 		`document.querySelector('#pd-functions tbody tr[data-name=%q]').scrollIntoView({block: 'center'})`, culprit.Name)))
-	shoot("walkthrough-fleet-3-grew.png")
+	shoot("walkthrough-fleet-5-grew.png", "")
 
-	// 3. The culprit per node and per event: it grew before every reset on
+	// 5. The culprit per node and per event: it grew before every reset on
 	// both zombie nodes.
 	do("click the culprit", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#pd-functions tbody tr[data-name=%q]`, culprit.Name))), settled)
 	var perNode, perEvent []string
@@ -288,12 +273,13 @@ func walkFleet(t *testing.T, url string, resets int) {
 		t.Errorf("%s per node %q, per event %q: want it grown before every reset", culprit.Name, perNode, perEvent)
 	}
 	do("scroll to the breakdown", chromedp.ScrollIntoView(chromedp.CSS("#pd-focus")))
-	shoot("walkthrough-fleet-4-per-node.png")
+	shoot("walkthrough-fleet-6-per-node.png", "")
 
-	// 4. One event, on its node: zombie-c's first reset, its 2 s against
+	// 6. One event, on its node: zombie-c's first reset, its 2 s against
 	// the 2 s before, the memcg stats functions among what grew.
-	eval(`[...document.querySelectorAll('#pd-events tbody tr')].find((tr) => tr.dataset.node === 'zombie-c').querySelector('a').href`, &href)
-	do("open zombie-c's reset", chromedp.Navigate(href), settled)
+	do("mark zombie-c's first reset", chromedp.Evaluate[chromedp.Void](
+		`[...document.querySelectorAll('#pd-events tbody tr')].find((tr) => tr.dataset.node === 'zombie-c').querySelector('a').id = 'walked-event'`))
+	follow("open zombie-c's reset", "#walked-event")
 	var st struct {
 		Node    string
 		Compare bool
@@ -309,8 +295,6 @@ func walkFleet(t *testing.T, url string, resets int) {
 		t.Errorf("zombie-c's node view: state %+v, growers %q", st, growers)
 	}
 	do("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap-section")))
-	shoot("walkthrough-fleet-5-node.png")
-	if e := jsErrors.Load().(string); e != "" {
-		t.Fatalf("JavaScript errors: %s", e)
-	}
+	shoot("walkthrough-fleet-7-node.png", "")
+	w.done()
 }

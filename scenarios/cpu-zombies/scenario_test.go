@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,59 +45,18 @@ type scenarioRun struct {
 // puts the burst on one CPU. Then a browser walks the same path and saves
 // the screenshots of docs/walkthrough.md.
 func TestScenario(t *testing.T) {
-	bpftest.Require(t)
-	if _, err := findMemoryHierarchy(); err != nil {
-		t.Fatalf("the scenario needs memory cgroups: %v", err)
-	}
-	dir := t.TempDir()
-	heatscope := filepath.Join(dir, "heatscope")
-	scenario := filepath.Join(dir, "cpu-zombies")
-	for bin, pkg := range map[string]string{heatscope: "../../cmd/heatscope", scenario: "."} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	dir, heatscope, scenario := buildScenario(t)
 	r := &scenarioRun{url: "http://" + freeAddr(t)}
-	var recLog bytes.Buffer
 	// --max-cpu 0: the checks count samples at 99 Hz, and on a loaded
 	// machine the overhead guard could halve the rate mid-run.
-	rec := exec.Command(heatscope, "record", "--data", filepath.Join(dir, "data"), "--listen", strings.TrimPrefix(r.url, "http://"), "--progress", "0", "--max-cpu", "0")
-	rec.Stdout, rec.Stderr = &recLog, &recLog
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rec.Process.Signal(syscall.SIGINT)
-		rec.Wait()
-		if t.Failed() {
-			t.Logf("recorder output:\n%s", recLog.String())
-		}
-	}()
+	startLogged(t, "recorder", exec.Command(heatscope, "record", "--data", filepath.Join(dir, "data"), "--listen", strings.TrimPrefix(r.url, "http://"), "--progress", "0", "--max-cpu", "0"))
 	waitServing(t, r.url+"/api/sources")
 
 	tag := fmt.Sprintf("run %d", time.Now().UnixNano())
 	r.from = now()
-	sc := exec.Command(scenario, "-cgroups", "1500", "-interval", "4s", "-burst", "1200ms", "-bursts", "4",
-		"-inject-every", "1", "-cpu", fmt.Sprint(pinnedCPU), "-tag", tag)
-	var scErr bytes.Buffer
-	sc.Stderr = &scErr
-	out, err := sc.Output()
-	if err != nil {
-		t.Fatalf("scenario: %v\n%s", err, scErr.String())
-	}
-	for line := range strings.Lines(string(out)) {
-		var b burstReport
-		if err := json.Unmarshal([]byte(line), &b); err != nil {
-			t.Fatalf("scenario output %q: %v", line, err)
-		}
-		r.bursts = append(r.bursts, b)
-	}
+	r.bursts = runBursts(t, scenario, tag, 4)
 	r.to = now()
-	if len(r.bursts) != 4 {
-		t.Fatalf("%d bursts reported, want 4:\n%s", len(r.bursts), out)
-	}
 	time.Sleep(time.Second) // the recorder reads its ring every 100 ms
-	t.Logf("scenario: %s", scErr.String())
 
 	r.checkEvents(t, tag)
 	r.checkHeatmap(t)
@@ -106,6 +66,81 @@ func TestScenario(t *testing.T) {
 }
 
 func now() float64 { return float64(time.Now().UnixNano()) / 1e9 }
+
+// buildScenario checks what the scenario needs (BPF, memory cgroups) and
+// builds heatscope and cpu-zombies into dir, a temporary directory.
+func buildScenario(t *testing.T) (dir, heatscope, scenario string) {
+	t.Helper()
+	bpftest.Require(t)
+	if _, err := findMemoryHierarchy(); err != nil {
+		t.Fatalf("the scenario needs memory cgroups: %v", err)
+	}
+	dir = t.TempDir()
+	heatscope = filepath.Join(dir, "heatscope")
+	scenario = filepath.Join(dir, "cpu-zombies")
+	for bin, pkg := range map[string]string{heatscope: "../../cmd/heatscope", scenario: "."} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return dir, heatscope, scenario
+}
+
+// startLogged starts cmd, keeping its output in out. stop interrupts it
+// and waits for it (once; the test's end does it too), returning how it
+// ended; when the test failed, its output is logged as what's.
+func startLogged(t *testing.T, what string, cmd *exec.Cmd) (out *bytes.Buffer, stop func() error) {
+	t.Helper()
+	out = new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var ended error
+	stop = func() error {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGINT)
+			ended = cmd.Wait()
+		})
+		return ended
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", what, out.String())
+		}
+	})
+	return out, stop
+}
+
+// runBursts runs the scenario's bursts (1.2 s of kubelet-sim pinned to
+// pinnedCPU, 4 s apart, with a reset line tagged tag after each) and
+// returns what it reported of them.
+func runBursts(t *testing.T, scenario, tag string, bursts int) []burstReport {
+	t.Helper()
+	sc := exec.Command(scenario, "-cgroups", "1500", "-interval", "4s", "-burst", "1200ms", "-bursts", fmt.Sprint(bursts),
+		"-inject-every", "1", "-cpu", fmt.Sprint(pinnedCPU), "-tag", tag)
+	var scErr bytes.Buffer
+	sc.Stderr = &scErr
+	out, err := sc.Output()
+	if err != nil {
+		t.Fatalf("scenario: %v\n%s", err, scErr.String())
+	}
+	var reports []burstReport
+	for line := range strings.Lines(string(out)) {
+		var b burstReport
+		if err := json.Unmarshal([]byte(line), &b); err != nil {
+			t.Fatalf("scenario output %q: %v", line, err)
+		}
+		reports = append(reports, b)
+	}
+	if len(reports) != bursts {
+		t.Fatalf("%d bursts reported, want %d:\n%s", len(reports), bursts, out)
+	}
+	t.Logf("scenario: %s", scErr.String())
+	return reports
+}
 
 // checkEvents: every injected line is one event, within 50 ms of when it
 // was written.
@@ -301,22 +336,31 @@ func (r *scenarioRun) checkGrowth(t *testing.T) {
 	}
 }
 
-// checkPerCPU: kubelet-sim, pinned, runs on one CPU only.
-func (r *scenarioRun) checkPerCPU(t *testing.T) {
-	var pc struct {
-		CPUs   []int     `json:"cpus"`
-		Counts [][]int64 `json:"counts"`
-	}
-	apitest.GetJSON(t, fmt.Sprintf("%s/api/percpu?comm=kubelet-sim&from=%f&to=%f", r.url, r.from, r.to), &pc)
-	var total, onPinned int64
+// perCPU is /api/percpu's answer (and the UI's per-CPU view): samples per
+// CPU per step.
+type perCPU struct {
+	CPUs   []int     `json:"cpus"`
+	Counts [][]int64 `json:"counts"`
+}
+
+// onPinned returns the samples in total and those on pinnedCPU.
+func (pc *perCPU) onPinned() (total, pinned int64) {
 	for i, row := range pc.Counts {
 		for _, v := range row {
 			total += v
 			if pc.CPUs[i] == pinnedCPU {
-				onPinned += v
+				pinned += v
 			}
 		}
 	}
+	return total, pinned
+}
+
+// checkPerCPU: kubelet-sim, pinned, runs on one CPU only.
+func (r *scenarioRun) checkPerCPU(t *testing.T) {
+	var pc perCPU
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/percpu?comm=kubelet-sim&from=%f&to=%f", r.url, r.from, r.to), &pc)
+	total, onPinned := pc.onPinned()
 	t.Logf("per-CPU: %d of kubelet-sim's %d samples on CPU %d", onPinned, total, pinnedCPU)
 	if total == 0 || onPinned != total {
 		t.Errorf("kubelet-sim pinned to CPU %d: %d of %d samples there (CPUs %v)", pinnedCPU, onPinned, total, pc.CPUs)

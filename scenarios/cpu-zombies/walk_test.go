@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -25,59 +26,94 @@ import (
 // HEATSCOPE_SCREENSHOT_DIR=$PWD/docs/screenshots.
 const screenshotEnv = "HEATSCOPE_SCREENSHOT_DIR"
 
+// walker drives a headless chromium through the UI for a walk, failing
+// the test with the page's JavaScript errors when a step fails, and saves
+// its screenshots in HEATSCOPE_SCREENSHOT_DIR (a temporary directory
+// without it).
+type walker struct {
+	t        *testing.T
+	ctx      context.Context
+	jsErrors atomic.Value // string: the exceptions thrown so far, a line each
+	shotDir  string
+	// settled waits until the node view has drawn everything it asked for.
+	settled chromedp.Action[chromedp.Void]
+}
+
+// newWalker starts chromium with a window of width × height CSS pixels;
+// each step's wait for the page gives up after wait, the walk after
+// timeout.
+func newWalker(t *testing.T, width, height int, wait, timeout time.Duration) *walker {
+	w := &walker{t: t, ctx: browsertest.Start(t, width, height, timeout), shotDir: t.TempDir(),
+		settled: chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
+			chromedp.WithPollingTimeout(wait))}
+	w.jsErrors.Store("")
+	chromedp.Listen(w.ctx, func(ev any) {
+		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
+			w.jsErrors.Store(w.jsErrors.Load().(string) + ev.ExceptionDetails.Text + "\n")
+		}
+	})
+	if d := os.Getenv(screenshotEnv); d != "" {
+		w.shotDir = d
+	}
+	return w
+}
+
+// do runs a step's actions.
+func (w *walker) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	w.t.Helper()
+	if err := chromedp.Do(w.ctx, actions...); err != nil {
+		w.t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, w.jsErrors.Load())
+	}
+}
+
+// eval evaluates a JavaScript expression in the page into v (through
+// JSON).
+func (w *walker) eval(expr string, v any) {
+	w.t.Helper()
+	res, err := chromedp.Run(w.ctx, chromedp.Evaluate[any](expr))
+	if err != nil {
+		w.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	b, _ := jsonMarshal(res)
+	if err := jsonUnmarshal(b, v); err != nil {
+		w.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+}
+
+// shoot saves a screenshot of the window, or of the element sel selects.
+func (w *walker) shoot(name string, sel string) {
+	w.t.Helper()
+	var png []byte
+	var err error
+	if sel == "" {
+		png, err = chromedp.Run(w.ctx, chromedp.CaptureScreenshot())
+	} else {
+		png, err = chromedp.Run(w.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	}
+	if err != nil {
+		w.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(w.shotDir, name), png, 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Logf("screenshot: %s", filepath.Join(w.shotDir, name))
+}
+
+// done fails the test if the page threw.
+func (w *walker) done() {
+	w.t.Helper()
+	if e := w.jsErrors.Load().(string); e != "" {
+		w.t.Fatalf("JavaScript errors: %s", e)
+	}
+}
+
 // walkUI walks the UI in headless chromium as a user would: the event
 // markers, one event's pre-event window against the window before it,
 // kubelet-sim in the memcg stats functions, the one busy CPU in the
 // per-CPU view, and the pprof download, read by go tool pprof.
 func walkUI(t *testing.T, r *scenarioRun) {
-	ctx := browsertest.Start(t, 1300, 900, 90*time.Second)
-	var jsErrors atomic.Value
-	jsErrors.Store("")
-	chromedp.Listen(ctx, func(ev any) {
-		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
-			jsErrors.Store(jsErrors.Load().(string) + ev.ExceptionDetails.Text + "\n")
-		}
-	})
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, jsErrors.Load())
-		}
-	}
-	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-		chromedp.WithPollingTimeout(30*time.Second))
-	screenshotDir := t.TempDir()
-	if dir := os.Getenv(screenshotEnv); dir != "" {
-		screenshotDir = dir
-	}
-	eval := func(expr string, v any) {
-		t.Helper()
-		res, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		b, _ := jsonMarshal(res)
-		if err := jsonUnmarshal(b, v); err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-	}
-	shoot := func(name string, sel string) {
-		t.Helper()
-		var png []byte
-		var err error
-		if sel == "" {
-			png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
-		} else {
-			png, err = chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
-		}
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(screenshotDir, name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", filepath.Join(screenshotDir, name))
-	}
+	w := newWalker(t, 1300, 900, 30*time.Second, 90*time.Second)
+	do, eval, shoot, settled := w.do, w.eval, w.shoot, w.settled
 
 	// 1. The span of the run: the resets are marks on the timeline and
 	// lines on the heatmap, and listed.
@@ -154,20 +190,9 @@ func walkUI(t *testing.T, r *scenarioRun) {
 	shoot("walkthrough-3-kubelet-sim.png", "#flame-section")
 
 	// 4. The per-CPU view: kubelet-sim on CPU 1 only.
-	var pc struct {
-		CPUs   []int     `json:"cpus"`
-		Counts [][]int64 `json:"counts"`
-	}
+	var pc perCPU
 	eval(`window.heatscope.percpu()`, &pc)
-	var total, pinned int64
-	for i, row := range pc.Counts {
-		for _, v := range row {
-			total += v
-			if pc.CPUs[i] == pinnedCPU {
-				pinned += v
-			}
-		}
-	}
+	total, pinned := pc.onPinned()
 	if total == 0 || pinned != total {
 		t.Fatalf("per-CPU view: %d of %d samples on CPU %d", pinned, total, pinnedCPU)
 	}
@@ -195,9 +220,7 @@ func walkUI(t *testing.T, r *scenarioRun) {
 		t.Fatalf("go tool pprof -top: %v\n%s", err, out)
 	}
 	t.Logf("go tool pprof -top -cum of the download:\n%s", out)
-	if e := jsErrors.Load().(string); e != "" {
-		t.Fatalf("JavaScript errors: %s", e)
-	}
+	w.done()
 }
 
 func memcgInText(s string) bool {
