@@ -80,8 +80,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// TailCacheBytes bounds the memory the fetched tails take (default
-	// 16 MiB); the least recently used go first. A tail is read for a
+	// TailCacheBytes bounds the memory the fetched tails and whole blocks
+	// take (default 16 MiB); the least recently used go first. A tail is read for a
 	// block's header and index, which the store then keeps decoded in
 	// its own bounded cache, so that a small cache here costs few GETs.
 	TailCacheBytes int64
@@ -150,7 +150,7 @@ type Stats struct {
 	// that listed the bucket instead (no index, or a stale one).
 	IndexReads uint64
 	Listings   uint64
-	// TailCacheBytes is the memory the cached tails take.
+	// TailCacheBytes is the memory the cached tails and blocks take.
 	TailCacheBytes int64
 	// DiskHits counts the reads the disk cache answered, DiskCacheBytes
 	// what it holds (both 0 without one).

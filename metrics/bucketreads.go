@@ -13,7 +13,7 @@ var (
 	descBucketGetBytes = desc("bucket_read_bytes_total", "Bytes the query service's GETs read from its bucket.")
 	descBucketTailHits = desc("bucket_read_tail_hits_total", "Reads of a block's tail (its indexes) answered from the query service's cache.")
 	descBucketErrors   = desc("bucket_read_errors_total", "Requests to the bucket that failed (not found, unreachable, refused).")
-	descBucketTailMem  = desc("bucket_read_tail_cache_bytes", "Memory of the block tails the query service keeps.")
+	descBucketTailMem  = desc("bucket_read_tail_cache_bytes", "Memory of the fetched blocks and block tails the query service keeps (whole blocks up to 1 MiB, else their tails).")
 	descBucketIndex    = desc("bucket_read_index_reads_total", "Bucket index GETs by the query service (one a refresh while the compactor keeps the index fresh).")
 	descBucketListings = desc("bucket_read_listings_total", "Refreshes that listed every node's prefix instead of reading the bucket index (none, stale or unreadable).")
 	descBucketDiskHits = desc("bucket_read_disk_cache_hits_total", "Reads of block data and metas answered by the query service's disk cache (--objstore-cache-dir) instead of a GET.")
