@@ -328,3 +328,58 @@ func TestDeployKubernetesCompactor(t *testing.T) {
 		t.Errorf("%v: exit %d: %s; want only the --ranges error", args, code, stderr.String())
 	}
 }
+
+// TestDeployKubernetesQuery checks the query service's Deployment and
+// Service: two replicas (it keeps nothing of its own), the Service in
+// front of their named port, the recorders' objstore Secret and token, a
+// bounded disk cache on an emptyDir, no privilege, and flags serve takes.
+func TestDeployKubernetesQuery(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(deployDir, "kubernetes", "query.yaml"))
+	if len(docs) != 2 || docs[0]["kind"] != "Deployment" || docs[1]["kind"] != "Service" {
+		t.Fatalf("query.yaml: want a Deployment and a Service, got %d documents", len(docs))
+	}
+	d, svc := docs[0], docs[1]
+	for _, doc := range docs {
+		if dig(t, doc, "metadata", "namespace") != "heatscope" {
+			t.Errorf("%s not in namespace heatscope", doc["kind"])
+		}
+	}
+	if dig(t, d, "spec", "replicas") != 2 {
+		t.Error("the query service runs as 2 replicas")
+	}
+	pod := dig(t, d, "spec", "template", "spec")
+	c := dig(t, pod, "containers", 0)
+	podLabels := dig(t, d, "spec", "template", "metadata", "labels").(map[string]any)
+	for k, v := range dig(t, svc, "spec", "selector").(map[string]any) {
+		if podLabels[k] != v {
+			t.Errorf("the Service selects %s=%v, which the pods do not carry", k, v)
+		}
+	}
+	if target := dig(t, svc, "spec", "ports", 0, "targetPort"); target != dig(t, c, "ports", 0, "name") || dig(t, c, "ports", 0, "containerPort") != 7070 {
+		t.Errorf("the Service targets port %v, not the container's 7070", target)
+	}
+	sc := dig(t, c, "securityContext")
+	if dig(t, sc, "privileged") != false || dig(t, sc, "allowPrivilegeEscalation") != false || dig(t, pod, "securityContext", "runAsNonRoot") != true {
+		t.Error("the query service needs no privilege: not privileged, no escalation, non-root")
+	}
+	if drop := strs(dig(t, sc, "capabilities", "drop")); !slices.Equal(drop, []string{"ALL"}) {
+		t.Errorf("the query service drops %v, want ALL", drop)
+	}
+	if dig(t, pod, "volumes", 0, "secret", "secretName") != "heatscope-objstore" || dig(t, pod, "volumes", 1, "emptyDir", "sizeLimit") != "2Gi" {
+		t.Error("the query service reads the recorders' objstore Secret and caches on a bounded emptyDir")
+	}
+	if dig(t, c, "env", 0, "name") != "HEATSCOPE_AUTH_TOKEN" || dig(t, c, "env", 0, "valueFrom", "secretKeyRef", "name") != "heatscope-token" {
+		t.Error("the query service keeps the recorders' bearer token")
+	}
+	args := strs(dig(t, c, "args"))
+	if len(args) == 0 || args[0] != "serve" || !slices.Contains(args, "--objstore-config=/etc/heatscope/objstore/objstore.yaml") ||
+		!slices.Contains(args, "--objstore-cache-dir=/cache") {
+		t.Fatalf("query service args %v", args)
+	}
+	// Every flag is one serve takes: with a bad --memory-limit after them,
+	// the only error is that one.
+	var stderr bytes.Buffer
+	if code := run(append(args, "--memory-limit", "bad"), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--memory-limit") {
+		t.Errorf("%v: exit %d: %s; want only the --memory-limit error", args, code, stderr.String())
+	}
+}
