@@ -62,7 +62,7 @@ type Options struct {
 	// by its first read (default 1 MiB: a recorder's 2-minute block of 8
 	// busy CPUs is about 450 KB): one GET then answers a cold query of
 	// the block, where its tail and then each chunk before the tail took
-	// one each, one after another.
+	// one each, one after another. Negative: tails only.
 	WholeBytes int64
 	// DiskCache, when not nil, keeps the ranges read and the metas on
 	// local disk (OpenDiskCache): blocks never change, so what a query
@@ -81,9 +81,10 @@ type Options struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// TailCacheBytes bounds the memory the fetched tails and whole blocks
-	// take (default 16 MiB); the least recently used go first. A tail is read for a
-	// block's header and index, which the store then keeps decoded in
-	// its own bounded cache, so that a small cache here costs few GETs.
+	// take (default 16 MiB); the least recently used go first. A tail is
+	// read for a block's header and index, which the store then keeps
+	// decoded in its own bounded cache, so that a small cache here costs
+	// few GETs.
 	TailCacheBytes int64
 }
 
