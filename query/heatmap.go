@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/heatscope/heatscope/store"
 )
@@ -30,7 +31,9 @@ type Heatmap struct {
 	Unit string `json:"unit"`
 	// CPU holds each cell's CPU time in seconds, CPU[column][row]: each
 	// sample weighs its own sampling period, so a rate change leaves a
-	// steady load's cells as they were.
+	// steady load's cells as they were, spread over that period before it
+	// (as PerCPU's), so that a cell shorter than the period is never more
+	// than busy.
 	CPU [][]float64 `json:"cpu"`
 	// MaxCPU is the largest cell's CPU time.
 	MaxCPU float64 `json:"maxcpu"`
@@ -76,6 +79,15 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 		h.Values[c] = cells[c*rows : (c+1)*rows : (c+1)*rows]
 	}
 	fr := float64(rows)
+	startNs := int64(start) * int64(time.Second)
+	// addCPU adds ns of CPU time to slice k (from the bottom, the start of
+	// the second) of the column of second sec; cells beyond the heatmap
+	// are left out.
+	addCPU := func(sec, k, ns int64) {
+		if col := int(sec - int64(start)); col >= 0 && col < cols {
+			cpuNs[col*rows+rows-1-int(k)] += ns
+		}
+	}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
@@ -86,8 +98,8 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 			row := rows - int(math.Floor(fr*(t-math.Floor(t)))) - 1
 			if col >= 0 && col < cols && row >= 0 && row < rows {
 				cells[col*rows+row]++
-				cpuNs[col*rows+row] += w
 			}
+			spreadSlices(b.T.Time[i], w, max(r.From, startNs), r.To, rows, addCPU)
 		}
 		return nil
 	})
@@ -106,6 +118,24 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 		h.CPU[c] = cpu[c*rows : (c+1)*rows : (c+1)*rows]
 	}
 	return h, warnings, nil
+}
+
+// spreadSlices is spread for the heatmap's cells: the CPU time a sample
+// at t (ns) stands for, [t-w, t) clipped to [from, to), goes to the
+// slices of rows per second it overlaps, add(second, slice from the
+// start of the second, ns). Slice k of a second holds the offsets o
+// (ns) with floor(o·rows/1e9) = k, as HeatmapOf places the samples.
+func spreadSlices(t, w, from, to int64, rows int, add func(sec, k, ns int64)) {
+	const second = int64(time.Second)
+	n := int64(rows)
+	lo, hi := max(t-w, from), min(t, to)
+	for lo < hi {
+		sec, o := lo/second, lo%second
+		k := o * n / second
+		end := min(hi, sec*second+((k+1)*second+n-1)/n) // the next slice's first offset
+		add(sec, k, end-lo)
+		lo = end
+	}
 }
 
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }

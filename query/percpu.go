@@ -26,8 +26,9 @@ type PerCPU struct {
 	// Unit names what CPU holds: "cpu-seconds".
 	Unit string `json:"unit"`
 	// CPU holds the CPU time in seconds, CPU[cpu index][step index], each
-	// sample weighing its own sampling period; over Step seconds a busy
-	// CPU has CPU = Step.
+	// sample weighing its own sampling period, spread over that period
+	// before it (see spread); over Step seconds a busy CPU has CPU = Step,
+	// never more.
 	CPU [][]float64 `json:"cpu"`
 }
 
@@ -42,7 +43,7 @@ const (
 var ErrTooManyCPUs = errors.New("too many CPUs")
 
 // PerCPUOf counts the samples in r that pass f per CPU and per step of
-// step nanoseconds, from r.From.
+// step nanoseconds, from r.From, and sums the CPU time they stand for.
 func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, step int64) (*PerCPU, store.Warnings, error) {
 	if step < 1 {
 		return nil, nil, fmt.Errorf("per-CPU: step %d ns, want at least 1", step)
@@ -76,10 +77,11 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 				rw = &row{make([]int, steps), make([]int64, steps)}
 				rows[cpu] = rw
 			}
-			if s := (b.T.Time[i] - r.From) / step; s >= 0 && s < n {
+			t := b.T.Time[i]
+			if s := (t - r.From) / step; s >= 0 && s < n {
 				rw.counts[s]++
-				rw.cpuNs[s] += w
 			}
+			spread(t, w, r.From, r.To, step, func(s, ns int64) { rw.cpuNs[s] += ns })
 		}
 		return nil
 	})
@@ -102,4 +104,22 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 		p.CPU = append(p.CPU, secs)
 	}
 	return p, warnings, nil
+}
+
+// spread hands out the CPU time a sample taken at t stands for, its period
+// w just before it ([t-w, t)), to the steps of step nanoseconds from from
+// that this time overlaps, clipped to [from, to): add(i, ns) for step i
+// and the overlap's length. A view finer than the sampling period (a
+// 20 ms cell, a 50 ms step at 24 Hz) thus shows a busy CPU busy for the
+// whole of each step and never for more: given whole to the step holding
+// the sample, a period of 41.7 ms made a 20 ms cell hold 41.7 ms of one
+// CPU, and the cells between samples none.
+func spread(t, w, from, to, step int64, add func(i, ns int64)) {
+	lo, hi := max(t-w, from), min(t, to)
+	for lo < hi {
+		i := (lo - from) / step
+		end := min(hi, from+(i+1)*step)
+		add(i, end-lo)
+		lo = end
+	}
 }

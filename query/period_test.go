@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -291,5 +292,43 @@ func TestDiffAndGrowthAcrossARateChange(t *testing.T) {
 			t.Fatalf("%s: %d samples, %v s in A; %d, %v s in B; grew %v s (self %v s): a steady burn grew or shrank",
 				fn.Name, fn.Total, fn.TotalCPU, fn.Total2, fn.TotalCPU2, fn.DeltaTotalCPU, fn.DeltaSelfCPU)
 		}
+	}
+}
+
+// TestFineViewsSpreadThePeriod looks at the steady burn at 49 Hz (a
+// sample every 20.4 ms) through 20 ms heatmap cells and 10 ms per-CPU
+// steps, finer than the period: every cell and step of the burn shows its
+// CPU busy for its whole length, never more (whole periods in the cells
+// holding a sample made some 102% busy, and those between idle).
+func TestFineViewsSpreadThePeriod(t *testing.T) {
+	db, _, change, _ := rateChangeStore(t, t.TempDir())
+	ctx := context.Background()
+	sec := int64(time.Second)
+	r := store.Range{From: change + 10*sec, To: change + 12*sec}
+	f := store.Filter{}
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-3*want {
+			t.Fatalf("%s: %v s of CPU time, want %v (the CPU was busy throughout)", what, got, want)
+		}
+	}
+	h, _, err := HeatmapOf(ctx, db, r, &f, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range h.CPU {
+		for row, v := range h.CPU[c] {
+			near(fmt.Sprintf("heatmap cell %d,%d", c, row), v, 0.02)
+		}
+	}
+	if h.MaxCPU > 0.02*1.001 {
+		t.Fatalf("heatmap: busiest cell %v s, longer than its 20 ms", h.MaxCPU)
+	}
+	pc, _, err := PerCPUOf(ctx, db, r, &f, 10*int64(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range pc.CPU[0] {
+		near(fmt.Sprintf("per-CPU step %d", i), v, 0.01)
 	}
 }

@@ -160,11 +160,11 @@ func (b *browser) pixel(canvas string, x, y float64) [3]int {
 }
 
 // heatColour is util.js's colour scale, worked out independently.
-func heatColour(v, max int, enhanced bool) [3]int {
+func heatColour(v, max float64, enhanced bool) [3]int {
 	if v <= 0 {
 		return [3]int{255, 255, 255}
 	}
-	t := float64(v) / float64(max)
+	t := v / max
 	if enhanced {
 		t = math.Max(0.3, math.Sqrt(t))
 	}
@@ -178,6 +178,9 @@ type heatmapData struct {
 	Rows     []float64 `json:"rows"`
 	Values   [][]int   `json:"values"`
 	MaxValue int       `json:"maxvalue"`
+	// CPU and MaxCPU are what the cells' colours show.
+	CPU    [][]float64 `json:"cpu"`
+	MaxCPU float64     `json:"maxcpu"`
 }
 
 // heatmapLayout is where the heatmap canvas draws its cells.
@@ -393,14 +396,20 @@ func TestBrowserHeatmapControls(t *testing.T) {
 		lx, ly, _, _ := lay.cellCentre(5, 24)
 		return b.pixel("heatmap", lx, ly)
 	}
-	if got, want := single(), heatColour(1, 30, false); got != want || burst() != heatColour(30, 30, false) {
-		t.Fatalf("linear colours: single sample %v, want %v; burst %v, want %v", got, want, burst(), heatColour(30, 30, false))
+	// The colours are CPU time: each sample's period spread over the time
+	// before it.
+	singleCPU, burstCPU := h.CPU[4][47], h.CPU[5][24]
+	if singleCPU <= 0 || burstCPU < 5*singleCPU {
+		t.Fatalf("heatmap CPU: single cell %v s, burst cell %v s", singleCPU, burstCPU)
+	}
+	if got, want := single(), heatColour(singleCPU, h.MaxCPU, false); got != want || burst() != heatColour(burstCPU, h.MaxCPU, false) {
+		t.Fatalf("linear colours: single sample %v, want %v; burst %v, want %v", got, want, burst(), heatColour(burstCPU, h.MaxCPU, false))
 	}
 
 	// Enhanced mode makes the single samples stand out; the busiest cell
 	// keeps its colour.
 	b.run("enhanced", chromedp.Click(chromedp.CSS("#enhanced")))
-	if got, want := single(), heatColour(1, 30, true); got != want || burst() != heatColour(30, 30, true) || b.hashParam("enhanced") != "1" {
+	if got, want := single(), heatColour(singleCPU, h.MaxCPU, true); got != want || burst() != heatColour(burstCPU, h.MaxCPU, true) || b.hashParam("enhanced") != "1" {
 		t.Fatalf("enhanced colours: single sample %v, want %v; burst %v; URL enhanced=%q", got, want, burst(), b.hashParam("enhanced"))
 	}
 	b.screenshot("ui-enhanced.png")
@@ -428,7 +437,7 @@ func TestBrowserHeatmapControls(t *testing.T) {
 	sel := eval[[]float64](t, b.ctx, `[window.heatscope.state.selFrom, window.heatscope.state.selTo]`)
 	lx, ly, _, _ := lay.cellCentre(4, lay.Rows-1)
 	h = eval[heatmapData](t, b.ctx, `window.heatscope.heatmap()`)
-	plain := heatColour(h.Values[4][lay.Rows-1], h.MaxValue, true)
+	plain := heatColour(h.CPU[4][lay.Rows-1], h.MaxCPU, true)
 	if len(sel) != 2 || sel[0] != float64(from+4) || sel[1] != float64(from+6) || b.pixel("heatmap", lx, ly) == plain {
 		t.Fatalf("selection %v, want [%d %d]; cell colour %v (untinted %v)", sel, from+4, from+6, b.pixel("heatmap", lx, ly), plain)
 	}
@@ -442,12 +451,12 @@ func TestBrowserHeatmapControls(t *testing.T) {
 	// A reload of the URL shows the same view: span, 100 rows, enhanced.
 	b.run("reload", chromedp.Reload(), settled)
 	b.run("scroll to the heatmap", chromedp.ScrollIntoView(chromedp.CSS("#heatmap")))
-	b.checkHeatmap(fx, "long", 100)
+	h = b.checkHeatmap(fx, "long", 100)
 	lay = b.heatmapLayout()
 	lx, ly, _, _ = lay.cellCentre(5, 49)
 	enhanced := eval[bool](t, b.ctx, `document.getElementById('enhanced').checked`)
 	rowsShown := eval[string](t, b.ctx, `document.getElementById('rows').value`)
-	if !enhanced || rowsShown != "100" || b.pixel("heatmap", lx, ly) != heatColour(30, 30, true) {
+	if !enhanced || rowsShown != "100" || b.pixel("heatmap", lx, ly) != heatColour(h.CPU[5][49], h.MaxCPU, true) || h.CPU[5][49] <= 0 {
 		t.Fatalf("after reload: enhanced %v, rows %q, burst cell %v", enhanced, rowsShown, b.pixel("heatmap", lx, ly))
 	}
 }
