@@ -88,10 +88,14 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 			cpuNs[col*rows+rows-1-int(k)] += ns
 		}
 	}
+	last := map[uint32]int64{} // each CPU's last sample, for since
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
-			t := seconds(b.T.Time[i])
+			ns, cpu := b.T.Time[i], b.T.CPU[i]
+			spreadSlices(since(ns, w, last[cpu]), ns, max(r.From, startNs), r.To, rows, addCPU)
+			last[cpu] = ns
+			t := seconds(ns)
 			col := int(math.Floor(t - start))
 			// t - floor(t) is exactly Python's t % 1 for t >= 1 (the
 			// subtraction is exact), and far cheaper than math.Mod.
@@ -99,7 +103,6 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 			if col >= 0 && col < cols && row >= 0 && row < rows {
 				cells[col*rows+row]++
 			}
-			spreadSlices(b.T.Time[i], w, max(r.From, startNs), r.To, rows, addCPU)
 		}
 		return nil
 	})
@@ -121,14 +124,14 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 }
 
 // spreadSlices is spread for the heatmap's cells: the CPU time a sample
-// at t (ns) stands for, [t-w, t) clipped to [from, to), goes to the
-// slices of rows per second it overlaps, add(second, slice from the
-// start of the second, ns). Slice k of a second holds the offsets o
-// (ns) with floor(o·rows/1e9) = k, as HeatmapOf places the samples.
-func spreadSlices(t, w, from, to int64, rows int, add func(sec, k, ns int64)) {
+// stands for, [lo, hi) clipped to [from, to), goes to the slices of rows
+// per second it overlaps, add(second, slice from the start of the
+// second, ns). Slice k of a second holds the offsets o (ns) with
+// floor(o·rows/1e9) = k, as HeatmapOf places the samples.
+func spreadSlices(lo, hi, from, to int64, rows int, add func(sec, k, ns int64)) {
 	const second = int64(time.Second)
 	n := int64(rows)
-	lo, hi := max(t-w, from), min(t, to)
+	lo, hi = max(lo, from), min(hi, to)
 	for lo < hi {
 		sec, o := lo/second, lo%second
 		k := o * n / second

@@ -63,6 +63,7 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 	type row struct {
 		counts []int
 		cpuNs  []int64
+		last   int64 // the time of the CPU's last sample
 	}
 	rows := map[uint32]*row{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
@@ -74,14 +75,15 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 				if len(rows) == MaxPerCPUs {
 					return fmt.Errorf("per-CPU: %w: samples from more than %d CPUs", ErrTooManyCPUs, MaxPerCPUs)
 				}
-				rw = &row{make([]int, steps), make([]int64, steps)}
+				rw = &row{counts: make([]int, steps), cpuNs: make([]int64, steps)}
 				rows[cpu] = rw
 			}
 			t := b.T.Time[i]
 			if s := (t - r.From) / step; s >= 0 && s < n {
 				rw.counts[s]++
 			}
-			spread(t, w, r.From, r.To, step, func(s, ns int64) { rw.cpuNs[s] += ns })
+			spread(since(t, w, rw.last), t, r.From, r.To, step, func(s, ns int64) { rw.cpuNs[s] += ns })
+			rw.last = t
 		}
 		return nil
 	})
@@ -106,16 +108,27 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 	return p, warnings, nil
 }
 
-// spread hands out the CPU time a sample taken at t stands for, its period
-// w just before it ([t-w, t)), to the steps of step nanoseconds from from
-// that this time overlaps, clipped to [from, to): add(i, ns) for step i
-// and the overlap's length. A view finer than the sampling period (a
-// 20 ms cell, a 50 ms step at 24 Hz) thus shows a busy CPU busy for the
-// whole of each step and never for more: given whole to the step holding
-// the sample, a period of 41.7 ms made a 20 ms cell hold 41.7 ms of one
-// CPU, and the cells between samples none.
-func spread(t, w, from, to, step int64, add func(i, ns int64)) {
-	lo, hi := max(t-w, from), min(t, to)
+// since is when the CPU time a sample taken at t, of period w, stands
+// for starts: its period just before it, but not before the same CPU's
+// previous sample at last (timer jitter brings samples closer than a
+// period, and the CPU was not busy twice over).
+func since(t, w, last int64) int64 {
+	if last > t-w && last <= t {
+		return last
+	}
+	return t - w
+}
+
+// spread hands out the CPU time a sample stands for, [lo, hi) (see since;
+// hi is the sample's time), to the steps of step nanoseconds from from
+// that it overlaps, clipped to [from, to): add(i, ns) for step i and the
+// overlap's length. A view finer than the sampling period (a 20 ms cell,
+// a 50 ms step at 24 Hz) thus shows a busy CPU busy for the whole of each
+// step and never for more: given whole to the step holding the sample, a
+// period of 41.7 ms made a 20 ms cell hold 41.7 ms of one CPU, and the
+// cells between samples none.
+func spread(lo, hi, from, to, step int64, add func(i, ns int64)) {
+	lo, hi = max(lo, from), min(hi, to)
 	for lo < hi {
 		i := (lo - from) / step
 		end := min(hi, from+(i+1)*step)

@@ -332,3 +332,61 @@ func TestFineViewsSpreadThePeriod(t *testing.T) {
 		near(fmt.Sprintf("per-CPU step %d", i), v, 0.01)
 	}
 }
+
+// TestFineViewsJitter: a CPU's samples come 2 ms early and late by turns
+// (timer jitter), so that their periods overlap: no 10 ms per-CPU step and
+// no 20 ms heatmap cell holds more than its length of the one busy CPU
+// (each sample's time starts no earlier than the CPU's previous sample),
+// and what they hold in all is each sample's period, cut to the time since
+// the previous one.
+func TestFineViewsJitter(t *testing.T) {
+	db, err := store.Open(t.TempDir(), store.Options{Source: "host", PeriodNs: period49, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sec := int64(time.Second)
+	start := time.Now().Add(-time.Hour).Truncate(10 * time.Second).UnixNano()
+	stack := []sample.Frame{{Function: "burn", Kind: sample.KindUser}}
+	n := int64(0)
+	for ts := start + period49; ts < start+2*sec; ts += period49 {
+		s := sample.Sample{Time: ts + n%2*2*int64(time.Millisecond), PID: 7, TID: 7, Comm: "burn", Stack: stack}
+		if err := db.Append(&s); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	r := store.Range{From: start, To: start + 3*sec}
+	ctx := context.Background()
+	pc, _, err := PerCPUOf(ctx, db, r, &store.Filter{}, 10*int64(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for i, v := range pc.CPU[0] {
+		if v > 0.01+1e-12 {
+			t.Fatalf("per-CPU step %d: %v s of CPU time in 10 ms", i, v)
+		}
+		total += v
+	}
+	h, _, err := HeatmapOf(ctx, db, r, &store.Filter{}, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.MaxCPU > 0.02+1e-12 {
+		t.Fatalf("heatmap: a 20 ms cell holds %v s of one CPU", h.MaxCPU)
+	}
+	// Each sample stands for its period, but no more than the time since
+	// the previous one.
+	var wantNs int64
+	for k := range n {
+		gap := period49
+		if k > 0 {
+			gap = period49 + (k%2-(k-1)%2)*2*int64(time.Millisecond)
+		}
+		wantNs += min(period49, gap)
+	}
+	if want := seconds(wantNs); math.Abs(total-want) > 1e-6*float64(n) { // the store keeps microseconds
+		t.Fatalf("per-CPU: %v s of CPU time in all, want %v", total, want)
+	}
+}

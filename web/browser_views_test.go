@@ -29,7 +29,8 @@ import (
 const longStart = base - 1000
 
 // longBurst is the second of the long source holding a burst of 30 samples
-// 0.2 ms apart from 500 ms on: within one cell of 10, 20 or 50 ms.
+// 0.2 ms apart from 500 ms on, on 30 CPUs: within one cell of 10, 20 or
+// 50 ms.
 const longBurst = longStart + 500
 
 // longPerfScript is 600 s of "longapp" sampled every 100 ms (one sample a
@@ -43,7 +44,7 @@ func longPerfScript() string {
 		t := float64(longStart) + 0.05 + float64(k)*0.1
 		if k == 5005 { // longBurst + 0.5 s
 			for j := range 30 {
-				sample(float64(longBurst)+0.5+float64(j)*0.0002, 1)
+				sample(float64(longBurst)+0.5+float64(j)*0.0002, 1+j)
 			}
 		}
 		sample(t, 0)
