@@ -241,8 +241,13 @@ var (
 	descCorruptSkips  = desc("store_corrupt_skips_total", "Corrupt blocks, block indexes or WAL segments skipped.")
 	descIndexBytes    = desc("store_index_cache_bytes", "Approximate memory of the block indexes (tables, summaries) cached for queries.")
 	descIndexReads    = desc("store_index_reads_total", "Block indexes read from disk for queries (index cache misses).")
+	descSummaryReads  = desc("store_cpu_summary_reads_total", "Blocks' per-CPU summaries read for the fleet overview (its cache misses, and the start-up warming's reads).")
+	descWarmBlocks    = desc("overview_warm_blocks", "Blocks whose per-CPU cells are warm for the fleet overview's default step (serve warms them at start and as blocks arrive).")
+	descWarmPending   = desc("overview_warm_pending", "Blocks still cold for the fleet overview's default step: warming is done when this is 0.")
+	descWarmBytes     = desc("overview_warm_bytes", "Approximate memory of the warm per-CPU cells, bounded by the index cache's size.")
 	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
-		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads}
+		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads,
+		descSummaryReads, descWarmBlocks, descWarmPending, descWarmBytes}
 )
 
 // tableCollector is a collector whose metrics are read at scrape time, as
@@ -287,5 +292,9 @@ func storeTable(st store.Stats) []constMetric {
 		{descCorruptSkips, prometheus.CounterValue, float64(st.CorruptSkips)},
 		{descIndexBytes, prometheus.GaugeValue, float64(st.IndexCacheBytes)},
 		{descIndexReads, prometheus.CounterValue, float64(st.IndexReads)},
+		{descSummaryReads, prometheus.CounterValue, float64(st.CPUSummaryReads)},
+		{descWarmBlocks, prometheus.GaugeValue, float64(st.OverviewWarmBlocks)},
+		{descWarmPending, prometheus.GaugeValue, float64(st.OverviewWarmPending)},
+		{descWarmBytes, prometheus.GaugeValue, float64(st.OverviewWarmBytes)},
 	}
 }

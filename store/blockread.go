@@ -57,6 +57,10 @@ type Block struct {
 	// cpuSteps is the block's per-CPU sample counts per step of the last
 	// fleet overview of every thread that read it (NodeCPUSteps).
 	cpuSteps atomic.Pointer[cpuStepCells]
+	// warmSteps is the block's cells at the step DB.WarmCPUSteps warms,
+	// kept apart from cpuSteps so that a query at another step does not
+	// replace them.
+	warmSteps atomic.Pointer[cpuStepCells]
 
 	// refs counts the DB's reference plus one for every query part that
 	// will read a chunk; the data is closed with the last, so a block

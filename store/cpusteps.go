@@ -300,12 +300,27 @@ type cpuStepCell struct {
 
 // blockCPUSteps returns b's cells for steps of step at r.From's phase,
 // from its cache or computed from its per-CPU summary section alone (no
-// table is read: a day's block of 8 CPUs has 70 000 cells). The caller holds a reference to b.
+// table is read: a day's block of 8 CPUs has 70 000 cells). Its cache is
+// the cells WarmCPUSteps kept and those of the last step asked. The caller
+// holds a reference to b.
 func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepCells, error) {
 	phase := r.From % step
-	if c := b.cpuSteps.Load(); c != nil && c.step == step && c.phase == phase && c.idle == idle {
-		return c, nil
+	for _, c := range []*cpuStepCells{b.warmSteps.Load(), b.cpuSteps.Load()} {
+		if c != nil && c.step == step && c.phase == phase && c.idle == idle {
+			return c, nil
+		}
 	}
+	c, err := db.cpuStepCells(b, step, phase, idle)
+	if err != nil {
+		return nil, err
+	}
+	b.cpuSteps.Store(c)
+	return c, nil
+}
+
+// cpuStepCells computes b's cells for steps of step at phase from its
+// per-CPU summary section. The caller holds a reference to b.
+func (db *DB) cpuStepCells(b *Block, step, phase int64, idle bool) (*cpuStepCells, error) {
 	if err := b.header(); err != nil {
 		return nil, err
 	}
@@ -313,6 +328,7 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 	if err != nil {
 		return nil, fmt.Errorf("block %s section %d: %w", b, sectionCPUSummary, err)
 	}
+	db.cpuSummaryReads.Add(1)
 	sum, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
 	if err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
@@ -320,7 +336,6 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 	bucket := int64(summaryBucket) * 1000
 	c := &cpuStepCells{step: step, phase: phase, idle: idle}
 	if len(sum.cells) == 0 {
-		b.cpuSteps.Store(c)
 		return c, nil
 	}
 	stepOf := func(e summaryCell) int64 { return floorDiv((sum.base+int64(e.bucket))*bucket-phase, step) }
@@ -364,7 +379,6 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 		}
 	}
 	c.cells = slices.Clip(c.cells)
-	b.cpuSteps.Store(c)
 	return c, nil
 }
 

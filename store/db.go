@@ -104,8 +104,18 @@ type Stats struct {
 	IndexesCached   int
 	IndexCacheBytes int64
 	IndexReads      uint64 // block indexes read from disk (cache misses)
-	Events          int    // system events kept
-	EventsDropped   uint64 // system events deleted by retention
+	// CPUSummaryReads counts blocks' per-CPU summary sections read for
+	// the fleet overview (its cache misses, and DB.WarmCPUSteps's reads).
+	CPUSummaryReads uint64
+	// OverviewWarmBlocks counts the blocks whose per-CPU cells are warm
+	// at the step DB.WarmCPUSteps last warmed, OverviewWarmPending those
+	// of format version 4 or later still cold at it (0 and 0 before any
+	// warming), and OverviewWarmBytes the memory the warm cells hold.
+	OverviewWarmBlocks  int
+	OverviewWarmPending int
+	OverviewWarmBytes   int64
+	Events              int    // system events kept
+	EventsDropped       uint64 // system events deleted by retention
 }
 
 // DB is a data directory: sealed blocks plus, for the recording source, an
@@ -155,6 +165,11 @@ type DB struct {
 	maintainBusy                     atomic.Bool
 
 	appended, lost, walDropped, cuts, compactions, dropped, corrupt, indexReads, unshippedDropped atomic.Uint64
+	// cpuSummaryReads counts per-CPU summary sections read for the fleet
+	// overview; warmStep is the step WarmCPUSteps last warmed (0: none)
+	// and warmBytes the memory its cells hold.
+	cpuSummaryReads     atomic.Uint64
+	warmStep, warmBytes atomic.Int64
 	// mergePeakOpen is the most parents a compaction held open at once.
 	mergePeakOpen    atomic.Int64
 	diskFull, closed atomic.Bool
@@ -827,9 +842,19 @@ func (db *DB) Stats() Stats {
 		Cuts: db.cuts.Load(), Compactions: db.compactions.Load(), RetentionDrop: db.dropped.Load(),
 		UnshippedDropped: db.unshippedDropped.Load(),
 		CorruptSkips:     db.corrupt.Load(), Blocks: len(db.blocks)}
+	warmStep := db.warmStep.Load()
 	for _, b := range db.blocks {
 		s.BlockBytes += b.Meta.Bytes
+		if warmStep == 0 || b.Meta.Version < 4 {
+			continue
+		}
+		if c := b.warmSteps.Load(); c != nil && c.step == warmStep {
+			s.OverviewWarmBlocks++
+		} else {
+			s.OverviewWarmPending++
+		}
 	}
+	s.CPUSummaryReads, s.OverviewWarmBytes = db.cpuSummaryReads.Load(), db.warmBytes.Load()
 	if db.closed.Load() && db.blocks == nil {
 		// What the directory held when it was closed (the summary a
 		// recorder prints after Close).

@@ -80,9 +80,7 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 		return nil, err
 	}
 	if !given {
-		// Whole 10 s multiples, so that the per-CPU summaries answer.
-		raw := (width(r) + int64(cols) - 1) / int64(cols)
-		step = max((raw+summaryStep-1)/summaryStep*summaryStep, summaryStep)
+		step = fleetStep(r, cols)
 	} else if step < minFleetStep {
 		return nil, paramErr("step", "%v is shorter than the fleet overview's shortest step, %v", time.Duration(step), time.Duration(minFleetStep))
 	}
@@ -95,6 +93,31 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 		return warnings, err
 	}
 	return warnings, answer(ov)
+}
+
+// fleetStep is the default step of an overview of r in cols columns:
+// whole 10 s multiples, so that the per-CPU summaries answer.
+func fleetStep(r store.Range, cols int) int64 {
+	raw := (width(r) + int64(cols) - 1) / int64(cols)
+	return max((raw+summaryStep-1)/summaryStep*summaryStep, summaryStep)
+}
+
+// WarmFleetOverview warms the store for the fleet overview a user opening
+// the UI's fleet page first sees: the whole span of every node in columns
+// columns (the UI asks for as many as fit its width, three pixels each).
+// It reads the blocks' per-CPU summaries not yet warm at that overview's
+// step, in the caller's goroutine (store.DB.WarmCPUSteps). With no node
+// yet, it does nothing.
+func (s *Server) WarmFleetOverview(ctx context.Context, columns int) (store.WarmResult, error) {
+	if columns < 1 || columns > maxFleetColumns {
+		return store.WarmResult{}, fmt.Errorf("warm fleet overview: %d columns, want 1 to %d", columns, maxFleetColumns)
+	}
+	var all store.Filter
+	r, ok := span(s.db.Sources(), s.db.Nodes(), &all)
+	if !ok {
+		return store.WarmResult{}, nil
+	}
+	return s.db.WarmCPUSteps(ctx, fleetStep(r, columns))
 }
 
 // The compact encoding of the fleet overview (encoding=compact), which the

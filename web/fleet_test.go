@@ -1,12 +1,14 @@
 package web
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,4 +294,43 @@ func decodeCompactOverview(b []byte) (*overview.Overview, error) {
 		}
 	}
 	return &ov, nil
+}
+
+// TestFleetOverviewWarm: after WarmFleetOverview, the first overview the
+// UI asks for (the whole span in that many columns) reads no block's
+// per-CPU summary and answers as a cold one does; one in other columns
+// (another step) still reads them.
+func TestFleetOverviewWarm(t *testing.T) {
+	cold := newFixture(t, overviewFleet(t), Options{})
+	want := getOverview(t, cold, "columns=3")
+	if cold.db.Stats().CPUSummaryReads == 0 {
+		t.Fatal("a cold overview read no per-CPU summary")
+	}
+	fx := newFixture(t, overviewFleet(t), Options{})
+	if _, err := fx.srv.WarmFleetOverview(context.Background(), 0); err == nil {
+		t.Error("warming 0 columns: no error")
+	}
+	res, err := fx.srv.WarmFleetOverview(context.Background(), 3)
+	blocks := fx.db.Stats().Blocks
+	if err != nil || res.Warmed != blocks || res.Pending != 0 || res.Step != int64(10*time.Second) {
+		t.Fatalf("warm: %+v, %v; want %d blocks warmed at 10 s", res, err, blocks)
+	}
+	reads := fx.db.Stats().CPUSummaryReads
+	got := getOverview(t, fx, "columns=3")
+	if more := fx.db.Stats().CPUSummaryReads - reads; more != 0 {
+		t.Errorf("the first overview after warming read %d per-CPU summaries", more)
+	}
+	if names(got) != names(want) || len(got.Nodes) != 3 {
+		t.Fatalf("warm rows %s, cold %s", names(got), names(want))
+	}
+	for i := range want.Nodes {
+		if !slices.Equal(got.Nodes[i].Busiest, want.Nodes[i].Busiest) || !slices.Equal(got.Nodes[i].CPU, want.Nodes[i].CPU) {
+			t.Errorf("%s: warm %v %v, cold %v %v", want.Nodes[i].Name, got.Nodes[i].Busiest, got.Nodes[i].CPU,
+				want.Nodes[i].Busiest, want.Nodes[i].CPU)
+		}
+	}
+	getOverview(t, fx, "columns=1")
+	if fx.db.Stats().CPUSummaryReads == reads {
+		t.Error("an overview at another step read no per-CPU summary")
+	}
 }

@@ -18,7 +18,10 @@
 // It serves the directory with package web and measures, as medians of
 // -runs (min-max): the API's answer cold (the first request after the
 // start: every block's per-CPU summary section read) and warm, in the
-// compact encoding the UI asks for and in JSON; and in headless chromium,
+// compact encoding the UI asks for and in JSON; cold again on a store
+// opened afresh, against the first request after serve's start-up warming
+// (web.Server.WarmFleetOverview) finished, and how long that warming
+// took; and in headless chromium,
 // the fleet page's load as a click on Apply does it (request, response,
 // decoding and drawing of every row, and the part after the body
 // arrived), and its drawing alone (a sort change). The machine is shared:
@@ -27,6 +30,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -36,6 +40,8 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -47,6 +53,7 @@ import (
 	"github.com/heatscope/heatscope/bench/internal/benchweb"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
+	"github.com/heatscope/heatscope/web"
 )
 
 func main() {
@@ -133,9 +140,27 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 		}
 		warmJSON = append(warmJSON, d)
 	}
+	// The first request after a start, -runs times, each on a store
+	// opened afresh: without warming, and once serve's warming (at the
+	// step of this overview) finished; and how long the warming took.
+	var colds, warmings, afterWarm []float64
+	for range runs {
+		d, err := firstRequest(dir, api, columns, false)
+		if err != nil {
+			return err
+		}
+		colds = append(colds, d[0])
+		if d, err = firstRequest(dir, api, columns, true); err != nil {
+			return err
+		}
+		warmings, afterWarm = append(warmings, d[0]), append(afterWarm, d[1])
+	}
 	fmt.Println("| measure | median (min-max) |")
 	fmt.Println("|---|---|")
 	fmt.Printf("| API, cold (first request: every block's per-CPU summary read) | %.0f ms |\n", cold)
+	fmt.Printf("| API, cold, on a store opened afresh (%d runs, no warming) | %s |\n", runs, benchweb.Stat(colds))
+	fmt.Printf("| warming at start (%d blocks' per-CPU summaries, one goroutine, %d runs) | %s |\n", st.Blocks, runs, benchweb.Stat(warmings))
+	fmt.Printf("| API, first request after the warming finished (%d runs) | %s |\n", runs, benchweb.Stat(afterWarm))
 	fmt.Printf("| API, warm, compact encoding as the UI asks (%d runs) | %s |\n", runs, benchweb.Stat(warm))
 	fmt.Printf("| API, warm, JSON (%d runs) | %s |\n", runs, benchweb.Stat(warmJSON))
 	fmt.Printf("| answer, %d columns | compact %.1f MB, JSON %.1f MB |\n", columns, float64(compactSize)/1e6, float64(jsonSize)/1e6)
@@ -179,6 +204,52 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	fmt.Println()
 	load()
 	return nil
+}
+
+// firstRequest opens the store in dir afresh, serves it, and times (ms)
+// its first compact overview request to api's path; with warm, first the
+// warming serve does at start (web.Server.WarmFleetOverview in columns
+// columns), returned as the first figure, the request as the second.
+func firstRequest(dir, api string, columns int, warm bool) ([2]float64, error) {
+	var out [2]float64
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
+	if err != nil {
+		return out, err
+	}
+	defer db.Close()
+	srv, err := web.New(db, web.Options{Logger: benchweb.Quiet()})
+	if err != nil {
+		return out, err
+	}
+	if warm {
+		res, err := srv.WarmFleetOverview(context.Background(), columns)
+		if err != nil {
+			return out, err
+		}
+		if res.Pending > 0 || res.Warmed == 0 {
+			return out, fmt.Errorf("warming left %d blocks pending, warmed %d", res.Pending, res.Warmed)
+		}
+		out[0] = float64(res.Took.Microseconds()) / 1000
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	u, err := url.Parse(api)
+	if err != nil {
+		return out, err
+	}
+	reads := db.Stats().CPUSummaryReads
+	d, _, err := get(ts.URL+u.RequestURI()+"&encoding=compact", compactAnswer)
+	if err != nil {
+		return out, err
+	}
+	if more := db.Stats().CPUSummaryReads - reads; warm && more > 0 {
+		return out, fmt.Errorf("the first request after warming read %d per-CPU summaries", more)
+	}
+	out[len(out)-1] = d
+	if !warm {
+		out[0] = d
+	}
+	return out, nil
 }
 
 // get fetches url and returns how long it took (ms) and the body's size,

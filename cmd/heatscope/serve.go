@@ -95,8 +95,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	wf := addWebFlags(fs, "address to serve the UI and API on, host:port (a non-loopback host needs --auth-token or --insecure-listen)")
 	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the query service's own Go heap profile into this existing directory ('' for none)")
 	memLimit := fs.String("memory-limit", defaultServeMemoryLimit, "soft limit of the query service's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it, the caches stay within their own bounds ('0' for none; the GOMEMLIMIT environment variable overrides it)")
+	warmColumns := fs.Int("overview-warm-columns", defaultOverviewWarmColumns, "at start and as blocks arrive, read in the background what the fleet overview of every node's whole span in this many columns needs (the UI asks for as many as fit its width, 3 px each), so that the first overview is as fast as the next ('0' for no warming)")
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
+	}
+	if *warmColumns < 0 || *warmColumns > 2000 {
+		return usageError{fmt.Errorf("--overview-warm-columns: %d, want 0 (no warming) to 2000", *warmColumns)}
 	}
 	memoryLimit, err := parseSize(*memLimit)
 	if err != nil {
@@ -137,7 +141,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go refreshEvery(ctx, db, every)
+	warm := func() {}
+	if *warmColumns > 0 {
+		w := &overviewWarmer{srv: srv, columns: *warmColumns}
+		warm = func() { w.warm(ctx) }
+	}
+	go refreshEvery(ctx, db, every, warm)
 	defer stop()
 	return srv.ListenAndServe(ctx, *wf.listen)
 }
@@ -189,9 +198,47 @@ const refreshInterval = 5 * time.Second
 // queryable within 15 s + 10 s of its upload (docs/design.md).
 const bucketRefreshInterval = 10 * time.Second
 
+// defaultOverviewWarmColumns is the columns of the fleet overview serve
+// warms by default: the UI's in a window 1300 px wide (as bench/overview
+// drives it).
+const defaultOverviewWarmColumns = 362
+
+// overviewWarmer warms a store for the fleet overview in columns columns
+// (web.Server.WarmFleetOverview).
+type overviewWarmer struct {
+	srv     *web.Server
+	columns int
+	// done is set once a pass left nothing pending: passes after it (the
+	// blocks that arrive) log at debug level only.
+	done bool
+}
+
+// warm runs a pass, logging what it read and how long it took when it
+// read anything.
+func (w *overviewWarmer) warm(ctx context.Context) {
+	res, err := w.srv.WarmFleetOverview(ctx, w.columns)
+	if err != nil && ctx.Err() == nil {
+		slog.Warn("warm the fleet overview", "err", err, "warmed", res.Warmed, "pending", res.Pending)
+		return
+	}
+	if res.Warmed == 0 {
+		return
+	}
+	level := slog.LevelInfo
+	if w.done {
+		level = slog.LevelDebug
+	}
+	w.done = w.done || res.Pending == 0
+	slog.Log(ctx, level, "warmed the fleet overview", "blocks", res.Warmed, "alreadyWarm", res.Cached, "pending", res.Pending,
+		"step", time.Duration(res.Step), "bytes", res.Bytes, "took", res.Took.Round(time.Millisecond))
+}
+
 // refreshEvery keeps a read-only store in step with the recorder writing it:
-// new blocks appear, compacted and expired ones go.
-func refreshEvery(ctx context.Context, db *store.DB, every time.Duration) {
+// new blocks appear, compacted and expired ones go. It calls warm at once
+// and after every refresh, in its own goroutine: one block at a time, the
+// queries being served go first.
+func refreshEvery(ctx context.Context, db *store.DB, every time.Duration, warm func()) {
+	warm()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -202,6 +249,7 @@ func refreshEvery(ctx context.Context, db *store.DB, every time.Duration) {
 			if err := db.Refresh(); err != nil {
 				slog.Warn("refresh the blocks", "err", err)
 			}
+			warm()
 		}
 	}
 }

@@ -170,7 +170,28 @@ func TestServe(t *testing.T) {
 	if resp := getJSON(t, url+"/api/heatmap?source=capture&rows=0", &e); resp.StatusCode != http.StatusBadRequest || e.Param != "rows" {
 		t.Fatalf("rows=0: %d %+v", resp.StatusCode, e)
 	}
+
+	// The fleet overview is warmed at start: its block warm, none pending.
+	var metrics string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+		if strings.Contains(metrics, "\nheatscope_overview_warm_blocks 1\n") && strings.Contains(metrics, "\nheatscope_overview_warm_pending 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overview not warmed after 10 s:\n%s", metrics)
+		}
+	}
 	d.stop(t)
+	if log := d.log(); !strings.Contains(log, "warmed the fleet overview") || !strings.Contains(log, "blocks=1") {
+		t.Errorf("no log line of the warming:\n%s", log)
+	}
 	if log := d.log(); !strings.Contains(log, "serving the heatscope API") || strings.Contains(log, "WITHOUT AUTHENTICATION") {
 		t.Fatalf("log:\n%s", log)
 	}
@@ -224,6 +245,7 @@ func TestServeBadFlags(t *testing.T) {
 	}{
 		{[]string{"serve", "--listen", ""}, "--listen", 2},
 		{[]string{"serve", "--data", dir, "--memory-limit", "lots"}, "--memory-limit", 2},
+		{[]string{"serve", "--data", dir, "--overview-warm-columns", "-1"}, "--overview-warm-columns", 2},
 		{[]string{"serve", "--data", dir, "--heap-profile-dir", filepath.Join(dir, "nothing-here")}, "--heap-profile-dir", 2},
 		{[]string{"serve", "--data", dir, "--auth-token", "two words"}, "--auth-token", 2},
 		{[]string{"serve", "--data", dir, "--objstore-cache-dir", dir}, "--objstore-cache-dir", 2},

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+	"unsafe"
+)
+
+// WarmResult says what a WarmCPUSteps pass did.
+type WarmResult struct {
+	// Step is the step length (ns) warmed.
+	Step int64
+	// Warmed counts the blocks whose per-CPU summary this pass read;
+	// Cached those it found already warm; Pending those left cold (the
+	// memory budget was spent, the pass was cancelled, or the summary
+	// could not be read).
+	Warmed, Cached, Pending int
+	// Bytes is the approximate memory the warm cells of every block hold
+	// after the pass.
+	Bytes int64
+	// Took is how long the pass ran.
+	Took time.Duration
+}
+
+// WarmCPUSteps reads, one block at a time in the caller's goroutine, the
+// per-CPU summary of every block of format version 4 or later that is not
+// yet warm for step, and keeps the block's cells for steps of step at
+// phase 0 (the steps of an overview whose range is aligned to its step,
+// as the web API aligns it) beside the cells the last query asked for: a
+// fleet overview of every thread at that step then reads no block at all,
+// the first after a start included. The cells kept this way have a
+// budget of Options.IndexCacheBytes of their own, beside the index
+// cache's: past it the remaining blocks stay cold (counted as Pending) and
+// are read by the query that needs them, as without warming. Between blocks it yields the processor, so that the
+// queries being served go first. It stops early when ctx is done; a block
+// whose summary cannot be read is left to the queries, which warn about
+// it. Stats reports the progress (OverviewWarmBlocks, OverviewWarmPending).
+func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) {
+	start := time.Now()
+	res := WarmResult{Step: step}
+	if step <= 0 || step%(int64(summaryBucket)*1000) != 0 {
+		return res, fmt.Errorf("warm cpu steps: step %d ns is not a whole multiple of the summaries' 10 s", step)
+	}
+	db.mu.RLock()
+	var blocks []*Block
+	for _, b := range db.blocks {
+		if b.Meta.Version >= 4 {
+			b.acquire()
+			blocks = append(blocks, b)
+		}
+	}
+	db.mu.RUnlock()
+	defer func() {
+		for _, b := range blocks {
+			b.Close()
+		}
+	}()
+	cold := make([]*Block, 0, len(blocks))
+	for _, b := range blocks {
+		if c := b.warmSteps.Load(); c != nil && c.step == step && c.phase == 0 && !c.idle {
+			res.Cached++
+			continue
+		}
+		cold = append(cold, b)
+	}
+	db.warmStep.Store(step)
+	var err error
+	for _, b := range cold {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		if db.warmBytes.Load() >= db.opts.IndexCacheBytes {
+			break
+		}
+		runtime.Gosched()
+		if b.retired.Load() {
+			continue
+		}
+		c, cerr := db.cpuStepCells(b, step, 0, false)
+		if errors.Is(cerr, ErrUnavailable) {
+			err = cerr
+			break
+		}
+		if cerr != nil {
+			continue // a query warns about it
+		}
+		if old := b.warmSteps.Swap(c); old != nil {
+			db.warmBytes.Add(-old.bytes())
+		}
+		db.warmBytes.Add(c.bytes())
+		if b.retired.Load() {
+			// Retired meanwhile: retire may have missed these cells.
+			if old := b.warmSteps.Swap(nil); old != nil {
+				db.warmBytes.Add(-old.bytes())
+			}
+		}
+		res.Warmed++
+	}
+	res.Pending = len(cold) - res.Warmed
+	res.Bytes = db.warmBytes.Load()
+	res.Took = time.Since(start)
+	return res, err
+}
+
+// bytes approximates the memory c holds.
+func (c *cpuStepCells) bytes() int64 {
+	return int64(unsafe.Sizeof(*c)) + int64(cap(c.cells))*int64(unsafe.Sizeof(cpuStepCell{}))
+}
+
+// unwarm drops b's warm cells (b leaves the DB).
+func (db *DB) unwarm(b *Block) {
+	if old := b.warmSteps.Swap(nil); old != nil {
+		db.warmBytes.Add(-old.bytes())
+	}
+}

@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestWarmCPUSteps: warming reads every block's per-CPU summary once, in
+// the budget, after which an overview at the warmed step reads none (and
+// answers as a cold one does); a query at another step does not evict the
+// warm cells; a block that leaves the DB takes its cells with it.
+func TestWarmCPUSteps(t *testing.T) {
+	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
+	const ms = int64(time.Millisecond)
+	a := dutyNode(t, "node-a", nil, start, 60, 10*ms, []float64{1, 0.1})
+	b := dutyNode(t, "node-b", nil, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
+	open := func(budget int64) *DB {
+		db, err := Open("", Options{ReadOnly: true, Sources: []BlockSource{DirSource(a), DirSource(b)}, IndexCacheBytes: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	ctx := context.Background()
+	step := int64(20 * time.Second)
+	r := Range{From: start, To: start + 60*int64(time.Second)}
+	cold := open(0)
+	want, _, err := cold.NodeCPUSteps(ctx, r, step, &Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := cold.Stats().Blocks
+	if got := cold.Stats().CPUSummaryReads; got != uint64(blocks) || blocks < 4 {
+		t.Fatalf("a cold overview read %d per-CPU summaries of %d blocks, want every one (at least 4 blocks)", got, blocks)
+	}
+
+	db := open(0)
+	if st := db.Stats(); st.OverviewWarmBlocks != 0 || st.OverviewWarmPending != 0 || st.CPUSummaryReads != 0 {
+		t.Fatalf("before warming: %d warm, %d pending, %d reads", st.OverviewWarmBlocks, st.OverviewWarmPending, st.CPUSummaryReads)
+	}
+	res, err := db.WarmCPUSteps(ctx, step)
+	if err != nil || res.Warmed != blocks || res.Pending != 0 || res.Cached != 0 || res.Bytes <= 0 {
+		t.Fatalf("warm: %+v, %v; want %d blocks warmed", res, err, blocks)
+	}
+	st := db.Stats()
+	if st.OverviewWarmBlocks != blocks || st.OverviewWarmPending != 0 || st.CPUSummaryReads != uint64(blocks) || st.OverviewWarmBytes != res.Bytes {
+		t.Fatalf("after warming: %d warm, %d pending, %d reads, %d bytes; want %d, 0, %d, %d", st.OverviewWarmBlocks,
+			st.OverviewWarmPending, st.CPUSummaryReads, st.OverviewWarmBytes, blocks, blocks, res.Bytes)
+	}
+	got, _, err := db.NodeCPUSteps(ctx, r, step, &Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads := db.Stats().CPUSummaryReads; reads != uint64(blocks) {
+		t.Fatalf("the first overview after warming read %d summaries more", reads-uint64(blocks))
+	}
+	if len(got) != len(want) {
+		t.Fatalf("warm overview has %d nodes, cold %d", len(got), len(want))
+	}
+	for i := range want {
+		if !sameNodeCPU(got[i], want[i]) {
+			t.Errorf("node %s: warm %+v, cold %+v", want[i].Node, got[i], want[i])
+		}
+	}
+	// Another step reads the summaries again, and leaves the warm cells.
+	if _, _, err := db.NodeCPUSteps(ctx, r, step/2, &Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.NodeCPUSteps(ctx, r, step, &Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if reads := db.Stats().CPUSummaryReads; reads != 2*uint64(blocks) {
+		t.Fatalf("after an overview at another step and one at the warm step: %d reads, want %d", reads, 2*blocks)
+	}
+	if res, err := db.WarmCPUSteps(ctx, step); err != nil || res.Warmed != 0 || res.Cached != blocks {
+		t.Fatalf("warming again: %+v, %v; want every block already warm", res, err)
+	}
+	if _, err := db.WarmCPUSteps(ctx, 15*int64(time.Second)); err == nil {
+		t.Fatal("a step that is not whole 10 s: no error")
+	}
+
+	// A budget of one byte warms one block and leaves the rest pending.
+	small := open(1)
+	res, err = small.WarmCPUSteps(ctx, step)
+	if err != nil || res.Warmed != 1 || res.Pending != blocks-1 {
+		t.Fatalf("warm in a 1-byte budget: %+v, %v; want 1 warmed, %d pending", res, err, blocks-1)
+	}
+	if st := small.Stats(); st.OverviewWarmBlocks != 1 || st.OverviewWarmPending != blocks-1 {
+		t.Fatalf("stats after a 1-byte budget: %d warm, %d pending", st.OverviewWarmBlocks, st.OverviewWarmPending)
+	}
+
+	// Blocks that leave take their warm cells.
+	db.mu.Lock()
+	gone := db.blocks
+	db.blocks = nil
+	db.mu.Unlock()
+	for _, b := range gone {
+		db.retire(b)
+	}
+	if st := db.Stats(); st.OverviewWarmBytes != 0 || st.OverviewWarmBlocks != 0 {
+		t.Fatalf("after every block left: %d bytes, %d blocks warm", st.OverviewWarmBytes, st.OverviewWarmBlocks)
+	}
+}
