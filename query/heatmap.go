@@ -88,12 +88,12 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 			cpuNs[col*rows+rows-1-int(k)] += ns
 		}
 	}
-	last := map[uint32]int64{} // each CPU's last sample, for since
+	last := map[uint32]int64{} // each CPU's last sample, for store.Since
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
 			ns, cpu := b.T.Time[i], b.T.CPU[i]
-			spreadSlices(since(ns, w, last[cpu]), ns, max(r.From, startNs), r.To, rows, addCPU)
+			spreadSlices(store.Since(ns, w, last[cpu]), ns, max(r.From, startNs), r.To, rows, addCPU)
 			last[cpu] = ns
 			t := seconds(ns)
 			col := int(math.Floor(t - start))
@@ -123,7 +123,7 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	return h, warnings, nil
 }
 
-// spreadSlices is spread for the heatmap's cells: the CPU time a sample
+// spreadSlices is store.Spread for the heatmap's cells: the CPU time a sample
 // stands for, [lo, hi) clipped to [from, to), goes to the slices of rows
 // per second it overlaps, add(second, slice from the start of the
 // second, ns). Slice k of a second holds the offsets o (ns) with

@@ -27,7 +27,7 @@ type PerCPU struct {
 	Unit string `json:"unit"`
 	// CPU holds the CPU time in seconds, CPU[cpu index][step index], each
 	// sample weighing its own sampling period, spread over that period
-	// before it (see spread); over Step seconds a busy CPU has CPU = Step,
+	// before it (see store.Spread); over Step seconds a busy CPU has CPU = Step,
 	// never more.
 	CPU [][]float64 `json:"cpu"`
 }
@@ -82,7 +82,7 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 			if s := (t - r.From) / step; s >= 0 && s < n {
 				rw.counts[s]++
 			}
-			spread(since(t, w, rw.last), t, r.From, r.To, step, func(s, ns int64) { rw.cpuNs[s] += ns })
+			store.Spread(store.Since(t, w, rw.last), t, r.From, r.To, step, func(s, ns int64) { rw.cpuNs[s] += ns })
 			rw.last = t
 		}
 		return nil
@@ -106,33 +106,4 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 		p.CPU = append(p.CPU, secs)
 	}
 	return p, warnings, nil
-}
-
-// since is when the CPU time a sample taken at t, of period w, stands
-// for starts: its period just before it, but not before the same CPU's
-// previous sample at last (timer jitter brings samples closer than a
-// period, and the CPU was not busy twice over).
-func since(t, w, last int64) int64 {
-	if last > t-w && last <= t {
-		return last
-	}
-	return t - w
-}
-
-// spread hands out the CPU time a sample stands for, [lo, hi) (see since;
-// hi is the sample's time), to the steps of step nanoseconds from from
-// that it overlaps, clipped to [from, to): add(i, ns) for step i and the
-// overlap's length. A view finer than the sampling period (a 20 ms cell,
-// a 50 ms step at 24 Hz) thus shows a busy CPU busy for the whole of each
-// step and never for more: given whole to the step holding the sample, a
-// period of 41.7 ms made a 20 ms cell hold 41.7 ms of one CPU, and the
-// cells between samples none.
-func spread(lo, hi, from, to, step int64, add func(i, ns int64)) {
-	lo, hi = max(lo, from), min(hi, to)
-	for lo < hi {
-		i := (lo - from) / step
-		end := min(hi, from+(i+1)*step)
-		add(i, end-lo)
-		lo = end
-	}
 }

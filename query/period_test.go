@@ -296,8 +296,8 @@ func TestDiffAndGrowthAcrossARateChange(t *testing.T) {
 }
 
 // TestFineViewsSpreadThePeriod looks at the steady burn at 49 Hz (a
-// sample every 20.4 ms) through 20 ms heatmap cells and 10 ms per-CPU
-// steps, finer than the period: every cell and step of the burn shows its
+// sample every 20.4 ms) through 20 ms heatmap cells and 10 ms per-CPU and
+// timeline steps, finer than the period: every cell and step of the burn shows its
 // CPU busy for its whole length, never more (whole periods in the cells
 // holding a sample made some 102% busy, and those between idle).
 func TestFineViewsSpreadThePeriod(t *testing.T) {
@@ -330,6 +330,13 @@ func TestFineViewsSpreadThePeriod(t *testing.T) {
 	}
 	for i, v := range pc.CPU[0] {
 		near(fmt.Sprintf("per-CPU step %d", i), v, 0.01)
+	}
+	tl, _, err := db.Timeline(ctx, r, 10*int64(time.Millisecond), &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ns := range tl.CPUNs {
+		near(fmt.Sprintf("timeline step %d", i), seconds(ns), 0.01)
 	}
 }
 

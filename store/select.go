@@ -369,3 +369,32 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	db.indexes.AddIf(b, ix, func() bool { return !b.retired.Load() })
 	return ix, nil
 }
+
+// Since is when the CPU time a sample taken at t, of period w, stands
+// for starts: its period just before it, but not before the same CPU's
+// previous sample at last (timer jitter brings samples closer than a
+// period, and the CPU was not busy twice over).
+func Since(t, w, last int64) int64 {
+	if last > t-w && last <= t {
+		return last
+	}
+	return t - w
+}
+
+// Spread hands out the CPU time a sample stands for, [lo, hi) (see Since;
+// hi is the sample's time), to the steps of step nanoseconds from from
+// that it overlaps, clipped to [from, to): add(i, ns) for step i and the
+// overlap's length. A view finer than the sampling period (a 20 ms cell,
+// a 50 ms step at 24 Hz) thus shows a busy CPU busy for the whole of each
+// step and never for more: given whole to the step holding the sample, a
+// period of 41.7 ms made a 20 ms cell hold 41.7 ms of one CPU, and the
+// cells between samples none.
+func Spread(lo, hi, from, to, step int64, add func(i, ns int64)) {
+	lo, hi = max(lo, from), min(hi, to)
+	for lo < hi {
+		i := (lo - from) / step
+		end := min(hi, from+(i+1)*step)
+		add(i, end-lo)
+		lo = end
+	}
+}

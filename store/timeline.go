@@ -13,7 +13,9 @@ type Steps struct {
 	Samples []int64
 	// CPUNs is the CPU time of each step in nanoseconds: every sample
 	// weighs its own block's (or head's) sampling period, so a rate
-	// change does not change it.
+	// change does not change it. Scanned, a sample's period is spread
+	// over the time before it (Spread); from the 10 s summaries it is
+	// its step's whole.
 	CPUNs []int64
 }
 
@@ -37,12 +39,14 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 		return nil, nil, fmt.Errorf("timeline: %d steps, at most 1000000", n)
 	}
 	tl := &Steps{Samples: make([]int64, n), CPUNs: make([]int64, n)}
+	last := map[uint32]int64{} // each CPU's last sample, for Since
 	scan := func(b *Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
-			s := (b.T.Time[i] - r.From) / step
-			tl.Samples[s]++
-			tl.CPUNs[s] += w
+			t, cpu := b.T.Time[i], b.T.CPU[i]
+			tl.Samples[(t-r.From)/step]++
+			Spread(Since(t, w, last[cpu]), t, r.From, r.To, step, func(s, ns int64) { tl.CPUNs[s] += ns })
+			last[cpu] = t
 		}
 		return nil
 	}
