@@ -80,21 +80,25 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	}
 	fr := float64(rows)
 	startNs := int64(start) * int64(time.Second)
-	// addCPU adds ns of CPU time to slice k (from the bottom, the start of
-	// the second) of the column of second sec; cells beyond the heatmap
-	// are left out.
-	addCPU := func(sec, k, ns int64) {
-		if col := int(sec - int64(start)); col >= 0 && col < cols {
-			cpuNs[col*rows+rows-1-int(k)] += ns
-		}
-	}
-	last := map[uint32]int64{} // each CPU's last sample, for store.Since
+	sp := heatCells{cpuNs: cpuNs, start: int64(start), cols: cols, rows: int64(rows), from: max(r.From, startNs), to: r.To}
+	// each CPU's last sample, for store.Since (by CPU number up to
+	// MaxPerCPUs, a map beyond)
+	last, lastFar := make([]int64, 64), map[uint32]int64{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
 			ns, cpu := b.T.Time[i], b.T.CPU[i]
-			spreadSlices(store.Since(ns, w, last[cpu]), ns, max(r.From, startNs), r.To, rows, addCPU)
-			last[cpu] = ns
+			var prev int64
+			switch {
+			case cpu < MaxPerCPUs:
+				if int(cpu) >= len(last) {
+					last = append(last, make([]int64, int(cpu)+1-len(last))...)
+				}
+				prev, last[cpu] = last[cpu], ns
+			default:
+				prev, lastFar[cpu] = lastFar[cpu], ns
+			}
+			sp.add(store.Since(ns, w, prev), ns)
 			t := seconds(ns)
 			col := int(math.Floor(t - start))
 			// t - floor(t) is exactly Python's t % 1 for t >= 1 (the
@@ -123,20 +127,31 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	return h, warnings, nil
 }
 
-// spreadSlices is store.Spread for the heatmap's cells: the CPU time a sample
-// stands for, [lo, hi) clipped to [from, to), goes to the slices of rows
-// per second it overlaps, add(second, slice from the start of the
-// second, ns). Slice k of a second holds the offsets o (ns) with
-// floor(o·rows/1e9) = k, as HeatmapOf places the samples.
-func spreadSlices(lo, hi, from, to int64, rows int, add func(sec, k, ns int64)) {
+// heatCells is store.Spread for the heatmap's cells: cpuNs, cols columns
+// of rows slices from second start, the CPU time clipped to [from, to).
+type heatCells struct {
+	cpuNs    []int64
+	start    int64 // Unix seconds
+	cols     int
+	rows     int64
+	from, to int64
+}
+
+// add gives the CPU time a sample stands for, [lo, hi), to the slices it
+// overlaps. Slice k (from the start of the second) of a second holds the
+// offsets o (ns) with floor(o·rows/1e9) = k, as HeatmapOf places the
+// samples; it is the row rows-1-k.
+func (s *heatCells) add(lo, hi int64) {
 	const second = int64(time.Second)
-	n := int64(rows)
-	lo, hi = max(lo, from), min(hi, to)
+	n := s.rows
+	lo, hi = max(lo, s.from), min(hi, s.to)
 	for lo < hi {
 		sec, o := lo/second, lo%second
 		k := o * n / second
 		end := min(hi, sec*second+((k+1)*second+n-1)/n) // the next slice's first offset
-		add(sec, k, end-lo)
+		if col := int(sec - s.start); col >= 0 && col < s.cols {
+			s.cpuNs[int64(col)*n+n-1-k] += end - lo
+		}
 		lo = end
 	}
 }
