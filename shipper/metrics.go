@@ -32,6 +32,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUploads, descFailures, descBlocks, descBytes, descPending, descLag, descLost} {
 		ch <- d
 	}
+	c.s.delays.Describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -47,4 +48,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.lost != nil {
 		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(c.lost()))
 	}
+	c.s.delays.Collect(ch)
 }

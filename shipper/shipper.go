@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/store"
@@ -76,6 +77,9 @@ type Shipper struct {
 	ignored map[string]bool // blocks never to ship (compacted, imported, unreadable)
 	pending int             // blocks to ship, as of the last pass
 	stats   Stats
+	// delays observes, for each block shipped, the age of its oldest
+	// sample when its meta.json made it visible: the bucket's freshness.
+	delays prometheus.Histogram
 }
 
 // Stats count what the shipper did.
@@ -118,7 +122,10 @@ func New(opts Options) (*Shipper, error) {
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(30*time.Second, opts.MinBackoff)
 	}
-	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{}}
+	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{},
+		delays: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heatscope_shipper_visible_delay_seconds",
+			Help:    "For each block shipped, seconds from its oldest sample to its meta.json's upload, when the bucket's readers see it (the issue's freshness: 60 s by default).",
+			Buckets: []float64{5, 15, 30, 45, 60, 90, 120, 300, 600, 3600}})}
 	s.state = state{Version: 1, Bucket: opts.BucketName, Node: opts.Node, Blocks: map[string]int64{}, Events: map[string]int64{}}
 	b, err := os.ReadFile(filepath.Join(opts.Dir, StateFile))
 	switch {
@@ -321,6 +328,7 @@ func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
 	s.state.Blocks[id] = m.MaxTime
 	s.stats.BlocksShipped++
 	s.stats.NewestShipped = max(s.stats.NewestShipped, m.MaxTime)
+	s.delays.Observe(time.Since(time.Unix(0, m.MinTime)).Seconds())
 	s.pending = max(0, s.pending-1)
 	s.mu.Unlock()
 	return s.save()

@@ -53,6 +53,14 @@ func TestRecordShipsToMinIO(t *testing.T) {
 	if _, ok := fams["heatscope_shipper_lag_seconds"]; !ok {
 		t.Error("no heatscope_shipper_lag_seconds once blocks were shipped")
 	}
+	// Freshness: with 2 s blocks, every block is visible within seconds of
+	// its oldest sample (the default 45 s blocks: benchmarks.md).
+	if h := fams["heatscope_shipper_visible_delay_seconds"]; h == nil || h.Metric[0].Histogram.GetSampleCount() < 2 {
+		t.Errorf("heatscope_shipper_visible_delay_seconds: %v, want a delay for each block shipped", h)
+	} else if hist := h.Metric[0].Histogram; hist.GetSampleSum()/float64(hist.GetSampleCount()) > 15 {
+		t.Errorf("blocks of 2 s became visible %.1f s after their oldest sample on average, want within 15 s",
+			hist.GetSampleSum()/float64(hist.GetSampleCount()))
+	}
 	out := d.log()
 	for _, secret := range []string{srv.SecretKey, srv.AccessKey} {
 		if strings.Contains(metricsText, secret) || strings.Contains(out, secret) {
