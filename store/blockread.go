@@ -61,6 +61,9 @@ type Block struct {
 	// kept apart from cpuSteps so that a query at another step does not
 	// replace them.
 	warmSteps atomic.Pointer[cpuStepCells]
+	// warmFailed is set when warming could not read the block's per-CPU
+	// summary (it is corrupt): warming leaves it to the queries.
+	warmFailed atomic.Bool
 
 	// refs counts the DB's reference plus one for every query part that
 	// will read a chunk; the data is closed with the last, so a block

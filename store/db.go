@@ -109,8 +109,9 @@ type Stats struct {
 	CPUSummaryReads uint64
 	// OverviewWarmBlocks counts the blocks whose per-CPU cells are warm
 	// at the step DB.WarmCPUSteps last warmed, OverviewWarmPending those
-	// of format version 4 or later still cold at it (0 and 0 before any
-	// warming), and OverviewWarmBytes the memory the warm cells hold.
+	// of format version 4 or later still cold at it but for those whose
+	// summary it found corrupt (0 and 0 before any warming), and
+	// OverviewWarmBytes the memory the warm cells hold.
 	OverviewWarmBlocks  int
 	OverviewWarmPending int
 	OverviewWarmBytes   int64
@@ -850,7 +851,7 @@ func (db *DB) Stats() Stats {
 		}
 		if c := b.warmSteps.Load(); c != nil && c.step == warmStep {
 			s.OverviewWarmBlocks++
-		} else {
+		} else if !b.warmFailed.Load() {
 			s.OverviewWarmPending++
 		}
 	}

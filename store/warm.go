@@ -15,9 +15,10 @@ type WarmResult struct {
 	Step int64
 	// Warmed counts the blocks whose per-CPU summary this pass read;
 	// Cached those it found already warm; Pending those left cold (the
-	// memory budget was spent, the pass was cancelled, or the summary
-	// could not be read).
-	Warmed, Cached, Pending int
+	// memory budget was spent, or the pass was cancelled); Failed those
+	// whose summary could not be read (corrupt: no pass reads them again,
+	// the queries that need them warn).
+	Warmed, Cached, Pending, Failed int
 	// Bytes is the approximate memory the warm cells of every block hold
 	// after the pass.
 	Bytes int64
@@ -37,7 +38,8 @@ type WarmResult struct {
 // are read by the query that needs them, as without warming. Between blocks it yields the processor, so that the
 // queries being served go first. It stops early when ctx is done; a block
 // whose summary cannot be read is left to the queries, which warn about
-// it. Stats reports the progress (OverviewWarmBlocks, OverviewWarmPending).
+// it, and no later pass reads it again. Stats reports the progress
+// (OverviewWarmBlocks, OverviewWarmPending).
 func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) {
 	start := time.Now()
 	res := WarmResult{Step: step}
@@ -64,9 +66,14 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 			res.Cached++
 			continue
 		}
+		if b.warmFailed.Load() {
+			res.Failed++
+			continue
+		}
 		cold = append(cold, b)
 	}
 	db.warmStep.Store(step)
+	failedBefore := res.Failed
 	var err error
 	for _, b := range cold {
 		if err = ctx.Err(); err != nil {
@@ -85,7 +92,9 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 			break
 		}
 		if cerr != nil {
-			continue // a query warns about it
+			b.warmFailed.Store(true) // a query warns about it
+			res.Failed++
+			continue
 		}
 		if old := b.warmSteps.Swap(c); old != nil {
 			db.warmBytes.Add(-old.bytes())
@@ -99,7 +108,7 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 		}
 		res.Warmed++
 	}
-	res.Pending = len(cold) - res.Warmed
+	res.Pending = len(cold) - res.Warmed - (res.Failed - failedBefore)
 	res.Bytes = db.warmBytes.Load()
 	res.Took = time.Since(start)
 	return res, err

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -101,5 +103,62 @@ func TestWarmCPUSteps(t *testing.T) {
 	}
 	if st := db.Stats(); st.OverviewWarmBytes != 0 || st.OverviewWarmBlocks != 0 {
 		t.Fatalf("after every block left: %d bytes, %d blocks warm", st.OverviewWarmBytes, st.OverviewWarmBlocks)
+	}
+}
+
+// TestWarmCPUStepsSkipsACorruptSummary: a block whose per-CPU summary is
+// corrupt is counted as failed, not pending (warming is done), and no
+// later pass reads it again.
+func TestWarmCPUStepsSkipsACorruptSummary(t *testing.T) {
+	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
+	dir := dutyNode(t, "node-a", nil, start, 60, int64(10*time.Millisecond), []float64{1, 0.1})
+	db, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := len(db.blocks)
+	victim := db.blocks[0]
+	at := victim.sections[sectionCPUSummary].offset
+	path := filepath.Join(victim.Dir, dataFile)
+	db.Close()
+	if blocks < 2 || at == 0 {
+		t.Fatalf("%d blocks, summary at %d", blocks, at)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	db, err = Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	step := int64(20 * time.Second)
+	res, err := db.WarmCPUSteps(ctx, step)
+	if err != nil || res.Failed != 1 || res.Warmed != blocks-1 || res.Pending != 0 {
+		t.Fatalf("warm: %+v, %v; want 1 failed, %d warmed, 0 pending", res, err, blocks-1)
+	}
+	st := db.Stats()
+	if st.OverviewWarmPending != 0 || st.OverviewWarmBlocks != blocks-1 {
+		t.Fatalf("stats: %d pending, %d warm; want 0, %d", st.OverviewWarmPending, st.OverviewWarmBlocks, blocks-1)
+	}
+	res, err = db.WarmCPUSteps(ctx, step)
+	if err != nil || res.Failed != 1 || res.Warmed != 0 || res.Cached != blocks-1 || db.Stats().CPUSummaryReads != st.CPUSummaryReads {
+		t.Fatalf("second pass: %+v, %v, %d reads more; want the corrupt block not read again", res, err, db.Stats().CPUSummaryReads-st.CPUSummaryReads)
+	}
+	// The overview still warns about it.
+	if _, warnings, err := db.NodeCPUSteps(ctx, Range{From: start, To: start + 60*int64(time.Second)}, step, &Filter{}); err != nil || len(warnings) == 0 {
+		t.Fatalf("overview over the corrupt block: %v, warnings %v", err, warnings)
 	}
 }

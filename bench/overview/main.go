@@ -143,7 +143,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	// The first request after a start, -runs times, each on a store
 	// opened afresh: without warming, and once serve's warming (at the
 	// step of this overview) finished; and how long the warming took.
-	var colds, warmings, afterWarm []float64
+	var colds, warmings, afterWarm, otherStep []float64
 	for range runs {
 		d, err := firstRequest(dir, api, columns, false)
 		if err != nil {
@@ -153,7 +153,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 		if d, err = firstRequest(dir, api, columns, true); err != nil {
 			return err
 		}
-		warmings, afterWarm = append(warmings, d[0]), append(afterWarm, d[1])
+		warmings, afterWarm, otherStep = append(warmings, d[0]), append(afterWarm, d[1]), append(otherStep, d[2])
 	}
 	fmt.Println("| measure | median (min-max) |")
 	fmt.Println("|---|---|")
@@ -161,6 +161,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	fmt.Printf("| API, cold, on a store opened afresh (%d runs, no warming) | %s |\n", runs, benchweb.Stat(colds))
 	fmt.Printf("| warming at start (%d blocks' per-CPU summaries, one goroutine, %d runs) | %s |\n", st.Blocks, runs, benchweb.Stat(warmings))
 	fmt.Printf("| API, first request after the warming finished (%d runs) | %s |\n", runs, benchweb.Stat(afterWarm))
+	fmt.Printf("| API, then one in %d columns (another step: not warm, %d runs) | %s |\n", otherColumns(columns), runs, benchweb.Stat(otherStep))
 	fmt.Printf("| API, warm, compact encoding as the UI asks (%d runs) | %s |\n", runs, benchweb.Stat(warm))
 	fmt.Printf("| API, warm, JSON (%d runs) | %s |\n", runs, benchweb.Stat(warmJSON))
 	fmt.Printf("| answer, %d columns | compact %.1f MB, JSON %.1f MB |\n", columns, float64(compactSize)/1e6, float64(jsonSize)/1e6)
@@ -209,9 +210,11 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 // firstRequest opens the store in dir afresh, serves it, and times (ms)
 // its first compact overview request to api's path; with warm, first the
 // warming serve does at start (web.Server.WarmFleetOverview in columns
-// columns), returned as the first figure, the request as the second.
-func firstRequest(dir, api string, columns int, warm bool) ([2]float64, error) {
-	var out [2]float64
+// columns), returned as the first figure, the request as the second, and
+// a request in other columns (another step, which the warming does not
+// cover) as the third.
+func firstRequest(dir, api string, columns int, warm bool) ([3]float64, error) {
+	var out [3]float64
 	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
 	if err != nil {
 		return out, err
@@ -245,12 +248,21 @@ func firstRequest(dir, api string, columns int, warm bool) ([2]float64, error) {
 	if more := db.Stats().CPUSummaryReads - reads; warm && more > 0 {
 		return out, fmt.Errorf("the first request after warming read %d per-CPU summaries", more)
 	}
-	out[len(out)-1] = d
+	out[1] = d
 	if !warm {
 		out[0] = d
+		return out, nil
+	}
+	other := strings.Replace(u.RequestURI(), fmt.Sprintf("columns=%d", columns), fmt.Sprintf("columns=%d", otherColumns(columns)), 1)
+	if out[2], _, err = get(ts.URL+other+"&encoding=compact", compactAnswer); err != nil {
+		return out, err
 	}
 	return out, nil
 }
+
+// otherColumns is a column count near columns whose step differs: the
+// UI in a window 100 px narrower.
+func otherColumns(columns int) int { return max(columns-33, 1) }
 
 // get fetches url and returns how long it took (ms) and the body's size,
 // after check found the body an overview with nodes.
