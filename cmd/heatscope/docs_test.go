@@ -41,9 +41,15 @@ func TestWalkthroughMatchesTheScenario(t *testing.T) {
 	args := strings.Fields(m[1])
 	for i := 0; i+1 < len(args); i += 2 {
 		flag, value := args[i], args[i+1]
-		if flag == "-cpu" {
+		switch flag {
+		case "-cpu":
 			if !strings.Contains(test, `"-cpu", fmt.Sprint(pinnedCPU)`) || !strings.Contains(test, "pinnedCPU = "+value) {
 				t.Errorf("the scenario's test does not pin to CPU %s", value)
+			}
+			continue
+		case "-bursts": // runBursts's argument, which the fleet scenario sets per node
+			if !strings.Contains(test, `"-bursts", fmt.Sprint(bursts)`) || !strings.Contains(test, "runBursts(t, scenario, tag, "+value+")") {
+				t.Errorf("the scenario's test does not run %s bursts", value)
 			}
 			continue
 		}
