@@ -259,7 +259,8 @@ func Open(cfg Config) (*Profiler, error) {
 		return nil, err
 	}
 	if cfg.Unwind == UnwindDWARF {
-		p.unwinder = newUnwinder(&p.objs.ProfileMaps, cfg.UnwindCacheDir, cfg.UnwindMaxBytes, cfg.Logger)
+		periodNs := func() int64 { return int64(time.Second) / p.frequency.Load() }
+		p.unwinder = newUnwinder(&p.objs.ProfileMaps, cfg.UnwindCacheDir, cfg.UnwindMaxBytes, periodNs, cfg.Logger)
 	}
 	if cfg.BPFStats {
 		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)

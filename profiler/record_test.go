@@ -3,6 +3,7 @@ package profiler
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/heatscope/heatscope/bpf"
@@ -150,6 +151,39 @@ func TestTableBits(t *testing.T) {
 	} {
 		if got := tableBits(c.b, c.n); got != c.want {
 			t.Errorf("tableBits(%b, %d) = %d, want %d", c.b, c.n, got, c.want)
+		}
+	}
+}
+
+// TestBuildWorthIt: a table is built once its waiting samples stand for
+// 50 times its estimated compile time (a cached table's read counting a
+// thirty-second of it), or once it has waited 100 times that: libc's
+// 153 KB of .eh_frame after about 78 samples at 99 Hz or 1.6 s, from the
+// cache after 3 samples, a tiny binary after one.
+func TestBuildWorthIt(t *testing.T) {
+	u := &unwinder{periodNs: func() int64 { return int64(time.Second) / 99 }}
+	now := time.Now()
+	for _, tc := range []struct {
+		cfi     uint64
+		cached  bool
+		samples uint64
+		waited  time.Duration
+		want    bool
+	}{
+		{153 << 10, false, 75, time.Second, false},
+		{153 << 10, false, 80, 0, true},
+		{153 << 10, false, 10, 1700 * time.Millisecond, true},
+		{153 << 10, true, 2, 0, false},
+		{153 << 10, true, 3, 0, true},
+		{800, false, 1, 0, true},
+		{800, false, 0, 0, false},
+		{3 << 20, false, 1500, 30 * time.Second, false},
+		{3 << 20, false, 1600, 0, true},
+		{3 << 20, false, 1, 32 * time.Second, true},
+	} {
+		job := &buildJob{cfi: tc.cfi, cached: tc.cached, waited: tc.samples, queued: now.Add(-tc.waited)}
+		if got := u.worthIt(job, now); got != tc.want {
+			t.Errorf("%d bytes of CFI (cached %v) after %d samples and %v: worth building %v, want %v", tc.cfi, tc.cached, tc.samples, tc.waited, got, tc.want)
 		}
 	}
 }

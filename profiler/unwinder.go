@@ -172,6 +172,11 @@ type buildJob struct {
 	// binary's path as each sees it (/proc/PID/root/...): any of them
 	// may have exited by the time it is built.
 	waiters map[uint32]string
+	// waited counts the samples of its waiters since it was queued (and
+	// their heat then), queued is when: what building it is weighed
+	// against (worthIt).
+	waited uint64
+	queued time.Time
 }
 
 // unwinder reads sampled processes' mappings, builds and loads the
@@ -184,6 +189,9 @@ type unwinder struct {
 	maxBytes               int64
 	log                    *slog.Logger
 	procRoot               string
+	// periodNs is the sampling period now, in ns of CPU time a sample
+	// stands for.
+	periodNs func() int64
 
 	wake chan struct{}
 	done chan struct{}
@@ -223,13 +231,13 @@ const maxUmaps = 64
 // maxWalkFrames is MAX_WALK_FRAMES in bpf/profile.bpf.c.
 const maxWalkFrames = 128
 
-func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, log *slog.Logger) *unwinder {
+func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodNs func() int64, log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
 	u := &unwinder{
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
-		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, log: log, procRoot: "/proc",
+		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, periodNs: periodNs, log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
@@ -312,6 +320,11 @@ func (u *unwinder) run() {
 // poll handles the pending processes.
 func (u *unwinder) poll(now time.Time) {
 	u.mu.Lock()
+	for _, job := range u.queue {
+		for pid := range job.waiters {
+			job.waited += u.newHeat[pid]
+		}
+	}
 	for pid, n := range u.newHeat {
 		u.heat[pid] += n
 		if st := u.procList[pid]; st != nil {
@@ -520,6 +533,10 @@ func (u *unwinder) buildOrder() []string {
 			}
 			samples += u.heat[pid]
 		}
+		if len(job.waiters) == 0 {
+			delete(u.queue, k) // every process that wanted it is gone
+			continue
+		}
 		score[k] = float64(samples) / float64(max(job.cost(), 16<<10))
 		keys = append(keys, k)
 	}
@@ -527,6 +544,35 @@ func (u *unwinder) buildOrder() []string {
 		return cmp.Or(cmp.Compare(score[b], score[a]), cmp.Compare(u.queue[a].cost(), u.queue[b].cost()), cmp.Compare(a, b))
 	})
 	return keys
+}
+
+// compileNsPerByte is about what compiling a table costs per byte of CFI:
+// BenchmarkCompileLibc measured 60-196 ms per MB (median 75).
+const compileNsPerByte = 100
+
+// buildShare is the most of its waiting samples' CPU time a table may
+// cost: a table is built once the samples of the processes waiting for
+// it stand for 1/buildShare times its estimated compile time (a cached
+// one's read counts a thirty-second of that), or once it has waited
+// 1/waitShare times that. Building every table at once made the agent
+// compile whatever ran, however little: on a busy development machine new
+// binaries (test binaries, a 10 MB table for minio) cost it 5-9% of a CPU
+// where frame pointers cost 2%. A hot process pays soon (libc's 153 KB of
+// .eh_frame, about 15 ms, after 0.8 s of sampled CPU, 0.4 s for two busy
+// processes; from the cache after 3 samples); one that gets little CPU
+// waits at most 1.6 s for libc, 31 s for a binary of 3 MB of CFI.
+const buildShare = 0.02
+
+// waitShare bounds the wait: a table is built once compiling it costs at
+// most this share of the wall time its processes have waited for it.
+const waitShare = 0.01
+
+// worthIt reports whether the samples waiting for a table have paid for
+// building it (buildShare), or it has waited long enough (waitShare).
+func (u *unwinder) worthIt(job *buildJob, now time.Time) bool {
+	cost := float64(job.cost()) * compileNsPerByte
+	return float64(job.waited)*float64(u.periodNs())*buildShare >= cost ||
+		float64(now.Sub(job.queued))*waitShare >= cost
 }
 
 // cost is about what loading the table takes, in bytes of CFI compiled.
@@ -545,11 +591,16 @@ func (u *unwinder) build(now time.Time) {
 		return
 	}
 	start := time.Now()
-	for i, k := range u.buildOrder() {
-		if i > 0 && time.Since(start) >= buildBudget || u.closing() {
+	built := 0
+	for _, k := range u.buildOrder() {
+		if built > 0 && time.Since(start) >= buildBudget || u.closing() {
 			break
 		}
 		job := u.queue[k]
+		if !u.worthIt(job, now) {
+			continue // its processes' samples have not paid for it yet
+		}
+		built++
 		delete(u.queue, k)
 		t0 := time.Now()
 		// Through the root of each waiting process in turn, until one
@@ -626,8 +677,11 @@ func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, now time
 	if t == nil {
 		job := u.queue[b.key]
 		if job == nil {
-			job = &buildJob{cfi: b.cfi, cached: u.cache.Has(b.buildID), waiters: map[uint32]string{}}
+			job = &buildJob{cfi: b.cfi, cached: u.cache.Has(b.buildID), waiters: map[uint32]string{}, queued: now}
 			u.queue[b.key] = job
+		}
+		if _, ok := job.waiters[pid]; !ok {
+			job.waited += u.heat[pid]
 		}
 		job.waiters[pid] = path
 		return nil, 0, tableQueued

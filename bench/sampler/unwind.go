@@ -72,6 +72,8 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 			bpf, in := "-", "-"
 			if strings.HasPrefix(s, "heatscope") {
 				bpf = fmt.Sprintf("%.2f", r.bpfUs)
+			}
+			if strings.HasSuffix(s, "dwarf") && strings.HasPrefix(s, "heatscope") {
 				in = "never"
 				if r.tablesIn >= 0 {
 					in = r.tablesIn.Round(time.Millisecond).String()
