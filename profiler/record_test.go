@@ -157,8 +157,8 @@ func TestTableBits(t *testing.T) {
 
 // TestBuildWorthIt: a table is built once its waiting samples stand for
 // 50 times its estimated compile time (a cached table's read counting a
-// thirty-second of it), or once it has waited 100 times that: libc's
-// 153 KB of .eh_frame after about 78 samples at 99 Hz or 1.6 s, from the
+// thirty-second of it), or once it has waited 20 times that: libc's
+// 153 KB of .eh_frame after about 78 samples at 99 Hz or 0.32 s, from the
 // cache after 3 samples, a tiny binary after one.
 func TestBuildWorthIt(t *testing.T) {
 	u := &unwinder{periodNs: func() int64 { return int64(time.Second) / 99 }}
@@ -170,16 +170,16 @@ func TestBuildWorthIt(t *testing.T) {
 		waited  time.Duration
 		want    bool
 	}{
-		{153 << 10, false, 75, time.Second, false},
+		{153 << 10, false, 75, 300 * time.Millisecond, false},
 		{153 << 10, false, 80, 0, true},
-		{153 << 10, false, 10, 1700 * time.Millisecond, true},
+		{153 << 10, false, 10, 320 * time.Millisecond, true},
 		{153 << 10, true, 2, 0, false},
 		{153 << 10, true, 3, 0, true},
 		{800, false, 1, 0, true},
 		{800, false, 0, 0, false},
-		{3 << 20, false, 1500, 30 * time.Second, false},
+		{3 << 20, false, 1500, 6 * time.Second, false},
 		{3 << 20, false, 1600, 0, true},
-		{3 << 20, false, 1, 32 * time.Second, true},
+		{3 << 20, false, 1, 6400 * time.Millisecond, true},
 	} {
 		job := &buildJob{cfi: tc.cfi, cached: tc.cached, waited: tc.samples, queued: now.Add(-tc.waited)}
 		if got := u.worthIt(job, now); got != tc.want {

@@ -560,12 +560,12 @@ const compileNsPerByte = 100
 // where frame pointers cost 2%. A hot process pays soon (libc's 153 KB of
 // .eh_frame, about 15 ms, after 0.8 s of sampled CPU, 0.4 s for two busy
 // processes; from the cache after 3 samples); one that gets little CPU
-// waits at most 1.6 s for libc, 31 s for a binary of 3 MB of CFI.
+// waits at most 0.3 s for libc, 6.3 s for a binary of 3 MB of CFI.
 const buildShare = 0.02
 
 // waitShare bounds the wait: a table is built once compiling it costs at
 // most this share of the wall time its processes have waited for it.
-const waitShare = 0.01
+const waitShare = 0.05
 
 // worthIt reports whether the samples waiting for a table have paid for
 // building it (buildShare), or it has waited long enough (waitShare).

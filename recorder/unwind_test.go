@@ -79,18 +79,23 @@ func recordUser(t *testing.T, pid int, unwind profiler.Unwind, d time.Duration) 
 	return recordUserCached(t, pid, unwind, d, t.TempDir())
 }
 
-// recordUserCached is recordUser with the unwind tables cached in dir.
-func recordUserCached(t *testing.T, pid int, unwind profiler.Unwind, d time.Duration, dir string) ([]userStack, profiler.Stats) {
+// recordUserCached is recordUser with the unwind tables cached in dir;
+// each of opened runs on a goroutine of its own once the recorder is open
+// (which takes seconds on a busy machine).
+func recordUserCached(t *testing.T, pid int, unwind profiler.Unwind, d time.Duration, dir string, opened ...func()) ([]userStack, profiler.Stats) {
 	t.Helper()
 	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser, Unwind: unwind,
 		UnwindCacheDir: dir}
-	opened := time.Now()
+	openedAt := time.Now()
 	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("open recorder: %v", err)
 	}
-	t.Logf("recorder (--unwind %v) opened in %v", unwind, time.Since(opened).Round(time.Millisecond))
+	t.Logf("recorder (--unwind %v) opened in %v", unwind, time.Since(openedAt).Round(time.Millisecond))
 	defer rec.Close()
+	for _, f := range opened {
+		go f()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var out []userStack
@@ -376,34 +381,47 @@ func TestUnwindGoAgreesWithFramePointers(t *testing.T) {
 	}
 }
 
-// execSource spins for three seconds, then execs the program named
-// by its argument: the same pid with another address space.
-const execSource = `#include <time.h>
-#include <unistd.h>
+// execSource spins until the file named by its first argument exists,
+// then execs the program named by its second: the same pid with another
+// address space.
+const execSource = `#include <unistd.h>
 static volatile long sink;
 int main(int argc, char **argv) {
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do { for (int i = 0; i < 100000; i++) sink += i; clock_gettime(CLOCK_MONOTONIC, &t); }
-	while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 3000);
-	execv(argv[1], argv + 1);
+	if (argc < 3) return 1;
+	while (access(argv[1], F_OK) != 0) for (int i = 0; i < 100000; i++) sink += i;
+	execv(argv[2], argv + 2);
 	return 1;
 }
 `
+
+// startExec starts execBin, which execs target once the returned function,
+// run once the recorder is open (it takes seconds on a busy machine), has
+// waited 3 s: the first image's tables are in by then.
+func startExec(t *testing.T, execBin, target string) (*exec.Cmd, func()) {
+	t.Helper()
+	trigger := filepath.Join(t.TempDir(), "exec-now")
+	cmd := exec.Command(execBin, trigger, target)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, func() {
+		time.Sleep(3 * time.Second)
+		if err := os.WriteFile(trigger, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
 
 func TestUnwindAfterExec(t *testing.T) {
 	bpftest.Require(t)
 	chainBin := fixture.BuildC(t, "", "gcc", "fixture", chainSource, "-O2", "-fomit-frame-pointer")
 	execBin := fixture.BuildC(t, "", "gcc", "fixture", execSource, "-O2")
-	cmd := exec.Command(execBin, chainBin)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd, execNow := startExec(t, execBin, chainBin)
 	// The first process image's tables go in first; after the exec the
 	// walk sees another mm and asks for the new image's mappings.
 	chain := []string{"main", "outer_layer", "middle_layer", "leaf_work"}
-	stacks, st := recordUser(t, cmd.Process.Pid, profiler.UnwindDWARF, 6*time.Second)
+	stacks, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 6*time.Second, t.TempDir(), execNow)
 	in := tablesIn(t, stacks, func(f []string) bool { return inOrder(f, chain...) })
 	got, n, bad := share(stacks, in, "leaf_work", chain...)
 	if n < 10 || got < 0.95 {
@@ -509,8 +527,8 @@ func TestUnwindNodePerfMap(t *testing.T) {
 
 // recordBounded records pid's user stacks for d with the unwind tables
 // bounded to bound bytes, and returns them, the stats, and the most table
-// bytes loaded at any poll.
-func recordBounded(t *testing.T, pid int, bound int64, d time.Duration) ([]userStack, profiler.Stats, int64) {
+// bytes loaded at any poll; opened run as recordUserCached's do.
+func recordBounded(t *testing.T, pid int, bound int64, d time.Duration, opened ...func()) ([]userStack, profiler.Stats, int64) {
 	t.Helper()
 	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser,
 		Unwind: profiler.UnwindDWARF, UnwindCacheDir: t.TempDir(), UnwindMaxBytes: bound}
@@ -519,6 +537,9 @@ func recordBounded(t *testing.T, pid int, bound int64, d time.Duration) ([]userS
 		t.Fatalf("open recorder: %v", err)
 	}
 	defer rec.Close()
+	for _, f := range opened {
+		go f()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	maxBytes := int64(0)
@@ -584,12 +605,8 @@ func TestUnwindTablesEvictedAfterExec(t *testing.T) {
 	bpftest.Require(t)
 	goBin := buildGo(t)
 	execBin := fixture.BuildC(t, "", "gcc", "fixture", execSource, "-O2", "-fomit-frame-pointer")
-	cmd := exec.Command(execBin, goBin)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	stacks, st, _ := recordBounded(t, cmd.Process.Pid, 400_000, 7*time.Second)
+	cmd, execNow := startExec(t, execBin, goBin)
+	stacks, st, _ := recordBounded(t, cmd.Process.Pid, 400_000, 7*time.Second, execNow)
 	if st.Unwind.Evictions == 0 {
 		t.Errorf("no table evicted after the exec under a bound the two images' tables do not fit in: %+v", st.Unwind)
 	}
@@ -671,18 +688,17 @@ __attribute__((noinline)) long plugin_middle(long n) { return plugin_leaf(n) + 1
 long plugin_entry(long n) { return plugin_middle(n) * 2; }
 `
 
-// dlopenSource spins for two seconds (its tables go in), then dlopens the
-// library named by its argument and calls into it forever: the library is
-// a mapping the process's unwind entry does not have.
+// dlopenSource spins until the file named by its second argument exists
+// (the test creates it once its tables are in), then dlopens the library
+// named by its first argument and calls into it forever: the library is a
+// mapping the process's unwind entry does not have.
 const dlopenSource = `#include <dlfcn.h>
-#include <time.h>
+#include <unistd.h>
 static volatile long sink;
 __attribute__((noinline)) long call_plugin(long (*entry)(long), long n) { return entry(n) + 1; }
 int main(int argc, char **argv) {
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do { for (int i = 0; i < 100000; i++) sink += i; clock_gettime(CLOCK_MONOTONIC, &t); }
-	while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 2000);
+	if (argc < 3) return 1;
+	while (access(argv[2], F_OK) != 0) for (int i = 0; i < 100000; i++) sink += i;
 	void *h = dlopen(argv[1], RTLD_NOW);
 	if (!h) return 2;
 	long (*entry)(long) = (long (*)(long))dlsym(h, "plugin_entry");
@@ -702,13 +718,21 @@ func TestUnwindAfterDlopen(t *testing.T) {
 	dir := t.TempDir()
 	lib := fixture.BuildC(t, dir, "gcc", "libplugin.so", pluginSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
 	bin := fixture.BuildC(t, dir, "gcc", "fixture", dlopenSource, "-O2", "-fomit-frame-pointer", "-ldl")
-	cmd := exec.Command(bin, lib)
+	trigger := filepath.Join(dir, "dlopen-now")
+	cmd := exec.Command(bin, lib, trigger)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	chain := []string{"main", "call_plugin", "plugin_entry", "plugin_middle", "plugin_leaf"}
-	stacks, st := recordUser(t, cmd.Process.Pid, profiler.UnwindDWARF, 7*time.Second)
+	// The dlopen comes 2 s into the recording: the process's tables
+	// are in by then, and its entry lacks the library.
+	stacks, st := recordUserCached(t, cmd.Process.Pid, profiler.UnwindDWARF, 7*time.Second, t.TempDir(), func() {
+		time.Sleep(2 * time.Second)
+		if err := os.WriteFile(trigger, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	})
 	var first time.Time // the first sample in the library
 	for _, s := range stacks {
 		if len(s.funcs) > 0 && s.funcs[len(s.funcs)-1] == "plugin_leaf" {
