@@ -74,8 +74,14 @@ func main() {
 type point struct {
 	at    time.Duration // since the recorder started
 	rssMB float64
-	cpu   time.Duration // user + system
-	bpf   float64       // BPF programs' seconds (sampler and exit snapshots)
+	// what the RSS is made of: anonymous pages (the Go heap, its headroom,
+	// stacks) and file-backed ones (the binary's own pages, libc)
+	anonMB, fileMB float64
+	heapMB         float64 // Go heap in use (go_memstats_heap_inuse_bytes)
+	// the binary cache: hits, misses (tables loaded) and the tables' bytes
+	binHits, binMisses, symMB float64
+	cpu                       time.Duration // user + system
+	bpf                       float64       // BPF programs' seconds (sampler and exit snapshots)
 	// how the churn processes' mappings were found: /proc reads, exit
 	// snapshots, and wakeups the sampler forced to read /proc in time
 	mapsReads, snapshots, wakeups float64
@@ -169,7 +175,8 @@ loop:
 			}
 			p.at = time.Since(started)
 			points = append(points, p)
-			log.Printf("t=%.0fs rss=%.1fMB cpu=%.1fs received=%.0f dropped=%.0f hz=%.0f", p.at.Seconds(), p.rssMB, p.cpu.Seconds(), p.received, p.dropped, p.hz)
+			log.Printf("t=%.0fs rss=%.1fMB (anon %.1f, file %.1f) heap=%.1fMB symbols=%.1fMB cpu=%.1fs received=%.0f dropped=%.0f hz=%.0f",
+				p.at.Seconds(), p.rssMB, p.anonMB, p.fileMB, p.heapMB, p.symMB, p.cpu.Seconds(), p.received, p.dropped, p.hz)
 		}
 	}
 	stopChurn()
@@ -255,9 +262,14 @@ func read(pid int, url string) (point, error) {
 		return p, err
 	}
 	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			p.rssMB = kb / 1024
+		for _, f := range []struct {
+			prefix string
+			mb     *float64
+		}{{"VmRSS:", &p.rssMB}, {"RssAnon:", &p.anonMB}, {"RssFile:", &p.fileMB}} {
+			if v, ok := strings.CutPrefix(line, f.prefix); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+				*f.mb = kb / 1024
+			}
 		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -285,7 +297,27 @@ func read(pid int, url string) (point, error) {
 	p.mapsReads = sum(fams, "heatscope_symbolizer_maps_reads_total")
 	p.snapshots = sum(fams, "heatscope_symbolizer_snapshots_total")
 	p.wakeups = sum(fams, "heatscope_sampler_wakeups_total")
+	p.heapMB = sum(fams, "go_memstats_heap_inuse_bytes") / (1 << 20)
+	p.binHits = sum(fams, "heatscope_symbolizer_binary_cache_hits_total")
+	p.binMisses = sum(fams, "heatscope_symbolizer_binary_cache_misses_total")
+	p.symMB = sum(fams, "heatscope_symbol_cache_bytes") / (1 << 20)
 	return p, nil
+}
+
+// steadyOf returns the median and the maximum of what of reads from the
+// points taken from from on (NaN for none).
+func steadyOf(points []point, from time.Duration, of func(point) float64) (median, maxOf float64) {
+	var window []float64
+	for _, p := range points {
+		if p.at >= from {
+			window = append(window, of(p))
+		}
+	}
+	if len(window) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	sort.Float64s(window)
+	return window[len(window)/2], window[len(window)-1]
 }
 
 func sum(fams map[string]*dto.MetricFamily, name string) float64 {
@@ -345,8 +377,8 @@ type reportInput struct {
 func report(in reportInput) {
 	fmt.Printf("soak: %v at %d Hz, %d short-lived processes/s (started %d in %.0fs = %.0f/s, %d failed to start), --max-cpu %s\n\n",
 		in.duration, in.hz, in.churn, in.spawned, in.churnFor.Seconds(), float64(in.spawned)/in.churnFor.Seconds(), in.failed, in.maxCPU)
-	fmt.Println("| t | RSS MB | agent CPU % (interval) | + BPF % | samples | dropped | Hz |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| t | RSS MB | anon / file MB | Go heap in use MB | agent CPU % (interval) | + BPF % | samples | dropped | Hz |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	step := max(1, len(in.points)/20) // at most ~20 rows
 	for i, p := range in.points {
 		if i%step != 0 && i != len(in.points)-1 {
@@ -359,7 +391,8 @@ func report(in reportInput) {
 			cpuPct = 100 * (p.cpu - q.cpu).Seconds() / dt
 			bpfPct = 100 * (p.bpf - q.bpf) / dt
 		}
-		fmt.Printf("| %.0fs | %.1f | %.2f | %.2f | %.0f | %.0f | %.0f |\n", p.at.Seconds(), p.rssMB, cpuPct, bpfPct, p.received, p.dropped, p.hz)
+		fmt.Printf("| %.0fs | %.1f | %.1f / %.1f | %.1f | %.2f | %.2f | %.0f | %.0f | %.0f |\n",
+			p.at.Seconds(), p.rssMB, p.anonMB, p.fileMB, p.heapMB, cpuPct, bpfPct, p.received, p.dropped, p.hz)
 	}
 	fmt.Println()
 	slope, n := rssSlope(in.points, time.Minute)
@@ -376,17 +409,10 @@ func report(in reportInput) {
 	// second half.
 	from := max(in.elapsed/2, in.elapsed-time.Hour)
 	steady, nSteady := rssSlope(in.points, from)
-	var window []float64
-	for _, p := range in.points {
-		if p.at >= from {
-			window = append(window, p.rssMB)
-		}
-	}
-	sort.Float64s(window)
-	steadyMedian, steadyMax := math.NaN(), math.NaN()
-	if len(window) > 0 {
-		steadyMedian, steadyMax = window[len(window)/2], window[len(window)-1]
-	}
+	steadyMedian, steadyMax := steadyOf(in.points, from, func(p point) float64 { return p.rssMB })
+	anonMedian, _ := steadyOf(in.points, from, func(p point) float64 { return p.anonMB })
+	fileMedian, _ := steadyOf(in.points, from, func(p point) float64 { return p.fileMB })
+	heapMedian, heapMax := steadyOf(in.points, from, func(p point) float64 { return p.heapMB })
 	var last point
 	if len(in.points) > 0 {
 		last = in.points[len(in.points)-1]
@@ -409,6 +435,12 @@ func report(in reportInput) {
 	fmt.Printf("| RSS slope over the second half (least squares over %d readings; RSS %.1f-%.1f MB) | %+.2f MB/hour | ≈ 0 |\n", nLate, lateMin, lateMax, late)
 	fmt.Printf("| RSS slope from %.0f min to the end (least squares over %d readings) | **%+.2f MB/hour** | within ±2 MB/hour |\n", from.Minutes(), nSteady, steady)
 	fmt.Printf("| steady RSS from %.0f min to the end: median (max) | **%.1f MB** (%.1f MB) | <= 60 MB |\n", from.Minutes(), steadyMedian, steadyMax)
+	fmt.Printf("| of it, from %.0f min: anonymous / file-backed (medians) | %.1f MB / %.1f MB | |\n", from.Minutes(), anonMedian, fileMedian)
+	fmt.Printf("| Go heap in use from %.0f min: median (max) | %.1f MB (%.1f MB) | |\n", from.Minutes(), heapMedian, heapMax)
+	if lookups := last.binHits + last.binMisses; lookups > 0 {
+		fmt.Printf("| binary cache: hits / tables loaded, hit rate; tables at the end | %.0f / %.0f, %.2f%%; %.1f MB | |\n",
+			last.binHits, last.binMisses, 100*last.binHits/lookups, last.symMB)
+	}
 	fmt.Printf("| agent CPU, whole run (user+sys) | %.3f%% of one CPU | |\n", agentPct)
 	fmt.Printf("| agent CPU after the first minute (user+sys) | %.3f%% of one CPU | |\n", steadyPct)
 	fmt.Printf("| BPF programs (sampler, exit snapshots) | %.3f%% of one CPU | |\n", bpfPct)

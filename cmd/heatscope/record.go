@@ -31,6 +31,25 @@ import (
 	"github.com/heatscope/heatscope/web"
 )
 
+// defaultSymbolCache bounds the symbol tables of user-space binaries the
+// agent keeps (--symbol-cache). In 12-minute soaks on a shared build
+// machine (issue 14, docs/benchmarks.md) 32 MiB was full within 6 minutes
+// (68 binaries, most of them test binaries built and run once) and made up
+// 32 of the 54 MB of live heap; at 16 MiB the binary cache's hit rate at
+// 6 minutes was 98.5% (99.5% at 32 MiB), the agent's CPU the same (2.64%
+// against 2.62% of one CPU) and no frame of the churn processes unknown: a
+// miss costs one reload of a table, not a frame.
+const defaultSymbolCache = "16MiB"
+
+// defaultRecordMemoryLimit is the agent's soft Go memory limit
+// (--memory-limit). Past its live heap the collector keeps the Go heap
+// near the limit, so the limit, not the live heap, sets most of the
+// anonymous RSS: it must cover the symbol cache plus the rest of the live
+// heap (about 22 MB in the soak: the head's tables, kernel symbols, the
+// stack cache, the zstd encoder) with room to spare, which
+// TestRecordMemoryDefaults asserts.
+const defaultRecordMemoryLimit = "48MiB"
+
 func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("record", "record [flags]", stderr)
 	duration := fs.Duration("duration", 0, "how long to record; 0 records until SIGINT or SIGTERM")
@@ -55,8 +74,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols and unwind tables are cached between runs ('' for no cache)")
 	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
-	symCache := fs.String("symbol-cache", "32MiB", "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
-	memLimit := fs.String("memory-limit", "64MiB", "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
+	symCache := fs.String("symbol-cache", defaultSymbolCache, "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
+	memLimit := fs.String("memory-limit", defaultRecordMemoryLimit, "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
 		"and raised back when the cost allows (0: no guard)")
 	cpuProfile := fs.String("cpu-profile", "", "write the agent's own Go CPU profile of the whole run to this file (go tool pprof reads it; '' for none)")
@@ -151,7 +170,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	symCacheBytes, err := parseSize(*symCache)
 	if err != nil || symCacheBytes < 1 {
-		return usageError{fmt.Errorf("--symbol-cache %q: want a size like 32MiB", *symCache)}
+		return usageError{fmt.Errorf("--symbol-cache %q: want a size like %s", *symCache, defaultSymbolCache)}
 	}
 	memoryLimit, err := parseSize(*memLimit)
 	if err != nil {

@@ -455,3 +455,26 @@ func TestRecordWithoutBTF(t *testing.T) {
 		t.Fatalf("record with bad BTF: %v\n%s", err, stderr)
 	}
 }
+
+// TestRecordMemoryDefaults checks that the agent's default soft memory
+// limit covers its default symbol cache plus the rest of its live heap as
+// measured in the soak (docs/benchmarks.md, issue 14: 22 MB besides the
+// symbol tables) with at least a fifth to spare: below that the collector
+// would run nearly without pause. It fails if --symbol-cache's default is
+// raised without --memory-limit's.
+func TestRecordMemoryDefaults(t *testing.T) {
+	const restOfHeap = 22 << 20
+	symCache, err := parseSize(defaultSymbolCache)
+	if err != nil {
+		t.Fatalf("defaultSymbolCache %q: %v", defaultSymbolCache, err)
+	}
+	limit, err := parseSize(defaultRecordMemoryLimit)
+	if err != nil {
+		t.Fatalf("defaultRecordMemoryLimit %q: %v", defaultRecordMemoryLimit, err)
+	}
+	live := symCache + restOfHeap
+	if limit < live+live/5 {
+		t.Errorf("--memory-limit %s (%d bytes) leaves less than a fifth over the live heap: --symbol-cache %s + %d MiB = %d bytes",
+			defaultRecordMemoryLimit, limit, defaultSymbolCache, restOfHeap>>20, live)
+	}
+}
