@@ -13,7 +13,9 @@
 // directory, serving /metrics, with the overhead guard off (-max-cpu 0 by
 // default) so that its cost is measured, not capped, and with --bpf-stats so
 // that the BPF program's run time is counted. Every -every the agent's RSS
-// and CPU time are read from /proc and its counters from /metrics.
+// (anonymous and file-backed) and CPU time are read from /proc and its
+// counters from /metrics, among them its Go heap in use and its binary
+// cache's hits and loads.
 //
 // With -heap-profiles DIR the agent runs with --heap-profile-dir DIR and
 // is sent SIGUSR1 at -heap-at (10 minutes) and 30 seconds before the end;
