@@ -94,7 +94,7 @@ func TestTopFunctions(t *testing.T) {
 	for i := range testSamples() {
 		b.Add(&testSamples()[i])
 	}
-	top := TopFunctions(b.Profile())
+	top := TopFunctions(b.Profile(), nil)
 	got := map[string]FunctionCount{}
 	for _, fc := range top {
 		got[fc.Name] = fc
@@ -126,7 +126,7 @@ func TestTopFunctionsWeighPeriods(t *testing.T) {
 	add("fast", 60)
 	b.SetPeriod(p24)
 	add("slow", 30)
-	top := TopFunctions(b.Profile())
+	top := TopFunctions(b.Profile(), nil)
 	want := []FunctionCount{
 		{Name: "slow", Self: 30, Total: 30, SelfNs: 30 * p24, TotalNs: 30 * p24},
 		{Name: "fast", Self: 60, Total: 60, SelfNs: 60 * p99, TotalNs: 60 * p99},

@@ -24,8 +24,13 @@ type FunctionCount struct {
 // samples/count value, else the first) and CPU time (the cpu/nanoseconds
 // value) in p, sorted by self CPU time, highest first, then by self
 // count, then by name: across a change of the sampling rate the counts
-// weigh a fast-sampled function over one that ran longer.
-func TopFunctions(p *profile.Profile) []FunctionCount {
+// weigh a fast-sampled function over one that ran longer. Functions are
+// counted under name(their name) (nil: as they are), so that unresolved
+// frames can be counted per module, each sample once.
+func TopFunctions(p *profile.Profile, name func(string) string) []FunctionCount {
+	if name == nil {
+		name = func(s string) string { return s }
+	}
 	count, cpu := 0, -1
 	for i, st := range p.SampleType {
 		switch {
@@ -59,7 +64,7 @@ func TopFunctions(p *profile.Profile) []FunctionCount {
 				if line.Function == nil {
 					continue
 				}
-				fc := get(line.Function.Name)
+				fc := get(name(line.Function.Name))
 				if i == 0 && j == 0 {
 					fc.Self += n
 					fc.SelfNs += ns

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -102,7 +103,7 @@ func TestTopLeavesIdleOut(t *testing.T) {
 	}
 	kept, left := withoutIdle(b.Profile())
 	var out bytes.Buffer
-	printTop(&out, profileio.TopFunctions(kept), 5)
+	printTop(&out, profileio.TopFunctions(kept, nil), 5)
 	if left != 37 || strings.Contains(out.String(), "halt") || !strings.Contains(out.String(), " 95.24% ") ||
 		!strings.Contains(out.String(), "e1000_intr") {
 		t.Fatalf("%d idle samples left out; top:\n%s", left, out.String())
@@ -125,7 +126,7 @@ func TestTopWeighsPeriods(t *testing.T) {
 	b.SetPeriod(4 * p99)
 	add("slow", 30)
 	var out bytes.Buffer
-	printTop(&out, profileio.TopFunctions(b.Profile()), 5)
+	printTop(&out, profileio.TopFunctions(b.Profile(), nil), 5)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
 		" self CPU   self% total CPU  samples  function",
@@ -152,5 +153,31 @@ func TestMakeInstall(t *testing.T) {
 	_, stderr, err := runHeatscope(bin, "--help")
 	if err != nil || !strings.Contains(stderr, "heatscope COMMAND") {
 		t.Fatalf("%s --help: %v\n%s", bin, err, stderr)
+	}
+}
+
+// TestTopGroupsUnresolvedFrames checks that record --top counts frames
+// left as addresses per module, as export and the UI do ([anon], not a
+// line per address), each sample once in total however many of its
+// frames the module holds.
+func TestTopGroupsUnresolvedFrames(t *testing.T) {
+	b := profileio.NewPprofBuilder(int64(1e9) / 99)
+	for i := range 10 {
+		s := sample.Sample{Comm: "node", PID: 9, TID: 9, Stack: []sample.Frame{
+			{Function: fmt.Sprintf("[anon+0x7f01fd57a%03x]", i), Kind: sample.KindUser},
+			{Function: fmt.Sprintf("[anon+0x7f01fd4ca%03x]", i), Kind: sample.KindUser},
+			{Function: "main", Module: "/usr/bin/node", Kind: sample.KindUser}}}
+		b.Add(&s)
+	}
+	var out bytes.Buffer
+	printRunTop(&out, b.Profile(), 5)
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	want := []string{
+		" self CPU   self% total CPU  samples  function",
+		"   0.101s 100.00%    0.101s       10  [anon]",
+		"   0.000s   0.00%    0.101s        0  main",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("top:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
 	}
 }

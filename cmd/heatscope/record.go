@@ -403,11 +403,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "wrote %s (%s)\n", *output, *format)
 	}
 	if *top > 0 {
-		busy, idle := withoutIdle(prof)
-		printTop(stdout, profileio.TopFunctions(busy), *top)
-		if idle > 0 {
-			fmt.Fprintf(stdout, "(%d CPU idle samples left out, as export and the UI do)\n", idle)
-		}
+		printRunTop(stdout, prof, *top)
 	}
 	return nil
 }
@@ -551,6 +547,16 @@ func withoutIdle(p *profile.Profile) (*profile.Profile, int64) {
 		busy.Sample = append(busy.Sample, s)
 	}
 	return busy, idle
+}
+
+// printRunTop prints the run's top n functions as export and the UI
+// count them: idle left out, unresolved frames counted per module.
+func printRunTop(w io.Writer, prof *profile.Profile, n int) {
+	busy, idle := withoutIdle(prof)
+	printTop(w, profileio.TopFunctions(busy, query.GroupAddresses.Name), n)
+	if idle > 0 {
+		fmt.Fprintf(w, "(%d CPU idle samples left out, as export and the UI do)\n", idle)
+	}
 }
 
 // printTop prints the first n functions of top by self CPU time, with
