@@ -97,6 +97,14 @@ func TestBrowserEmptyStates(t *testing.T) {
 			t.Errorf("window before the data, %s: %q, want %q", id, got, want)
 		}
 	}
+	// The same window in a link that names no source: the default source
+	// is picked, the window kept (it used to be replaced, unsaid, by the
+	// data's last span).
+	b.openFresh(fx.url + "/#from=" + from + "&to=" + to)
+	if got := b.notes("heatmap-empty")["heatmap-empty"]; got != want {
+		t.Errorf("window before the data, no source named: %q, want %q", got, want)
+	}
+	b.openFresh(fx.url + "/#source=fixture&from=" + from + "&to=" + to)
 	if got := b.notes("timeline-empty")["timeline-empty"]; got != "" {
 		t.Errorf("the timeline shows all the data, and has samples: %q", got)
 	}

@@ -679,7 +679,8 @@ async function loadAll(checked = false) {
     const withSamples = sources.filter((s) => s.samples > 0);
     const host = withSamples.find((s) => !s.imported);
     state.source = (host || [...withSamples].sort((a, b) => b.last - a.last)[0] || sources[0]).name;
-    state.from = state.to = null;
+    // A link's window holds without a source: only a missing one is
+    // defaulted (below), never replaced unsaid.
   }
   if (state.from === null || state.to === null || !(state.to > state.from)) {
     await defaultSpan();
