@@ -81,23 +81,12 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	fr := float64(rows)
 	startNs := int64(start) * int64(time.Second)
 	sp := heatCells{cpuNs: cpuNs, start: int64(start), cols: cols, rows: int64(rows), from: max(r.From, startNs), to: r.To}
-	// each CPU's last sample, for store.Since (by CPU number up to
-	// MaxPerCPUs, a map beyond)
-	last, lastFar := make([]int64, 64), map[uint32]int64{}
+	var last store.LastSample // each CPU's last sample, for store.Since
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
-			ns, cpu := b.T.Time[i], b.T.CPU[i]
-			var prev int64
-			switch {
-			case cpu < MaxPerCPUs:
-				if int(cpu) >= len(last) {
-					last = append(last, make([]int64, int(cpu)+1-len(last))...)
-				}
-				prev, last[cpu] = last[cpu], ns
-			default:
-				prev, lastFar[cpu] = lastFar[cpu], ns
-			}
+			ns := b.T.Time[i]
+			prev := last.Swap(b.T.CPU[i], ns)
 			sp.add(store.Since(ns, w, prev), ns)
 			t := seconds(ns)
 			col := int(math.Floor(t - start))

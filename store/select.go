@@ -370,6 +370,33 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	return ix, nil
 }
 
+// LastSample remembers each CPU's last sample time, for Since: by CPU
+// number in a slice up to a few thousand CPUs, in a map beyond (a CPU
+// number is untrusted input of imported data). The zero value is ready.
+type LastSample struct {
+	near []int64
+	far  map[uint32]int64
+}
+
+// lastSampleNear bounds the CPU numbers kept in the slice.
+const lastSampleNear = 4096
+
+// Swap records t as cpu's last sample and returns the one before (0: none).
+func (l *LastSample) Swap(cpu uint32, t int64) (prev int64) {
+	if cpu < lastSampleNear {
+		if int(cpu) >= len(l.near) {
+			l.near = append(l.near, make([]int64, int(cpu)+1-len(l.near))...)
+		}
+		prev, l.near[cpu] = l.near[cpu], t
+		return prev
+	}
+	if l.far == nil {
+		l.far = map[uint32]int64{}
+	}
+	prev, l.far[cpu] = l.far[cpu], t
+	return prev
+}
+
 // Since is when the CPU time a sample taken at t, of period w, stands
 // for starts: its period just before it, but not before the same CPU's
 // previous sample at last (timer jitter brings samples closer than a

@@ -39,14 +39,14 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 		return nil, nil, fmt.Errorf("timeline: %d steps, at most 1000000", n)
 	}
 	tl := &Steps{Samples: make([]int64, n), CPUNs: make([]int64, n)}
-	last := map[uint32]int64{} // each CPU's last sample, for Since
+	var last LastSample // each CPU's last sample, for Since
+	addCPU := func(s, ns int64) { tl.CPUNs[s] += ns }
 	scan := func(b *Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
-			t, cpu := b.T.Time[i], b.T.CPU[i]
+			t := b.T.Time[i]
 			tl.Samples[(t-r.From)/step]++
-			Spread(Since(t, w, last[cpu]), t, r.From, r.To, step, func(s, ns int64) { tl.CPUNs[s] += ns })
-			last[cpu] = t
+			Spread(Since(t, w, last.Swap(b.T.CPU[i], t)), t, r.From, r.To, step, addCPU)
 		}
 		return nil
 	}
