@@ -101,10 +101,7 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 		}
 		db.warmBytes.Add(c.bytes())
 		if b.retired.Load() {
-			// Retired meanwhile: retire may have missed these cells.
-			if old := b.warmSteps.Swap(nil); old != nil {
-				db.warmBytes.Add(-old.bytes())
-			}
+			db.unwarm(b) // retired meanwhile: retire may have missed these cells
 		}
 		res.Warmed++
 	}
