@@ -452,7 +452,8 @@ func (s *Source) Meta(ctx context.Context, key string) (store.Meta, error) {
 		return im, nil
 	}
 	b := s.disk.get(name)
-	if b == nil {
+	cached := b != nil
+	if !cached {
 		if b, err = s.readMeta(ctx, name); err != nil {
 			return store.Meta{}, err
 		}
@@ -461,7 +462,9 @@ func (s *Source) Meta(ctx context.Context, key string) (store.Meta, error) {
 	if err != nil {
 		return store.Meta{}, fmt.Errorf("%s: %w", name, err)
 	}
-	s.disk.put(name, b) // a meta is written once, last: never changes
+	if !cached {
+		s.disk.put(name, b) // a meta is written once, last: never changes
+	}
 	m.Node, _, _ = strings.Cut(key, "/")
 	return m, nil
 }
