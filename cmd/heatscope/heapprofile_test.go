@@ -85,15 +85,7 @@ func TestCPUProfileWritten(t *testing.T) {
 		n++
 	}
 	stop()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatalf("parse %s: %v", path, err)
-	}
+	p := readProfile(t, path)
 	if len(p.SampleType) < 2 || p.SampleType[1].Type != "cpu" || len(p.Sample) == 0 {
 		t.Errorf("not a CPU profile with samples: types %v, %d samples (%d loops)", p.SampleType, len(p.Sample), n)
 	}
