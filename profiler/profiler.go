@@ -196,6 +196,10 @@ type Profiler struct {
 	statsEnabled interface{ Close() error }
 	// unwinder loads unwind tables (nil with UnwindFP).
 	unwinder *unwinder
+	// heat counts each pid's samples in one drain, for the unwinder: kept
+	// and cleared, not made anew for every drain (the reader's goroutine
+	// only).
+	heat map[uint32]uint64
 
 	received     atomic.Uint64
 	decodeErrors atomic.Uint64
@@ -488,7 +492,11 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 	var heat map[uint32]uint64
 	var tableFrames, fpFrames uint64
 	if p.unwinder != nil {
-		heat = map[uint32]uint64{}
+		if p.heat == nil {
+			p.heat = map[uint32]uint64{}
+		}
+		heat = p.heat
+		clear(heat)
 	}
 	n := p.ring.read(func(b []byte) {
 		if err := rec.Decode(b); err != nil {
