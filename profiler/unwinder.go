@@ -396,6 +396,17 @@ func (u *unwinder) sweep() {
 	}
 }
 
+// tablesInUse returns the keys of the tables live processes use.
+func (u *unwinder) tablesInUse() map[string]bool {
+	inUse := map[string]bool{}
+	for _, st := range u.procList {
+		for _, k := range st.tables {
+			inUse[k] = true
+		}
+	}
+	return inUse
+}
+
 // forgetExited forgets the processes that have exited.
 func (u *unwinder) forgetExited() {
 	for pid := range u.procList {
@@ -755,8 +766,13 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 	if size > u.maxBytes || len(t.Rows) == 0 {
 		return nil, fmt.Errorf("table of %d bytes, more than the %d-byte bound", size, u.maxBytes)
 	}
+	var inUse map[string]bool // read once for all the evictions this load needs
 	for u.used()+size > u.maxBytes || len(u.freeIDs) == 0 && u.nextID >= maxTables {
-		if !u.evictOne(now) {
+		if inUse == nil {
+			u.forgetExited()
+			inUse = u.tablesInUse()
+		}
+		if !u.evictOne(now, inUse) {
 			u.deferred[key] = now
 			u.mu.Lock()
 			u.stats.Deferred++
@@ -827,15 +843,8 @@ var errNoRoom = errors.New("no room for the table: the loaded ones are in use")
 // or else the least recently used one unused for tableResidence, and
 // reports whether there was one. The processes that use it lose their
 // entries, so that their next samples ask for them again (frame pointers
-// meanwhile).
-func (u *unwinder) evictOne(now time.Time) bool {
-	u.forgetExited()
-	inUse := map[string]bool{}
-	for _, st := range u.procList {
-		for _, k := range st.tables {
-			inUse[k] = true
-		}
-	}
+// meanwhile). inUse is tablesInUse's answer.
+func (u *unwinder) evictOne(now time.Time, inUse map[string]bool) bool {
 	var victim *loadedTable
 	for _, t := range u.loaded {
 		if inUse[t.key] && now.Sub(t.lastUsed) < tableResidence {
