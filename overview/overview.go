@@ -189,15 +189,22 @@ func emptyRow(name string, labels map[string]string, cols int) Node {
 	return n
 }
 
+// NoNodeMessage says why an overview has no row when no node can give one:
+// there is none yet (nodes is 0), or none of nodes passes the node filter.
+func NoNodeMessage(nodes int) string {
+	if nodes == 0 {
+		return "No node has samples yet: nodes appear once they record (a fleet: once they upload a block)."
+	}
+	return fmt.Sprintf("None of the %d nodes matches the node filter.", nodes)
+}
+
 // emptyMessage says why no row is shown.
 func emptyMessage(db *store.DB, req Request, hidden int) string {
 	nodes := db.Nodes()
 	window := fmt.Sprintf("from %s to %s", stamp(req.Range.From), stamp(req.Range.To))
 	switch {
-	case len(nodes) == 0:
-		return "No node has samples yet: nodes appear once they record (a fleet: once they upload a block)."
-	case !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return req.Filter.KeepsNode(n.Name, n.Labels) }):
-		return fmt.Sprintf("None of the %d nodes matches the node filter.", len(nodes))
+	case len(nodes) == 0, !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return req.Filter.KeepsNode(n.Name, n.Labels) }):
+		return NoNodeMessage(len(nodes))
 	case hidden > 0:
 		return fmt.Sprintf("No sample of the %d nodes with samples %s passes the filter.", hidden, window)
 	}

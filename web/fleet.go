@@ -66,10 +66,7 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 		// Nothing to default the range to: no node, or none the node
 		// filter keeps. Say so, as an empty overview.
 		ov := &overview.Overview{BusiestUnit: overview.UnitBusiest, TotalUnit: overview.UnitTotal, Nodes: []overview.Node{}}
-		ov.Message = "No node has samples yet: nodes appear once they record (a fleet: once they upload a block)."
-		if len(nodes) > 0 {
-			ov.Message = fmt.Sprintf("None of the %d nodes matches the node filter.", len(nodes))
-		}
+		ov.Message = overview.NoNodeMessage(len(nodes))
 		return nil, answer(ov)
 	}
 	if err != nil {
