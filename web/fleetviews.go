@@ -147,13 +147,18 @@ func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Wa
 	return nil, rep.encoded(out, err)
 }
 
+// nodesWhere names the nodes a fleet view looks at, for its messages.
+func nodesWhere(p *params) string {
+	if p.get("node") == "" && p.get("label") == "" {
+		return "on any node"
+	}
+	return "on the selected nodes"
+}
+
 // noEventsMessage says why no event matched: none in the range on the
 // nodes selected, or none of the kinds asked (others there being).
 func noEventsMessage(p *params, kinds []string, others int) string {
-	where := "on the selected nodes"
-	if p.get("node") == "" && p.get("label") == "" {
-		where = "on any node"
-	}
+	where := nodesWhere(p)
 	if p.get("from") != "" || p.get("to") != "" {
 		where += " in this time range"
 	}
@@ -319,10 +324,7 @@ func (s *Server) prediff(ctx context.Context, p *params, rep *reply) (store.Warn
 // prediffMessage says why a pre-event diff has nothing to show: no event
 // of the kind (and which kinds there are), or no sample in any window.
 func prediffMessage(p *params, o prediff.Options, res *prediff.Result) string {
-	where := "on the selected nodes"
-	if p.get("node") == "" && p.get("label") == "" {
-		where = "on any node"
-	}
+	where := nodesWhere(p)
 	switch {
 	case len(res.Events) == 0 && len(res.Kinds) == 0:
 		return fmt.Sprintf("no %s event %s: no event at all there", o.Kind, where)
