@@ -166,32 +166,11 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 // sample says where the data is.
 func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, error) {
 	data, found := query.Span(db.Sources(), f.Sources)
-	now := time.Now()
-	var r store.Range
-	var err error
-	if from != "" {
-		if r.From, err = query.ParseTime("from", from, now); err != nil {
-			return r, usageError{fmt.Errorf("--%w", err)}
-		}
+	open, err := timeFlags(from, to, store.Range{From: math.MinInt64, To: math.MaxInt64})
+	if err != nil || from != "" && to != "" {
+		return open, err
 	}
-	if to != "" {
-		if r.To, err = query.ParseTime("to", to, now); err != nil {
-			return r, usageError{fmt.Errorf("--%w", err)}
-		}
-	}
-	if from != "" && to != "" {
-		if r.To <= r.From {
-			return r, usageError{errors.New("--to must be after --from")}
-		}
-		return r, nil
-	}
-	open := store.Range{From: math.MinInt64, To: math.MaxInt64}
-	if from != "" {
-		open.From = r.From
-	}
-	if to != "" {
-		open.To = r.To
-	}
+	r := open
 	if !found {
 		return r, &query.NoSamplesError{Range: open}
 	}
@@ -205,6 +184,27 @@ func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, e
 	if r.To <= r.From {
 		// The end given lies before the data starts, or after it ends.
 		return r, &query.NoSamplesError{Range: open, Data: data, HasData: true, Relative: relative}
+	}
+	return r, nil
+}
+
+// timeFlags parses --from and --to, an end not given left at dflt's, and
+// checks that the range is not empty.
+func timeFlags(from, to string, dflt store.Range) (store.Range, error) {
+	r, now := dflt, time.Now()
+	var err error
+	if from != "" {
+		if r.From, err = query.ParseTime("from", from, now); err != nil {
+			return r, usageError{fmt.Errorf("--%w", err)}
+		}
+	}
+	if to != "" {
+		if r.To, err = query.ParseTime("to", to, now); err != nil {
+			return r, usageError{fmt.Errorf("--%w", err)}
+		}
+	}
+	if r.To <= r.From {
+		return r, usageError{errors.New("--to must be after --from")}
 	}
 	return r, nil
 }

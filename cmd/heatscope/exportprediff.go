@@ -16,7 +16,6 @@ import (
 
 	"github.com/heatscope/heatscope/prediff"
 	"github.com/heatscope/heatscope/profileio"
-	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -64,21 +63,9 @@ func exportPrediff(pf prediffFlags, qf queryFlags, filters map[string]*string, f
 	if err != nil {
 		return err
 	}
-	r := store.Range{From: 0, To: math.MaxInt64}
-	now := time.Now()
-	for _, t := range []struct {
-		name, v string
-		to      *int64
-	}{{"from", from, &r.From}, {"to", to, &r.To}} {
-		if t.v == "" {
-			continue
-		}
-		if *t.to, err = query.ParseTime(t.name, t.v, now); err != nil {
-			return usageError{fmt.Errorf("--%w", err)}
-		}
-	}
-	if r.To <= r.From {
-		return usageError{errors.New("--to must be after --from")}
+	r, err := timeFlags(from, to, store.Range{From: 0, To: math.MaxInt64})
+	if err != nil {
+		return err
 	}
 	db, _, closeBucket, err := qf.open("export")
 	if err != nil {
