@@ -54,12 +54,9 @@ type Block struct {
 	// timeline read it: small (16 bytes a 10 s bucket), it answers the
 	// overview of everything retained without the blocks' indexes.
 	totals atomic.Pointer[[]bucketTotal]
-	// cpuSteps is the block's per-CPU sample counts per step of the last
-	// fleet overview of every thread that read it (NodeCPUSteps).
-	cpuSteps atomic.Pointer[cpuStepCells]
 	// warmSteps is the block's cells at the step DB.WarmCPUSteps warms,
-	// kept apart from cpuSteps so that a query at another step does not
-	// replace them.
+	// kept apart from the DB's stepCells cache so that a query at another
+	// step does not replace them.
 	warmSteps atomic.Pointer[cpuStepCells]
 	// warmFailed is set when warming could not read the block's per-CPU
 	// summary (it is corrupt): warming leaves it to the queries.

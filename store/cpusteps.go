@@ -41,10 +41,12 @@ const maxNodeSteps = 100_000
 // When the filter keeps every thread (it looks at nodes, CPUs and idleness
 // only) and r is whole steps of a whole multiple of 10 s, blocks of format
 // version 4 answer from their per-CPU 10 s summaries without reading a
-// chunk or a table, and keep the answer's share of them per step, so the
-// same overview again reads nothing. Other blocks, heads and other filters
-// are scanned. Memory is one node's steps × CPUs counters per worker, the
-// answer, and per block its cells of the last step length asked.
+// chunk or a table: from the cells WarmCPUSteps kept when step is a whole
+// multiple of theirs, else from cells computed at step over r and kept in
+// a cache bounded by Options.StepCellsBytes, so the same overview again
+// reads nothing. Other blocks, heads and other filters are scanned. Memory
+// is one node's steps × CPUs counters per worker, the answer, and the two
+// kinds of cells.
 func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) ([]NodeCPU, Warnings, error) {
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("node cpu steps: empty range or step")
@@ -281,46 +283,70 @@ func (db *DB) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads [
 }
 
 // cpuStepCells is a block's non-idle (or, with idle, every) sample count
-// per CPU per step of one step length and phase: what the overview of
-// every thread needs of the block, kept once computed so that drawing the
-// same overview again reads nothing. It holds a cell per step the block
-// touches per CPU, so its memory is about the overview's answer's times
-// the node's CPUs, whatever the block's threads.
+// per CPU per step of one step length and phase, over a time range: what
+// the overview of every thread needs of the block, kept once computed so
+// that drawing the overview again reads nothing. The counts are dense,
+// steps × the CPUs with samples, 4 bytes each: a 12-hour block of 8 CPUs
+// at 2-minute steps is 11.5 KB.
+//
+// Cells at step s serve any step that is a whole multiple of s at the same
+// phase (the coarser steps of the web API's ladder): a coarse step sums
+// its fine steps per CPU before the busiest CPU is taken (cpuAcc), so
+// the busiest CPU's share is that of the coarse step, not the highest of
+// the fine ones.
 type cpuStepCells struct {
 	step, phase int64
 	idle        bool
-	cells       []cpuStepCell
+	// from and to bound the time the cells cover (ns): the range of the
+	// query that computed them, or all time (warm cells).
+	from, to int64
+	// k0 is the first step's index from time 0 at the phase,
+	// ⌊(t − phase) / step⌋; cpus the CPUs with samples, ascending;
+	// counts[(k − k0)·len(cpus) + j] the samples of cpus[j] in step k.
+	k0     int64
+	cpus   []uint32
+	counts []uint32
 }
 
-type cpuStepCell struct {
-	k   int64 // step index from time 0 at the phase: ⌊(t − phase) / step⌋
-	cpu uint32
-	n   uint32
+// serves reports whether c can answer an overview of r (whole steps of
+// step, from r.From) with or without idle samples.
+func (c *cpuStepCells) serves(r Range, step int64, idle bool) bool {
+	return c.idle == idle && step%c.step == 0 && (r.From-c.phase)%c.step == 0 && c.from <= r.From && r.To <= c.to
 }
 
-// blockCPUSteps returns b's cells for steps of step at r.From's phase,
-// from its cache or computed from its per-CPU summary section alone (no
-// table is read: a day's block of 8 CPUs has 70 000 cells). Its cache is
-// the cells WarmCPUSteps kept and those of the last step asked. The caller
-// holds a reference to b.
+// defaultStepCellsBytes is Options.StepCellsBytes's default: a zoom of 500
+// nodes into an hour at 10 s steps (360 steps × 8 CPUs × 4 bytes a block)
+// is 5.8 MB of cells.
+const defaultStepCellsBytes = 16 << 20
+
+// blockCPUSteps returns cells of b that serve r at step: its warm cells
+// (DB.WarmCPUSteps) or those the DB's stepCells cache kept, the coarser
+// when both do, else cells computed at step over r from b's per-CPU
+// summary section alone (no table is read) and kept in that cache. The
+// caller holds a reference to b.
 func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepCells, error) {
-	phase := r.From % step
-	for _, c := range []*cpuStepCells{b.warmSteps.Load(), b.cpuSteps.Load()} {
-		if c != nil && c.step == step && c.phase == phase && c.idle == idle {
-			return c, nil
+	var best *cpuStepCells
+	cached, _ := db.stepCells.Get(b)
+	for _, c := range []*cpuStepCells{b.warmSteps.Load(), cached} {
+		if c != nil && c.serves(r, step, idle) && (best == nil || c.step > best.step) {
+			best = c
 		}
 	}
-	c, err := db.cpuStepCells(b, step, phase, idle)
+	if best != nil {
+		return best, nil
+	}
+	c, err := db.cpuStepCells(b, step, r.From%step, idle, r)
 	if err != nil {
 		return nil, err
 	}
-	b.cpuSteps.Store(c)
+	db.stepCells.Remove(b)
+	db.stepCells.AddIf(b, c, func() bool { return !b.retired.Load() })
 	return c, nil
 }
 
-// cpuStepCells computes b's cells for steps of step at phase from its
-// per-CPU summary section. The caller holds a reference to b.
-func (db *DB) cpuStepCells(b *Block, step, phase int64, idle bool) (*cpuStepCells, error) {
+// cpuStepCells computes b's cells for steps of step at phase over r from
+// its per-CPU summary section. The caller holds a reference to b.
+func (db *DB) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) (*cpuStepCells, error) {
 	if err := b.header(); err != nil {
 		return nil, err
 	}
@@ -333,66 +359,77 @@ func (db *DB) cpuStepCells(b *Block, step, phase int64, idle bool) (*cpuStepCell
 	if err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
+	c := &cpuStepCells{step: step, phase: phase, idle: idle, from: r.From, to: r.To}
 	bucket := int64(summaryBucket) * 1000
-	c := &cpuStepCells{step: step, phase: phase, idle: idle}
-	if len(sum.cells) == 0 {
+	// The entries in r with samples to count, their steps and CPUs.
+	in := func(e summaryCell) (int64, uint32, bool) {
+		t := (sum.base + int64(e.bucket)) * bucket
+		n := e.count
+		if !idle {
+			n -= e.idle
+		}
+		return floorDiv(t-phase, step), n, n > 0 && t >= r.From && t < r.To
+	}
+	var col []int32 // per CPU number: its index in c.cpus, plus one
+	k1 := int64(0)
+	for _, e := range sum.cells {
+		k, _, ok := in(e)
+		if !ok {
+			continue
+		}
+		if len(c.cpus) == 0 {
+			c.k0 = k
+		}
+		k1 = k
+		if int(e.key) >= len(col) {
+			col = append(col, make([]int32, int(e.key)+1-len(col))...)
+		}
+		if col[e.key] == 0 {
+			col[e.key] = 1
+			c.cpus = append(c.cpus, e.key)
+		}
+	}
+	if len(c.cpus) == 0 {
 		return c, nil
 	}
-	stepOf := func(e summaryCell) int64 { return floorDiv((sum.base+int64(e.bucket))*bucket-phase, step) }
-	// Cells are in bucket order, so steps ascend: count into a dense
-	// steps × CPUs array when it is not much larger than the cells
-	// (CPU numbers are dense), else into a map.
-	k0, k1 := stepOf(sum.cells[0]), stepOf(sum.cells[len(sum.cells)-1])
-	cpus := int64(0)
+	slices.Sort(c.cpus)
+	for j, cpu := range c.cpus {
+		col[cpu] = int32(j + 1)
+	}
+	// Entries are in bucket order, so k0 and k1 are the first and last
+	// steps: the counts cover the block's span in r, gaps included.
+	c.counts = make([]uint32, (k1-c.k0+1)*int64(len(c.cpus)))
 	for _, e := range sum.cells {
-		cpus = max(cpus, int64(e.key)+1)
-	}
-	count := func(e summaryCell) uint32 {
-		if idle {
-			return e.count
-		}
-		return e.count - e.idle
-	}
-	if size := (k1 - k0 + 1) * cpus; size <= 4*int64(len(sum.cells))+1024 {
-		dense := make([]uint32, size)
-		for _, e := range sum.cells {
-			dense[(stepOf(e)-k0)*cpus+int64(e.key)] += count(e)
-		}
-		for i, n := range dense {
-			if n > 0 {
-				c.cells = append(c.cells, cpuStepCell{k: k0 + int64(i)/cpus, cpu: uint32(int64(i) % cpus), n: n})
-			}
-		}
-	} else {
-		type key struct {
-			k   int64
-			cpu uint32
-		}
-		counts := map[key]uint32{}
-		for _, e := range sum.cells {
-			if n := count(e); n > 0 {
-				counts[key{stepOf(e), e.key}] += n
-			}
-		}
-		for k, n := range counts {
-			c.cells = append(c.cells, cpuStepCell{k: k.k, cpu: k.cpu, n: n})
+		if k, n, ok := in(e); ok {
+			c.counts[(k-c.k0)*int64(len(c.cpus))+int64(col[e.key]-1)] += n
 		}
 	}
-	c.cells = slices.Clip(c.cells)
 	return c, nil
 }
 
-// addCPUSteps adds a block's cells in r on the CPUs f keeps to acc.
-// r.From is a multiple of the step plus the cells' phase and r is whole
-// steps, so every cell lies wholly inside or outside r.
+// addCPUSteps adds the cells of c in r on the CPUs f keeps to acc, in
+// steps of step (a whole multiple of c.step). r.From is a multiple of
+// c.step plus c's phase and r is whole steps, so every cell lies wholly
+// inside or outside r and inside one step.
 func addCPUSteps(acc *cpuAcc, c *cpuStepCells, f *Filter, r Range, step, weight int64) {
-	first := floorDiv(r.From-c.phase, step)
-	for _, e := range c.cells {
-		if len(f.CPUs) > 0 && !slices.Contains(f.CPUs, e.cpu) {
-			continue
-		}
-		if s := e.k - first; s >= 0 && s < int64(acc.steps) {
-			acc.add(e.cpu, int(s), int64(e.n), weight)
+	if len(c.cpus) == 0 {
+		return
+	}
+	keep := make([]bool, len(c.cpus))
+	for j, cpu := range c.cpus {
+		keep[j] = len(f.CPUs) == 0 || slices.Contains(f.CPUs, cpu)
+	}
+	first, per := floorDiv(r.From-c.phase, c.step), step/c.step
+	ncpu := int64(len(c.cpus))
+	k0 := max(c.k0, first)
+	k1 := min(c.k0+int64(len(c.counts))/ncpu, first+int64(acc.steps)*per)
+	for k := k0; k < k1; k++ {
+		s := int((k - first) / per)
+		row := c.counts[(k-c.k0)*ncpu : (k-c.k0+1)*ncpu]
+		for j, n := range row {
+			if n > 0 && keep[j] {
+				acc.add(c.cpus[j], s, int64(n), weight)
+			}
 		}
 	}
 }

@@ -59,6 +59,10 @@ type Options struct {
 	// index of their own: the memory of a DB does not grow with the data
 	// it retains.
 	IndexCacheBytes int64
+	// StepCellsBytes bounds the fleet overview's per-CPU cells kept for
+	// steps the warming (DB.WarmCPUSteps) does not serve, a zoom's, in
+	// bytes (default 16 MiB); see NodeCPUSteps.
+	StepCellsBytes int64
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
 	MaxEvents int
@@ -155,6 +159,9 @@ type DB struct {
 	// index evicted stays in memory while its chunks are cached.
 	chunks  *lru.Cache[chunkKey, *Table]
 	indexes *lru.Cache[*Block, *blockIndex]
+	// stepCells caches each block's fleet overview cells of the last step
+	// asked that its warm cells do not serve, bounded by their memory.
+	stepCells *lru.Cache[*Block, *cpuStepCells]
 	// maxMergedThreadBytes is maxMergedThreadBytes, lowered by tests.
 	maxMergedThreadBytes int64
 
@@ -222,6 +229,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = defaultIndexCacheBytes
 	}
+	if opts.StepCellsBytes <= 0 {
+		opts.StepCellsBytes = defaultStepCellsBytes
+	}
 	if len(opts.Sources) > 0 && !opts.ReadOnly {
 		return nil, errors.New("open: block sources other than the data directory need a read-only DB")
 	}
@@ -237,6 +247,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.sourceErr = make([]atomic.Pointer[error], len(db.sources))
 	db.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
 	db.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
+	db.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
 	db.maxMergedThreadBytes = maxMergedThreadBytes
 	switch {
 	case dir == "":

@@ -332,6 +332,7 @@ func (db *DB) retire(b *Block) {
 	b.retired.Store(true)
 	db.chunks.RemoveFunc(func(k chunkKey) bool { return k.block == b })
 	db.indexes.Remove(b)
+	db.stepCells.Remove(b)
 	db.unwarm(b)
 	b.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 	"unsafe"
@@ -31,8 +32,8 @@ type WarmResult struct {
 // yet warm for step, and keeps the block's cells for steps of step at
 // phase 0 (the steps of an overview whose range is aligned to its step,
 // as the web API aligns it) beside the cells the last query asked for: a
-// fleet overview of every thread at that step then reads no block at all,
-// the first after a start included. The cells kept this way have a
+// fleet overview of every thread at that step, or at any whole multiple
+// of it, then reads no block at all, the first after a start included. The cells kept this way have a
 // budget of Options.IndexCacheBytes of their own, beside the index
 // cache's: past it the remaining blocks stay cold (counted as Pending) and
 // are read by the query that needs them, as without warming. Between blocks it yields the processor, so that the
@@ -86,7 +87,7 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 		if b.retired.Load() {
 			continue
 		}
-		c, cerr := db.cpuStepCells(b, step, 0, false)
+		c, cerr := db.cpuStepCells(b, step, 0, false, Range{From: math.MinInt64, To: math.MaxInt64})
 		if errors.Is(cerr, ErrUnavailable) {
 			err = cerr
 			break
@@ -113,7 +114,7 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 
 // bytes approximates the memory c holds.
 func (c *cpuStepCells) bytes() int64 {
-	return int64(unsafe.Sizeof(*c)) + int64(cap(c.cells))*int64(unsafe.Sizeof(cpuStepCell{}))
+	return int64(unsafe.Sizeof(*c)) + 4*int64(cap(c.cpus)+cap(c.counts))
 }
 
 // unwarm drops b's warm cells (b leaves the DB).
