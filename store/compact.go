@@ -21,20 +21,31 @@ var levelFactors = []int64{1, 10, 60, 360}
 // memory.
 const maxCompactedSamples = 200_000_000
 
-// maxMergedThreadBytes bounds the thread and summary sections (uncompressed)
-// of the blocks one merge reads, and so the memory it takes: a merge holds
-// its parents' indexes and builds the merged one, about ten times these
-// bytes at peak. They are what grows with time and churn (a thread per
-// process, a summary entry per thread per 10 s); strings, frames and stacks
-// grow with the code that ran and mostly repeat from block to block. A node
-// under heavy process churn therefore keeps smaller blocks, rather than
-// spiking by hundreds of MB every 2 or 12 hours.
-const maxMergedThreadBytes = 4 << 20
+// maxMergedIndexBytes bounds the index sections (uncompressed: strings,
+// frames, stacks, threads, both summaries and cgroups) of the blocks one
+// merge takes on, and so its memory: the merge builds the merged tables
+// and summaries in memory, since they are written after the chunks, and
+// they can be as large as its parents' together (under process churn
+// nothing repeats: a thread, a command, a cgroup and often a stack per
+// process). TestTwoHourMergeUnderChurnIsBounded measures about ten times
+// these bytes at peak. A merged block's index is also what a query must
+// hold to read it, so the bound keeps every block's index small enough
+// for the index cache. A window whose blocks pass the bound is merged in
+// runs of consecutive blocks within it: a node under heavy churn keeps
+// more, smaller blocks instead of spiking by hundreds of MB every 2 or 12
+// hours.
+const maxMergedIndexBytes = 4 << 20
 
-// threadBytes is the uncompressed size of a block's thread and summary
-// sections.
-func (b *Block) threadBytes() int64 {
-	return int64(b.sections[sectionThreads].raw) + int64(b.sections[sectionSummary].raw)
+// indexBytes is the uncompressed size of a block's index sections: all
+// but the chunks and the chunk index.
+func (b *Block) indexBytes() int64 {
+	n := int64(0)
+	for kind, s := range b.sections {
+		if kind != sectionChunks {
+			n += int64(s.raw)
+		}
+	}
+	return n
 }
 
 // compact runs one compaction plan after another, as at time now, until
@@ -91,16 +102,34 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			g := groups[k]
-			samples, threadBytes := 0, int64(0)
-			for _, b := range g {
-				samples += b.Meta.Samples
-				threadBytes += b.threadBytes()
-			}
-			if len(g) >= 2 && samples <= maxCompactedSamples && threadBytes <= db.maxMergedThreadBytes {
-				return g
+			if run := mergeRun(groups[k], db.maxMergedIndexBytes); run != nil {
+				return run
 			}
 		}
+	}
+	return nil
+}
+
+// mergeRun returns the first run of two or more blocks of one window,
+// consecutive in time, whose samples and index bytes together stay within
+// the bounds of a merge; nil if there is none. A window within the bounds
+// is one run.
+func mergeRun(window []*Block, maxIndexBytes int64) []*Block {
+	window = slices.Clone(window)
+	slices.SortStableFunc(window, func(a, b *Block) int { return cmp.Compare(a.Meta.MinTime, b.Meta.MinTime) })
+	start, samples, bytes := 0, 0, int64(0)
+	for i, b := range window {
+		if samples+b.Meta.Samples > maxCompactedSamples || bytes+b.indexBytes() > maxIndexBytes {
+			if i-start >= 2 {
+				return window[start:i]
+			}
+			start, samples, bytes = i, 0, 0
+		}
+		samples += b.Meta.Samples
+		bytes += b.indexBytes()
+	}
+	if len(window)-start >= 2 {
+		return window[start:]
 	}
 	return nil
 }

@@ -162,8 +162,8 @@ type DB struct {
 	// stepCells caches each block's fleet overview cells of the last step
 	// asked that its warm cells do not serve, bounded by their memory.
 	stepCells *lru.Cache[*Block, *cpuStepCells]
-	// maxMergedThreadBytes is maxMergedThreadBytes, lowered by tests.
-	maxMergedThreadBytes int64
+	// maxMergedIndexBytes is maxMergedIndexBytes, lowered by tests.
+	maxMergedIndexBytes int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -248,7 +248,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
 	db.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
 	db.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
-	db.maxMergedThreadBytes = maxMergedThreadBytes
+	db.maxMergedIndexBytes = maxMergedIndexBytes
 	switch {
 	case dir == "":
 		// Other sources only: no directory, WAL or events of its own.

@@ -158,24 +158,42 @@ func TestCompactionKeepsEverySample(t *testing.T) {
 	}
 }
 
-// TestCompactionBoundsThreadTables checks that blocks whose thread and
-// summary sections together pass the merge bound are left unmerged, and
-// that below it they merge.
-func TestCompactionBoundsThreadTables(t *testing.T) {
+// TestCompactionBoundsIndexBytes checks that blocks whose index sections
+// together pass the merge bound are left unmerged, that a window over it
+// is merged in runs within it, and that below it the window merges whole.
+func TestCompactionBoundsIndexBytes(t *testing.T) {
 	db, want := sealedBlocks(t, synth.Config{Seconds: 100, Stacks: 50})
 	before := db.Stats().Blocks
 	db.mu.RLock()
-	one := db.blocks[0].threadBytes()
-	db.mu.RUnlock()
-	if before < 5 || one <= 0 {
-		t.Fatalf("%d blocks, the first with %d bytes of threads and summary", before, one)
+	smallest, largest := db.blocks[0].indexBytes(), int64(0)
+	for _, b := range db.blocks {
+		smallest, largest = min(smallest, b.indexBytes()), max(largest, b.indexBytes())
 	}
-	db.maxMergedThreadBytes = 2*one - 1 // no two blocks fit
+	db.mu.RUnlock()
+	if before < 5 || smallest <= 0 {
+		t.Fatalf("%d blocks, the smallest with %d bytes of index", before, smallest)
+	}
+	db.maxMergedIndexBytes = 2*smallest - 1 // no two blocks fit
 	db.Maintain()
 	if st := db.Stats(); st.Compactions != 0 || st.Blocks != before {
 		t.Fatalf("over the bound: %d compactions, %d blocks of %d", st.Compactions, st.Blocks, before)
 	}
-	db.maxMergedThreadBytes = maxMergedThreadBytes
+	// Room for two or three blocks a merge: runs, each within the bound.
+	db.maxMergedIndexBytes = 3 * largest
+	db.Maintain()
+	st := db.Stats()
+	if st.Compactions == 0 || st.Blocks >= before || st.Blocks <= 1 {
+		t.Fatalf("runs within the bound: %d compactions, %d blocks of %d", st.Compactions, st.Blocks, before)
+	}
+	db.mu.RLock()
+	for _, b := range db.blocks {
+		if b.Meta.Level > 1 && len(b.Meta.Parents) > 3 {
+			t.Errorf("block %s merged %d parents, more than a bound of 3 blocks' index allows", b.Meta.ID, len(b.Meta.Parents))
+		}
+	}
+	db.mu.RUnlock()
+	sameSamples(t, all(t, db, Filter{}), want)
+	db.maxMergedIndexBytes = maxMergedIndexBytes
 	db.Maintain()
 	if st := db.Stats(); st.Compactions == 0 || st.Blocks >= before {
 		t.Fatalf("under the bound: %d compactions, %d blocks of %d", st.Compactions, st.Blocks, before)
