@@ -264,8 +264,8 @@ type blockWriter struct {
 	rows     []int32
 	buf      []byte
 	chunks   []chunkRef
-	summary  map[summaryKey]*summaryEntry
-	perCPU   map[cpuKey]*summaryEntry
+	summary  bucketCounts // per thread
+	perCPU   bucketCounts
 	idle     lazyIdle
 	samples  int
 	minTime  int64
@@ -273,14 +273,50 @@ type blockWriter struct {
 	lastTime int64
 }
 
-type summaryKey struct {
-	bucket int64
-	thread uint32
+// bucketCounts counts samples per key (a thread, or a CPU) in the summary's
+// 10 s buckets. Samples come in time order, so a bucket is complete once a
+// later one starts: its entries are then sorted by key and appended to the
+// finished ones, and only the current bucket's keys are in a map. A merge
+// of many blocks under churn (a thread per process) so holds 24 bytes per
+// entry, not a map entry and a pointer each.
+type bucketCounts struct {
+	done    []summaryEntry // in bucket, then key order
+	current []summaryEntry // the current bucket's, in the order first seen
+	index   map[uint32]int // key -> index in current
 }
 
-type cpuKey struct {
-	bucket int64
-	cpu    uint32
+func (c *bucketCounts) add(bucket int64, key uint32, idle bool) {
+	if len(c.current) > 0 && c.current[0].bucket != bucket {
+		c.flush()
+	}
+	i, ok := c.index[key]
+	if !ok {
+		if c.index == nil {
+			c.index = map[uint32]int{}
+		}
+		i = len(c.current)
+		c.current = append(c.current, summaryEntry{bucket: bucket, key: key})
+		c.index[key] = i
+	}
+	e := &c.current[i]
+	e.count++
+	if idle {
+		e.idle++
+	}
+}
+
+// flush moves the current bucket's entries, sorted, to the finished ones.
+func (c *bucketCounts) flush() {
+	slices.SortFunc(c.current, func(a, b summaryEntry) int { return cmp.Compare(a.key, b.key) })
+	c.done = append(c.done, c.current...)
+	c.current = c.current[:0]
+	clear(c.index)
+}
+
+// entries returns every entry, in bucket, then key order.
+func (c *bucketCounts) entries() []summaryEntry {
+	c.flush()
+	return c.done
 }
 
 func newBlockWriter(path string) (*blockWriter, error) {
@@ -288,8 +324,7 @@ func newBlockWriter(path string) (*blockWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder(), summary: map[summaryKey]*summaryEntry{},
-		perCPU: map[cpuKey]*summaryEntry{}}
+	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder()}
 	w.idle.t = &w.tables.T
 	w.d.write([]byte(blockMagic))
 	return w, nil
@@ -313,24 +348,10 @@ func (w *blockWriter) add(m *remap, i int) error {
 	w.chunk.Thread = append(w.chunk.Thread, thread)
 	w.chunk.Stack = append(w.chunk.Stack, stack)
 
-	k := summaryKey{floorDiv(micros(time), summaryBucket), thread}
-	e := w.summary[k]
-	if e == nil {
-		e = &summaryEntry{bucket: k.bucket, key: thread}
-		w.summary[k] = e
-	}
-	ck := cpuKey{k.bucket, t.CPU[i]}
-	ce := w.perCPU[ck]
-	if ce == nil {
-		ce = &summaryEntry{bucket: ck.bucket, key: ck.cpu}
-		w.perCPU[ck] = ce
-	}
-	e.count++
-	ce.count++
-	if w.idle.isIdle(thread, stack) {
-		e.idle++
-		ce.idle++
-	}
+	bucket := floorDiv(micros(time), summaryBucket)
+	idle := w.idle.isIdle(thread, stack)
+	w.summary.add(bucket, thread, idle)
+	w.perCPU.add(bucket, t.CPU[i], idle)
 	if len(w.chunk.Time) == chunkSamples {
 		w.flushChunk()
 	}
@@ -382,16 +403,20 @@ func groupByCPU(rows []int32, cpus []uint32) []int32 {
 // trailer, and syncs the file.
 func (w *blockWriter) finish() error {
 	w.flushChunk()
-	t := &w.tables.T
+	// Only the tables are left to write: the collector may take the
+	// interning maps, as large as the tables, while they are encoded.
+	tables := w.tables.T
+	t := &tables
+	w.tables, w.idle = nil, lazyIdle{}
 	var sections [numSections + 1]section
 	sections[sectionStrings] = w.d.section(encodeStrings(t))
 	sections[sectionFrames] = w.d.section(encodeFrames(t))
 	sections[sectionStacks] = w.d.section(encodeStacks(t))
 	sections[sectionThreads] = w.d.section(encodeThreads(t))
 	sections[sectionChunks] = w.d.section(encodeChunkIndex(w.chunks))
-	sections[sectionSummary] = w.d.section(encodeSummary(sortedEntries(w.summary)))
+	sections[sectionSummary] = w.d.section(encodeSummary(w.summary.entries()))
 	sections[sectionCgroups] = w.d.section(encodeCgroups(t))
-	sections[sectionCPUSummary] = w.d.section(encodeSummary(sortedEntries(w.perCPU)))
+	sections[sectionCPUSummary] = w.d.section(encodeSummary(w.perCPU.entries()))
 
 	toc := make([]byte, 0, numSections*21)
 	for kind := 1; kind <= numSections; kind++ {
@@ -531,19 +556,6 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-// sortedEntries returns a summary's entries (per thread or per CPU) in
-// bucket, then key order.
-func sortedEntries[K comparable](m map[K]*summaryEntry) []summaryEntry {
-	entries := make([]summaryEntry, 0, len(m))
-	for _, e := range m {
-		entries = append(entries, *e)
-	}
-	slices.SortFunc(entries, func(a, b summaryEntry) int {
-		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.key, b.key))
-	})
-	return entries
 }
 
 // encodeSummary encodes a summary's entries, sorted.

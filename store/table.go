@@ -3,8 +3,8 @@ package store
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -113,10 +113,11 @@ func (t *Table) snapshot() *Table {
 
 // Builder appends samples to a Table, interning as it goes.
 type Builder struct {
-	T        Table
-	strings  map[string]uint32
-	frames   map[sample.Frame]uint32
-	stacks   map[string]uint32
+	T       Table
+	strings map[string]uint32
+	frames  map[Frame]uint32
+	// stacks finds a stack from a hash of its frame ids (see internStack).
+	stacks   map[uint64]uint32
 	threads  map[Thread]uint32
 	cgroups  map[uint64]uint32 // cgroup id -> Thread.Meta
 	stackKey []byte
@@ -150,8 +151,8 @@ type newEntries interface {
 func NewBuilder() *Builder {
 	b := &Builder{
 		strings: map[string]uint32{},
-		frames:  map[sample.Frame]uint32{},
-		stacks:  map[string]uint32{},
+		frames:  map[Frame]uint32{},
+		stacks:  map[uint64]uint32{},
 		threads: map[Thread]uint32{},
 		cgroups: map[uint64]uint32{},
 		byHash:  map[uint64]uint32{},
@@ -179,17 +180,19 @@ func (b *Builder) internString(s string) uint32 {
 	return id
 }
 
+// internFrame returns the id of f, adding it the first time. Frames are
+// keyed by their strings' ids: 24 bytes a frame, where keying them by
+// their strings took 64 (a merge under churn interns a frame or more per
+// process).
 func (b *Builder) internFrame(f *sample.Frame) uint32 {
-	if id, ok := b.frames[*f]; ok {
-		return id
-	}
 	fr := Frame{Function: b.internString(f.Function), Module: b.internString(f.Module),
 		BuildID: b.internString(f.BuildID), Kind: f.Kind, Address: f.Address}
+	if id, ok := b.frames[fr]; ok {
+		return id
+	}
 	id := uint32(len(b.T.Frames))
 	b.T.Frames = append(b.T.Frames, fr)
-	// Keyed by the table's copies of the strings (see internString).
-	b.frames[sample.Frame{Function: b.T.Strings[fr.Function], Module: b.T.Strings[fr.Module],
-		BuildID: b.T.Strings[fr.BuildID], Kind: f.Kind, Address: f.Address}] = id
+	b.frames[fr] = id
 	if b.onNew != nil {
 		b.onNew.newFrame(fr)
 	}
@@ -209,27 +212,36 @@ func (b *Builder) addString(s string) {
 func (b *Builder) addFrame(f Frame) {
 	id := uint32(len(b.T.Frames))
 	b.T.Frames = append(b.T.Frames, f)
-	sf := sample.Frame{Function: b.T.Strings[f.Function], Module: b.T.Strings[f.Module],
-		BuildID: b.T.Strings[f.BuildID], Kind: f.Kind, Address: f.Address}
-	if _, dup := b.frames[sf]; !dup {
-		b.frames[sf] = id
+	if _, dup := b.frames[f]; !dup {
+		b.frames[f] = id
 	}
 }
 
-// internStack interns a stack of frame ids (leaf first).
+// internStack interns a stack of frame ids (leaf first). The stacks map
+// is keyed by a hash of the ids, not by a copy of them: a stack whose hash
+// another stack took tries the next value, and so on (nothing is ever
+// removed, so the first free value ends the search). That is 16 bytes a
+// stack in the map, where a key of its own took 60 to 150.
 func (b *Builder) internStack(ids []uint32) uint32 {
 	key := b.stackKey[:0]
 	for _, id := range ids {
 		key = binary.LittleEndian.AppendUint32(key, id)
 	}
 	b.stackKey = key
-	if id, ok := b.stacks[unsafe.String(unsafe.SliceData(key), len(key))]; ok {
-		return id
+	h := maphash.Bytes(b.seed, key)
+	for ; ; h++ {
+		id, ok := b.stacks[h]
+		if !ok {
+			break
+		}
+		if slices.Equal(b.T.StackOf(id), ids) {
+			return id
+		}
 	}
 	id := uint32(b.T.NumStacks())
 	b.T.StackFrames = append(b.T.StackFrames, ids...)
 	b.T.StackStart = append(b.T.StackStart, uint32(len(b.T.StackFrames)))
-	b.stacks[string(key)] = id
+	b.stacks[h] = id
 	if b.onNew != nil {
 		b.onNew.newStack(ids)
 	}
