@@ -28,24 +28,48 @@ import (
 // cache entry of a retired block, caches within their limits, and the
 // cache's accounting true. At the end the Go heap and the directory's size
 // must be where they were after the second day.
+//
+// It runs twice: "steady", a few new processes a block among recurring
+// commands and stacks, and "churn", where every sample is a process of its
+// own (its own command, cgroup and leaf frame), as under 200 short-lived
+// processes a second, with the merge bound lowered to 30 blocks' index so
+// that compaction merges in runs as it does under real churn: then no
+// block may hold more index than a merge may take on.
 func TestWeekFastForward(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a week of 2-minute blocks takes a few seconds to tens of seconds; skipped with -short")
 	}
+	t.Run("steady", func(t *testing.T) { weekFastForward(t, false) })
+	t.Run("churn", func(t *testing.T) { weekFastForward(t, true) })
+}
+
+func weekFastForward(t *testing.T, churn bool) {
 	const (
 		block      = 2 * time.Minute
 		retention  = 24 * time.Hour
 		week       = 7 * 24 * time.Hour
-		samplesPer = 40 // per 2-minute block
-		procsPer   = 8  // new processes per block
 		chunkLimit = 40_000
 		indexLimit = 2 << 20
 		maxEvents  = 500
 		// Retention keeps a 12-hour block until its newest sample is a
 		// day old: at most 3 of them, then in the open 12-hour window at
 		// most 6 2-hour blocks, 10 20-minute and 10 2-minute ones.
-		maxBlocksBound = 3 + 6 + 10 + 10
+		windowBlocks = 3 + 6 + 10 + 10
+		// Under churn a merge takes on at most runBlocks blocks' index.
+		runBlocks = 30
 	)
+	samplesPer, procsPer := 40, 8 // per 2-minute block
+	maxBlocksBound := windowBlocks
+	if churn {
+		samplesPer, procsPer = 150, 150
+		// Runs of consecutive blocks: two neighbouring runs hold more
+		// than the bound, so the blocks of the retained day and of the
+		// open 12- and 2-hour windows (one block a 2-minute block's
+		// worth) make at most twice their worth in runs, one more per
+		// window.
+		worth := int((retention + 14*time.Hour) / block)
+		maxBlocksBound = 2*worth/runBlocks + windowBlocks
+	}
 	dir := memDir(t)
 	var warnings bytes.Buffer // compaction failures and the like
 	db, err := Open(dir, Options{Source: "node", PeriodNs: int64(time.Second / 99), BlockDuration: block,
@@ -70,22 +94,27 @@ func TestWeekFastForward(t *testing.T) {
 		maxChunkSamples          int
 		maxIndexBytes            int64
 		maxIndexes, maxChunkEnts int
+		maxBlockIndex            int64
 	)
 	for i := range blocks {
 		t0 := start.Add(time.Duration(i) * block)
 		for j := range samplesPer {
 			p := pid + uint32(j%procsPer)
-			s := sample.Sample{Time: t0.Add(time.Duration(j) * block / samplesPer).UnixNano(), CPU: uint32(j % 4),
+			s := sample.Sample{Time: t0.Add(time.Duration(j) * block / time.Duration(samplesPer)).UnixNano(), CPU: uint32(j % 4),
 				PID: p, TID: p, Comm: fmt.Sprintf("job-%d", p%97), CgroupID: uint64(5000 + i%300),
 				Stack: []sample.Frame{
 					{Function: fmt.Sprintf("hot_%d", j%20), Module: "/usr/bin/app", Address: uint64(0x1000 + j%20), Kind: sample.KindUser},
 					{Function: "main", Module: "/usr/bin/app", Address: 0x100, Kind: sample.KindUser},
 				}}
+			if churn { // a process of its own: command, cgroup, leaf frame
+				s.Comm, s.CgroupID = fmt.Sprintf("churn-%d", p), uint64(1_000_000+p)
+				s.Stack[0].Address = uint64(p) * 16
+			}
 			if err := db.Append(&s); err != nil {
 				t.Fatal(err)
 			}
 		}
-		pid += procsPer
+		pid += uint32(procsPer)
 		if err := db.AppendEvent(events.Event{Time: t0.UnixNano(), Source: "test", Severity: events.Warning, Text: "block " + fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
@@ -100,6 +129,11 @@ func TestWeekFastForward(t *testing.T) {
 		db.cutLocked()
 		db.mu.Unlock()
 		awaitSealed(t, db)
+		if churn && i == 0 {
+			db.mu.RLock()
+			db.maxMergedIndexBytes = runBlocks * db.blocks[0].indexBytes()
+			db.mu.RUnlock()
+		}
 		db.maintainAt(now)
 
 		if i%15 == 14 { // every 30 synthetic minutes: what a UI asks
@@ -141,6 +175,16 @@ func TestWeekFastForward(t *testing.T) {
 			db.mu.RUnlock()
 			t.Fatalf("at %v: %d blocks, want at most %d with a retention of %v (compaction or retention stopped); warnings: %s", elapsed, st.blocks, maxBlocksBound, retention, warnings.String())
 		}
+		// No block holds more index than a merge may take on (a little
+		// more: merged ids take longer varints than their parents').
+		db.mu.RLock()
+		for _, b := range db.blocks {
+			maxBlockIndex = max(maxBlockIndex, b.indexBytes())
+			if b.Meta.Level > 1 && b.indexBytes() > db.maxMergedIndexBytes*9/8 {
+				t.Errorf("at %v: block %s (level %d, %d parents) has %d bytes of index, a merge may take on %d", elapsed, b.Meta.ID, b.Meta.Level, len(b.Meta.Parents), b.indexBytes(), db.maxMergedIndexBytes)
+			}
+		}
+		db.mu.RUnlock()
 		if s := db.Stats(); s.Events > maxEvents {
 			t.Fatalf("at %v: %d events kept, want at most %d", elapsed, s.Events, maxEvents)
 		}
@@ -163,10 +207,14 @@ func TestWeekFastForward(t *testing.T) {
 		}
 	}
 	st := db.Stats()
+	cgroups := 300
+	if churn {
+		cgroups = int(pid - 1000)
+	}
 	t.Logf("a week of %d 2-minute blocks (%d samples, %d processes, %d cgroups), 1 day retained: %d cuts, %d compactions, %d blocks deleted by retention, %d events deleted",
-		blocks, st.Appended, pid-1000, 300, st.Cuts, st.Compactions, st.RetentionDrop, st.EventsDropped)
-	t.Logf("over %d hourly checks past the first day: at most %d blocks, %d bytes on disk, %d open files in the directory, chunk cache %d entries / %d samples (limit %d), index cache %d entries / %d bytes (limit %d)",
-		checks, maxBlocks, maxDisk, maxFDs, maxChunkEnts, maxChunkSamples, chunkLimit, maxIndexes, maxIndexBytes, indexLimit)
+		blocks, st.Appended, pid-1000, cgroups, st.Cuts, st.Compactions, st.RetentionDrop, st.EventsDropped)
+	t.Logf("over %d hourly checks past the first day: at most %d blocks (bound %d), the largest block index %d bytes (merge bound %d), %d bytes on disk, %d open files in the directory, chunk cache %d entries / %d samples (limit %d), index cache %d entries / %d bytes (limit %d)",
+		checks, maxBlocks, maxBlocksBound, maxBlockIndex, db.maxMergedIndexBytes, maxDisk, maxFDs, maxChunkEnts, maxChunkSamples, chunkLimit, maxIndexes, maxIndexBytes, indexLimit)
 	t.Logf("Go heap in use after GC: %.2f MB after 2 days, %.2f MB after 7; directory %d bytes after 2 days", mb(day2Heap), mb(endHeap), day2Disk)
 	if checks != int((week-retention)/time.Hour) {
 		t.Fatalf("%d checks, want %d", checks, (week-retention)/time.Hour)
