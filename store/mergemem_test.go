@@ -148,7 +148,7 @@ func TestTwoHourMergeUnderChurnIsBounded(t *testing.T) {
 	// Runs of consecutive blocks, each within the bound: the fewest blocks
 	// the bound allows, give or take one.
 	if most := int(2*indexBytes/maxMergedIndexBytes) + 1; st.Compactions < 2 || st.Blocks > most {
-		t.Errorf("%d compactions left %d blocks, want at most %d for %d bytes of index", st.Compactions, st.Blocks, most, indexBytes)
+		t.Errorf("%d compactions left %d blocks, want runs within the bound: 2 compactions or more, at most %d blocks for %d bytes of index", st.Compactions, st.Blocks, most, indexBytes)
 	}
 	if peak > peakBound {
 		t.Errorf("the merges of a 2-hour window under churn took %.1f MB of heap at peak, want at most %.0f MB", mb(peak), mb(peakBound))
