@@ -1,7 +1,6 @@
 package symbolize
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -111,10 +110,11 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binEntry {
 		return fail(err)
 	}
 	defer f.Close()
-	ef, err := elf.NewFile(f)
+	ef, closeELF, err := openELF(f)
 	if err != nil {
 		return fail(err)
 	}
+	defer closeELF()
 	key := binKey{buildID: readBuildID(ef)}
 	if key.buildID == "" {
 		key = binKey{dev: id.dev, ino: id.ino, size: id.size, mtime: id.mtime}

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"debug/elf"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -46,6 +47,11 @@ type segment struct {
 // under debugDir, if installed; else those of .dynsym. perf does the same,
 // so both name functions alike (libc's write is __GI___libc_write with its
 // debug file, write without). Go binaries add those of .gopclntab.
+//
+// The sections of a file opened over its mapping (openELF) are read in
+// place, and the candidates' names point into them: nothing but the
+// table's own copy of the names outlives the load, and a fault reading
+// them (the file truncated meanwhile) is an error.
 func loadBinary(f *elf.File, buildID, debugDir string) (*binaryFile, error) {
 	b := &binaryFile{buildID: buildID}
 	for _, p := range f.Progs {
@@ -53,43 +59,58 @@ func loadBinary(f *elf.File, buildID, debugDir string) (*binaryFile, error) {
 			b.loads = append(b.loads, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
 		}
 	}
-
-	cands, err := readFuncSymbols(f, elf.SHT_SYMTAB)
-	if err != nil {
-		return nil, fmt.Errorf("read .symtab: %w", err)
-	}
-	if len(cands) == 0 {
-		cands = debugFileSymbols(debugDir, buildID)
-	}
-	if len(cands) == 0 {
-		if cands, err = readFuncSymbols(f, elf.SHT_DYNSYM); err != nil {
-			return nil, fmt.Errorf("read .dynsym: %w", err)
+	err := catchFaults(func() error {
+		cands, err := readFuncSymbols(f, elf.SHT_SYMTAB)
+		if err != nil {
+			return fmt.Errorf("read .symtab: %w", err)
 		}
-	}
-	if cands, err = addGoFuncs(cands, f); err != nil {
+		if len(cands) == 0 {
+			var closeDebug func()
+			cands, closeDebug = debugFileSymbols(debugDir, buildID)
+			defer closeDebug() // once the names are copied
+		}
+		if len(cands) == 0 {
+			if cands, err = readFuncSymbols(f, elf.SHT_DYNSYM); err != nil {
+				return fmt.Errorf("read .dynsym: %w", err)
+			}
+		}
+		if cands, err = addGoFuncs(cands, f); err != nil {
+			return err
+		}
+		b.tab = buildSymtab(cands)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	b.tab = buildSymtab(cands)
 	return b, nil
 }
 
 // debugFileSymbols returns the function symbols of the separate debug file
 // of the binary with this GNU build id, or none when it is not installed or
-// unreadable. A separate debug file keeps the binary's virtual addresses.
-func debugFileSymbols(debugDir, buildID string) []candidate {
+// unreadable, and the function to call once their names are no longer
+// read (they may point into the file's mapping). A separate debug file
+// keeps the binary's virtual addresses.
+func debugFileSymbols(debugDir, buildID string) ([]candidate, func()) {
+	none := func() {}
 	if debugDir == "" || len(buildID) < 3 || strings.ContainsRune(buildID, '/') {
-		return nil
+		return nil, none
 	}
-	df, err := elf.Open(filepath.Join(debugDir, ".build-id", buildID[:2], buildID[2:]+".debug"))
+	f, err := os.Open(filepath.Join(debugDir, ".build-id", buildID[:2], buildID[2:]+".debug"))
 	if err != nil {
-		return nil
+		return nil, none
 	}
-	defer df.Close()
+	defer f.Close()
+	df, closeDF, err := openELF(f)
+	if err != nil {
+		return nil, none
+	}
 	cands, err := readFuncSymbols(df, elf.SHT_SYMTAB)
 	if err != nil {
-		return nil
+		closeDF()
+		return nil, none
 	}
-	return cands
+	return cands, closeDF
 }
 
 // readFuncSymbols returns the defined function symbols (STT_FUNC and
@@ -97,6 +118,8 @@ func debugFileSymbols(debugDir, buildID string) []candidate {
 // SHT_DYNSYM, or none when it has no such table. The table is read in
 // place: unlike elf.File.Symbols, no elf.Symbol is built, nor string
 // allocated, for each of its symbols, most of which are not functions.
+// The names point into the string table: into the file's mapping, if it
+// was opened over one (see loadBinary).
 func readFuncSymbols(f *elf.File, typ elf.SectionType) ([]candidate, error) {
 	i := slices.IndexFunc(f.Sections, func(s *elf.Section) bool { return s.Type == typ })
 	if i < 0 {
@@ -106,15 +129,17 @@ func readFuncSymbols(f *elf.File, typ elf.SectionType) ([]candidate, error) {
 	if sec.Link == 0 || int(sec.Link) >= len(f.Sections) {
 		return nil, fmt.Errorf("section %s links to no string table (%d)", sec.Name, sec.Link)
 	}
-	data, err := sec.Data()
+	data, err := sectionData(sec)
 	if err != nil {
 		return nil, fmt.Errorf("section %s: %w", sec.Name, err)
 	}
-	strs, err := f.Sections[sec.Link].Data()
+	strs, err := sectionData(f.Sections[sec.Link])
 	if err != nil {
 		return nil, fmt.Errorf("string table of %s: %w", sec.Name, err)
 	}
-	names := string(strs) // one string that all names share
+	// One string that all names share: the string table in place, or its
+	// copy, which nothing else holds.
+	names := unsafe.String(unsafe.SliceData(strs), len(strs))
 
 	// An entry is Elf64_Sym (name, info, other, section, value, size) or
 	// Elf32_Sym (name, value, size, info, other, section); the first one

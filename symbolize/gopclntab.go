@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"unsafe"
 )
 
 // Magic numbers of the .gopclntab formats of Go 1.18 and of Go 1.20 and
@@ -32,7 +33,11 @@ func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 	if sec == nil {
 		return cands, nil
 	}
-	goFuncs, offsets, err := readGoFuncs(sec, sec.Size, f.ByteOrder, len(cands))
+	var r io.ReaderAt = sec
+	if data, ok := mappedSection(sec); ok {
+		r = inMemory(data)
+	}
+	goFuncs, offsets, err := readGoFuncs(r, sec.Size, f.ByteOrder, len(cands))
 	if err != nil {
 		return cands, fmt.Errorf("read .gopclntab: %w", err)
 	}
@@ -62,7 +67,8 @@ func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 // addresses are offsets from the text start (Go 1.18+). Of a Go 1.18+
 // table, only the function names are read whole; the function table and
 // the functions' records are read through small windows, and the line and
-// PC-value tables, most of the section, not at all.
+// PC-value tables, most of the section, not at all. When r is inMemory,
+// the names and tables are read in place, and the names point into it.
 func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int) ([]candidate, bool, error) {
 	// The header: magic, 2 pad bytes, the minimum instruction size and
 	// the pointer size, then 8 words (runtime.pcHeader).
@@ -119,11 +125,18 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int) 
 			return nil, false, fmt.Errorf("name table: %w", err)
 		}
 	}
-	nameTab := make([]byte, namesEnd-namesStart)
-	if _, err := r.ReadAt(nameTab, int64(namesStart)); err != nil {
-		return nil, false, fmt.Errorf("name table: %w", err)
+	var nameTab []byte
+	if mem, ok := r.(inMemory); ok && namesEnd <= uint64(len(mem)) {
+		nameTab = mem[namesStart:namesEnd]
+	} else {
+		nameTab = make([]byte, namesEnd-namesStart)
+		if _, err := r.ReadAt(nameTab, int64(namesStart)); err != nil {
+			return nil, false, fmt.Errorf("name table: %w", err)
+		}
 	}
-	names := string(nameTab) // one string that all names share
+	// One string that all names share: the table in place, or its copy,
+	// which nothing else holds.
+	names := unsafe.String(unsafe.SliceData(nameTab), len(nameTab))
 	cands := make([]candidate, 0, int(nfunc)+spare)
 	end, err := funcTab.uint32(0)
 	for i := uint64(0); i < nfunc && err == nil; i++ {
@@ -158,7 +171,8 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int) 
 
 // window reads 4-byte words of a part of a section through a buffer that
 // slides over it: words read in increasing order read that part once,
-// without holding it all in memory.
+// without holding it all in memory. The buffer of a part of an inMemory
+// section is the part itself.
 type window struct {
 	r     io.ReaderAt
 	start uint64 // where the part starts in the section
@@ -173,7 +187,11 @@ type window struct {
 const windowSize = 32 << 10
 
 func newWindow(r io.ReaderAt, start, size uint64, order binary.ByteOrder) *window {
-	return &window{r: r, start: start, size: size, order: order}
+	w := &window{r: r, start: start, size: size, order: order}
+	if mem, ok := r.(inMemory); ok && start <= uint64(len(mem)) && size <= uint64(len(mem))-start {
+		w.buf = mem[start : start+size]
+	}
+	return w
 }
 
 // uint32 returns the word at offset off of the part.
@@ -197,9 +215,12 @@ func (w *window) uint32(off uint64) (uint32, error) {
 // readOldGoFuncs returns the functions of a table older than Go 1.18,
 // which holds absolute addresses, read with debug/gosym.
 func readOldGoFuncs(r io.ReaderAt, size uint64) ([]candidate, error) {
-	data, err := io.ReadAll(io.NewSectionReader(r, 0, int64(min(size, math.MaxInt64))))
-	if err != nil {
-		return nil, err
+	data, ok := r.(inMemory) // debug/gosym copies the names it returns
+	if !ok {
+		var err error
+		if data, err = io.ReadAll(io.NewSectionReader(r, 0, int64(min(size, math.MaxInt64)))); err != nil {
+			return nil, err
+		}
 	}
 	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, 0))
 	if err != nil {
