@@ -3,7 +3,7 @@
 // default 500 nodes × 24 h × 8 CPUs, against the target of the
 // overview drawn within 1 s.
 //
-//	go run ./bench/overview [-dir /var/tmp/heatscope-bench-overview] [-nodes 500] [-hours 24] [-runs 9]
+//	go run ./bench/overview [-dir /var/tmp/heatscope-bench-overview] [-nodes 500] [-hours 24] [-runs 9] [-minio-nodes 50]
 //
 // It builds (once) a data directory: one node's day of synthetic samples
 // (internal/synth, 8 CPUs at -hz, imported through the store's block
@@ -21,7 +21,11 @@
 // compact encoding the UI asks for and in JSON; cold again on a store
 // opened afresh, against the first request after serve's start-up warming
 // (web.Server.WarmFleetOverview) finished, and how long that warming
-// took; and in headless chromium,
+// took; after it, a request in other columns (the window 100 px narrower:
+// a coarser step the warm cells serve) and a zoom into an hour (a finer
+// step: cold, then again from the cache); with -minio-nodes, the same
+// through a real MinIO holding that many of the nodes; and in headless
+// chromium,
 // the fleet page's load as a click on Apply does it (request, response,
 // decoding and drawing of every row, and the part after the body
 // arrived), and its drawing alone (a sort change). The machine is shared:
@@ -39,6 +43,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -50,7 +55,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heatscope/heatscope/bench/internal/benchminio"
 	"github.com/heatscope/heatscope/bench/internal/benchweb"
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
@@ -67,6 +75,7 @@ func main() {
 	columns := flag.Int("columns", 0, "columns asked of the API (0: as many as the UI asks for at 1300 px)")
 	chromium := flag.String("chromium", "chromium", "the browser to drive")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the server is in this process) to this file")
+	minioNodes := flag.Int("minio-nodes", 0, "also put this many of the nodes in a real MinIO ($HEATSCOPE_MINIO) and measure the overview through it (0: no)")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -78,13 +87,13 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*dir, *nodes, *hours, *cpus, *hz, *runs, *columns, *chromium); err != nil {
+	if err := run(*dir, *nodes, *hours, *cpus, *hz, *runs, *columns, *minioNodes, *chromium); err != nil {
 		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
 }
 
-func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chromium string) error {
+func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNodes int, chromium string) error {
 	if _, err := os.Stat(filepath.Join(dir, "blocks")); err != nil {
 		if err := generate(dir, nodes, hours, cpus, hz); err != nil {
 			return fmt.Errorf("generate: %w", err)
@@ -122,19 +131,19 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	fmt.Printf("store opened in %v (block metas and chunk indexes)\n\n", opened.Round(time.Millisecond))
 	// The UI asks for the compact encoding; the JSON one is the API's
 	// default.
-	cold, compactSize, err := get(api+"&encoding=compact", compactAnswer)
+	cold, compact, err := get(api+"&encoding=compact", compactAnswer)
 	if err != nil {
 		return err
 	}
 	var warm, warmJSON []float64
-	var jsonSize int
+	var jsonBody []byte
 	for range runs {
 		d, _, err := get(api+"&encoding=compact", compactAnswer)
 		if err != nil {
 			return err
 		}
 		warm = append(warm, d)
-		d, jsonSize, err = get(api, jsonAnswer)
+		d, jsonBody, err = get(api, jsonAnswer)
 		if err != nil {
 			return err
 		}
@@ -143,28 +152,28 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	// The first request after a start, -runs times, each on a store
 	// opened afresh: without warming, and once serve's warming (at the
 	// step of this overview) finished; and how long the warming took.
-	var colds, warmings, afterWarm, otherStep []float64
-	for range runs {
-		d, err := firstRequest(dir, api, columns, false)
+	openDir := func() (*store.DB, func(), error) {
+		db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		colds = append(colds, d[0])
-		if d, err = firstRequest(dir, api, columns, true); err != nil {
-			return err
-		}
-		warmings, afterWarm, otherStep = append(warmings, d[0]), append(afterWarm, d[1]), append(otherStep, d[2])
+		return db, func() { db.Close() }, nil
 	}
-	fmt.Println("| measure | median (min-max) |")
-	fmt.Println("|---|---|")
-	fmt.Printf("| API, cold (first request: every block's per-CPU summary read) | %.0f ms |\n", cold)
-	fmt.Printf("| API, cold, on a store opened afresh (%d runs, no warming) | %s |\n", runs, benchweb.Stat(colds))
-	fmt.Printf("| warming at start (%d blocks' per-CPU summaries, one goroutine, %d runs) | %s |\n", st.Blocks, runs, benchweb.Stat(warmings))
-	fmt.Printf("| API, first request after the warming finished (%d runs) | %s |\n", runs, benchweb.Stat(afterWarm))
-	fmt.Printf("| API, then one in %d columns (another step: not warm, %d runs) | %s |\n", otherColumns(columns), runs, benchweb.Stat(otherStep))
+	if err := firstRequests(openDir, api, columns, runs, st.Blocks); err != nil {
+		return err
+	}
 	fmt.Printf("| API, warm, compact encoding as the UI asks (%d runs) | %s |\n", runs, benchweb.Stat(warm))
 	fmt.Printf("| API, warm, JSON (%d runs) | %s |\n", runs, benchweb.Stat(warmJSON))
-	fmt.Printf("| answer, %d columns | compact %.1f MB, JSON %.1f MB |\n", columns, float64(compactSize)/1e6, float64(jsonSize)/1e6)
+	fmt.Printf("| answer, %d columns | compact %.1f MB, JSON %.1f MB |\n", columns, float64(len(compact))/1e6, float64(len(jsonBody))/1e6)
+	fmt.Printf("\n(the first cold request, before the runs: %.0f ms)\n\n", cold)
+	if minioNodes > 0 {
+		load()
+		if err := throughMinIO(dir, minioNodes, runs, columns); err != nil {
+			return fmt.Errorf("minio: %w", err)
+		}
+		load()
+		fmt.Println()
+	}
 
 	bctx, exe, done, err := benchweb.Browser(chromium, 1300, 1000, 20*time.Minute)
 	if err != nil {
@@ -198,6 +207,8 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 		}
 		drawn = append(drawn, d)
 	}
+	fmt.Println("| measure | median (min-max) |")
+	fmt.Println("|---|---|")
 	fmt.Printf("| UI in headless %s: request to every row drawn (as Apply, %d runs) | %s |\n", filepath.Base(exe), runs, benchweb.Stat(loaded))
 	fmt.Printf("| UI: of which the request, to the body received | %s |\n", benchweb.Stat(received))
 	fmt.Printf("| UI: of which the body decoded and every row drawn | %s |\n", benchweb.Stat(decoded))
@@ -207,84 +218,233 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns int, chro
 	return nil
 }
 
-// firstRequest opens the store in dir afresh, serves it, and times (ms)
-// its first compact overview request to api's path; with warm, first the
-// warming serve does at start (web.Server.WarmFleetOverview in columns
-// columns), returned as the first figure, the request as the second, and
-// a request in other columns (another step, which the warming does not
-// cover) as the third.
-func firstRequest(dir, api string, columns int, warm bool) ([3]float64, error) {
-	var out [3]float64
-	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
-	if err != nil {
-		return out, err
-	}
-	defer db.Close()
-	srv, err := web.New(db, web.Options{Logger: benchweb.Quiet()})
-	if err != nil {
-		return out, err
-	}
-	if warm {
-		res, err := srv.WarmFleetOverview(context.Background(), columns)
-		if err != nil {
-			return out, err
-		}
-		if res.Pending > 0 || res.Warmed == 0 {
-			return out, fmt.Errorf("warming left %d blocks pending, warmed %d", res.Pending, res.Warmed)
-		}
-		out[0] = float64(res.Took.Microseconds()) / 1000
-	}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
+// firstRequests times, runs times, the first compact overview request to
+// api's path on a store open returns afresh, without warming; and on
+// another, the warming serve does at start (web.Server.WarmFleetOverview
+// in columns columns), the first request after it (which must read no
+// per-CPU summary), one in otherColumns (a coarser step of the ladder,
+// which must read none either), and a zoom into an hour in the middle of
+// the range in columns (a step finer than the warm one) twice: cold, then
+// from the cache. It prints them as table rows.
+func firstRequests(open func() (*store.DB, func(), error), api string, columns, runs, blocks int) error {
+	var colds, warmings, afterWarm, other, zoomCold, zoomWarm []float64
+	var res store.WarmResult
+	var otherStep, zoomStep float64
+	var zoomReads uint64
 	u, err := url.Parse(api)
 	if err != nil {
-		return out, err
+		return err
 	}
-	reads := db.Stats().CPUSummaryReads
-	d, _, err := get(ts.URL+u.RequestURI()+"&encoding=compact", compactAnswer)
-	if err != nil {
-		return out, err
+	for range runs {
+		for _, warm := range []bool{false, true} {
+			db, closeDB, err := open()
+			if err != nil {
+				return err
+			}
+			srv, err := web.New(db, web.Options{Logger: benchweb.Quiet()})
+			if err != nil {
+				closeDB()
+				return err
+			}
+			ts := httptest.NewServer(srv.Handler())
+			// request times one compact request and checks how many per-CPU
+			// summaries it read.
+			request := func(uri string, maxReads uint64) (float64, overviewHead, uint64, error) {
+				reads := db.Stats().CPUSummaryReads
+				d, b, err := get(ts.URL+uri+"&encoding=compact", compactAnswer)
+				if err != nil {
+					return 0, overviewHead{}, 0, err
+				}
+				more := db.Stats().CPUSummaryReads - reads
+				if more > maxReads {
+					return 0, overviewHead{}, 0, fmt.Errorf("%s read %d per-CPU summaries, at most %d expected", uri, more, maxReads)
+				}
+				h, err := compactHead(b)
+				return d, h, more, err
+			}
+			err = func() error {
+				if !warm {
+					d, _, _, err := request(u.RequestURI(), math.MaxInt)
+					colds = append(colds, d)
+					return err
+				}
+				if res, err = srv.WarmFleetOverview(context.Background(), columns); err != nil {
+					return err
+				}
+				if res.Pending > 0 || res.Warmed == 0 {
+					return fmt.Errorf("warming left %d blocks pending, warmed %d", res.Pending, res.Warmed)
+				}
+				warmings = append(warmings, float64(res.Took.Microseconds())/1000)
+				d, h, _, err := request(u.RequestURI(), 0)
+				if err != nil {
+					return err
+				}
+				afterWarm = append(afterWarm, d)
+				q := strings.Replace(u.RequestURI(), fmt.Sprintf("columns=%d", columns), fmt.Sprintf("columns=%d", otherColumns(columns)), 1)
+				d, oh, _, err := request(q, 0)
+				if err != nil {
+					return err
+				}
+				other, otherStep = append(other, d), oh.Step
+				from := h.Start + math.Round(float64(h.Columns)*h.Step/2/3600)*3600
+				q = fmt.Sprintf("%s&from=%.0f&to=%.0f", u.RequestURI(), from, from+3600)
+				d, zh, n, err := request(q, math.MaxInt)
+				if err != nil {
+					return err
+				}
+				zoomCold, zoomStep, zoomReads = append(zoomCold, d), zh.Step, n
+				d, _, _, err = request(q, 0)
+				zoomWarm = append(zoomWarm, d)
+				return err
+			}()
+			ts.Close()
+			closeDB()
+			if err != nil {
+				return err
+			}
+		}
 	}
-	if more := db.Stats().CPUSummaryReads - reads; warm && more > 0 {
-		return out, fmt.Errorf("the first request after warming read %d per-CPU summaries", more)
+	fmt.Println("| measure | median (min-max) |")
+	fmt.Println("|---|---|")
+	fmt.Printf("| API, cold, on a store opened afresh (%d runs, no warming) | %s |\n", runs, benchweb.Stat(colds))
+	fmt.Printf("| warming at start (%d blocks' per-CPU summaries at %v, %.1f MB of cells, one goroutine, %d runs) | %s |\n", blocks,
+		time.Duration(res.Step), float64(res.Bytes)/1e6, runs, benchweb.Stat(warmings))
+	fmt.Printf("| API, first request after the warming finished (%d runs) | %s |\n", runs, benchweb.Stat(afterWarm))
+	fmt.Printf("| API, then one in %d columns (100 px narrower: %g s a column, from the warm cells, %d runs) | %s |\n",
+		otherColumns(columns), otherStep, runs, benchweb.Stat(other))
+	fmt.Printf("| API, then a zoom into an hour in %d columns (%g s a column: %d summaries read, %d runs) | %s |\n",
+		columns, zoomStep, zoomReads, runs, benchweb.Stat(zoomCold))
+	fmt.Printf("| API, the same zoom again (from the step cells cache, %d runs) | %s |\n", runs, benchweb.Stat(zoomWarm))
+	return nil
+}
+
+// overviewHead is what the benchmark reads of an answer's JSON header.
+type overviewHead struct {
+	Start, Step float64
+	Columns     int
+}
+
+// compactHead reads the JSON header of a compact overview.
+func compactHead(b []byte) (overviewHead, error) {
+	var h overviewHead
+	n := int(binary.LittleEndian.Uint32(b[12:]))
+	if len(b) < 16+n {
+		return h, fmt.Errorf("a compact overview of %d bytes with a %d-byte header", len(b), n)
 	}
-	out[1] = d
-	if !warm {
-		out[0] = d
-		return out, nil
-	}
-	other := strings.Replace(u.RequestURI(), fmt.Sprintf("columns=%d", columns), fmt.Sprintf("columns=%d", otherColumns(columns)), 1)
-	if out[2], _, err = get(ts.URL+other+"&encoding=compact", compactAnswer); err != nil {
-		return out, err
-	}
-	return out, nil
+	return h, json.Unmarshal(b[16:16+n], &h)
 }
 
 // otherColumns is a column count near columns whose step differs: the
 // UI in a window 100 px narrower.
 func otherColumns(columns int) int { return max(columns-33, 1) }
 
-// get fetches url and returns how long it took (ms) and the body's size,
-// after check found the body an overview with nodes.
-func get(url string, check func([]byte) error) (float64, int, error) {
+// throughMinIO puts the blocks of the first nodes nodes of dir into a
+// real MinIO, as their recorders' shippers would, and measures the
+// overview of those nodes through it as firstRequests does, each run on a
+// bucket source opened afresh (no disk cache).
+func throughMinIO(dir string, nodes, runs, columns int) error {
+	tmp, err := os.MkdirTemp("/var/tmp", "heatscope-bench-overview-minio-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	srv, err := benchminio.Start(tmp, "overview")
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	ctx := context.Background()
+	bkt, err := bucket.Open(ctx, srv.Config("fleet"), bucket.Options{Component: "bench"})
+	if err != nil {
+		return err
+	}
+	defer bkt.Close()
+	t0 := time.Now()
+	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	if err != nil {
+		return err
+	}
+	blocks, size := 0, int64(0)
+	for _, e := range entries {
+		bdir := filepath.Join(dir, "blocks", e.Name())
+		m, err := store.ReadMeta(filepath.Join(bdir, "meta.json"))
+		if err != nil {
+			return err
+		}
+		var n int
+		if _, err := fmt.Sscanf(m.Node, "node-%d", &n); err != nil || n >= nodes {
+			continue
+		}
+		for _, f := range []string{"data", "meta.json"} {
+			if err := upload(ctx, bkt, m.Node+"/blocks/"+e.Name()+"/"+f, filepath.Join(bdir, f), &size); err != nil {
+				return err
+			}
+		}
+		blocks++
+	}
+	fmt.Printf("## Through MinIO: %d nodes, %d blocks, %.1f GB uploaded in %v\n\n", nodes, blocks, float64(size)/1e9, time.Since(t0).Round(time.Second))
+	// GETs and bytes per store opened: firstRequests opens them cold,
+	// warmed, cold, warmed, ….
+	var gets, getBytes [2][]float64
+	opened := 0
+	open := func() (*store.DB, func(), error) {
+		src := bucketstore.New(bkt, "minio", bucketstore.Options{Logger: benchweb.Quiet()})
+		db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: benchweb.Quiet()})
+		if err != nil {
+			return nil, nil, err
+		}
+		return db, func() {
+			st, k := src.Stats(), opened%2
+			gets[k], getBytes[k] = append(gets[k], float64(st.Gets)), append(getBytes[k], float64(st.GetBytes)/1e6)
+			opened++
+			db.Close()
+		}, nil
+	}
+	api := fmt.Sprintf("http://x/api/fleet/overview?columns=%d", columns)
+	if err := firstRequests(open, api, columns, runs, blocks); err != nil {
+		return err
+	}
+	fmt.Printf("| GETs (MB) of a store opened afresh, its metas and one cold request | %.0f (%.1f MB) |\n", benchweb.Median(gets[0]), benchweb.Median(getBytes[0]))
+	fmt.Printf("| GETs (MB) of a store opened afresh, its metas, the warming and the requests after it | %.0f (%.1f MB) |\n", benchweb.Median(gets[1]), benchweb.Median(getBytes[1]))
+	return nil
+}
+
+// upload puts the file at path into bkt as name, adding its size to size.
+func upload(ctx context.Context, bkt *bucket.Bucket, name, path string, size *int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	*size += fi.Size()
+	return bkt.Upload(ctx, name, f)
+}
+
+// get fetches url and returns how long it took (ms) and the body, after
+// check found the body an overview with nodes.
+func get(url string, check func([]byte) error) (float64, []byte, error) {
 	t0 := time.Now()
 	resp, err := http.Get(url)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	ms := float64(time.Since(t0).Microseconds()) / 1000
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
+		return 0, nil, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
 	}
 	if err := check(b); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w: %.200q", url, err, b)
+		return 0, nil, fmt.Errorf("%s: %w: %.200q", url, err, b)
 	}
-	return ms, len(b), nil
+	return ms, b, nil
 }
 
 // jsonAnswer checks a JSON overview holds nodes.
