@@ -479,12 +479,12 @@ func (db *DB) loadWAL() error {
 		period := cmp.Or(b.periodNs, db.opts.PeriodNs)
 		if db.opts.ReadOnly {
 			if b.T.Len() > 0 {
-				db.sealing = append(db.sealing, &sealingHead{table: &b.T, walSeq: seq, periodNs: period})
+				db.sealing = append(db.sealing, &sealingHead{table: b.table(), walSeq: seq, periodNs: period})
 			}
 			continue
 		}
 		if b.T.Len() > 0 {
-			if err := db.writeHead(&sealingHead{table: &b.T, walSeq: seq, periodNs: period}); err != nil {
+			if err := db.writeHead(&sealingHead{table: b.table(), walSeq: seq, periodNs: period}); err != nil {
 				return err
 			}
 		}
@@ -562,7 +562,7 @@ func (db *DB) cutLocked() {
 	if err := old.close(); err != nil {
 		db.log.Warn("closing WAL segment", "err", err)
 	}
-	sh := &sealingHead{table: &db.head.T, walSeq: old.seq, periodNs: db.head.periodNs}
+	sh := &sealingHead{table: db.head.table(), walSeq: old.seq, periodNs: db.head.periodNs}
 	db.sealing = append(db.sealing, sh)
 	db.cuts.Add(1)
 	if err := db.newHead(old.seq + 1); err != nil {

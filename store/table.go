@@ -163,6 +163,14 @@ func NewBuilder() *Builder {
 	return b
 }
 
+// table returns b's Table as it is now, for keeping once b is done with:
+// a copy, since a pointer to b.T would keep b's interning maps (as large as
+// the tables) for as long as the table is kept.
+func (b *Builder) table() *Table {
+	t := b.T
+	return &t
+}
+
 // internString returns the id of s, adding a copy of it the first time:
 // a name may be a slice of a larger string (a symbol table's names), which
 // the table must not keep alive past the symbolizer's cache.
