@@ -28,6 +28,11 @@ const (
 // The Go functions cover the Go text, each one up to the next: the ELF
 // symbols there only name the same functions again (assembly ones with an
 // ".abi0" suffix), and are dropped, which halves the symbols to sort.
+//
+// The result reuses cands when it can hold the ELF symbols left and the
+// Go functions: a .symtab names every Go function, so there is room. The
+// few function symbols of a stripped binary's .dynsym are added to the Go
+// functions instead, which readGoFuncs leaves room for.
 func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 	sec := f.Section(".gopclntab")
 	if sec == nil {
@@ -37,7 +42,11 @@ func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 	if data, ok := mappedSection(sec); ok {
 		r = inMemory(data)
 	}
-	goFuncs, offsets, err := readGoFuncs(r, sec.Size, f.ByteOrder, len(cands))
+	spare := len(cands)
+	if f.Section(".symtab") != nil {
+		spare = 0
+	}
+	goFuncs, offsets, err := readGoFuncs(r, sec.Size, f.ByteOrder, spare)
 	if err != nil {
 		return cands, fmt.Errorf("read .gopclntab: %w", err)
 	}
@@ -54,12 +63,21 @@ func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 	for _, fn := range goFuncs {
 		lo, hi = min(lo, fn.addr), max(hi, fn.addr+fn.size)
 	}
+	outside := cands[:0]
 	for _, c := range cands {
 		if c.addr < lo || c.addr >= hi {
-			goFuncs = append(goFuncs, c)
+			outside = append(outside, c)
 		}
 	}
-	return goFuncs, nil
+	switch {
+	case len(outside) == 0:
+		return goFuncs, nil
+	case cap(outside)-len(outside) >= len(goFuncs):
+		// No Go function shares an address with these symbols: their
+		// order does not matter.
+		return append(outside, goFuncs...), nil
+	}
+	return append(goFuncs, outside...), nil
 }
 
 // readGoFuncs returns the functions of a .gopclntab of size bytes read
