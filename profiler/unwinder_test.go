@@ -1,0 +1,50 @@
+package profiler
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/unwind"
+)
+
+// TestFillRowsThroughMemory fills a table map as load does, through its
+// memory, with more rows than fit a page, and reads every row back with
+// the map's own lookup (what the BPF program's bpf_map_lookup_elem sees),
+// as struct hs_row.
+func TestFillRowsThroughMemory(t *testing.T) {
+	bpftest.Require(t)
+	if got := binary.Size(bpf.ProfileHsRow{}); got != unwind.RowSize {
+		t.Fatalf("struct hs_row is %d bytes, unwind.RowSize %d", got, unwind.RowSize)
+	}
+	rows := make([]unwind.Row, 1000) // 16 000 bytes: four pages
+	for i := range rows {
+		rows[i] = unwind.Row{PC: uint64(0x1000 + 16*i), CFA: unwind.CFARSP, CFAOffset: int32(8 * (i%7 + 1)), RBP: unwind.RBPAtCFA, RBPOffset: -int32(16 + i%5*8)}
+	}
+	rows[999] = unwind.Row{PC: 0xfffffff0, CFA: unwind.CFAPLT, CFAOffset: 8, Threshold: 11}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{
+		Type: ebpf.Array, KeySize: 4, ValueSize: unwind.RowSize,
+		MaxEntries: uint32(len(rows)), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := fillRows(m, rows); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		var got bpf.ProfileHsRow
+		if err := m.Lookup(uint32(i), &got); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		want := bpf.ProfileHsRow{Pc: uint32(r.PC), CfaOff: int16(r.CFAOffset), RbpOff: int16(r.RBPOffset), Cfa: uint8(r.CFA), Rbp: uint8(r.RBP), Arg: r.Threshold}
+		if got != want {
+			t.Fatalf("row %d reads back as %+v, want %+v", i, got, want)
+		}
+	}
+}
