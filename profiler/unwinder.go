@@ -214,6 +214,12 @@ type unwinder struct {
 	// (decayed by half at every sweep): the tables of the most sampled
 	// processes are built first.
 	heat map[uint32]uint64
+	// asks holds the processes that asked for their mappings (taken out
+	// of unwind_pending at every poll) and were not read yet, and
+	// pendKeys and pendVals are the buffers they are taken into.
+	asks     map[uint32]ask
+	pendKeys []uint32
+	pendVals []uint64
 
 	mu    sync.Mutex
 	stats UnwindStats
@@ -242,6 +248,7 @@ func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodN
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
 		heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
+		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
 	}
 	u.stats.Enabled, u.stats.MaxBytes = true, maxBytes
 	u.wg.Go(u.run)
@@ -337,34 +344,31 @@ func (u *unwinder) poll(now time.Time) {
 	}
 	clear(u.newHeat)
 	u.mu.Unlock()
-	var pid uint32
-	var mm uint64
-	type req struct {
-		pid uint32
-		mm  uint64
-	}
-	var reqs []req
-	it := u.pending.Iterate()
-	for it.Next(&pid, &mm) {
-		reqs = append(reqs, req{pid, mm})
+	u.takePending(now)
+	var reqs []uint32
+	for pid, a := range u.asks {
+		if st := u.procList[pid]; st != nil && st.mm == a.mm && now.Sub(st.read) < refreshInterval {
+			continue // asked again too soon
+		}
+		if u.heat[pid] < askSamples && now.Sub(a.since) < askWait {
+			continue // maybe a short-lived process: not worth reading yet
+		}
+		reqs = append(reqs, pid)
 	}
 	// The most sampled first, for up to readBudget: at start, or under
 	// churn, hundreds of processes ask at once, and reading all their
 	// mappings before building anything held up the hot ones' tables.
-	// The rest stay pending for the next poll.
-	slices.SortFunc(reqs, func(a, b req) int { return cmp.Compare(u.heat[b.pid], u.heat[a.pid]) })
-	for i, r := range reqs {
+	// The rest wait for the next poll.
+	slices.SortFunc(reqs, func(a, b uint32) int { return cmp.Or(cmp.Compare(u.heat[b], u.heat[a]), cmp.Compare(a, b)) })
+	for i, pid := range reqs {
 		if u.closing() || i > 0 && time.Since(now) >= readBudget {
 			break
 		}
-		st := u.procList[r.pid]
-		if st != nil && st.mm == r.mm && now.Sub(st.read) < refreshInterval {
-			continue // asked again too soon: left pending for a later poll
+		mm := u.asks[pid].mm
+		delete(u.asks, pid)
+		if err := u.process(pid, mm, now); err != nil {
+			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
 		}
-		if err := u.process(r.pid, r.mm, now); err != nil {
-			u.log.Debug("unwind tables of a process", "pid", r.pid, "err", err)
-		}
-		_ = u.pending.Delete(r.pid)
 	}
 	for pid, st := range u.procList {
 		if !st.retry.IsZero() && now.After(st.retry) {
@@ -383,12 +387,61 @@ func (u *unwinder) poll(now time.Time) {
 	u.mu.Unlock()
 }
 
+// maxPending is the size of unwind_pending in bpf/profile.bpf.c.
+const maxPending = 1024
+
+// askSamples and askWait say when a process that asked for its mappings
+// is read: once it has this many samples, or has waited this long. Under
+// churn (200 short-lived processes a second) most processes are sampled
+// once and exit within a poll; reading each one's mappings and writing
+// its entry cost more of the agent's CPU than any other part of the
+// table walk once the tables were built. A busy process has its second
+// sample 10 ms after its first at 99 Hz.
+const (
+	askSamples = 2
+	askWait    = 500 * time.Millisecond
+)
+
+// ask is a process's request for its mappings: for the address space mm,
+// first seen then.
+type ask struct {
+	mm    uint64
+	since time.Time
+}
+
+// takePending moves the requests in unwind_pending into asks, emptying
+// the map with one batch system call (a process asks again, if it is
+// still sampled without an entry, once the map no longer holds it).
+func (u *unwinder) takePending(now time.Time) {
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := u.pending.BatchLookupAndDelete(&cursor, u.pendKeys, u.pendVals, nil)
+		for i := range n {
+			if a, ok := u.asks[u.pendKeys[i]]; !ok || a.mm != u.pendVals[i] {
+				u.asks[u.pendKeys[i]] = ask{mm: u.pendVals[i], since: now}
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return // all taken
+		}
+		if err != nil {
+			u.log.Debug("read the processes asking for unwind tables", "err", err)
+			return
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
 // sweep forgets the processes that have exited, and halves every
 // process's heat, so that the build order follows what is sampled now.
 func (u *unwinder) sweep() {
 	u.forgetExited()
 	for pid, n := range u.heat {
-		if _, known := u.procList[pid]; !known || n < 2 {
+		_, known := u.procList[pid]
+		_, asked := u.asks[pid]
+		if !known && !asked || n < 2 {
 			delete(u.heat, pid)
 		} else {
 			u.heat[pid] = n / 2
