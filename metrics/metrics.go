@@ -242,12 +242,13 @@ var (
 	descIndexBytes    = desc("store_index_cache_bytes", "Approximate memory of the block indexes (tables, summaries) cached for queries.")
 	descIndexReads    = desc("store_index_reads_total", "Block indexes read from disk for queries (index cache misses).")
 	descSummaryReads  = desc("store_cpu_summary_reads_total", "Blocks' per-CPU summaries read for the fleet overview (its cache misses, and the start-up warming's reads).")
-	descWarmBlocks    = desc("overview_warm_blocks", "Blocks whose per-CPU cells are warm for the fleet overview's default step (serve warms them at start and as blocks arrive).")
-	descWarmPending   = desc("overview_warm_pending", "Blocks still cold for the fleet overview's default step: warming is done when this is 0.")
+	descWarmBlocks    = desc("overview_warm_blocks", "Blocks whose per-CPU cells are warm for the fleet overview's warm step, which serves its first page and every coarser step (serve warms them at start and as blocks arrive).")
+	descWarmPending   = desc("overview_warm_pending", "Blocks still cold for the fleet overview's warm step: warming is done when this is 0.")
 	descWarmBytes     = desc("overview_warm_bytes", "Approximate memory of the warm per-CPU cells, bounded by the index cache's size.")
+	descStepCellBytes = desc("overview_step_cells_bytes", "Approximate memory of the fleet overview's per-CPU cells at steps the warm ones do not serve (zooms), bounded by 16 MiB.")
 	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
 		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads,
-		descSummaryReads, descWarmBlocks, descWarmPending, descWarmBytes}
+		descSummaryReads, descWarmBlocks, descWarmPending, descWarmBytes, descStepCellBytes}
 )
 
 // tableCollector is a collector whose metrics are read at scrape time, as
@@ -296,5 +297,6 @@ func storeTable(st store.Stats) []constMetric {
 		{descWarmBlocks, prometheus.GaugeValue, float64(st.OverviewWarmBlocks)},
 		{descWarmPending, prometheus.GaugeValue, float64(st.OverviewWarmPending)},
 		{descWarmBytes, prometheus.GaugeValue, float64(st.OverviewWarmBytes)},
+		{descStepCellBytes, prometheus.GaugeValue, float64(st.OverviewStepCellsBytes)},
 	}
 }

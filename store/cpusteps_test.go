@@ -352,8 +352,8 @@ func TestStepCellsCacheBounded(t *testing.T) {
 	if first < 2 {
 		t.Fatalf("the zoom read %d summaries, want those of the 2 or more blocks it overlaps", first)
 	}
-	entries, weight := db.stepCells.Len(), db.stepCells.Weight()
-	if entries != int(first) || weight > defaultStepCellsBytes {
+	entries, weight := db.stepCells.Len(), db.Stats().OverviewStepCellsBytes
+	if entries != int(first) || weight <= 0 || weight > defaultStepCellsBytes {
 		t.Fatalf("step cells: %d entries, %d bytes; want %d, at most %d", entries, weight, first, defaultStepCellsBytes)
 	}
 	largest := int64(0)
@@ -378,7 +378,7 @@ func TestStepCellsCacheBounded(t *testing.T) {
 	if _, _, err := small.NodeCPUSteps(ctx, zoom, 10*sec, &Filter{}); err != nil {
 		t.Fatal(err)
 	}
-	if n, w := small.stepCells.Len(), small.stepCells.Weight(); n != 1 || w > largest {
+	if n, w := small.stepCells.Len(), small.Stats().OverviewStepCellsBytes; n != 1 || w > largest {
 		t.Errorf("in a budget of %d bytes: %d entries, %d bytes", largest, n, w)
 	}
 	reads = small.Stats().CPUSummaryReads

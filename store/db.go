@@ -119,8 +119,11 @@ type Stats struct {
 	OverviewWarmBlocks  int
 	OverviewWarmPending int
 	OverviewWarmBytes   int64
-	Events              int    // system events kept
-	EventsDropped       uint64 // system events deleted by retention
+	// OverviewStepCellsBytes is the memory of the overview's cells at
+	// other steps (zooms), bounded by Options.StepCellsBytes.
+	OverviewStepCellsBytes int64
+	Events                 int    // system events kept
+	EventsDropped          uint64 // system events deleted by retention
 }
 
 // DB is a data directory: sealed blocks plus, for the recording source, an
@@ -873,6 +876,7 @@ func (db *DB) Stats() Stats {
 		s.Blocks, s.BlockBytes = db.closedBlocks, db.closedBytes
 	}
 	s.IndexesCached, s.IndexCacheBytes = db.indexes.Len(), db.indexes.Weight()
+	s.OverviewStepCellsBytes = db.stepCells.Weight()
 	s.IndexReads = db.indexReads.Load()
 	if db.head != nil {
 		s.HeadSamples = db.head.T.Len()
