@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -64,9 +65,10 @@ func BenchmarkSymbolize(b *testing.B) {
 	})
 }
 
-// BenchmarkLoadBinary loads the symbol table of this test binary (a
-// stripped Go binary: .gopclntab only), of the Go compiler (a large Go
-// binary with .symtab) and of libc (.dynsym), as a cache miss does: the
+// BenchmarkLoadBinary loads the symbol table of this test binary (a Go
+// binary with .symtab), of the Go compiler (a large one), of the compiler
+// stripped (.gopclntab and no .symtab, as distributions ship Go binaries)
+// and of libc (.dynsym), as a cache miss does: the
 // file opened, mapped, its build id read, its table built, then unmapped.
 // It reports the CPU time per load, the garbage collector's included.
 func BenchmarkLoadBinary(b *testing.B) {
@@ -74,9 +76,15 @@ func BenchmarkLoadBinary(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	compiler := filepath.Join(runtime.GOROOT(), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH, "compile")
+	stripped := filepath.Join(b.TempDir(), "compile")
+	if out, err := exec.Command("strip", "-o", stripped, compiler).CombinedOutput(); err != nil {
+		b.Logf("strip %s: %v\n%s", compiler, err, out)
+	}
 	for _, bc := range []struct{ name, path string }{
 		{"go-test-binary", exe},
-		{"go-compiler", filepath.Join(runtime.GOROOT(), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH, "compile")},
+		{"go-compiler", compiler},
+		{"go-compiler-stripped", stripped},
 		{"libc", "/lib/x86_64-linux-gnu/libc.so.6"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
