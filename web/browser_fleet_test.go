@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,26 @@ func TestBrowserFleetOverview(t *testing.T) {
 		chromedp.Click("#fleet-link"), fleetReady)
 	if !b.visible("#fleet-section") || len(rows()) != 4 {
 		t.Errorf("the fleet link did not bring the overview back: rows %v", rows())
+	}
+
+	// A day's range: the page draws the columns and the step of the
+	// ladder the API chose, at most as many as it asked for, and says the
+	// step in minutes.
+	day := fmt.Sprintf("#fleet&from=%s&to=%s", ftoa(float64(fleetStart)/1e9-23*3600), ftoa(float64(fleetStart)/1e9+3600))
+	b.run("a day's range", chromedp.Evaluate[chromedp.Void](`document.body.dataset.fleetReady = '0'`),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = %q`, day)), fleetReady)
+	type dayDrawn struct {
+		Step           float64
+		Columns, Asked int
+		Status         string
+	}
+	got := eval[dayDrawn](t, b.ctx, `(() => { const d = window.heatscopeFleet.data(); const c = document.getElementById('fleet-map');
+		return {Step: d.step, Columns: d.columns, Asked: Math.floor((Math.max(400, c.parentElement.clientWidth - 2) - 180) / 3),
+			Status: document.getElementById('fleet-status').textContent}; })()`)
+	if !slices.Contains(fleetLadder, time.Duration(got.Step*1e9)) || got.Step < 60 || got.Columns > got.Asked ||
+		got.Step*float64(got.Columns) < 24*3600 || !strings.Contains(got.Status, fmt.Sprintf("%g min a column", got.Step/60)) {
+		t.Errorf("a day in %d columns asked: %d of %g s drawn, status %q; want a step of the ladder, in minutes",
+			got.Asked, got.Columns, got.Step, got.Status)
 	}
 }
 

@@ -89,6 +89,16 @@ export function decodeOverview(buf, native = littleEndian) {
   return d;
 }
 
+// stepLabel says a column's length (seconds) in whole days, hours or
+// minutes when it is some, else in seconds: the API's steps are 10 s,
+// 20 s, 30 s, 1 min, 2 min, 4 min, … 1 h, … whole days.
+function stepLabel(sec) {
+  for (const [unit, len] of [['d', 86400], ['h', 3600], ['min', 60]]) {
+    if (sec >= len && sec % len === 0) return `${sec / len} ${unit}`;
+  }
+  return `${sec} s`;
+}
+
 // wanted says whether the page to show is the fleet overview: asked for
 // by the hash, or the first page of a server with several nodes.
 export function fleetWanted(nodes) {
@@ -215,7 +225,7 @@ export class Fleet {
     const d = this.data;
     const hidden = d.hidden ? `; ${d.hidden} nodes without a matching sample are not shown` : '';
     status.textContent = d.nodes.length
-      ? `${d.nodes.length} nodes, ${formatTime(d.start)} to ${formatTime(d.start + d.columns * d.step)}, ${d.step} s a column${hidden}`
+      ? `${d.nodes.length} nodes, ${formatTime(d.start)} to ${formatTime(d.start + d.columns * d.step)}, ${stepLabel(d.step)} a column${hidden}`
       : '';
     this.draw();
     // From the body's arrival to every row drawn (bench/overview reads it).
@@ -329,8 +339,8 @@ export class Fleet {
     }
     const total = this.state.value === 'total';
     label.textContent = total
-      ? `colour: total CPU time of the node per ${d.step} s column, in CPU-seconds (0 to ${this.maxTotal.toFixed(1)} CPU-s, the fleet's highest cell)`
-      : `colour: busy share of the node's busiest single CPU per ${d.step} s column (its CPU time ÷ ${d.step} s), 0 to 100%; white: no busy sample`;
+      ? `colour: total CPU time of the node per ${stepLabel(d.step)} column, in CPU-seconds (0 to ${this.maxTotal.toFixed(1)} CPU-s, the fleet's highest cell)`
+      : `colour: busy share of the node's busiest single CPU per ${stepLabel(d.step)} column (its CPU time ÷ ${stepLabel(d.step)}), 0 to 100%; white: no busy sample`;
     const w = 240;
     const ctx = sizeCanvas(canvas, w + 80, 16);
     for (let x = 0; x < w; x++) {
@@ -365,7 +375,7 @@ export class Fleet {
     const d = this.data;
     const n = c.node;
     const t0 = d.start + c.column * d.step;
-    const lines = [`${n.name}  ${formatTime(t0)} + ${d.step} s`];
+    const lines = [`${n.name}  ${formatTime(t0)} + ${stepLabel(d.step)}`];
     if (n.busiestCpu[c.column] < 0) lines.push('no sample');
     else {
       lines.push(`busiest CPU: ${n.busiestCpu[c.column]}, ${(100 * n.busiest[c.column]).toFixed(1)}% busy`);
