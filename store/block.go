@@ -134,6 +134,9 @@ func newBlockID(now time.Time) string {
 }
 
 // writeBlock writes t's samples as a block under dir and returns its meta.
+// The block's tables are t's own, as they are: t is a Builder's, each entry
+// once, and writing them again through a new Builder doubled a head's
+// memory while it was written.
 func writeBlock(dir string, meta Meta, t *Table) (Meta, error) {
 	order := make([]int32, t.Len())
 	for i := range order {
@@ -142,8 +145,8 @@ func writeBlock(dir string, meta Meta, t *Table) (Meta, error) {
 	// Heads arrive almost in time order; pdqsort with the index as a tie
 	// break is fast on that and deterministic.
 	slices.SortFunc(order, func(a, b int32) int { return cmp.Or(cmp.Compare(t.Time[a], t.Time[b]), cmp.Compare(a, b)) })
-	m := newRemap(t)
-	return writeBlockFrom(dir, meta, func(w *blockWriter) error {
+	m := &remap{src: t} // the writer keeps t's ids: nothing to map
+	return writeBlockFrom(dir, meta, t, func(w *blockWriter) error {
 		for _, i := range order {
 			if err := w.add(m, int(i)); err != nil {
 				return err
@@ -154,10 +157,12 @@ func writeBlock(dir string, meta Meta, t *Table) (Meta, error) {
 }
 
 // writeBlockFrom writes a block whose samples fill adds to a blockWriter in
-// time order. The block is written into "<id>.tmp", synced, and renamed
-// into place, so a crash leaves either the whole block or a .tmp directory
-// that Open removes.
-func writeBlockFrom(dir string, meta Meta, fill func(*blockWriter) error) (Meta, error) {
+// time order. The block's tables are tables, when given, and the samples
+// added keep their ids in it; otherwise the writer builds them from the
+// samples' own tables (a merge). The block is written into "<id>.tmp",
+// synced, and renamed into place, so a crash leaves either the whole block
+// or a .tmp directory that Open removes.
+func writeBlockFrom(dir string, meta Meta, tables *Table, fill func(*blockWriter) error) (Meta, error) {
 	now := time.Now()
 	meta.Version = FormatVersion
 	meta.ID = newBlockID(now)
@@ -171,7 +176,7 @@ func writeBlockFrom(dir string, meta Meta, fill func(*blockWriter) error) (Meta,
 		return meta, fmt.Errorf("write block %s: %w", meta.ID, err)
 	}
 	err := func() error {
-		w, err := newBlockWriter(filepath.Join(tmp, dataFile))
+		w, err := newBlockWriter(filepath.Join(tmp, dataFile), tables)
 		if err != nil {
 			return err
 		}
@@ -259,8 +264,9 @@ func (d *dataWriter) section(raw []byte) section {
 type blockWriter struct {
 	f        *os.File
 	d        *dataWriter
-	tables   *Builder
-	chunk    Table // sample columns of the chunk being filled
+	tables   *Builder // builds the block's tables from the samples' (a merge)
+	given    *Table   // or the block's tables, given whole (a head, an import)
+	chunk    Table    // sample columns of the chunk being filled
 	rows     []int32
 	buf      []byte
 	chunks   []chunkRef
@@ -319,13 +325,19 @@ func (c *bucketCounts) entries() []summaryEntry {
 	return c.done
 }
 
-func newBlockWriter(path string) (*blockWriter, error) {
+// newBlockWriter creates a block's data file at path. The block's tables
+// are tables when given (see writeBlockFrom), else built as samples come.
+func newBlockWriter(path string, tables *Table) (*blockWriter, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	w := &blockWriter{f: f, d: &dataWriter{w: f}, tables: NewBuilder()}
-	w.idle.t = &w.tables.T
+	w := &blockWriter{f: f, d: &dataWriter{w: f}, given: tables}
+	if tables == nil {
+		w.tables = NewBuilder()
+		tables = &w.tables.T
+	}
+	w.idle.t = tables
 	w.d.write([]byte(blockMagic))
 	return w, nil
 }
@@ -342,7 +354,10 @@ func (w *blockWriter) add(m *remap, i int) error {
 	}
 	w.lastTime, w.maxTime = time, time
 	w.samples++
-	thread, stack := w.tables.mapThread(m, t.Thread[i]), w.tables.mapStack(m, t.Stack[i])
+	thread, stack := t.Thread[i], t.Stack[i]
+	if w.given == nil {
+		thread, stack = w.tables.mapThread(m, thread), w.tables.mapStack(m, stack)
+	}
 	w.chunk.Time = append(w.chunk.Time, time)
 	w.chunk.CPU = append(w.chunk.CPU, t.CPU[i])
 	w.chunk.Thread = append(w.chunk.Thread, thread)
@@ -405,8 +420,11 @@ func (w *blockWriter) finish() error {
 	w.flushChunk()
 	// Only the tables are left to write: the collector may take the
 	// interning maps, as large as the tables, while they are encoded.
-	tables := w.tables.T
-	t := &tables
+	t := w.given
+	if t == nil {
+		tables := w.tables.T
+		t = &tables
+	}
 	w.tables, w.idle = nil, lazyIdle{}
 	var sections [numSections + 1]section
 	sections[sectionStrings] = w.d.section(encodeStrings(t))

@@ -147,7 +147,7 @@ func (db *DB) merge(blocks []*Block) error {
 		return err // plan groups blocks by period: not reached
 	}
 	peakOpen := 0
-	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), merged, func(w *blockWriter) (err error) {
+	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), merged, nil, func(w *blockWriter) (err error) {
 		peakOpen, err = mergeInTimeOrder(blocks, w)
 		return err
 	})

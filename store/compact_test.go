@@ -71,7 +71,7 @@ func TestMergeOfOverlappingParents(t *testing.T) {
 	}
 	out := t.TempDir()
 	var peak int
-	meta, err := writeBlockFrom(out, Meta{Source: "host", Level: 1}, func(w *blockWriter) (err error) {
+	meta, err := writeBlockFrom(out, Meta{Source: "host", Level: 1}, nil, func(w *blockWriter) (err error) {
 		peak, err = mergeInTimeOrder([]*Block{blocks[2], blocks[1], blocks[0]}, w)
 		return err
 	})

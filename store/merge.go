@@ -88,7 +88,7 @@ func MergeBlocks(ctx context.Context, src BlockSource, keys []string, dir string
 	if err != nil {
 		return Meta{}, err
 	}
-	meta, err := writeBlockFrom(dir, merged, func(w *blockWriter) error {
+	meta, err := writeBlockFrom(dir, merged, nil, func(w *blockWriter) error {
 		_, err := mergeInTimeOrder(blocks, w)
 		return err
 	})

@@ -163,8 +163,9 @@ func TestTwoHourMergeUnderChurnIsBounded(t *testing.T) {
 // minutes of churn), and checks what writing it takes beyond the head:
 // the sealed head kept a pointer into its Builder, and with it the
 // interning maps, while the block writer built its own tables beside
-// them (10.5 to 12.6 MB above a 9.0 MB head); now only the tables are
-// kept (3.7 to 5.3 MB).
+// them (10.5 to 12.6 MB above a 9.0 MB head). Now the sealed head keeps
+// its tables only (3.7 to 5.3 MB), and the writer writes them as they are
+// (0 to 4.1 MB, with the head's maps collected meanwhile).
 func TestHeadWriteUnderChurnIsBounded(t *testing.T) {
 	const threads = 24_000
 	db, err := Open(memDir(t), Options{Source: "node", PeriodNs: int64(time.Second / 99), BlockDuration: 2 * time.Minute, CallerTicks: true})
