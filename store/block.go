@@ -134,9 +134,10 @@ func newBlockID(now time.Time) string {
 }
 
 // writeBlock writes t's samples as a block under dir and returns its meta.
-// The block's tables are t's own, as they are: t is a Builder's, each entry
-// once, and writing them again through a new Builder doubled a head's
-// memory while it was written.
+// The block's tables are t's own, as they are (a Builder's: what its
+// samples were interned into), and its samples keep their ids: interning
+// them again through a new Builder doubled a head's tables in memory while
+// it was written.
 func writeBlock(dir string, meta Meta, t *Table) (Meta, error) {
 	order := make([]int32, t.Len())
 	for i := range order {
