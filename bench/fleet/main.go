@@ -22,8 +22,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -42,15 +40,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heatscope/heatscope/bench/internal/benchminio"
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketcompact"
 	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/events"
-	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -120,19 +116,10 @@ func ms(d time.Duration) string {
 }
 
 type bench struct {
-	dir, bin   string
-	endpoint   string
-	ak, sk     string
-	bucketName string
-	minio      *exec.Cmd
-	keep       bool
-	repeat     int
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+	dir, bin string
+	minio    *benchminio.Server
+	keep     bool
+	repeat   int
 }
 
 func freePort() int {
@@ -146,64 +133,28 @@ func freePort() int {
 
 // newBench starts MinIO on a free loopback port with a throwaway bucket.
 func newBench(keep bool) *bench {
-	bin, err := miniotest.Binary()
-	if err != nil {
-		log.Fatal(err)
-	}
 	dir, err := os.MkdirTemp("/var/tmp", "heatscope-bench-fleet-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	b := &bench{dir: dir, ak: "bench" + randHex(6), sk: randHex(16), bucketName: "fleet", keep: keep}
-	b.endpoint = fmt.Sprintf("127.0.0.1:%d", freePort())
-	b.minio = exec.Command(bin, "server", filepath.Join(dir, "minio"), "--address", b.endpoint, "--console-address", fmt.Sprintf("127.0.0.1:%d", freePort()), "--quiet")
-	b.minio.Env = append(os.Environ(), "MINIO_ROOT_USER="+b.ak, "MINIO_ROOT_PASSWORD="+b.sk, "MINIO_BROWSER=off")
-	logf, _ := os.Create(filepath.Join(dir, "minio.log"))
-	b.minio.Stdout, b.minio.Stderr = logf, logf
-	if err := b.minio.Start(); err != nil {
+	b := &bench{dir: dir, keep: keep}
+	if b.minio, err = benchminio.Start(dir, "fleet"); err != nil {
+		b.close()
 		log.Fatal(err)
-	}
-	mc, err := minio.New(b.endpoint, &minio.Options{Creds: credentials.NewStaticV4(b.ak, b.sk, "")})
-	if err != nil {
-		log.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = mc.MakeBucket(ctx, b.bucketName, minio.MakeBucketOptions{})
-		cancel()
-		if err == nil || minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.close()
-			log.Fatalf("MinIO did not start: %v (log: %s)", err, filepath.Join(dir, "minio.log"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	for _, f := range []string{"access-key", "secret-key"} {
-		v := map[string]string{"access-key": b.ak, "secret-key": b.sk}[f]
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0o600); err != nil {
-			log.Fatal(err)
-		}
 	}
 	return b
 }
 
 func (b *bench) close() {
-	if b.minio != nil && b.minio.Process != nil {
-		b.minio.Process.Kill()
-		b.minio.Wait()
+	if b.minio != nil {
+		b.minio.Stop()
 	}
 	if !b.keep {
 		os.RemoveAll(b.dir)
 	}
 }
 
-func (b *bench) config(prefix string) bucket.Config {
-	return bucket.Config{Provider: "s3", Bucket: b.bucketName, Endpoint: b.endpoint, Prefix: prefix, TLS: bucket.TLS{Insecure: true},
-		Credentials: bucket.Credentials{AccessKeyFile: filepath.Join(b.dir, "access-key"), SecretKeyFile: filepath.Join(b.dir, "secret-key")}}
-}
+func (b *bench) config(prefix string) bucket.Config { return b.minio.Config(prefix) }
 
 func (b *bench) configFile(prefix string) string {
 	c := b.config(prefix)
