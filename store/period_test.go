@@ -63,7 +63,10 @@ func checkPeriods(t *testing.T, what string, db *DB, change int64, want int) {
 // after compaction, which must not merge blocks of different periods.
 func TestEverySampleWeighsItsOwnPeriod(t *testing.T) {
 	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: "host", PeriodNs: period99, BlockDuration: 10 * time.Second})
+	// CallerTicks: no background tick may cut the 3-hour-old head between
+	// the Flush and the reader's Open below, which would leave the reader
+	// no WAL segment to replay.
+	db, err := Open(dir, Options{Source: "host", PeriodNs: period99, BlockDuration: 10 * time.Second, CallerTicks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
