@@ -27,6 +27,12 @@ type unwindResult struct {
 	// bpfUs is heatscope's BPF run time per sample (µs), cpu the
 	// sampler's CPU incl. BPF (% of one CPU), rss its peak RSS (MB).
 	bpfUs, cpu, rss float64
+	// steady is heatscope's CPU incl. BPF (% of one CPU) from steadyFrom
+	// after its start to the end of -duration (-1: not measured): without
+	// the start's fixed costs (loading the BPF programs, the kernel
+	// symbols, the tables), which a 20 s run spreads over few seconds
+	// and an always-on agent over days.
+	steady float64
 	// workload is the number of the workload's samples, main the share of
 	// them whose user stack reaches main.
 	workload int
@@ -54,7 +60,8 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	fmt.Printf("Workload: one `bench/sampler/testdata/nofp.c` (gcc -O2 -fomit-frame-pointer) per CPU, pinned; each sampler records alone, one after the other. " +
 		"Run 1 of heatscope --unwind dwarf starts with no cached table (it builds them), later runs read them from --cache-dir. " +
 		"\"reach main\": the workload's samples whose user stack has `main`; \"tables in\": the longest time over the workload's processes from a process's first sample to its first one that reaches main.\n\n")
-	fmt.Printf("| run | sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS | workload samples | reach main | tables in | load average (1 min) before, after |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("\"steady\": heatscope's CPU incl. BPF from %v after its start to the end of the run (its threads' on-CPU time, /proc/PID/task/*/schedstat; BPF time pro rata), leaving out the start's fixed costs.\n\n", steadyFrom)
+	fmt.Printf("| run | sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | steady | peak RSS | workload samples | reach main | tables in | load average (1 min) before, after |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]unwindResult{}
 	for i := range runs {
 		for j, s := range unwindSamplers {
@@ -69,9 +76,12 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 			}
 			after := loadAverage()
 			all[s] = append(all[s], r)
-			bpf, in := "-", "-"
+			bpf, in, steady := "-", "-", "-"
 			if strings.HasPrefix(s, "heatscope") {
 				bpf = fmt.Sprintf("%.2f", r.bpfUs)
+				if r.steady >= 0 {
+					steady = fmt.Sprintf("%.3f%%", r.steady)
+				}
 			}
 			if strings.HasSuffix(s, "dwarf") && strings.HasPrefix(s, "heatscope") {
 				in = "never"
@@ -79,11 +89,11 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 					in = r.tablesIn.Round(time.Millisecond).String()
 				}
 			}
-			fmt.Printf("| %d | %s | %.0f / %.0f = %.1f%% | %s | %.3f%% | %.1f MB | %d | %.1f%% | %s | %s, %s |\n", i+1, s, r.received, r.expected,
-				100*r.received/r.expected, bpf, r.cpu, r.rss, r.workload, 100*r.main, in, before, after)
+			fmt.Printf("| %d | %s | %.0f / %.0f = %.1f%% | %s | %.3f%% | %s | %.1f MB | %d | %.1f%% | %s | %s, %s |\n", i+1, s, r.received, r.expected,
+				100*r.received/r.expected, bpf, r.cpu, steady, r.rss, r.workload, 100*r.main, in, before, after)
 		}
 	}
-	fmt.Printf("\nMedians (range) over the runs:\n\n| sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | peak RSS, MB | reach main |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("\nMedians (range) over the runs:\n\n| sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | steady | peak RSS, MB | reach main |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range unwindSamplers {
 		rs := all[s]
 		stat := func(f func(unwindResult) float64) string {
@@ -93,12 +103,13 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 			}
 			return medianRange(v, "%.2f")
 		}
-		bpf := "-"
+		bpf, steady := "-", "-"
 		if strings.HasPrefix(s, "heatscope") {
 			bpf = stat(func(r unwindResult) float64 { return r.bpfUs })
+			steady = stat(func(r unwindResult) float64 { return r.steady }) + "%"
 		}
-		fmt.Printf("| %s | %s%% | %s | %s%% | %s | %s%% |\n", s, stat(func(r unwindResult) float64 { return 100 * r.received / r.expected }), bpf,
-			stat(func(r unwindResult) float64 { return r.cpu }), stat(func(r unwindResult) float64 { return r.rss }),
+		fmt.Printf("| %s | %s%% | %s | %s%% | %s | %s | %s%% |\n", s, stat(func(r unwindResult) float64 { return 100 * r.received / r.expected }), bpf,
+			stat(func(r unwindResult) float64 { return r.cpu }), steady, stat(func(r unwindResult) float64 { return r.rss }),
 			stat(func(r unwindResult) float64 { return 100 * r.main }))
 	}
 	fmt.Println("\nperf's CPU is `perf record`'s alone: it symbolizes and unwinds (for --call-graph dwarf) later, in `perf script`, which is not counted.")
@@ -141,7 +152,22 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return r, fmt.Errorf("%s: %w", sampler, err)
+	}
+	// The agent's own CPU from steadyFrom to d after its start: its
+	// recording starts after its set-up, so it still runs at d.
+	r.steady = -1
+	var from, to time.Duration
+	var errFrom, errTo error
+	if d > steadyFrom {
+		start := time.Now()
+		time.Sleep(steadyFrom)
+		from, errFrom = threadsCPU(cmd.Process.Pid)
+		time.Sleep(d - time.Since(start))
+		to, errTo = threadsCPU(cmd.Process.Pid)
+	}
+	if err := cmd.Wait(); err != nil {
 		return r, fmt.Errorf("%v\n%s", err, stderr.String())
 	}
 	u := usageOf(cmd.ProcessState)
@@ -155,12 +181,47 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 	r.received = float64(sum.received)
 	r.bpfUs = 1e6 * sum.bpfTime / math.Max(1, float64(sum.bpfRuns))
 	r.cpu = 100 * (u.cpu.Seconds() + sum.bpfTime) / d.Seconds()
+	if d > steadyFrom && errFrom == nil && errTo == nil {
+		r.steady = 100 * ((to - from).Seconds() + sum.bpfTime*(d-steadyFrom).Seconds()/d.Seconds()) / (d - steadyFrom).Seconds()
+	}
 	out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "perf-script", "-o", "-").Output()
 	if err != nil {
 		return r, fmt.Errorf("heatscope export: %w", err)
 	}
 	r.workload, r.main, r.tablesIn = scriptReachMain(out)
 	return r, nil
+}
+
+// steadyFrom is how long after its start the agent's steady CPU is
+// measured from: its set-up (the BPF programs' loads, the kernel symbols,
+// the first tables) takes about 0.3 s of CPU on the test machine.
+const steadyFrom = 5 * time.Second
+
+// threadsCPU returns the time the threads of process pid have spent on a
+// CPU (user and system), from /proc/PID/task/*/schedstat: to the
+// nanosecond, where /proc/PID/stat counts in clock ticks.
+func threadsCPU(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("threads of process %d: none found (%v)", pid, err)
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: empty", t)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", t, err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }
 
 // scriptReachMain reads heatscope's perf script export of the workload's
