@@ -220,6 +220,10 @@ type unwinder struct {
 	asks     map[uint32]ask
 	pendKeys []uint32
 	pendVals []uint64
+	// credit is the estimated build time the worker may spend now
+	// (afford), as of credited.
+	credit   time.Duration
+	credited time.Time
 
 	mu    sync.Mutex
 	stats UnwindStats
@@ -391,15 +395,18 @@ func (u *unwinder) poll(now time.Time) {
 const maxPending = 1024
 
 // askSamples and askWait say when a process that asked for its mappings
-// is read: once it has this many samples, or has waited this long. Under
+// is read: once it has this many samples, or has waited this long (it
+// asked at an earlier poll: the ring reader polls every 100 ms). Under
 // churn (200 short-lived processes a second) most processes are sampled
 // once and exit within a poll; reading each one's mappings and writing
 // its entry cost more of the agent's CPU than any other part of the
 // table walk once the tables were built. A busy process has its second
-// sample 10 ms after its first at 99 Hz.
+// sample 10 ms after its first at 99 Hz; one starved of CPU on a loaded
+// machine waits a poll more (500 ms delayed a signal-handling fixture's
+// tables past the end of its test at load 20).
 const (
 	askSamples = 2
-	askWait    = 500 * time.Millisecond
+	askWait    = 50 * time.Millisecond
 )
 
 // ask is a process's request for its mappings: for the address space mm,
@@ -639,6 +646,43 @@ func (u *unwinder) worthIt(job *buildJob, now time.Time) bool {
 		float64(now.Sub(job.queued))*waitShare >= cost
 }
 
+// estimate is about how long loading the table takes: compiling its
+// CFI, or a thirty-second of that from the cache.
+func (j *buildJob) estimate() time.Duration {
+	return time.Duration(j.cost() * compileNsPerByte)
+}
+
+// buildRate is the estimated time (buildJob.estimate) the worker may
+// spend building tables, as a share of one CPU over time, and buildBurst
+// how much it may spend at once after a quiet spell (at the agent's
+// start, or when a new program starts). worthIt bounds each table's cost
+// by its own processes' CPU, but not the sum: on a machine whose CPUs
+// are busy with new binaries (a build machine: compilers, test binaries,
+// a browser under test; load 22) the agent compiled 10 tables in a 36 s
+// recording, 0.26 s of CompileFile (--cpu-profile). The estimate, not
+// the time a build took, is charged: a build slowed down by a busy
+// machine would otherwise hold up every other table for minutes. libc's
+// 153 KB of .eh_frame is estimated at 15 ms, 10 MB of CFI at a second;
+// from the cache a thirty-second of that.
+const (
+	buildRate  = 0.005
+	buildBurst = time.Second
+)
+
+// afford reports whether the worker may now build a table estimated to
+// take est: the credit, refilled at buildRate up to buildBurst, covers
+// it, or is full (a table estimated beyond buildBurst waits for a full
+// credit, and takes it all).
+func (u *unwinder) afford(est time.Duration, now time.Time) bool {
+	if u.credited.IsZero() {
+		u.credit = buildBurst
+	} else if now.After(u.credited) {
+		u.credit = min(buildBurst, u.credit+time.Duration(float64(now.Sub(u.credited))*buildRate))
+	}
+	u.credited = now
+	return u.credit >= est || u.credit == buildBurst
+}
+
 // cost is about what loading the table takes, in bytes of CFI compiled.
 func (j *buildJob) cost() uint64 {
 	if j.cached {
@@ -664,6 +708,12 @@ func (u *unwinder) build(now time.Time) {
 		if !u.worthIt(job, now) {
 			continue // its processes' samples have not paid for it yet
 		}
+		est := job.estimate()
+		if !u.afford(est, now) {
+			u.log.Debug("unwind table waits for the build budget", "key", k, "estimate", est, "credit", u.credit)
+			break // in order: the cheaper ones after it do not overtake it
+		}
+		u.credit -= est
 		built++
 		delete(u.queue, k)
 		t0 := time.Now()

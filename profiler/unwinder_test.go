@@ -3,6 +3,7 @@ package profiler
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -45,6 +46,37 @@ func TestFillRowsThroughMemory(t *testing.T) {
 		want := bpf.ProfileHsRow{Pc: uint32(r.PC), CfaOff: int16(r.CFAOffset), RbpOff: int16(r.RBPOffset), Cfa: uint8(r.CFA), Rbp: uint8(r.RBP), Arg: r.Threshold}
 		if got != want {
 			t.Fatalf("row %d reads back as %+v, want %+v", i, got, want)
+		}
+	}
+}
+
+// TestBuildBudget: the worker starts with a full credit of buildBurst,
+// spends it on estimates, refills it at buildRate, and lets a table
+// estimated beyond buildBurst go only on a full credit.
+func TestBuildBudget(t *testing.T) {
+	u := &unwinder{}
+	now := time.Now()
+	steps := []struct {
+		after time.Duration // since the previous step
+		est   time.Duration
+		want  bool
+	}{
+		{0, 300 * time.Millisecond, true},                // full: 1 s
+		{0, 800 * time.Millisecond, false},               // 700 ms left
+		{20 * time.Second, 800 * time.Millisecond, true}, // 700 + 20 s × 0.5%
+		{0, 2 * time.Second, false},                      // 0 ms left
+		{199 * time.Second, 2 * time.Second, false},      // 995 ms: not full
+		{time.Second, 2 * time.Second, true},             // full again
+		{10 * time.Second, time.Millisecond, false},      // -1 s + 50 ms
+	}
+	for i, st := range steps {
+		now = now.Add(st.after)
+		got := u.afford(st.est, now)
+		if got != st.want {
+			t.Fatalf("step %d: afford(%v) with a credit of %v = %v, want %v", i, st.est, u.credit, got, st.want)
+		}
+		if got {
+			u.credit -= st.est
 		}
 	}
 }
