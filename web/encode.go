@@ -24,7 +24,7 @@ type reply struct {
 
 // json encodes v as the body. Values whose size the parameters bound are
 // encoded by encoding/json; flame graph trees, whose size only the data
-// bounds, use node and diffNode.
+// bounds, use node, diffNode and prediffNode.
 func (rep *reply) json(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -37,7 +37,7 @@ func (rep *reply) json(v any) error {
 	return nil
 }
 
-// encoded takes the output of node or diff as the body.
+// encoded takes the output of node, diff or prediffNode as the body.
 func (rep *reply) encoded(b []byte, err error) error {
 	if err != nil {
 		return err
@@ -114,16 +114,24 @@ func node(out []byte, n *query.Node, limit int) ([]byte, error) {
 // seconds.
 func diffNode(out []byte, n *query.DiffNode, limit int) ([]byte, error) {
 	return tree(out, n, limit, func(out []byte, n *query.DiffNode) []byte {
-		out = append(out, `"name":`...)
-		out = appendString(out, n.Name)
-		out = append(out, `,"kind":`...)
-		out = appendString(out, n.Kind)
-		for _, f := range diffFields(n) {
-			out = append(append(append(out, ",\""...), f.name...), "\":"...)
-			out = appendFloat(out, seconds(f.v))
-		}
-		return out
+		f := diffFields(n)
+		return appendDiffFields(out, n.Name, n.Kind, f[:])
 	}, func(n *query.DiffNode) []*query.DiffNode { return n.Children })
+}
+
+// appendDiffFields appends the own fields of a differential tree's node:
+// its name, its kind, then its figures, CPU times in nanoseconds, as
+// seconds.
+func appendDiffFields(out []byte, name, kind string, fields []intField) []byte {
+	out = append(out, `"name":`...)
+	out = appendString(out, name)
+	out = append(out, `,"kind":`...)
+	out = appendString(out, kind)
+	for _, f := range fields {
+		out = append(append(append(out, ",\""...), f.name...), "\":"...)
+		out = appendFloat(out, seconds(f.v))
+	}
+	return out
 }
 
 // intField is a named integer of an answer.

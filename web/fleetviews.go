@@ -341,24 +341,12 @@ func prediffMessage(p *params, o prediff.Options, res *prediff.Result) string {
 	return ""
 }
 
-// prediffTreeJSON is a node of the JSON encoding of
-// /api/fleet/prediff/diff, its figures in CPU-seconds.
-type prediffTreeJSON struct {
-	Name     string             `json:"name"`
-	Kind     string             `json:"kind"`
-	A        float64            `json:"a"`
-	B        float64            `json:"b"`
-	SelfA    float64            `json:"selfA"`
-	SelfB    float64            `json:"selfB"`
-	Children []*prediffTreeJSON `json:"children,omitempty"`
-}
-
-func prediffTree(n *prediff.TreeNode) *prediffTreeJSON {
-	out := &prediffTreeJSON{Name: n.Name, Kind: n.Kind, A: seconds(n.A), B: seconds(n.B), SelfA: seconds(n.SelfA), SelfB: seconds(n.SelfB)}
-	for _, c := range n.Children {
-		out.Children = append(out.Children, prediffTree(c))
-	}
-	return out
+// prediffNode appends a pre-event diff's tree as the nested JSON of
+// /api/fleet/prediff/diff, its CPU times in seconds.
+func prediffNode(out []byte, n *prediff.TreeNode, limit int) ([]byte, error) {
+	return tree(out, n, limit, func(out []byte, n *prediff.TreeNode) []byte {
+		return appendDiffFields(out, n.Name, n.Kind, []intField{{"a", n.A}, {"b", n.B}, {"selfA", n.SelfA}, {"selfB", n.SelfB}})
+	}, func(n *prediff.TreeNode) []*prediff.TreeNode { return n.Children })
 }
 
 // prediffDiff answers /api/fleet/prediff/diff: the differential flame
@@ -384,10 +372,11 @@ func (s *Server) prediffDiff(ctx context.Context, p *params, rep *reply) (store.
 		root = &prediff.TreeNode{Name: "root", Kind: "root"}
 	}
 	if !compact {
-		return warnings, rep.json(struct {
-			Unit string           `json:"unit"`
-			Root *prediffTreeJSON `json:"root"`
-		}{query.UnitCPUSeconds, prediffTree(root)})
+		out, err := prediffNode([]byte(`{"unit":"`+query.UnitCPUSeconds+`","root":`), root, rep.limit)
+		if err == nil {
+			out = append(out, '}')
+		}
+		return warnings, rep.encoded(out, err)
 	}
 	header := cpuDiffHeader(intField{"totalA", root.A}, intField{"totalB", root.B})
 	return warnings, rep.binary(compactTree(compactDiffMagic, root, 6, rep.limit, header, func(n *prediff.TreeNode, nums []float64) (string, string) {

@@ -6,12 +6,14 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/fleetfixture"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/prediff"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -152,16 +154,24 @@ func TestPrediffAPI(t *testing.T) {
 	if !nearly(got.A, 8) || !nearly(got.B, 8) || got.Functions[0].Grew != 0 {
 		t.Errorf("comm=app: %+v", got)
 	}
-	// The tree.
-	var tree struct {
-		Unit string           `json:"unit"`
-		Root *prediffTreeJSON `json:"root"`
+	// The tree: prediff's, its CPU times in seconds.
+	resp, body := fx.get(t, prediffDiffPath+"?kind=ena-reset&window=2s")
+	mustOK(t, "tree", resp, body)
+	res, _, err := prediff.Compare(t.Context(), fx.db, prediff.Options{Kind: "ena-reset", Window: 2e9, Range: store.Range{To: maxTime}, Tree: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	getInto(t, fx, prediffDiffPath+"?kind=ena-reset&window=2s", &tree)
-	if tree.Unit != "cpu-seconds" || !nearly(tree.Root.A, 16) || !nearly(tree.Root.B, 8) {
-		t.Errorf("tree: %s A %v B %v", tree.Unit, tree.Root.A, tree.Root.B)
+	if res.Root == nil || res.Root.A != 16e9 || res.Root.B != 8e9 {
+		t.Fatalf("prediff tree: %+v", res.Root)
 	}
-	resp, body := fx.get(t, prediffDiffPath+"?kind=ena-reset&window=2s&encoding=compact")
+	var tree any
+	if err := json.Unmarshal(body, &tree); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]any{"unit": "cpu-seconds", "root": nestedPrediff(res.Root)}; !reflect.DeepEqual(tree, want) {
+		t.Errorf("tree:\n%s\nwant\n%v", body, want)
+	}
+	resp, body = fx.get(t, prediffDiffPath+"?kind=ena-reset&window=2s&encoding=compact")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != binaryType {
 		t.Fatalf("compact tree: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -204,4 +214,19 @@ func TestPrediffAPI(t *testing.T) {
 	if resp.StatusCode == http.StatusInternalServerError {
 		t.Error("a 500")
 	}
+}
+
+// nestedPrediff is n as /api/fleet/prediff/diff's nested JSON decodes
+// into an any (CPU times in seconds), built independently of encode.go.
+func nestedPrediff(n *prediff.TreeNode) map[string]any {
+	s := func(ns int64) float64 { return float64(ns) / 1e9 }
+	out := map[string]any{"name": n.Name, "kind": n.Kind, "a": s(n.A), "b": s(n.B), "selfA": s(n.SelfA), "selfB": s(n.SelfB)}
+	if len(n.Children) > 0 {
+		kids := make([]any, len(n.Children))
+		for i, c := range n.Children {
+			kids[i] = nestedPrediff(c)
+		}
+		out["children"] = kids
+	}
+	return out
 }
