@@ -124,25 +124,15 @@ func Build(ctx context.Context, db *store.DB, req Request) (*Overview, store.War
 	}
 	// Events of the selected nodes. Those of a node without samples in
 	// the range make a row of their own unless a sample filter is given.
-	evs, _ := db.Events(r, store.EventFilter{}, 0)
-	known := map[string]map[string]string{}
-	for _, ni := range db.Nodes() {
-		known[ni.Name] = ni.Labels
-	}
-	for i := range evs {
-		e := &evs[i]
-		node := db.EventNode(e)
-		if !req.Filter.KeepsNode(node, known[node]) {
-			continue
-		}
-		k, ok := byName[node]
+	for _, e := range db.NodeEvents(r, store.EventFilter{}, req.Filter) {
+		k, ok := byName[e.Node]
 		if !ok {
-			if req.SampleFilter || node == "" {
+			if req.SampleFilter || e.Node == "" {
 				continue
 			}
 			k = len(ov.Nodes)
-			byName[node] = k
-			ov.Nodes = append(ov.Nodes, emptyRow(node, known[node], cols))
+			byName[e.Node] = k
+			ov.Nodes = append(ov.Nodes, emptyRow(e.Node, e.NodeLabels, cols))
 		}
 		n := &ov.Nodes[k]
 		n.EventCount++

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
@@ -142,31 +141,6 @@ type Result struct {
 	Kinds map[string]int
 }
 
-// NodeEvent is an event and the node it was recorded on.
-type NodeEvent struct {
-	events.Event
-	Node string
-}
-
-// MatchEvents returns the events in r of the given kinds (all when
-// empty) and sources (all when empty) recorded on the nodes f selects
-// (by name and by node label), in time order.
-func MatchEvents(db *store.DB, r store.Range, ef store.EventFilter, f *store.Filter) []NodeEvent {
-	evs, _ := db.Events(r, ef, 0)
-	labels := map[string]map[string]string{}
-	for _, n := range db.Nodes() {
-		labels[n.Name] = n.Labels
-	}
-	out := make([]NodeEvent, 0, len(evs))
-	for i := range evs {
-		node := db.EventNode(&evs[i])
-		if f.KeepsNode(node, labels[node]) {
-			out = append(out, NodeEvent{Event: evs[i], Node: node})
-		}
-	}
-	return out
-}
-
 // Compare compares, for every event of opts.Kind in opts.Range on the
 // nodes opts.Filter selects, the window before it with the window before
 // that, on its own node, and sums both over the events. No event is not an
@@ -187,10 +161,10 @@ func compare(ctx context.Context, db *store.DB, opts Options, each func(b *store
 		limit = DefaultMaxEvents
 	}
 	res := &Result{Events: []Event{}, Nodes: []NodeSum{}}
-	matched := MatchEvents(db, opts.Range, store.EventFilter{Kinds: []string{opts.Kind}}, &opts.Filter)
+	matched := db.NodeEvents(opts.Range, store.EventFilter{Kinds: []string{opts.Kind}}, &opts.Filter)
 	if len(matched) == 0 {
 		res.Kinds = map[string]int{}
-		for _, e := range MatchEvents(db, opts.Range, store.EventFilter{}, &opts.Filter) {
+		for _, e := range db.NodeEvents(opts.Range, store.EventFilter{}, &opts.Filter) {
 			if k := e.Kind(); k != "" {
 				res.Kinds[k]++
 			}

@@ -33,3 +33,31 @@ func (db *DB) EventNode(e *events.Event) string {
 	}
 	return db.LocalNode()
 }
+
+// NodeEvent is an event with the node it was recorded on.
+type NodeEvent struct {
+	events.Event
+	Node string
+	// NodeLabels are the node's labels (NodeInfo.Labels); nil for a node
+	// whose samples the store does not hold.
+	NodeLabels map[string]string
+}
+
+// NodeEvents returns the events in r that ef selects and that were
+// recorded (EventNode) on the nodes f selects by name and by node label,
+// in time order. f's other parts are not looked at.
+func (db *DB) NodeEvents(r Range, ef EventFilter, f *Filter) []NodeEvent {
+	evs, _ := db.Events(r, ef, 0)
+	labels := map[string]map[string]string{}
+	for _, n := range db.Nodes() {
+		labels[n.Name] = n.Labels
+	}
+	out := make([]NodeEvent, 0, len(evs))
+	for i := range evs {
+		node := db.EventNode(&evs[i])
+		if f.KeepsNode(node, labels[node]) {
+			out = append(out, NodeEvent{Event: evs[i], Node: node, NodeLabels: labels[node]})
+		}
+	}
+	return out
+}

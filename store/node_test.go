@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/synth"
 )
 
@@ -251,5 +252,51 @@ func TestDirectoryBesideSources(t *testing.T) {
 	defer db.Close()
 	if got := perNode(t, db, Filter{}); got["node-a"] != nA || got["node-b"] != nB {
 		t.Fatalf("samples per node %v, want node-a %d (the directory) and node-b %d (the other source)", got, nA, nB)
+	}
+}
+
+// TestNodeEvents: a directory's own events are its node's, a labelled
+// event its label's; the node filter selects by name and by label.
+func TestNodeEvents(t *testing.T) {
+	start := time.Now().Add(-time.Hour).UnixNano()
+	db, err := Open(t.TempDir(), Options{Source: "host", Node: "n1", NodeLabels: map[string]string{"zone": "z"}, BlockDuration: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	appendSynth(t, db, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30})
+	for i, e := range []events.Event{
+		{Source: "test", Text: "own", Labels: map[string]string{events.KindLabel: "deploy"}},
+		{Source: "test", Text: "n2's", Labels: map[string]string{NodeLabel: "n2", events.KindLabel: "deploy"}},
+		{Source: "test", Text: "own, other kind", Labels: map[string]string{events.KindLabel: "oom"}},
+	} {
+		e.Time, e.Severity = start+int64(i)*int64(time.Second), events.Info
+		if err := db.AppendEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deploys := EventFilter{Kinds: []string{"deploy"}}
+	got := func(ef EventFilter, f Filter) string {
+		var out []string
+		for _, e := range db.NodeEvents(everything, ef, &f) {
+			out = append(out, e.Text+"@"+e.Node+"/"+e.NodeLabels["zone"])
+		}
+		return strings.Join(out, ", ")
+	}
+	for _, c := range []struct {
+		ef   EventFilter
+		f    Filter
+		want string
+	}{
+		{EventFilter{}, Filter{}, "own@n1/z, n2's@n2/, own, other kind@n1/z"},
+		{deploys, Filter{}, "own@n1/z, n2's@n2/"},
+		{deploys, Filter{Nodes: []string{"n2"}}, "n2's@n2/"},
+		{deploys, Filter{NodeRegex: regexp.MustCompile(`1$`)}, "own@n1/z"},
+		{EventFilter{}, Filter{NodeLabels: []Label{{"zone", "z"}}}, "own@n1/z, own, other kind@n1/z"},
+		{deploys, Filter{NodeLabels: []Label{{"zone", "y"}}}, ""},
+	} {
+		if g := got(c.ef, c.f); g != c.want {
+			t.Errorf("kinds %v, filter %+v: %q, want %q", c.ef.Kinds, c.f, g, c.want)
+		}
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/events"
-	"github.com/heatscope/heatscope/prediff"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
@@ -109,7 +108,7 @@ func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.War
 	if err != nil {
 		return nil, err
 	}
-	evs := prediff.MatchEvents(s.db, r, f, &nf)
+	evs := s.db.NodeEvents(r, f, &nf)
 	return nil, rep.encoded(listOfEvents(min(len(evs), limit), len(evs) > limit, rep.limit, func(out []byte, i int) []byte {
 		return append(appendEventFields(out, &evs[i].Event), '}')
 	}))

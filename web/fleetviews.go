@@ -114,8 +114,8 @@ func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Wa
 	// Every kind is matched, so that the other kinds are counted; the
 	// kinds asked for choose the events listed.
 	limit, kinds := q.limit, q.filter.Kinds
-	evs := prediff.MatchEvents(s.db, q.r, store.EventFilter{Sources: q.filter.Sources}, &f)
-	var listed []*prediff.NodeEvent
+	evs := s.db.NodeEvents(q.r, store.EventFilter{Sources: q.filter.Sources}, &f)
+	var listed []*store.NodeEvent
 	var rest fleetEventCounts
 	byKind, byNode := map[string]int{}, map[string]int{}
 	for i := range evs {
