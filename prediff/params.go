@@ -1,9 +1,8 @@
 package prediff
 
 import (
+	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -19,24 +18,10 @@ const MinWindow = int64(time.Millisecond)
 // or a number of seconds ("2.5"), from MinWindow to MaxWindow. Errors are
 // *query.ParamError naming param.
 func ParseWindow(param, v string) (int64, error) {
-	bad := func(format string, args ...any) error {
-		return &query.ParamError{Param: param, Err: fmt.Errorf(format, args...)}
-	}
 	if v == "" {
-		return 0, bad("required: the length of the window before each event, like 2s")
+		return 0, &query.ParamError{Param: param, Err: errors.New("required: the length of the window before each event, like 2s")}
 	}
-	var ns int64
-	if d, err := time.ParseDuration(v); err == nil {
-		ns = int64(d)
-	} else if s, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(s) && !math.IsInf(s, 0) && math.Abs(s) < 1e9 {
-		ns = int64(math.Round(s * 1e9))
-	} else {
-		return 0, bad("%q is not a duration like 2s or a number of seconds", clip(v))
-	}
-	if ns < MinWindow || ns > MaxWindow {
-		return 0, bad("%q is out of range: want %v to %v", clip(v), time.Duration(MinWindow), time.Duration(MaxWindow))
-	}
-	return ns, nil
+	return query.ParseDuration(param, v, MinWindow, MaxWindow)
 }
 
 // ParseKind checks an event kind parameter: 1 to events.MaxLabelValLen
@@ -50,15 +35,7 @@ func ParseKind(param, v string) (string, error) {
 		return "", &query.ParamError{Param: param, Err: fmt.Errorf("%d characters, at most %d", len(v), events.MaxLabelValLen)}
 	}
 	if !utf8.ValidString(v) || strings.IndexFunc(v, func(c rune) bool { return c < ' ' || c == 0x7f }) >= 0 {
-		return "", &query.ParamError{Param: param, Err: fmt.Errorf("%q: not printable text", clip(v))}
+		return "", &query.ParamError{Param: param, Err: fmt.Errorf("%q: not printable text", query.Clip(v))}
 	}
 	return v, nil
-}
-
-// clip shortens a value echoed in an error.
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }

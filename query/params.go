@@ -57,6 +57,32 @@ func ParseTime(param, s string, now time.Time) (int64, error) {
 	return t.UnixNano(), nil
 }
 
+// ParseDuration parses a length of time: a Go duration ("2s", "500ms")
+// or a number of seconds ("2.5"), from lo to hi ns. Errors are
+// *ParamError naming param.
+func ParseDuration(param, v string, lo, hi int64) (int64, error) {
+	var ns int64
+	if d, err := time.ParseDuration(v); err == nil {
+		ns = int64(d)
+	} else if s, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(s) && math.Abs(s) < 9e9 {
+		ns = int64(math.Round(s * 1e9)) // |s| < 9e9: within int64 ns
+	} else {
+		return 0, paramErr(param, "%q is not a duration like 2s or a number of seconds", Clip(v))
+	}
+	if ns < lo || ns > hi {
+		return 0, paramErr(param, "%q is out of range: want %v to %v", Clip(v), time.Duration(lo), time.Duration(hi))
+	}
+	return ns, nil
+}
+
+// Clip shortens a value echoed in an error to 64 bytes.
+func Clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
 func isNumber(s string) bool {
 	_, err := strconv.ParseFloat(s, 64)
 	return err == nil

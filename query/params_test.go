@@ -36,6 +36,33 @@ func TestParseTime(t *testing.T) {
 	}
 }
 
+// TestParseDuration: Go durations and seconds within the bounds; the
+// rest errors naming the parameter, saying which of the two it is.
+func TestParseDuration(t *testing.T) {
+	const lo, hi = int64(time.Millisecond), int64(time.Hour)
+	for in, want := range map[string]int64{"2s": 2e9, "500ms": 5e8, "2.5": 2.5e9, "0.001": 1e6, "1h": int64(time.Hour), "3600": int64(time.Hour)} {
+		if got, err := ParseDuration("window", in, lo, hi); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for in, msg := range map[string]string{
+		"":                      "is not a duration",
+		"abc":                   "is not a duration",
+		"NaN":                   "is not a duration",
+		"1e300":                 "is not a duration",
+		"-1":                    "is out of range: want 1ms to 1h0m0s",
+		"1h0m1s":                "is out of range",
+		"0.0001":                "is out of range",
+		strings.Repeat("9", 99): "is not a duration",
+	} {
+		_, err := ParseDuration("window", in, lo, hi)
+		var pe *ParamError
+		if !errors.As(err, &pe) || pe.Param != "window" || !strings.Contains(err.Error(), msg) || len(err.Error()) > 140 {
+			t.Errorf("ParseDuration(%q) = %v, want an error naming window that says %q, the value clipped", in, err, msg)
+		}
+	}
+}
+
 func TestParseFilter(t *testing.T) {
 	params := map[string]string{"comm": "~^kube", "pid": "1,2", "cpu": "0-2,5", "frame": "mem_cgroup", "stack": "kernel", "idle": "include", "source": "a,b"}
 	f, err := ParseFilter(func(n string) string { return params[n] })

@@ -164,17 +164,8 @@ func (p *params) step() (ns int64, ok bool, err error) {
 	if v == "" {
 		return 0, false, nil
 	}
-	if d, err := time.ParseDuration(v); err == nil {
-		ns = int64(d)
-	} else if sec, err := strconv.ParseFloat(v, 64); err == nil && sec > 0 && sec*1e9 <= float64(maxStep) {
-		ns = int64(math.Round(sec * 1e9))
-	} else {
-		return 0, false, paramErr("step", "%q is not a duration like 10s or a number of seconds", v)
-	}
-	if ns <= 0 || ns > maxStep {
-		return 0, false, paramErr("step", "%q is out of range: want 1ns to %v", v, time.Duration(maxStep))
-	}
-	return ns, true, nil
+	ns, err = query.ParseDuration("step", v, 1, maxStep)
+	return ns, err == nil, err
 }
 
 // filter parses the filter parameters and checks the sources named exist.
