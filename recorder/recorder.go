@@ -128,16 +128,15 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 		}
 		if !r.sym.Has(rec.PID, rec.Comm) {
 			// A new pid. It may have exited since this poll's snapshots
-			// were read; if not, Observe reads its /proc/PID/maps.
+			// were read; if not, Observe reads its /proc/PID/maps, and
+			// notes its command name as they were read: a sample under
+			// another one follows an exec (see Symbolizer.Has).
 			r.prof.DrainMaps()
-			if !r.sym.Observe(rec.PID) && len(rec.User) > 0 {
+			if !r.sym.Observe(rec.PID, rec.Comm) && len(rec.User) > 0 {
 				// Gone before anyone read its mappings: its user
 				// frames stay unknown. Snapshots would have kept them.
 				r.prof.MissedProcess()
 			}
-			// Its command name as its maps were read: a sample under
-			// another one follows an exec (see Symbolizer.Has).
-			r.sym.Has(rec.PID, rec.Comm)
 		}
 		s = sample.Sample{
 			Time:     wallNs,

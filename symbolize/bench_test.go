@@ -202,12 +202,12 @@ func BenchmarkNewProcess(b *testing.B) {
 	for b.Loop() {
 		pid = pid%procs + 1
 		s.Forget(pid)
-		s.Observe(pid)
+		s.Observe(pid, "test")
 		check(s.Symbolize(pid, nil, stack))
 	}
 	b.StopTimer()
 	for pid := uint32(1); pid <= procs; pid++ {
-		s.Observe(pid)
+		s.Observe(pid, "test")
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)

@@ -146,7 +146,7 @@ func TestShortLivedProcessesBounded(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if !s.Observe(pid) {
+			if !s.Observe(pid, "test") {
 				t.Fatalf("pid %d: no executable mapping read from %s", pid, maps)
 			}
 			// A sample while it lives loads its libraries' symbols and

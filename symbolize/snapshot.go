@@ -43,16 +43,9 @@ type knownFile struct {
 const moduleUnnamed = "[unnamed file]"
 
 // Has reports whether the symbolizer tracks pid (its mappings were read or
-// given, or are being read) and, if so, marks it used, as Observe does: a
-// caller that gets true need not call Observe. comm is the process's
-// command name in the sample at hand; call Has again after Observe so that
-// it is known from the first sample on.
-//
-// A new command name means the process called exec since its mappings were
-// read: the next address outside them reads them again at once, rather
-// than after mapsRefreshInterval. That is the child of a vfork seen before
-// its exec, whose /proc/PID/maps were its parent's: without it, the 20 ms
-// process that followed was left unsymbolized.
+// given, or are being read) and, if so, marks it used and notes comm, as
+// Observe does: a caller that gets true need not call Observe. comm is the
+// process's command name in the sample at hand.
 func (s *Symbolizer) Has(pid uint32, comm string) bool {
 	s.mu.Lock()
 	p, ok := s.procs.get(pid)
@@ -63,14 +56,24 @@ func (s *Symbolizer) Has(pid uint32, comm string) bool {
 	p.usedAt = time.Now().UnixNano()
 	s.mu.Unlock()
 	p.mu.Lock()
+	p.noteComm(comm)
+	p.mu.Unlock()
+	return true
+}
+
+// noteComm records comm, the command name of the process's sample at hand.
+// A new command name means the process called exec since its mappings were
+// read: the next address outside them reads them again at once, rather
+// than after mapsRefreshInterval. That is the child of a vfork seen before
+// its exec, whose /proc/PID/maps were its parent's: without it, the 20 ms
+// process that followed was left unsymbolized. The caller holds p.mu.
+func (p *process) noteComm(comm string) {
 	if p.comm != comm {
 		if p.comm != "" && !p.exited {
 			p.readAt = time.Time{} // exec'd: maps may be re-read at once
 		}
 		p.comm = comm
 	}
-	p.mu.Unlock()
-	return true
 }
 
 // SetMaps makes maps, a snapshot taken as the process exited, the

@@ -44,7 +44,7 @@ func snapshotOf(t *testing.T, pid uint32) []SnapshotMapping {
 func TestSymbolizeFromSnapshot(t *testing.T) {
 	first := startC(t)
 	s := New(nil, Options{})
-	s.Observe(first.pid)
+	s.Observe(first.pid, "test")
 	firstStack, _, _ := cChain(t, first)
 	if f := s.Symbolize(first.pid, nil, firstStack)[0]; f.Function != "hot_c_function" {
 		t.Fatalf("first process: %+v", f)

@@ -120,16 +120,19 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 // mappings (path, device, inode, offset), so that the process can be
 // symbolized even after it exits. The symbol tables are loaded later, the
 // first time an address falls in a mapping. For a process already known
-// it is a map lookup.
+// it is a map lookup. comm is the process's command name in the sample at
+// hand, noted as Has notes it, so that an exec is seen from the process's
+// first sample on.
 //
 // It reports whether any executable mapping of the process is known:
 // false for a kernel thread, and for a process that exited (or whose mm
 // was released) before its maps were read, whose user frames will stay
 // unknown.
-func (s *Symbolizer) Observe(pid uint32) bool {
+func (s *Symbolizer) Observe(pid uint32, comm string) bool {
 	p := s.process(pid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.noteComm(comm)
 	return len(p.maps) > 0
 }
 

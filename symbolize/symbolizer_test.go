@@ -43,7 +43,7 @@ func cChain(t testing.TB, fx *fixture) (stack, vaddrs []uint64, names []string) 
 func TestSymbolizeC(t *testing.T) {
 	fx := startC(t)
 	s := New(nil, Options{})
-	s.Observe(fx.pid)
+	s.Observe(fx.pid, "test")
 
 	stack, vaddrs, names := cChain(t, fx)
 	if got, want := stack[0], fx.vars["hot_c_function"]; got != want {
@@ -76,7 +76,7 @@ func TestSymbolizeC(t *testing.T) {
 func TestStackCache(t *testing.T) {
 	fx := startC(t)
 	s := New(nil, Options{})
-	s.Observe(fx.pid)
+	s.Observe(fx.pid, "test")
 	stack, _, _ := cChain(t, fx)
 	first := s.Symbolize(fx.pid, nil, stack)
 	again := s.Symbolize(fx.pid, nil, stack)
@@ -195,7 +195,7 @@ func TestSymbolizeGo(t *testing.T) {
 			bin := buildGo(t, tc.cgo, tc.args...)
 			fx := start(t, bin)
 			s := New(nil, Options{})
-			s.Observe(fx.pid)
+			s.Observe(fx.pid, "test")
 			addr := fx.vars["main.hotGoFunction"]
 			vaddr := elfAddr(t, fx.pid, bin, addr)
 			if tc.symtab {
@@ -230,7 +230,7 @@ func TestSymbolizeGo(t *testing.T) {
 func TestSymbolizeAfterExit(t *testing.T) {
 	fx := startC(t)
 	observed := New(nil, Options{})
-	observed.Observe(fx.pid)
+	observed.Observe(fx.pid, "test")
 	stack, _, _ := cChain(t, fx)
 	fx.kill()
 	waitGone(t, fx.pid)
@@ -303,7 +303,7 @@ func TestSymbolizeJIT(t *testing.T) {
 	fx := startC(t)
 	dir := t.TempDir()
 	s := New(nil, Options{PerfMapDir: dir})
-	s.Observe(fx.pid)
+	s.Observe(fx.pid, "test")
 	jit := fx.vars["jit"]
 	perfMap := filepath.Join(dir, fmt.Sprintf("perf-%d.map", fx.pid))
 	writeFile(t, perfMap, fmt.Sprintf("%x 40 jit_one\n0x%x 0x20 LazyCompile:*render app.js:12\n", jit, jit+0x40))
@@ -339,7 +339,7 @@ func TestMapsRefresh(t *testing.T) {
 	fx := startC(t)
 	dir := t.TempDir()
 	s := New(nil, Options{PerfMapDir: dir})
-	s.Observe(fx.pid)
+	s.Observe(fx.pid, "test")
 	fmt.Fprintln(fx.stdin, "map")
 	fx.waitReady()
 	jit := fx.vars["jit"] // the new mapping
@@ -367,7 +367,7 @@ func TestBinaryCache(t *testing.T) {
 	stack, _, _ := cChain(t, a)
 
 	s := New(nil, Options{MaxBinaries: 1, DebugDir: t.TempDir()}) // libc.so.6 names, whatever -dbg packages are installed
-	s.Observe(a.pid)
+	s.Observe(a.pid, "test")
 	if st := s.Stats(); st.BinaryMisses != 0 || st.BinaryHits != 0 || st.BinaryErrors != 0 {
 		t.Fatalf("after Observe: %+v, want no binary read yet", st)
 	}
@@ -396,7 +396,7 @@ func TestBinaryCache(t *testing.T) {
 	if st := s.Stats(); st.BinaryMisses != 1 || st.BinaryHits != 1 {
 		t.Errorf("two processes of copies of one binary: %+v, want 1 miss and 1 hit", st)
 	}
-	s.Observe(b.pid)
+	s.Observe(b.pid, "test")
 	if got := s.Stats(); got.MapsReads != 2 {
 		t.Errorf("observing a known pid read its maps again: %d reads, want 2", got.MapsReads)
 	}
@@ -411,7 +411,7 @@ func TestSymbolizeLazilyAfterExit(t *testing.T) {
 	libc, write := libcWrite(t, fx.pid)
 	stack, vaddrs, _ := cChain(t, fx)
 	s := New(nil, Options{DebugDir: t.TempDir()}) // names from libc.so.6 itself, whatever -dbg packages are installed
-	s.Observe(fx.pid)
+	s.Observe(fx.pid, "test")
 	fx.kill()
 	waitGone(t, fx.pid)
 	if st := s.Stats(); st.BinaryMisses != 0 {
@@ -441,7 +441,7 @@ func TestSymbolizeLazilyReplacedFile(t *testing.T) {
 	fx := startC(t)
 	stack, _, _ := cChain(t, fx)
 	s := New(nil, Options{})
-	s.Observe(fx.pid)
+	s.Observe(fx.pid, "test")
 	fx.kill()
 	waitGone(t, fx.pid)
 	data, err := os.ReadFile(fx.bin)
@@ -544,8 +544,8 @@ func TestLibcAliasesLikePerf(t *testing.T) {
 func TestProcessCacheBoundAndForget(t *testing.T) {
 	a, b := startC(t), startC(t)
 	s := New(nil, Options{MaxProcesses: 1})
-	s.Observe(a.pid)
-	s.Observe(b.pid)
+	s.Observe(a.pid, "test")
+	s.Observe(b.pid, "test")
 	if st := s.Stats(); st.Processes != 1 {
 		t.Errorf("Processes = %d with MaxProcesses 1", st.Processes)
 	}
@@ -565,7 +565,7 @@ func TestConcurrentUse(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			for range 50 {
-				s.Observe(fx.pid)
+				s.Observe(fx.pid, "test")
 				if f := s.Symbolize(fx.pid, nil, stack)[0]; f.Function != "hot_c_function" {
 					t.Errorf("got %+v", f)
 					return
@@ -594,10 +594,10 @@ func TestObserveReportsMissedProcess(t *testing.T) {
 	dead.kill()
 	waitGone(t, dead.pid)
 	s := New(nil, Options{})
-	if !s.Observe(live.pid) {
+	if !s.Observe(live.pid, "test") {
 		t.Error("Observe of a live process reports no mappings")
 	}
-	if s.Observe(dead.pid) {
+	if s.Observe(dead.pid, "test") {
 		t.Error("Observe of a process gone before it was observed reports mappings")
 	}
 }
@@ -607,8 +607,8 @@ func TestObserveReportsMissedProcess(t *testing.T) {
 func TestForgetExited(t *testing.T) {
 	live, dead := startC(t), startC(t)
 	s := New(nil, Options{})
-	s.Observe(live.pid)
-	s.Observe(dead.pid)
+	s.Observe(live.pid, "test")
+	s.Observe(dead.pid, "test")
 	dead.kill()
 	waitGone(t, dead.pid)
 	if n := s.ForgetExited(time.Hour); n != 0 {
@@ -620,7 +620,7 @@ func TestForgetExited(t *testing.T) {
 	if st := s.Stats(); st.Processes != 1 {
 		t.Errorf("Processes = %d, want the live one", st.Processes)
 	}
-	s.Observe(live.pid)
+	s.Observe(live.pid, "test")
 	if st := s.Stats(); st.MapsReads != 2 {
 		t.Errorf("the live process was forgotten: %d maps reads, want 2", st.MapsReads)
 	}
@@ -679,7 +679,7 @@ func TestExecSeenByCommandName(t *testing.T) {
 	}
 	writeFile(t, maps, parent.mapsLine()) // the vfork child shares its parent's mm
 	s := New(nil, Options{ProcRoot: root})
-	if !s.Observe(pid) || !s.Has(pid, "parent") {
+	if !s.Observe(pid, "parent") {
 		t.Fatal("the process is not tracked after Observe")
 	}
 	writeFile(t, maps, child.mapsLine()) // it exec'd
