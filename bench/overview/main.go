@@ -57,6 +57,7 @@ import (
 
 	"github.com/heatscope/heatscope/bench/internal/benchminio"
 	"github.com/heatscope/heatscope/bench/internal/benchweb"
+	"github.com/heatscope/heatscope/bench/internal/loadavg"
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -124,7 +125,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNod
 		columns = (1300 - 32 - 2 - 180) / 3
 	}
 	api := fmt.Sprintf("%s/api/fleet/overview?columns=%d", base, columns)
-	load := func() { fmt.Printf("load average: %s\n", benchweb.LoadAverage()) }
+	load := func() { fmt.Printf("load average: %s\n", loadavg.Line()) }
 
 	fmt.Printf("# Fleet overview: %d nodes × %.0f h × %d CPUs (%d blocks, %s)\n\n", nodes, hours, cpus, st.Blocks, dir)
 	load()

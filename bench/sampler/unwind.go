@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heatscope/heatscope/bench/internal/loadavg"
 )
 
 // unwindResult is one sampler's measurements in one run.
@@ -65,7 +67,7 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	all := map[string][]unwindResult{}
 	for i := range runs {
 		for j, s := range unwindSamplers {
-			before := loadAverage()
+			before := loadavg.OneMinute()
 			var profile string
 			if profiles != "" && strings.HasPrefix(s, "heatscope") {
 				profile = filepath.Join(profiles, fmt.Sprintf("run%d-%s.pprof", i+1, strings.TrimPrefix(s, "heatscope --unwind ")))
@@ -74,7 +76,7 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 			if err != nil {
 				return fmt.Errorf("run %d, %s: %w", i+1, s, err)
 			}
-			after := loadAverage()
+			after := loadavg.OneMinute()
 			all[s] = append(all[s], r)
 			bpf, in, steady := "-", "-", "-"
 			if strings.HasPrefix(s, "heatscope") {
@@ -114,16 +116,6 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	}
 	fmt.Println("\nperf's CPU is `perf record`'s alone: it symbolizes and unwinds (for --call-graph dwarf) later, in `perf script`, which is not counted.")
 	return nil
-}
-
-// loadAverage is the machine's load average over the last minute, as
-// /proc/loadavg says ("?" if it cannot be read).
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
-		return f[0]
-	}
-	return "?"
 }
 
 // measureUnwind runs one sampler on the workload for d.

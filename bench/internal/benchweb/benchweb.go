@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -82,14 +81,4 @@ func digits(ms float64) int {
 		return 1
 	}
 	return 0
-}
-
-// LoadAverage is the first line of /proc/loadavg: the machine is shared,
-// and figures mean little without it.
-func LoadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return strings.TrimSpace(string(b))
 }
