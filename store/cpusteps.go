@@ -213,6 +213,36 @@ func (a *cpuAcc) result(node string, labels map[string]string) NodeCPU {
 // part).
 func (f *Filter) cpuSummaryOK() bool { return f.allThreads() && f.Frame == nil && f.Stack == AllFrames }
 
+// blockCPU adds block b to acc, from its per-CPU summary when useSummary
+// allows, else by scanning its chunks in r, and closes it. A block that
+// cannot be read is added to warnings; the context's end, an unavailable
+// source (ErrUnavailable) and a scan's error end the node.
+func (db *DB) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warnings, useSummary bool, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
+	defer b.Close()
+	if err := ctx.Err(); err != nil {
+		return warnings, err
+	}
+	skip := func(err error) (Warnings, error) {
+		if errors.Is(err, ErrUnavailable) {
+			return warnings, err
+		}
+		return db.skipped(warnings, err), nil
+	}
+	if useSummary && b.Meta.Version >= 4 {
+		cells, err := db.blockCPUSteps(b, r, step, f.IncludeIdle)
+		if err != nil {
+			return skip(err)
+		}
+		addCPUSteps(acc, cells, f, r, step, weightOf(b.Meta.PeriodNs))
+		return warnings, nil
+	}
+	if err := b.header(); err != nil {
+		return skip(err)
+	}
+	more, err := db.selectParts(ctx, b.chunkParts(r), r, f, scan)
+	return append(warnings, more...), err
+}
+
 // nodeCPU adds one node's blocks and heads to acc, closing the blocks.
 func (db *DB) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads []part, r Range, step int64, f *Filter) (Warnings, error) {
 	bucket := int64(summaryBucket) * 1000 // ns
@@ -226,52 +256,8 @@ func (db *DB) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads [
 	}
 	var warnings Warnings
 	for i, b := range blocks {
-		if err := ctx.Err(); err != nil {
-			for _, rest := range blocks[i:] {
-				rest.Close()
-			}
-			return warnings, err
-		}
-		if useSummary && b.Meta.Version >= 4 {
-			cells, err := db.blockCPUSteps(b, r, step, f.IncludeIdle)
-			if errors.Is(err, ErrUnavailable) {
-				for _, rest := range blocks[i:] {
-					rest.Close()
-				}
-				return warnings, err
-			}
-			if err != nil {
-				warnings = db.skipped(warnings, err)
-				b.Close()
-				continue
-			}
-			addCPUSteps(acc, cells, f, r, step, weightOf(b.Meta.PeriodNs))
-			b.Close()
-			continue
-		}
-		// Scan the block's chunks in r.
-		if err := b.header(); err != nil {
-			if errors.Is(err, ErrUnavailable) {
-				for _, rest := range blocks[i:] {
-					rest.Close()
-				}
-				return warnings, err
-			}
-			warnings = db.skipped(warnings, err)
-			b.Close()
-			continue
-		}
-		var parts []part
-		for ci, c := range b.chunks {
-			if r.overlaps(c.minTime*1000, c.maxTime*1000+999) {
-				b.acquire()
-				parts = append(parts, part{source: b.Meta.Source, node: b.Meta.Node, block: b, chunk: ci})
-			}
-		}
-		b.Close()
-		more, err := db.selectParts(ctx, parts, r, f, scan)
-		warnings = append(warnings, more...)
-		if err != nil {
+		var err error
+		if warnings, err = db.blockCPU(ctx, acc, b, warnings, useSummary, r, step, f, scan); err != nil {
 			for _, rest := range blocks[i+1:] {
 				rest.Close()
 			}

@@ -190,15 +190,23 @@ func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
 			b.Close()
 			continue
 		}
-		for i, c := range b.chunks {
-			if r.overlaps(c.minTime*1000, c.maxTime*1000+999) {
-				b.acquire()
-				parts = append(parts, part{source: b.Meta.Source, node: b.Meta.Node, block: b, chunk: i})
-			}
-		}
+		parts = append(parts, b.chunkParts(r)...)
 		b.Close()
 	}
 	return append(parts, heads...), warnings, nil
+}
+
+// chunkParts returns the parts of b's chunks that may hold samples in r,
+// each holding a reference to b. b's header has been read.
+func (b *Block) chunkParts(r Range) []part {
+	var parts []part
+	for i, c := range b.chunks {
+		if r.overlaps(c.minTime*1000, c.maxTime*1000+999) {
+			b.acquire()
+			parts = append(parts, part{source: b.Meta.Source, node: b.Meta.Node, block: b, chunk: i})
+		}
+	}
+	return parts
 }
 
 // headerReads bounds the block headers read at once.
