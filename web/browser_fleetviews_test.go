@@ -19,8 +19,9 @@ type pdFunction struct{ Name, Kind, GrewBefore string }
 // TestBrowserFleetEvents walks the fleet events page over a bucket in
 // MinIO: every node's events with the counts by kind and node, a click on
 // a kind or a node narrows the list, the node filter takes ~regexp, a
-// node without events says so, a bad filter marks its input, and an event
-// links to its node's view with the window before it compared.
+// node without events says so, a bad filter marks its input, the header
+// links the fleet pages, and an event links to its node's view with the
+// window before it compared.
 func TestBrowserFleetEvents(t *testing.T) {
 	fx := newFixture(t, bucketFleet(t), Options{})
 	b := newBrowser(t)
@@ -61,6 +62,23 @@ func TestBrowserFleetEvents(t *testing.T) {
 	if msg, invalid := text("fe-error"), eval[bool](t, b.ctx, `document.getElementById('fe-node').classList.contains('invalid')`); !strings.HasPrefix(msg, "node: bad regular expression") || !invalid {
 		t.Fatalf("bad node filter: error %q, input marked %v", msg, invalid)
 	}
+
+	// The header: the same links on both pages, the page's own marked;
+	// one leads to the other.
+	nav := func() string {
+		return eval[string](t, b.ctx, `[...document.querySelectorAll('header .fleet-nav a')].map((a) => (a.getAttribute('aria-current') === 'page' ? '*' : '') + a.textContent + ' ' + a.getAttribute('href')).join(', ')`)
+	}
+	if got := nav(); got != "node view /, *fleet events /fleet/events, pre-event diff /fleet/prediff" {
+		t.Errorf("fleet events' header links: %q", got)
+	}
+	if resp, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS(`.fleet-nav a[href="/fleet/prediff"]`))); err != nil || resp.Status != 200 {
+		t.Fatalf("follow the pre-event diff link: %v", err)
+	}
+	b.run("the pre-event diff loaded", settled)
+	if got, title := nav(), eval[string](t, b.ctx, `document.title`); got != "node view /, fleet events /fleet/events, *pre-event diff /fleet/prediff" || title != "heatscope: what grew before the events" {
+		t.Errorf("pre-event diff's header links: %q, title %q", got, title)
+	}
+	b.screenshot("fleet-prediff-header.png")
 
 	// An event's link opens its node's view with the 5 s before it
 	// compared with the 5 s before those.

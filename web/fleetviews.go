@@ -1,9 +1,11 @@
 package web
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"html/template"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,11 +28,48 @@ const (
 	defaultPrediffLimit = 200
 )
 
-// uiPages are the fleet views' pages, each a page of its own beside the
-// single-node UI at /.
-var uiPages = map[string][]byte{
-	"/fleet/events":  mustReadUI("fleet-events.html"),
-	"/fleet/prediff": mustReadUI("fleet-prediff.html"),
+// fleetPages are the fleet views' pages, each a page of its own beside the
+// single-node UI at /, linked to each other in their header in this order.
+var fleetPages = []struct {
+	path, name string // where it is served; its link's text
+	file       string // its templates under ui/, framed by fleet-page.html
+	api        string // the endpoint behind it
+}{
+	{"/fleet/events", "fleet events", "fleet-events.html", fleetEventsPath},
+	{"/fleet/prediff", "pre-event diff", "fleet-prediff.html", prediffPath},
+}
+
+// uiPages are the fleet views' pages by path, built once from their
+// templates.
+var uiPages = buildFleetPages()
+
+// navLink is a link of a fleet page's header.
+type navLink struct {
+	Path, Name string
+	Current    bool
+}
+
+// buildFleetPages executes each fleet page's templates in the frame
+// ui/fleet-page.html, which gives every page the same header; it panics
+// on a bad template, as mustReadUI on a missing file.
+func buildFleetPages() map[string][]byte {
+	pages := map[string][]byte{}
+	for _, page := range fleetPages {
+		var nav []navLink
+		for _, p := range fleetPages {
+			nav = append(nav, navLink{Path: p.path, Name: p.name, Current: p.path == page.path})
+		}
+		t := template.Must(template.ParseFS(uiFS, "ui/fleet-page.html", "ui/"+page.file))
+		var b bytes.Buffer
+		if err := t.ExecuteTemplate(&b, "fleet-page.html", struct {
+			Nav []navLink
+			API string
+		}{nav, page.api}); err != nil {
+			panic(fmt.Sprintf("fleet page %s: %v", page.file, err))
+		}
+		pages[page.path] = b.Bytes()
+	}
+	return pages
 }
 
 // fleetEndpoints are the fleet views' endpoints.

@@ -230,3 +230,28 @@ func nestedPrediff(n *prediff.TreeNode) map[string]any {
 	}
 	return out
 }
+
+// TestFleetPages: each fleet page is served whole, in the frame every one
+// shares: the header's links with its own marked, its own form, and its
+// footer naming its endpoint.
+func TestFleetPages(t *testing.T) {
+	fx := newFixture(t, uiStore(t), Options{})
+	for _, c := range []struct{ path, nav, form, api string }{
+		{"/fleet/events", `<a href="/fleet/events" aria-current="page">fleet events</a> <a href="/fleet/prediff">pre-event diff</a></nav>`, `<form id="fe-filters"`, fleetEventsPath},
+		{"/fleet/prediff", `<a href="/fleet/events">fleet events</a> <a href="/fleet/prediff" aria-current="page">pre-event diff</a></nav>`, `<form id="pd-filters"`, prediffPath},
+	} {
+		resp, body := fx.get(t, c.path)
+		page := string(body)
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/html; charset=utf-8" {
+			t.Fatalf("%s: status %d, Content-Type %q", c.path, resp.StatusCode, ct)
+		}
+		for _, want := range []string{"<!DOCTYPE html>\n", `<nav class="fleet-nav"><a href="/">node view</a> ` + c.nav, c.form, "<code>" + c.api + "</code>", "</html>\n"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("%s lacks %q:\n%s", c.path, want, page)
+			}
+		}
+		if strings.Contains(page, "{{") || !strings.HasPrefix(page, "<!DOCTYPE html>") {
+			t.Errorf("%s: not a whole page:\n%s", c.path, page)
+		}
+	}
+}
