@@ -54,7 +54,7 @@ func compactEncoding(p *params) (bool, error) {
 	case "compact":
 		return true, nil
 	default:
-		return false, paramErr("encoding", "%q is not json or compact", clip(v))
+		return false, paramErr("encoding", "%q is not json or compact", query.Clip(v))
 	}
 }
 

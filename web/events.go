@@ -144,7 +144,7 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		if u, err := url.Parse(origin); err != nil || !strings.EqualFold(u.Host, r.Host) {
-			writeError(w, http.StatusForbidden, fmt.Sprintf("cross-origin POST from %q refused", clip(origin)), "")
+			writeError(w, http.StatusForbidden, fmt.Sprintf("cross-origin POST from %q refused", query.Clip(origin)), "")
 			return
 		}
 	}
@@ -199,7 +199,7 @@ func parseEvent(body []byte, now time.Time) (events.Event, error) {
 			return events.Event{}, &events.FieldError{Field: typeErr.Field, Err: fmt.Errorf("want a %s", typeErr.Type)}
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-			return events.Event{}, &events.FieldError{Field: clip(name), Err: errors.New("unknown field (want time, source, severity, text, labels)")}
+			return events.Event{}, &events.FieldError{Field: query.Clip(name), Err: errors.New("unknown field (want time, source, severity, text, labels)")}
 		}
 		return events.Event{}, fmt.Errorf("the body is not a JSON event: %w", err)
 	}
@@ -240,7 +240,7 @@ func parseEventTime(raw json.RawMessage, now time.Time) (int64, error) {
 			return 0, err
 		}
 	} else if _, err := strconv.ParseFloat(v, 64); err != nil {
-		return 0, fmt.Errorf("%s is not a time: want Unix seconds, RFC 3339 or a duration before now", clip(v))
+		return 0, fmt.Errorf("%s is not a time: want Unix seconds, RFC 3339 or a duration before now", query.Clip(v))
 	}
 	t, err := query.ParseTime("time", v, now)
 	if err != nil {
@@ -251,7 +251,7 @@ func parseEventTime(raw json.RawMessage, now time.Time) (int64, error) {
 		return 0, err
 	}
 	if t <= 0 || t > maxTime {
-		return 0, fmt.Errorf("%q is out of range (1970 to 2116)", clip(v))
+		return 0, fmt.Errorf("%q is out of range (1970 to 2116)", query.Clip(v))
 	}
 	return t, nil
 }

@@ -329,7 +329,7 @@ func (s *Server) prediff(ctx context.Context, p *params, rep *reply) (store.Warn
 			return nil, paramErr("functionKind", "required with function: kernel, user, jit or unknown")
 		}
 		if !slices.Contains([]string{"kernel", "user", "jit", "unknown"}, o.Focus.Kind) {
-			return nil, paramErr("functionKind", "%q: want kernel, user, jit or unknown", clip(o.Focus.Kind))
+			return nil, paramErr("functionKind", "%q: want kernel, user, jit or unknown", query.Clip(o.Focus.Kind))
 		}
 	} else if p.get("functionKind") != "" {
 		return nil, paramErr("functionKind", "applies with function only")

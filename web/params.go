@@ -58,22 +58,14 @@ func parseParams(r *http.Request, accepted []string, now time.Time) (*params, er
 		case name == "":
 			return nil, paramErr("query", "a parameter without a name")
 		case !slices.Contains(accepted, name) && len(accepted) == 0:
-			return nil, paramErr(clip(name), "unknown parameter (this endpoint takes none)")
+			return nil, paramErr(query.Clip(name), "unknown parameter (this endpoint takes none)")
 		case !slices.Contains(accepted, name):
-			return nil, paramErr(clip(name), "unknown parameter (this endpoint takes %s)", strings.Join(accepted, ", "))
+			return nil, paramErr(query.Clip(name), "unknown parameter (this endpoint takes %s)", strings.Join(accepted, ", "))
 		case len(vals[name]) > 1:
 			return nil, paramErr(name, "given %d times, want at most once", len(vals[name]))
 		}
 	}
 	return &params{vals: vals, now: now}, nil
-}
-
-// clip shortens a parameter name echoed in an error.
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // get returns a parameter's value; missing and empty are both "".
