@@ -11,10 +11,12 @@
 //     blocks take more than the size limit;
 //   - merges each node's small blocks into larger ones: the blocks of one
 //     node and one source inside one aligned, closed window of a range
-//     (2 h, then 24 h by default) are downloaded into the work directory,
-//     merged by the store's streaming k-way merge, and uploaded as one
-//     block (data first, meta.json last, so readers see all of it or
-//     none); then its parents are marked for deletion;
+//     (2 h, then 24 h by default), consecutive in time while their index
+//     sections stay within the store's bound (store.MaxMergedIndexBytes),
+//     are downloaded into the work directory, merged by the store's
+//     streaming k-way merge, and uploaded as one block (data first,
+//     meta.json last, so readers see all of it or none); then its parents
+//     are marked for deletion;
 //   - writes the bucket index (package bucketindex).
 //
 // Readers never fail because of it: a merged block lists its parents, and
@@ -117,16 +119,20 @@ type Compactor struct {
 	// implied holds when each block a merged block replaced was first
 	// found replaced (Unix ms): its deletion time (markReplaced).
 	implied map[string]int64
+	// indexBytes holds each block's index bytes read (readIndexBytes),
+	// which never change.
+	indexBytes map[string]int64
 
 	stats counters
 }
 
 type counters struct {
-	passes, failedPasses, merges, mergedParents      atomic.Uint64
-	indexUpdates                                     atomic.Uint64
-	marked, deleted, partialDeleted, corrupt         atomic.Uint64
-	lists, gets, puts, deletes, uploadBytes, dlBytes atomic.Uint64
-	blocks, bucketBytes, indexBytes, lastSuccess     atomic.Int64
+	passes, failedPasses, merges, mergedParents    atomic.Uint64
+	indexUpdates                                   atomic.Uint64
+	marked, deleted, partialDeleted, corrupt       atomic.Uint64
+	lists, gets, heads, puts, deletes, uploadBytes atomic.Uint64
+	dlBytes                                        atomic.Uint64
+	blocks, bucketBytes, indexBytes, lastSuccess   atomic.Int64
 }
 
 // New returns a compactor for bkt; name names the bucket in messages.
@@ -172,7 +178,7 @@ func New(bkt objstore.Bucket, name string, opts Options) (*Compactor, error) {
 	}
 	return &Compactor{bkt: bkt, name: name, opts: opts, log: opts.Logger,
 		metas: map[string]store.Meta{}, marks: map[string]bucketindex.DeletionMark{}, corrupt: map[string]string{},
-		implied: map[string]int64{}}, nil
+		implied: map[string]int64{}, indexBytes: map[string]int64{}}, nil
 }
 
 // Report says what one pass did.
@@ -268,7 +274,10 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 	}
 	// 3. Merge.
 	for {
-		plan := c.plan(blocks, now)
+		plan, err := c.plan(ctx, blocks, now)
+		if err != nil {
+			return rep, err
+		}
 		if len(plan) == 0 {
 			break
 		}
@@ -473,16 +482,20 @@ func (c *Compactor) deleteBlock(ctx context.Context, b *blockObj) error {
 	delete(c.marks, b.key())
 	delete(c.implied, b.key())
 	delete(c.corrupt, b.key())
+	delete(c.indexBytes, b.key())
 	if b.mark != nil {
 		c.stats.deleted.Add(1)
 	}
 	return nil
 }
 
-// plan returns the blocks of one node and source inside one aligned window
-// of the widest range they fit in whose window has closed: two or more,
-// within the size bounds. nil when nothing is left to merge.
-func (c *Compactor) plan(blocks []*blockObj, now time.Time) []*blockObj {
+// plan returns the next blocks to merge: a run of two or more blocks of
+// one node and source, consecutive in time, inside one aligned window of
+// the widest range they fit in whose window has closed, within the merge's
+// bounds (mergeRun). nil when nothing is left to merge. It reads the index
+// bytes of the blocks of windows with two or more: a block whose table of
+// contents is unreadable is marked corrupt and left out.
+func (c *Compactor) plan(ctx context.Context, blocks []*blockObj, now time.Time) ([]*blockObj, error) {
 	for i := len(c.opts.Ranges) - 1; i >= 0; i-- {
 		width := c.opts.Ranges[i].Nanoseconds()
 		groups := map[string][]*blockObj{}
@@ -506,19 +519,113 @@ func (c *Compactor) plan(blocks []*blockObj, now time.Time) []*blockObj {
 		slices.Sort(keys)
 		for _, k := range keys {
 			g := groups[k]
-			var bytes int64
-			samples := 0
-			for _, b := range g {
-				bytes += b.meta.Bytes
-				samples += b.meta.Samples
+			if len(g) < 2 {
+				continue
 			}
-			if len(g) >= 2 && bytes <= c.opts.MaxBlockBytes && samples <= maxMergedSamples {
-				slices.SortFunc(g, func(a, b *blockObj) int { return cmp.Compare(a.id, b.id) })
-				return g
+			if err := c.readIndexBytes(ctx, g); err != nil {
+				return nil, err
+			}
+			if run := c.mergeRun(slices.DeleteFunc(g, func(b *blockObj) bool { return !c.live(b) })); run != nil {
+				slices.SortFunc(run, func(a, b *blockObj) int { return cmp.Compare(a.id, b.id) })
+				return run, nil
 			}
 		}
 	}
+	return nil, nil
+}
+
+// mergeRun returns the first run of two or more blocks of one window,
+// consecutive in time, whose data, samples and index sections together
+// stay within the bounds of a merge (MaxBlockBytes, maxMergedSamples,
+// store.MaxMergedIndexBytes: a merge builds the merged tables in memory,
+// about ten times the index bytes it takes on); nil if there is none. A
+// window within the bounds is one run. The indexes' bytes must have been
+// read (readIndexBytes).
+func (c *Compactor) mergeRun(window []*blockObj) []*blockObj {
+	window = slices.Clone(window)
+	slices.SortStableFunc(window, func(a, b *blockObj) int { return cmp.Compare(a.meta.MinTime, b.meta.MinTime) })
+	start, samples, bytes, index := 0, 0, int64(0), int64(0)
+	for i, b := range window {
+		ix := c.indexBytes[b.key()]
+		if bytes+b.meta.Bytes > c.opts.MaxBlockBytes || samples+b.meta.Samples > maxMergedSamples || index+ix > store.MaxMergedIndexBytes {
+			if i-start >= 2 {
+				return window[start:i]
+			}
+			start, samples, bytes, index = i, 0, 0, 0
+		}
+		bytes += b.meta.Bytes
+		samples += b.meta.Samples
+		index += ix
+	}
+	if len(window)-start >= 2 {
+		return window[start:]
+	}
 	return nil
+}
+
+// readIndexBytes reads the index bytes of the blocks not read before
+// (store.IndexBytes over the data object: a HEAD, then ranged GETs of its
+// head, trailer and table of contents). A block it cannot read is marked
+// corrupt, unless the bucket failed: then the pass ends.
+func (c *Compactor) readIndexBytes(ctx context.Context, blocks []*blockObj) error {
+	for _, b := range blocks {
+		if _, ok := c.indexBytes[b.key()]; ok {
+			continue
+		}
+		d := &objectData{ctx: ctx, c: c, name: objName(b.node, b.id, dataFile)}
+		c.stats.heads.Add(1)
+		attrs, err := c.bkt.Attributes(ctx, d.name)
+		switch {
+		case c.bkt.IsObjNotFoundErr(err):
+			c.markCorrupt(b.key(), fmt.Errorf("no data object: %w", err))
+			continue
+		case err != nil:
+			return fmt.Errorf("read the size of block %s: %w", b.key(), err)
+		case b.meta.Bytes > 0 && attrs.Size != b.meta.Bytes:
+			c.markCorrupt(b.key(), fmt.Errorf("data is %d bytes, meta.json says %d", attrs.Size, b.meta.Bytes))
+			continue
+		}
+		d.size = attrs.Size
+		n, err := store.IndexBytes(d, *b.meta)
+		switch {
+		case d.err != nil:
+			return fmt.Errorf("read the table of contents of block %s: %w", b.key(), d.err)
+		case err != nil:
+			c.markCorrupt(b.key(), err)
+		default:
+			c.indexBytes[b.key()] = n
+		}
+	}
+	return nil
+}
+
+// objectData is a block's data object, of size bytes, read by one ranged
+// GET a read (store.BlockData). err keeps the bucket's first failure, which
+// says nothing of the block.
+type objectData struct {
+	ctx  context.Context
+	c    *Compactor
+	name string
+	size int64
+	err  error
+}
+
+func (o *objectData) Size() int64  { return o.size }
+func (o *objectData) Close() error { return nil }
+
+func (o *objectData) ReadAt(p []byte, off int64) (int, error) {
+	o.c.stats.gets.Add(1)
+	rc, err := o.c.bkt.GetRange(o.ctx, o.name, off, int64(len(p)))
+	if err != nil {
+		o.err = cmp.Or(o.err, err)
+		return 0, err
+	}
+	defer rc.Close()
+	n, err := io.ReadFull(rc, p)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		o.err = cmp.Or(o.err, err) // a short object is the block's fault
+	}
+	return n, err
 }
 
 func floorDiv(a, b int64) int64 {

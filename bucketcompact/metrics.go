@@ -56,6 +56,7 @@ func (m collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCorrupt, s.corrupt.Load())
 	counter(descRequests, s.lists.Load(), "list")
 	counter(descRequests, s.gets.Load(), "get")
+	counter(descRequests, s.heads.Load(), "head")
 	counter(descRequests, s.puts.Load(), "put")
 	counter(descRequests, s.deletes.Load(), "delete")
 	counter(descUploadBytes, s.uploadBytes.Load())

@@ -184,6 +184,22 @@ func (b *Block) header() error {
 }
 
 func (b *Block) load(f BlockData) error {
+	if err := b.readTOC(f); err != nil {
+		return err
+	}
+	raw, err := readSection(f, b.sections[sectionChunks], b.tocOffset)
+	if err != nil {
+		return fmt.Errorf("section %d: %w", sectionChunks, err)
+	}
+	if b.chunks, err = decodeChunkIndex(raw, b.tocOffset); err != nil {
+		return err
+	}
+	return nil
+}
+
+// readTOC checks the block's magic and trailer and reads its table of
+// contents into tocOffset and sections.
+func (b *Block) readTOC(f BlockData) error {
 	size := f.Size()
 	if size < int64(len(blockMagic))+trailerSize {
 		return fmt.Errorf("%w: %d bytes is too short for a block", errCorrupt, size)
@@ -226,13 +242,6 @@ func (b *Block) load(f BlockData) error {
 		b.sections[kind] = s
 	}
 	b.tocOffset = tocOffset
-	raw, err := readSection(f, b.sections[sectionChunks], tocOffset)
-	if err != nil {
-		return fmt.Errorf("section %d: %w", sectionChunks, err)
-	}
-	if b.chunks, err = decodeChunkIndex(raw, tocOffset); err != nil {
-		return err
-	}
 	return nil
 }
 

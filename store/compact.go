@@ -21,7 +21,7 @@ var levelFactors = []int64{1, 10, 60, 360}
 // memory.
 const maxCompactedSamples = 200_000_000
 
-// maxMergedIndexBytes bounds the index sections (uncompressed: strings,
+// MaxMergedIndexBytes bounds the index sections (uncompressed: strings,
 // frames, stacks, threads, both summaries and cgroups) of the blocks one
 // merge takes on, and so its memory: the merge builds the merged tables
 // and summaries in memory, since they are written after the chunks, and
@@ -33,8 +33,21 @@ const maxCompactedSamples = 200_000_000
 // for the index cache. A window whose blocks pass the bound is merged in
 // runs of consecutive blocks within it: a node under heavy churn keeps
 // more, smaller blocks instead of spiking by hundreds of MB every 2 or 12
-// hours.
-const maxMergedIndexBytes = 4 << 20
+// hours. The bucket compactor (package bucketcompact) keeps to it too.
+const MaxMergedIndexBytes = 4 << 20
+
+// IndexBytes reads the table of contents of a block's data d, whose meta
+// is m, and returns the uncompressed size of the block's index sections:
+// what a merge that takes the block on must bound, as the store's own
+// compaction does with MaxMergedIndexBytes. It reads the data's head,
+// trailer and table of contents only (a few hundred bytes).
+func IndexBytes(d BlockData, m Meta) (int64, error) {
+	b := &Block{Meta: m}
+	if err := b.readTOC(d); err != nil {
+		return 0, fmt.Errorf("table of contents: %w", err)
+	}
+	return b.indexBytes(), nil
+}
 
 // indexBytes is the uncompressed size of a block's index sections: all
 // but the chunks and the chunk index.

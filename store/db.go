@@ -165,7 +165,7 @@ type DB struct {
 	// stepCells caches each block's fleet overview cells of the last step
 	// asked that its warm cells do not serve, bounded by their memory.
 	stepCells *lru.Cache[*Block, *cpuStepCells]
-	// maxMergedIndexBytes is maxMergedIndexBytes, lowered by tests.
+	// maxMergedIndexBytes is MaxMergedIndexBytes, lowered by tests.
 	maxMergedIndexBytes int64
 
 	stop chan struct{}
@@ -251,7 +251,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
 	db.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
 	db.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
-	db.maxMergedIndexBytes = maxMergedIndexBytes
+	db.maxMergedIndexBytes = MaxMergedIndexBytes
 	switch {
 	case dir == "":
 		// Other sources only: no directory, WAL or events of its own.

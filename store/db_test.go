@@ -193,7 +193,7 @@ func TestCompactionBoundsIndexBytes(t *testing.T) {
 	}
 	db.mu.RUnlock()
 	sameSamples(t, all(t, db, Filter{}), want)
-	db.maxMergedIndexBytes = maxMergedIndexBytes
+	db.maxMergedIndexBytes = MaxMergedIndexBytes
 	db.Maintain()
 	if st := db.Stats(); st.Compactions == 0 || st.Blocks >= before {
 		t.Fatalf("under the bound: %d compactions, %d blocks of %d", st.Compactions, st.Blocks, before)

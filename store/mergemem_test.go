@@ -1,16 +1,11 @@
 package store
 
 import (
-	"fmt"
-	"os"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
-	"runtime/pprof"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/heappeak"
+	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -18,21 +13,18 @@ import (
 // under heavy process churn records them: every sample is a thread never
 // seen before (its own pid, command and cgroup) on a stack never seen
 // before (its own leaf frame under a few shared callers), perBlock samples
-// a block. Each block is cut and written before the next. It returns the
-// end of the window.
+// a block (synth.ChurnSample). Each block is cut and written before the
+// next. It returns the end of the window.
 func churnWindow(t *testing.T, db *DB, start time.Time, blocks, perBlock int) time.Time {
 	t.Helper()
 	block := db.opts.BlockDuration
 	pid := uint32(100_000)
-	callers := make([]sample.Frame, 16)
-	for d := range callers {
-		callers[d] = sample.Frame{Function: fmt.Sprintf("caller_%d", d), Module: "/usr/bin/churn", Address: uint64(0x1000 + d*64), Kind: sample.KindUser}
-	}
+	callers := synth.ChurnCallers(16)
 	for i := range blocks {
 		t0 := start.Add(time.Duration(i) * block)
 		for j := range perBlock {
 			pid++
-			s := churnSample(pid, t0.Add(time.Duration(j)*block/time.Duration(perBlock)), callers[:4+j%12])
+			s := synth.ChurnSample(pid, t0.Add(time.Duration(j)*block/time.Duration(perBlock)).UnixNano(), callers[:4+j%12])
 			if err := db.Append(&s); err != nil {
 				t.Fatal(err)
 			}
@@ -43,65 +35,6 @@ func churnWindow(t *testing.T, db *DB, start time.Time, blocks, perBlock int) ti
 		awaitSealed(t, db)
 	}
 	return start.Add(time.Duration(blocks) * block)
-}
-
-// churnSample is a sample of a short-lived process: its own pid, command
-// and cgroup, and a leaf frame of its own under callers.
-func churnSample(pid uint32, at time.Time, callers []sample.Frame) sample.Sample {
-	leaf := sample.Frame{Function: "hot_c_function", Module: "/usr/bin/churn", Address: uint64(pid) * 16, Kind: sample.KindUser}
-	return sample.Sample{Time: at.UnixNano(), CPU: pid % 2, PID: pid, TID: pid, Comm: fmt.Sprintf("churn-%d", pid),
-		CgroupID: uint64(1_000_000 + pid), Stack: append([]sample.Frame{leaf}, callers...)}
-}
-
-// heapPeak samples the Go heap's object bytes every millisecond while fn
-// runs and returns the highest reading above the one before it. The
-// collector runs at GOGC 10 meanwhile, so that the readings follow the
-// live heap, not the garbage the default GOGC lets pile up. With
-// $HEATSCOPE_MERGE_HEAP set, a heap profile is written there at each new
-// peak (2 MB or more above the last), to be read with go tool pprof.
-func heapPeak(fn func()) (peak uint64) {
-	defer debug.SetGCPercent(debug.SetGCPercent(10))
-	runtime.GC()
-	read := func() uint64 {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
-	profile := os.Getenv("HEATSCOPE_MERGE_HEAP")
-	base := read()
-	profiled := base
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			v := read()
-			peak = max(peak, v)
-			if profile != "" && v > profiled+(2<<20) {
-				profiled = v
-				if f, err := os.Create(profile); err == nil {
-					pprof.Lookup("heap").WriteTo(f, 0)
-					f.Close()
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	fn()
-	close(stop)
-	wg.Wait()
-	peak = max(peak, read())
-	if peak < base {
-		return 0
-	}
-	return peak - base
 }
 
 // TestTwoHourMergeUnderChurnIsBounded compacts a 2-hour window of 2-minute
@@ -115,9 +48,9 @@ func TestTwoHourMergeUnderChurnIsBounded(t *testing.T) {
 		block    = 2 * time.Minute
 		blocks   = 60 // a 2-hour window
 		perBlock = 3000
-		// A merge takes on at most maxMergedIndexBytes of index and
+		// A merge takes on at most MaxMergedIndexBytes of index and
 		// holds about ten times that at peak (40 to 44 MB measured).
-		peakBound = 16 * maxMergedIndexBytes
+		peakBound = 16 * MaxMergedIndexBytes
 	)
 	db, err := Open(memDir(t), Options{Source: "node", PeriodNs: int64(time.Second / 99), BlockDuration: block, CallerTicks: true})
 	if err != nil {
@@ -132,10 +65,10 @@ func TestTwoHourMergeUnderChurnIsBounded(t *testing.T) {
 		indexBytes += b.indexBytes()
 	}
 	db.mu.RUnlock()
-	if before := db.Stats().Blocks; before != blocks || indexBytes < 2*maxMergedIndexBytes {
+	if before := db.Stats().Blocks; before != blocks || indexBytes < 2*MaxMergedIndexBytes {
 		t.Fatalf("%d blocks with %d bytes of index, want %d blocks with at least twice the merge bound: the test would test nothing", before, indexBytes, blocks)
 	}
-	peak := heapPeak(func() { db.maintainAt(end.Add(block)) })
+	peak := heappeak.During(func() { db.maintainAt(end.Add(block)) })
 	st := db.Stats()
 	t.Logf("%d blocks of %d samples, their index sections %.1f MB uncompressed: %d compactions, %d blocks after; peak heap of the merges %.1f MB (bound %.0f MB)",
 		blocks, perBlock, mb(uint64(indexBytes)), st.Compactions, st.Blocks, mb(peak), mb(peakBound))
@@ -150,7 +83,7 @@ func TestTwoHourMergeUnderChurnIsBounded(t *testing.T) {
 	}
 	// Runs of consecutive blocks, each within the bound: the fewest blocks
 	// the bound allows, give or take one.
-	if most := int(2*indexBytes/maxMergedIndexBytes) + 1; st.Compactions < 2 || st.Blocks > most {
+	if most := int(2*indexBytes/MaxMergedIndexBytes) + 1; st.Compactions < 2 || st.Blocks > most {
 		t.Errorf("%d compactions left %d blocks, want runs within the bound: 2 compactions or more, at most %d blocks for %d bytes of index", st.Compactions, st.Blocks, most, indexBytes)
 	}
 	if peak > peakBound {
@@ -179,13 +112,13 @@ func TestHeadWriteUnderChurnIsBounded(t *testing.T) {
 	pid := uint32(100_000)
 	for j := range threads {
 		pid++
-		s := churnSample(pid, start.Add(time.Duration(j)*2*time.Minute/threads), main)
+		s := synth.ChurnSample(pid, start.Add(time.Duration(j)*2*time.Minute/threads).UnixNano(), main)
 		if err := db.Append(&s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	head := heapInUse() - before
-	peak := heapPeak(func() {
+	peak := heappeak.During(func() {
 		db.mu.Lock()
 		db.cutLocked()
 		db.mu.Unlock()

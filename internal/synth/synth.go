@@ -176,3 +176,22 @@ func Containers() []*sample.Container {
 		nil,
 	}
 }
+
+// ChurnCallers returns n shared caller frames for ChurnSample's stacks
+// (functions caller_0 to caller_<n-1> of /usr/bin/churn).
+func ChurnCallers(n int) []sample.Frame {
+	callers := make([]sample.Frame, n)
+	for d := range callers {
+		callers[d] = sample.Frame{Function: fmt.Sprintf("caller_%d", d), Module: "/usr/bin/churn", Address: uint64(0x1000 + d*64), Kind: sample.KindUser}
+	}
+	return callers
+}
+
+// ChurnSample is a sample, at Unix ns at, of a short-lived process as
+// heavy process churn records them: its own pid, command (churn-<pid>)
+// and cgroup, and a leaf frame of its own under callers.
+func ChurnSample(pid uint32, at int64, callers []sample.Frame) sample.Sample {
+	leaf := sample.Frame{Function: "hot_c_function", Module: "/usr/bin/churn", Address: uint64(pid) * 16, Kind: sample.KindUser}
+	return sample.Sample{Time: at, CPU: pid % 2, PID: pid, TID: pid, Comm: fmt.Sprintf("churn-%d", pid),
+		CgroupID: uint64(1_000_000 + pid), Stack: append([]sample.Frame{leaf}, callers...)}
+}
