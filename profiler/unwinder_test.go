@@ -2,6 +2,9 @@ package profiler
 
 import (
 	"encoding/binary"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +81,42 @@ func TestBuildBudget(t *testing.T) {
 		if got {
 			u.credit -= st.est
 		}
+	}
+}
+
+// TestReadExecMaps reads this process's executable mappings and checks
+// them against its /proc/self/maps lines whose permissions have x: the
+// test binary's text and the vdso at least.
+func TestReadExecMaps(t *testing.T) {
+	maps, err := readExecMaps("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && strings.Contains(f[1], "x") {
+			want = append(want, f[0])
+		}
+	}
+	if len(maps) != len(want) || len(want) < 2 {
+		t.Fatalf("%d executable mappings read, want %d of /proc/self/maps (at least 2):\n%s", len(maps), len(want), data)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for i, m := range maps {
+		if got := fmt.Sprintf("%08x-%08x", m.start, m.end); got != want[i] {
+			t.Errorf("mapping %d is %s, want %s", i, got, want[i])
+		}
+		found = found || m.path == self
+	}
+	if !found {
+		t.Errorf("no executable mapping of %s among %+v", self, maps)
 	}
 }
