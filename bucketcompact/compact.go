@@ -563,13 +563,19 @@ func (c *Compactor) mergeRun(window []*blockObj) []*blockObj {
 	return nil
 }
 
-// readIndexBytes reads the index bytes of the blocks not read before
-// (store.IndexBytes over the data object: a HEAD, then ranged GETs of its
-// head, trailer and table of contents). A block it cannot read is marked
-// corrupt, unless the bucket failed: then the pass ends.
+// readIndexBytes reads the index bytes of the blocks not read before:
+// their meta's (Meta.IndexBytes), or for a block written before metas
+// recorded them, store.IndexBytes over its data object (a HEAD, then
+// ranged GETs of its head, trailer and table of contents). A block it
+// cannot read is marked corrupt, unless the bucket failed: then the pass
+// ends.
 func (c *Compactor) readIndexBytes(ctx context.Context, blocks []*blockObj) error {
 	for _, b := range blocks {
 		if _, ok := c.indexBytes[b.key()]; ok {
+			continue
+		}
+		if n := b.meta.IndexBytes; n > 0 {
+			c.indexBytes[b.key()] = n
 			continue
 		}
 		d := &objectData{ctx: ctx, c: c, name: objName(b.node, b.id, dataFile)}

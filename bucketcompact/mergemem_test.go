@@ -1,7 +1,10 @@
 package bucketcompact
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,7 +63,8 @@ type bucketBlock struct {
 }
 
 // bucketBlocks reads every complete block of bkt, marked ones too, with
-// its index bytes (store.IndexBytes), by key.
+// its index bytes read from its table of contents (store.IndexBytes), by
+// key, and checks that a meta that records them says the same.
 func bucketBlocks(t *testing.T, bkt objstore.Bucket) map[string]bucketBlock {
 	t.Helper()
 	ctx := context.Background()
@@ -83,6 +87,9 @@ func bucketBlocks(t *testing.T, bkt objstore.Bucket) map[string]bucketBlock {
 		d.Close()
 		if err != nil {
 			t.Fatalf("block %s: %v", k, err)
+		}
+		if m.IndexBytes != 0 && m.IndexBytes != n {
+			t.Errorf("block %s: meta.json says %d bytes of index, its table of contents %d", k, m.IndexBytes, n)
 		}
 		out[k] = bucketBlock{m, n}
 	}
@@ -109,9 +116,26 @@ func TestTwoHourWindowUnderChurnIsBounded(t *testing.T) {
 	srv := miniotest.Start(t)
 	bkt := &faultyBucket{Bucket: srv.Open("fleet")}
 	shipChurn(t, bkt, "node-a", day().Add(2*time.Hour), blocks, perBlock)
+	// Every other block as written before metas recorded their index
+	// bytes: the compactor reads those from the block's table of contents.
 	var parentsIndex int64
-	for _, b := range bucketBlocks(t, bkt) {
+	older := 0
+	for k, b := range bucketBlocks(t, bkt) {
 		parentsIndex += b.indexBytes
+		if b.meta.IndexBytes == 0 {
+			t.Fatalf("block %s: no index bytes in its meta", k)
+		}
+		if older < blocks/2 {
+			older++
+			b.meta.IndexBytes = 0
+			raw, err := json.Marshal(b.meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bkt.Upload(context.Background(), strings.Replace(k, "/", "/blocks/", 1)+"/meta.json", bytes.NewReader(raw)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if parentsIndex < 2*store.MaxMergedIndexBytes {
 		t.Fatalf("%d blocks with %d bytes of index, want at least twice the merge bound: the test would test nothing", blocks, parentsIndex)
@@ -119,6 +143,9 @@ func TestTwoHourWindowUnderChurnIsBounded(t *testing.T) {
 	c := newCompactor(t, bkt, newClock(time.Now()), Options{})
 	var rep Report
 	peak := heappeak.During(func() { rep = run(t, c) })
+	if heads := c.stats.heads.Load(); heads != blocks/2 {
+		t.Errorf("the pass read %d blocks' tables of contents, want the %d whose meta does not record their index bytes", heads, blocks/2)
+	}
 	after := bucketBlocks(t, bkt)
 	replaced := map[string]bool{}
 	for _, b := range after {

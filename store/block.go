@@ -97,6 +97,11 @@ type Meta struct {
 	ImportedAt int64 `json:"importedAt,omitempty"`
 	// Bytes is the size of the data file.
 	Bytes int64 `json:"bytes"`
+	// IndexBytes is the uncompressed size of the index sections (all but
+	// the chunks and the chunk index): what a merge that takes the block
+	// on holds of it (MaxMergedIndexBytes). 0 in blocks written before it
+	// was recorded: IndexBytes reads it from their table of contents.
+	IndexBytes int64 `json:"indexBytes,omitempty"`
 	// PeriodNs is the sampling period, when known (0 otherwise).
 	PeriodNs int64 `json:"periodNs,omitempty"`
 	// Files lists the SHA-256s (hex) of the imported files the block
@@ -192,6 +197,7 @@ func writeBlockFrom(dir string, meta Meta, tables *Table, fill func(*blockWriter
 			return err
 		}
 		meta.Bytes, meta.MinTime, meta.MaxTime, meta.Samples = w.d.off, w.minTime, w.maxTime, w.samples
+		meta.IndexBytes = w.indexBytes
 		b, _ := json.MarshalIndent(meta, "", "  ")
 		if err := writeFileSync(filepath.Join(tmp, metaFile), b); err != nil {
 			return err
@@ -278,6 +284,8 @@ type blockWriter struct {
 	minTime  int64
 	maxTime  int64
 	lastTime int64
+	// indexBytes is the written index sections' size (Meta.IndexBytes).
+	indexBytes int64
 }
 
 // bucketCounts counts samples per key (a thread, or a CPU) in the summary's
@@ -436,6 +444,7 @@ func (w *blockWriter) finish() error {
 	sections[sectionSummary] = w.d.section(encodeSummary(w.summary.entries()))
 	sections[sectionCgroups] = w.d.section(encodeCgroups(t))
 	sections[sectionCPUSummary] = w.d.section(encodeSummary(w.perCPU.entries()))
+	w.indexBytes = indexBytesOf(sections)
 
 	toc := make([]byte, 0, numSections*21)
 	for kind := 1; kind <= numSections; kind++ {

@@ -40,7 +40,8 @@ const MaxMergedIndexBytes = 4 << 20
 // is m, and returns the uncompressed size of the block's index sections:
 // what a merge that takes the block on must bound, as the store's own
 // compaction does with MaxMergedIndexBytes. It reads the data's head,
-// trailer and table of contents only (a few hundred bytes).
+// trailer and table of contents only (a few hundred bytes): for blocks
+// whose meta does not record them (Meta.IndexBytes).
 func IndexBytes(d BlockData, m Meta) (int64, error) {
 	b := &Block{Meta: m}
 	if err := b.readTOC(d); err != nil {
@@ -49,11 +50,14 @@ func IndexBytes(d BlockData, m Meta) (int64, error) {
 	return b.indexBytes(), nil
 }
 
-// indexBytes is the uncompressed size of a block's index sections: all
-// but the chunks and the chunk index.
-func (b *Block) indexBytes() int64 {
+// indexBytes is the uncompressed size of a block's index sections.
+func (b *Block) indexBytes() int64 { return indexBytesOf(b.sections) }
+
+// indexBytesOf is the uncompressed size of the index sections of a table
+// of contents: all but the chunks and the chunk index.
+func indexBytesOf(sections [numSections + 1]section) int64 {
 	n := int64(0)
-	for kind, s := range b.sections {
+	for kind, s := range sections {
 		if kind != sectionChunks {
 			n += int64(s.raw)
 		}
