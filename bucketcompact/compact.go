@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -227,8 +228,27 @@ func (c *Compactor) list(ctx context.Context, rep *Report) (listing, error) {
 	if l.blocks, l.segments, err = c.scan(ctx); err != nil {
 		return listing{}, fmt.Errorf("scan: %w", err)
 	}
+	c.forgetGone(l.blocks)
 	c.markReplaced(l.blocks, l.now, rep)
 	return l, nil
+}
+
+// forgetGone drops what the compactor keeps of each block (its meta, its
+// deletion mark, when it was found replaced, why it is corrupt, its index
+// bytes) for the blocks the listing no longer holds: deleted by another
+// compactor, by hand, or by a lifecycle rule. deleteBlock drops its own;
+// without this a long-running compactor would keep the others forever.
+func (c *Compactor) forgetGone(blocks []*blockObj) {
+	listed := make(map[string]bool, len(blocks))
+	for _, b := range blocks {
+		listed[b.key()] = true
+	}
+	gone := func(k string) bool { return !listed[k] }
+	maps.DeleteFunc(c.metas, func(k string, _ store.Meta) bool { return gone(k) })
+	maps.DeleteFunc(c.marks, func(k string, _ bucketindex.DeletionMark) bool { return gone(k) })
+	maps.DeleteFunc(c.implied, func(k string, _ int64) bool { return gone(k) })
+	maps.DeleteFunc(c.corrupt, func(k string, _ string) bool { return gone(k) })
+	maps.DeleteFunc(c.indexBytes, func(k string, _ int64) bool { return gone(k) })
 }
 
 func (c *Compactor) run(ctx context.Context) (Report, error) {

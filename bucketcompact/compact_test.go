@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -535,5 +536,39 @@ func TestPeriodsStayApart(t *testing.T) {
 	}
 	if after := cpu(); after != before {
 		t.Fatalf("CPU time %d ns after compaction, %d before", after, before)
+	}
+}
+
+// TestForgetsBlocksGoneFromTheListing deletes a block behind the
+// compactor's back (as another compactor or an operator would): the next
+// pass drops what it kept of it, so its caches follow the listing.
+func TestForgetsBlocksGoneFromTheListing(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("gone")}
+	d := day()
+	ids := ship(t, bkt, "node-a", span(d.Add(10*time.Minute), time.Minute), span(d.Add(20*time.Minute), time.Minute), span(d.Add(30*time.Minute), time.Minute))
+	// Blocks too big to merge: the pass reads their index bytes, merges nothing.
+	c := newCompactor(t, bkt, newClock(time.Now()), Options{MaxBlockBytes: 1})
+	if rep := run(t, c); rep.Merges != 0 || rep.Blocks != 3 {
+		t.Fatalf("first pass: %+v, want 3 blocks and no merge", rep)
+	}
+	if len(c.indexBytes) != 3 || len(c.metas) != 3 {
+		t.Fatalf("after the first pass the compactor keeps %d index sizes and %d metas, want 3 of each", len(c.indexBytes), len(c.metas))
+	}
+	for _, f := range []string{metaFile, dataFile} {
+		if err := bkt.Delete(context.Background(), objName("node-a", ids[0], f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := run(t, c); rep.Blocks != 2 {
+		t.Fatalf("second pass: %+v, want 2 blocks", rep)
+	}
+	for name, keys := range map[string][]string{
+		"index sizes": slices.Sorted(maps.Keys(c.indexBytes)),
+		"metas":       slices.Sorted(maps.Keys(c.metas)),
+	} {
+		if want := []string{"node-a/" + ids[1], "node-a/" + ids[2]}; !slices.Equal(keys, want) {
+			t.Errorf("after the block %s went the compactor keeps the %s of %v, want %v", ids[0], name, keys, want)
+		}
 	}
 }
