@@ -1,6 +1,7 @@
 package query
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/store"
@@ -61,26 +63,48 @@ func ParseTime(param, s string, now time.Time) (int64, error) {
 // or a number of seconds ("2.5"), from lo to hi ns. Errors are
 // *ParamError naming param.
 func ParseDuration(param, v string, lo, hi int64) (int64, error) {
+	outOfRange := func() error {
+		return paramErr(param, "%q is out of range: want %v to %v", Clip(v), time.Duration(lo), time.Duration(hi))
+	}
 	var ns int64
 	if d, err := time.ParseDuration(v); err == nil {
 		ns = int64(d)
-	} else if s, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(s) && math.Abs(s) < 9e9 {
-		ns = int64(math.Round(s * 1e9)) // |s| < 9e9: within int64 ns
+	} else if s, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(s) && !math.IsInf(s, 0) {
+		if math.Abs(s) >= 9e9 { // beyond int64 nanoseconds (about 292 years)
+			return 0, outOfRange()
+		}
+		ns = int64(math.Round(s * 1e9))
+	} else if errors.Is(err, strconv.ErrRange) || validDurationSyntax(v) {
+		return 0, outOfRange() // a number beyond float64, or a Go duration beyond int64 ns
 	} else {
 		return 0, paramErr(param, "%q is not a duration like 2s or a number of seconds", Clip(v))
 	}
 	if ns < lo || ns > hi {
-		return 0, paramErr(param, "%q is out of range: want %v to %v", Clip(v), time.Duration(lo), time.Duration(hi))
+		return 0, outOfRange()
 	}
 	return ns, nil
 }
 
-// Clip shortens a value echoed in an error to 64 bytes.
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// validDurationSyntax reports whether v, which time.ParseDuration
+// refused, is written as a Go duration: then only its size was wrong.
+func validDurationSyntax(v string) bool {
+	_, err := time.ParseDuration(digits.ReplaceAllString(v, "1"))
+	return err == nil
+}
+
+// Clip shortens a value echoed in an error to at most 64 bytes, cut at a
+// character boundary so that a multi-byte UTF-8 character stays whole.
 func Clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
+	if len(s) <= 64 {
+		return s
 	}
-	return s
+	n := 64
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 func isNumber(s string) bool {

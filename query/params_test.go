@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heatscope/heatscope/store"
 )
@@ -49,16 +50,41 @@ func TestParseDuration(t *testing.T) {
 		"":                      "is not a duration",
 		"abc":                   "is not a duration",
 		"NaN":                   "is not a duration",
-		"1e300":                 "is not a duration",
+		"Inf":                   "is not a duration",
+		"1.5.5s":                "is not a duration",
+		"1e300":                 "is out of range: want 1ms to 1h0m0s",
+		"1e10":                  "is out of range: want 1ms to 1h0m0s",
+		"1e400":                 "is out of range: want 1ms to 1h0m0s",
+		"99999999999h":          "is out of range: want 1ms to 1h0m0s",
 		"-1":                    "is out of range: want 1ms to 1h0m0s",
 		"1h0m1s":                "is out of range",
 		"0.0001":                "is out of range",
-		strings.Repeat("9", 99): "is not a duration",
+		strings.Repeat("9", 99): "is out of range",
 	} {
 		_, err := ParseDuration("window", in, lo, hi)
 		var pe *ParamError
 		if !errors.As(err, &pe) || pe.Param != "window" || !strings.Contains(err.Error(), msg) || len(err.Error()) > 140 {
 			t.Errorf("ParseDuration(%q) = %v, want an error naming window that says %q, the value clipped", in, err, msg)
+		}
+	}
+}
+
+// TestClip checks that a clipped value keeps at most 64 bytes and never
+// cuts a multi-byte character in half.
+func TestClip(t *testing.T) {
+	ascii := strings.Repeat("a", 100)
+	if got := Clip(ascii); got != ascii[:64]+"..." {
+		t.Errorf("Clip(100 a's) = %q, want the first 64 and ...", got)
+	}
+	if got := Clip("short é"); got != "short é" {
+		t.Errorf("Clip(%q) = %q, want it unchanged", "short é", got)
+	}
+	for pad := 60; pad <= 64; pad++ {
+		in := strings.Repeat("a", pad) + strings.Repeat("€", 10) // € is 3 bytes
+		got := Clip(in)
+		head, ok := strings.CutSuffix(got, "...")
+		if !ok || !utf8.ValidString(got) || len(head) > 64 || len(head) < 62 || !strings.HasPrefix(in, head) {
+			t.Errorf("Clip(%d a's and 10 €) = %q, want a valid UTF-8 prefix of 62 to 64 bytes and ...", pad, got)
 		}
 	}
 }
