@@ -669,8 +669,9 @@ func (j *buildJob) estimate() time.Duration {
 // recording, 0.26 s of CompileFile (--cpu-profile). The estimate, not
 // the time a build took, is charged: a build slowed down by a busy
 // machine would otherwise hold up every other table for minutes. libc's
-// 153 KB of .eh_frame is estimated at 15 ms, 10 MB of CFI at a second;
-// from the cache a thirty-second of that.
+// 153 KB of .eh_frame is estimated at 15 ms, 10 MB of CFI at a second.
+// A read from the cache (a thirty-second of that) is not charged:
+// buildBudget bounds those per poll.
 const (
 	buildRate  = 0.005
 	buildBurst = time.Second
@@ -679,15 +680,31 @@ const (
 // afford reports whether the worker may now build a table estimated to
 // take est: the credit, refilled at buildRate up to buildBurst, covers
 // it, or is full (a table estimated beyond buildBurst waits for a full
-// credit, and takes it all).
+// credit, and takes it all: charge).
 func (u *unwinder) afford(est time.Duration, now time.Time) bool {
+	u.refill(now)
+	return u.credit >= est || u.credit == buildBurst
+}
+
+// refill adds to the credit what buildRate earned since it was last
+// refilled, up to buildBurst (a full credit at the first call).
+func (u *unwinder) refill(now time.Time) {
 	if u.credited.IsZero() {
 		u.credit = buildBurst
 	} else if now.After(u.credited) {
 		u.credit = min(buildBurst, u.credit+time.Duration(float64(now.Sub(u.credited))*buildRate))
 	}
 	u.credited = now
-	return u.credit >= est || u.credit == buildBurst
+}
+
+// charge takes a compiled table's estimate out of the credit, down to
+// zero at most: a table estimated beyond buildBurst (50 MB of .eh_frame,
+// 5 s) once left it at -4 s, and every other table, a cached libc's
+// 0.5 ms read included, waited the ~1000 s buildRate takes to refill
+// that.
+func (u *unwinder) charge(est time.Duration, now time.Time) {
+	u.refill(now)
+	u.credit = max(0, u.credit-est)
 }
 
 // cost is about what loading the table takes, in bytes of CFI compiled.
@@ -707,20 +724,22 @@ func (u *unwinder) build(now time.Time) {
 	}
 	start := time.Now()
 	built := 0
+	blocked := false // a table waits for the credit: only cached ones go now
 	for _, k := range u.buildOrder() {
 		if built > 0 && time.Since(start) >= buildBudget || u.closing() {
 			break
 		}
 		job := u.queue[k]
-		if !u.worthIt(job, now) {
-			continue // its processes' samples have not paid for it yet
+		if !u.worthIt(job, now) || blocked && !job.cached {
+			continue // its processes' samples have not paid for it yet, or it waits its turn
 		}
-		est := job.estimate()
-		if !u.afford(est, now) {
-			u.log.Debug("unwind table waits for the build budget", "key", k, "estimate", est, "credit", u.credit)
-			break // in order: the cheaper ones after it do not overtake it
+		if !job.cached && !u.afford(job.estimate(), now) {
+			u.log.Debug("unwind table waits for the build budget", "key", k, "estimate", job.estimate(), "credit", u.credit)
+			// In order: the cheaper ones after it do not overtake it;
+			// ones read from the cache do, as they are not charged.
+			blocked = true
+			continue
 		}
-		u.credit -= est
 		built++
 		delete(u.queue, k)
 		t0 := time.Now()
@@ -728,9 +747,15 @@ func (u *unwinder) build(now time.Time) {
 		// is still there: the first to map a library (libc) is often a
 		// short-lived process, gone before the table is built.
 		for pid, path := range job.waiters {
-			t, err := u.load(path, k, now)
+			t, compiled, err := u.load(path, k, now)
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-				continue
+				continue // nothing compiled: try the next
+			}
+			if compiled {
+				// Charged even when the build failed (it took the
+				// time); not when every waiter was gone, nor for a
+				// read from the cache.
+				u.charge(time.Duration(job.cfi*compileNsPerByte), now)
 			}
 			if err != nil {
 				u.log.Debug("load unwind table", "path", path, "err", err)
@@ -846,12 +871,15 @@ func (u *unwinder) readBinary(path string, fk fileKey) *mappedFile {
 // load builds (or reads from the cache) a table and loads it into
 // unwind_tables, evicting the least recently used tables beyond maxBytes.
 // A path that is gone (its process exited) is an error that leaves the
-// table to be built through another process.
-func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err error) {
+// table to be built through another process. compiled reports whether
+// the table was compiled rather than read from the cache (a build that
+// failed included): what the build budget is charged for.
+func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compiled bool, err error) {
 	t, hit, err := u.cache.Load(path)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-		return nil, err
+		return nil, false, err
 	}
+	compiled = !hit
 	defer func() {
 		if err != nil && !errors.Is(err, errNoRoom) {
 			u.failed[key] = true // neither retried nor counted again
@@ -870,11 +898,11 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 	}
 	u.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return nil, compiled, err
 	}
 	size := int64(t.Size())
 	if size > u.maxBytes || len(t.Rows) == 0 {
-		return nil, fmt.Errorf("table of %d bytes, more than the %d-byte bound", size, u.maxBytes)
+		return nil, compiled, fmt.Errorf("table of %d bytes, more than the %d-byte bound", size, u.maxBytes)
 	}
 	var inUse map[string]bool // read once for all the evictions this load needs
 	for u.used()+size > u.maxBytes || len(u.freeIDs) == 0 && u.nextID >= maxTables {
@@ -887,7 +915,7 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 			u.mu.Lock()
 			u.stats.Deferred++
 			u.mu.Unlock()
-			return nil, errNoRoom
+			return nil, compiled, errNoRoom
 		}
 	}
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
@@ -895,11 +923,11 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 		MaxEntries: uint32(len(t.Rows)), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create a %d-row table map: %w", len(t.Rows), err)
+		return nil, compiled, fmt.Errorf("create a %d-row table map: %w", len(t.Rows), err)
 	}
 	defer inner.Close() // unwind_tables keeps its own reference
 	if err := fillRows(inner, t.Rows); err != nil {
-		return nil, err
+		return nil, compiled, err
 	}
 	var id uint32
 	if n := len(u.freeIDs); n > 0 {
@@ -910,12 +938,12 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, err e
 	}
 	if err := u.tables.Put(id, inner); err != nil {
 		u.freeIDs = append(u.freeIDs, id)
-		return nil, fmt.Errorf("add the table to unwind_tables: %w", err)
+		return nil, compiled, fmt.Errorf("add the table to unwind_tables: %w", err)
 	}
 	lt = &loadedTable{id: id, rows: uint32(len(t.Rows)), bytes: size, key: key, lastUsed: now}
 	u.loaded[key] = lt
 	u.updateSizes()
-	return lt, nil
+	return lt, compiled, nil
 }
 
 // rowStride is the distance between two rows in an array map's memory:

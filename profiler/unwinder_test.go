@@ -3,6 +3,7 @@ package profiler
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -55,7 +56,8 @@ func TestFillRowsThroughMemory(t *testing.T) {
 
 // TestBuildBudget: the worker starts with a full credit of buildBurst,
 // spends it on estimates, refills it at buildRate, and lets a table
-// estimated beyond buildBurst go only on a full credit.
+// estimated beyond buildBurst go only on a full credit, which it empties
+// (the credit never goes below zero).
 func TestBuildBudget(t *testing.T) {
 	u := &unwinder{}
 	now := time.Now()
@@ -70,7 +72,8 @@ func TestBuildBudget(t *testing.T) {
 		{0, 2 * time.Second, false},                      // 0 ms left
 		{199 * time.Second, 2 * time.Second, false},      // 995 ms: not full
 		{time.Second, 2 * time.Second, true},             // full again
-		{10 * time.Second, time.Millisecond, false},      // -1 s + 50 ms
+		{10 * time.Second, time.Millisecond, true},       // 0 + 50 ms
+		{0, 50 * time.Millisecond, false},                // 49 ms left
 	}
 	for i, st := range steps {
 		now = now.Add(st.after)
@@ -79,9 +82,85 @@ func TestBuildBudget(t *testing.T) {
 			t.Fatalf("step %d: afford(%v) with a credit of %v = %v, want %v", i, st.est, u.credit, got, st.want)
 		}
 		if got {
-			u.credit -= st.est
+			u.charge(st.est, now)
 		}
 	}
+}
+
+// TestBuildBudgetAfterHugeTable builds tables through build, into a real
+// unwind_tables map. A table estimated far beyond buildBurst (50 MB of
+// CFI: 5 s) takes at most the whole credit: after it, a table in the cache
+// loads at once (it is not charged, and overtakes an uncached one waiting
+// for the credit), and one of libc's size (150 KB: 15 ms) within 3 s, its
+// estimate at buildRate. Charging the whole estimate left the credit at
+// -4 s, which held up every table for about 1000 s. A table whose
+// processes are all gone before it is built costs nothing.
+func TestBuildBudgetAfterHugeTable(t *testing.T) {
+	bpftest.Require(t)
+	tables, err := ebpf.NewMap(&ebpf.MapSpec{
+		Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: maxTables,
+		InnerMap: &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: unwind.RowSize, MaxEntries: 1, Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tables.Close()
+	u := &unwinder{
+		tables: tables, cache: unwind.Cache{Dir: t.TempDir()}, maxBytes: DefaultUnwindMaxBytes,
+		log: slog.New(slog.DiscardHandler), periodNs: func() int64 { return int64(time.Second) / 99 },
+		loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
+		procList: map[uint32]*procState{1: {complete: true}, 2: {complete: true}}, queue: map[string]*buildJob{},
+		heat: map[uint32]uint64{1: 1, 2: 1 << 30},
+	}
+	defer func() {
+		for _, lt := range u.loaded {
+			_ = tables.Delete(lt.id)
+		}
+	}()
+	if _, _, err := u.cache.Load("/bin/ls"); err != nil { // in the cache from now on
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// queue queues a table for process pid (its path), waited for long
+	// enough to be worth building (worthIt).
+	queue := func(key, path string, pid uint32, cfi uint64, cached bool) {
+		u.queue[key] = &buildJob{cfi: cfi, cached: cached, waiters: map[uint32]string{pid: path}, queued: start.Add(-time.Hour)}
+	}
+	// step builds at start+at and checks which tables are loaded.
+	step := func(at time.Duration, want map[string]bool) {
+		t.Helper()
+		u.build(start.Add(at))
+		for k, w := range want {
+			if got := u.loaded[k] != nil; got != w {
+				t.Fatalf("at %v: table %s loaded %v, want %v (credit %v, queued %d)", at, k, got, w, u.credit, len(u.queue))
+			}
+		}
+	}
+	queue("huge", "/bin/true", 1, 50<<20, false)
+	step(0, map[string]bool{"huge": true})
+	if u.credit != 0 {
+		t.Fatalf("after a table estimated at %v the credit is %v, want 0", time.Duration(50<<20*compileNsPerByte), u.credit)
+	}
+	queue("cached", "/bin/ls", 1, 10<<20, true)
+	queue("small", "/bin/cat", 1, 150_000, false)
+	step(time.Millisecond, map[string]bool{"cached": true, "small": false})
+	step(2*time.Second, map[string]bool{"small": false}) // 10 ms of credit
+	step(3*time.Second+time.Millisecond, map[string]bool{"small": true})
+
+	queue("gone", "/nonexistent/bin/true", 1, 150_000, false)
+	u.refill(start.Add(20 * time.Second))
+	credit := u.credit
+	step(20*time.Second, map[string]bool{"gone": false})
+	if u.credit != credit || len(u.queue) != 0 {
+		t.Fatalf("a table whose processes are gone: the credit went from %v to %v, %d tables queued, want it unchanged and none", credit, u.credit, len(u.queue))
+	}
+
+	// An uncached table waiting for a full credit, first in order (its
+	// process is the hottest), holds up uncached ones, not cached ones.
+	queue("huge2", "/bin/true", 2, 50<<20, false)
+	queue("cached2", "/bin/ls", 1, 10<<20, true)
+	queue("small2", "/bin/cat", 1, 150_000, false)
+	step(21*time.Second, map[string]bool{"huge2": false, "cached2": true, "small2": false})
 }
 
 // TestReadExecMaps reads this process's executable mappings and checks
