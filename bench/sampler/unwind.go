@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
 )
 
@@ -62,7 +64,7 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	fmt.Printf("Workload: one `bench/sampler/testdata/nofp.c` (gcc -O2 -fomit-frame-pointer) per CPU, pinned; each sampler records alone, one after the other. " +
 		"Run 1 of heatscope --unwind dwarf starts with no cached table (it builds them), later runs read them from --cache-dir. " +
 		"\"reach main\": the workload's samples whose user stack has `main`; \"tables in\": the longest time over the workload's processes from a process's first sample to its first one that reaches main.\n\n")
-	fmt.Printf("\"steady\": heatscope's CPU incl. BPF from %v after its start to the end of the run (its threads' on-CPU time, /proc/PID/task/*/schedstat; BPF time pro rata), leaving out the start's fixed costs.\n\n", steadyFrom)
+	fmt.Printf("\"steady\": heatscope's CPU incl. BPF from %v after its start to the end of the run (its process's on-CPU time, exited threads included, from its CPU-time clock; BPF time pro rata), leaving out the start's fixed costs.\n\n", steadyFrom)
 	fmt.Printf("| run | sampler | samples / expected | BPF µs/sample | CPU incl. BPF, %% of one CPU | steady | peak RSS | workload samples | reach main | tables in | load average (1 min) before, after |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]unwindResult{}
 	for i := range runs {
@@ -108,7 +110,7 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 		bpf, steady := "-", "-"
 		if strings.HasPrefix(s, "heatscope") {
 			bpf = stat(func(r unwindResult) float64 { return r.bpfUs })
-			steady = stat(func(r unwindResult) float64 { return r.steady }) + "%"
+			steady = steadyMedian(rs)
 		}
 		fmt.Printf("| %s | %s%% | %s | %s%% | %s | %s | %s%% |\n", s, stat(func(r unwindResult) float64 { return 100 * r.received / r.expected }), bpf,
 			stat(func(r unwindResult) float64 { return r.cpu }), steady, stat(func(r unwindResult) float64 { return r.rss }),
@@ -116,6 +118,22 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	}
 	fmt.Println("\nperf's CPU is `perf record`'s alone: it symbolizes and unwinds (for --call-graph dwarf) later, in `perf script`, which is not counted.")
 	return nil
+}
+
+// steadyMedian formats the median and range of the runs' steady CPU, in
+// % of one CPU, leaving out the runs where it was not measured (-1); "-"
+// when none was.
+func steadyMedian(rs []unwindResult) string {
+	var measured []float64
+	for _, r := range rs {
+		if r.steady >= 0 {
+			measured = append(measured, r.steady)
+		}
+	}
+	if len(measured) == 0 {
+		return "-"
+	}
+	return medianRange(measured, "%.2f") + "%"
 }
 
 // measureUnwind runs one sampler on the workload for d.
@@ -155,9 +173,9 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 	if d > steadyFrom {
 		start := time.Now()
 		time.Sleep(steadyFrom)
-		from, errFrom = threadsCPU(cmd.Process.Pid)
+		from, errFrom = processCPU(cmd.Process.Pid)
 		time.Sleep(d - time.Since(start))
-		to, errTo = threadsCPU(cmd.Process.Pid)
+		to, errTo = processCPU(cmd.Process.Pid)
 	}
 	if err := cmd.Wait(); err != nil {
 		return r, fmt.Errorf("%v\n%s", err, stderr.String())
@@ -189,31 +207,23 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 // the first tables) takes about 0.3 s of CPU on the test machine.
 const steadyFrom = 5 * time.Second
 
-// threadsCPU returns the time the threads of process pid have spent on a
-// CPU (user and system), from /proc/PID/task/*/schedstat: to the
-// nanosecond, where /proc/PID/stat counts in clock ticks.
-func threadsCPU(pid int) (time.Duration, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(tasks) == 0 {
-		return 0, fmt.Errorf("threads of process %d: none found (%v)", pid, err)
+// processCPU returns the time process pid has spent on a CPU (user and
+// system), its threads that exited included, to the nanosecond: the
+// process's CPU-time clock (clock_getcpuclockid(3)), which the kernel
+// keeps as the exited threads' sum plus each live thread's. Summing
+// /proc/PID/task/*/schedstat instead loses a thread that exits between
+// two reads (the figure comes out low, even negative), and /proc/PID/stat
+// counts in clock ticks (10 ms).
+func processCPU(pid int) (time.Duration, error) {
+	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's and
+	// glibc's headers: the whole process, not one thread.
+	const cpuClockSched = 2
+	clock := int32(^uint32(pid)<<3) | cpuClockSched
+	var ts unix.Timespec
+	if err := unix.ClockGettime(clock, &ts); err != nil {
+		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
 	}
-	var sum time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue // a thread that exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			return 0, fmt.Errorf("%s: empty", t)
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", t, err)
-		}
-		sum += time.Duration(ns)
-	}
-	return sum, nil
+	return time.Duration(ts.Nano()), nil
 }
 
 // scriptReachMain reads heatscope's perf script export of the workload's

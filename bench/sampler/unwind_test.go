@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestSteadyMedianLeavesOutUnmeasured: a run without a steady figure (-1)
+// is not part of the median; none measured prints "-".
+func TestSteadyMedianLeavesOutUnmeasured(t *testing.T) {
+	for _, c := range []struct {
+		steady []float64
+		want   string
+	}{
+		{[]float64{-1, -1}, "-"},
+		{[]float64{-1, 1.5, 2.5, 3.5}, "2.50 (1.50-3.50)%"},
+		{[]float64{0.25}, "0.25 (0.25-0.25)%"},
+	} {
+		var rs []unwindResult
+		for _, s := range c.steady {
+			rs = append(rs, unwindResult{steady: s})
+		}
+		if got := steadyMedian(rs); got != c.want {
+			t.Errorf("steadyMedian(%v) = %q, want %q", c.steady, got, c.want)
+		}
+	}
+}
+
+// TestProcessCPUKeepsExitedThreads spins a thread for 300 ms of CPU, reads
+// this process's CPU time, lets the thread exit and reads it again: the
+// time may only grow, the exited thread's included.
+func TestProcessCPUKeepsExitedThreads(t *testing.T) {
+	pid := os.Getpid()
+	spun, read, gone := make(chan error), make(chan struct{}), make(chan int)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		var ts unix.Timespec
+		for {
+			if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+				spun <- err
+				return
+			}
+			if time.Duration(ts.Nano()) >= 300*time.Millisecond {
+				break
+			}
+		}
+		spun <- nil
+		<-read
+		gone <- unix.Gettid()
+	}()
+	if err := <-spun; err != nil {
+		t.Fatal(err)
+	}
+	from, err := processCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(read)
+	task := fmt.Sprintf("/proc/%d/task/%d", pid, <-gone)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there 10 s after its goroutine ended", task)
+		}
+	}
+	to, err := processCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from < 300*time.Millisecond || to < from {
+		t.Fatalf("process CPU %v with the spinning thread, %v after it exited: want at least 300ms, then no less", from, to)
+	}
+}
