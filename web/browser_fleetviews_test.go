@@ -71,8 +71,13 @@ func TestBrowserFleetEvents(t *testing.T) {
 	if got := nav(); got != "node view /, *fleet events /fleet/events, pre-event diff /fleet/prediff" {
 		t.Errorf("fleet events' header links: %q", got)
 	}
-	if resp, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS(`.fleet-nav a[href="/fleet/prediff"]`))); err != nil || resp.Status != 200 {
+	switch resp, err := chromedp.RunResponse(b.ctx, chromedp.Click(chromedp.CSS(`.fleet-nav a[href="/fleet/prediff"]`))); {
+	case err != nil:
 		t.Fatalf("follow the pre-event diff link: %v", err)
+	case resp == nil:
+		t.Fatal("follow the pre-event diff link: the click loaded no page")
+	case resp.Status != 200:
+		t.Fatalf("follow the pre-event diff link: HTTP %d %s", resp.Status, resp.StatusText)
 	}
 	b.run("the pre-event diff loaded", settled)
 	if got, title := nav(), eval[string](t, b.ctx, `document.title`); got != "node view /, fleet events /fleet/events, *pre-event diff /fleet/prediff" || title != "heatscope: what grew before the events" {

@@ -158,9 +158,13 @@ func walkFleet(t *testing.T, url string, resets int) {
 	// drawn what it asked for.
 	follow := func(what, sel string) {
 		t.Helper()
-		resp, err := chromedp.RunResponse(w.ctx, chromedp.Click(chromedp.CSS(sel)))
-		if err != nil || resp.Status != 200 {
+		switch resp, err := chromedp.RunResponse(w.ctx, chromedp.Click(chromedp.CSS(sel))); {
+		case err != nil:
 			t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, w.jsErrors.Load())
+		case resp == nil:
+			t.Fatalf("%s: the click loaded no page (JavaScript errors: %s)", what, w.jsErrors.Load())
+		case resp.Status != 200:
+			t.Fatalf("%s: HTTP %d %s (JavaScript errors: %s)", what, resp.Status, resp.StatusText, w.jsErrors.Load())
 		}
 		do(what, settled)
 	}
