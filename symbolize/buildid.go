@@ -20,8 +20,17 @@ const (
 // (Go binaries linked with -B none or by older toolchains), the Go build id
 // as it is written ("actionID/contentID"), or "" when it has neither.
 // Notes are read from the SHT_NOTE sections, or from the PT_NOTE segments
-// when the section headers are gone.
-func readBuildID(f *elf.File) string {
+// when the section headers are gone. A file mapped and truncated since
+// (a fault reading it) has none.
+func readBuildID(f *elf.File) (id string) {
+	if catchFaults(func() error { id = buildIDNotes(f); return nil }) != nil {
+		return ""
+	}
+	return id
+}
+
+// buildIDNotes is readBuildID, reading f without catching faults.
+func buildIDNotes(f *elf.File) string {
 	var readers []noteSource
 	for _, s := range f.Sections {
 		if s.Type == elf.SHT_NOTE {

@@ -31,7 +31,7 @@ func openELF(f *os.File) (ef *elf.File, close func(), err error) {
 		ef, err = elf.NewFile(f)
 		return ef, func() {}, err
 	}
-	if ef, err = elf.NewFile(m); err != nil {
+	if err = catchFaults(func() (err error) { ef, err = elf.NewFile(m); return err }); err != nil {
 		m.unmap()
 		return nil, nil, err
 	}
@@ -72,13 +72,14 @@ func (m *mappedFile) unmap() {
 	m.data = nil
 }
 
-// ReadAt copies the file's bytes at off to p, as pread(2) would; reading
-// a page of a file truncated since it was mapped is an error.
-func (m *mappedFile) ReadAt(p []byte, off int64) (n int, err error) {
-	if fault := catchFaults(func() error { n, err = inMemory(m.data).ReadAt(p, off); return nil }); fault != nil {
-		return 0, fault
-	}
-	return n, err
+// ReadAt copies the file's bytes at off to p, as pread(2) would. Reading
+// a page of a file truncated since it was mapped faults: every read of a
+// mapped file runs inside catchFaults, once for all its reads rather than
+// once a read, which turns the fault into an error. These are all of
+// them: elf.NewFile in openELF, readBuildID, and loadBinary (the symbol
+// tables, .gopclntab and the debug file, which it opens with openELF).
+func (m *mappedFile) ReadAt(p []byte, off int64) (int, error) {
+	return inMemory(m.data).ReadAt(p, off)
 }
 
 // sectionData returns the bytes of the section s: a slice of the mapping
