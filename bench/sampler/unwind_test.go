@@ -38,8 +38,18 @@ func TestSteadyMedianLeavesOutUnmeasured(t *testing.T) {
 func TestProcessCPUKeepsExitedThreads(t *testing.T) {
 	pid := os.Getpid()
 	spun, read, gone := make(chan error), make(chan struct{}), make(chan int)
-	go func() {
+	var spin func()
+	spin = func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if unix.Gettid() == pid {
+			// The main thread never exits: spin on another, which this
+			// goroutine, locked here, keeps off the main thread.
+			done := make(chan struct{})
+			go func() { spin(); close(done) }()
+			<-done
+			runtime.UnlockOSThread()
+			return
+		}
 		var ts unix.Timespec
 		for {
 			if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
@@ -53,7 +63,8 @@ func TestProcessCPUKeepsExitedThreads(t *testing.T) {
 		spun <- nil
 		<-read
 		gone <- unix.Gettid()
-	}()
+	}
+	go spin()
 	if err := <-spun; err != nil {
 		t.Fatal(err)
 	}
