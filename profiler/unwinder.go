@@ -220,6 +220,9 @@ type unwinder struct {
 	asks     map[uint32]ask
 	pendKeys []uint32
 	pendVals []uint64
+	// batchWarned and eachWarned are set once takePending warned that
+	// its batch call, and then its entry-by-entry reading, failed.
+	batchWarned, eachWarned bool
 	// credit is the estimated build time the worker may spend now
 	// (afford), as of credited.
 	credit   time.Duration
@@ -418,27 +421,68 @@ type ask struct {
 
 // takePending moves the requests in unwind_pending into asks, emptying
 // the map with one batch system call (a process asks again, if it is
-// still sampled without an entry, once the map no longer holds it).
+// still sampled without an entry, once the map no longer holds it). If
+// the batch call fails, it warns once and reads the map entry by entry
+// (takeEach): with nothing taken, no process would ask again and
+// --unwind dwarf would fall back to frame pointers without a word.
 func (u *unwinder) takePending(now time.Time) {
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := u.pending.BatchLookupAndDelete(&cursor, u.pendKeys, u.pendVals, nil)
 		for i := range n {
-			if a, ok := u.asks[u.pendKeys[i]]; !ok || a.mm != u.pendVals[i] {
-				u.asks[u.pendKeys[i]] = ask{mm: u.pendVals[i], since: now}
-			}
+			u.addAsk(u.pendKeys[i], u.pendVals[i], now)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return // all taken
 		}
 		if err != nil {
-			u.log.Debug("read the processes asking for unwind tables", "err", err)
+			if !u.batchWarned {
+				u.batchWarned = true
+				u.log.Warn("unwind tables: reading the processes that ask for them in one batch failed; reading them one by one", "err", err)
+			}
+			if err := u.takeEach(now); err != nil && !u.eachWarned {
+				u.eachWarned = true
+				u.log.Warn("unwind tables: reading the processes that ask for them failed; their stacks are walked with frame pointers", "err", err)
+			}
 			return
 		}
 		if n == 0 {
 			return
 		}
 	}
+}
+
+// addAsk records that process pid asked for its mappings, for the
+// address space mm.
+func (u *unwinder) addAsk(pid uint32, mm uint64, now time.Time) {
+	if a, ok := u.asks[pid]; !ok || a.mm != mm {
+		u.asks[pid] = ask{mm: mm, since: now}
+	}
+}
+
+// takeEach is takePending without batch calls, as before them: it reads
+// every entry of unwind_pending, then deletes the ones it read (an entry
+// written again in between is lost, and asked again at a later sample).
+func (u *unwinder) takeEach(now time.Time) error {
+	var (
+		pid   uint32
+		mm    uint64
+		taken []uint32
+	)
+	it := u.pending.Iterate()
+	for it.Next(&pid, &mm) {
+		u.addAsk(pid, mm, now)
+		taken = append(taken, pid)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate over unwind_pending: %w", err)
+	}
+	for _, pid := range taken {
+		if err := u.pending.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete process %d from unwind_pending: %w", pid, err)
+		}
+	}
+	return nil
 }
 
 // sweep forgets the processes that have exited, and halves every

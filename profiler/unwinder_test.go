@@ -1,7 +1,9 @@
 package profiler
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -161,6 +163,49 @@ func TestBuildBudgetAfterHugeTable(t *testing.T) {
 	queue("cached2", "/bin/ls", 1, 10<<20, true)
 	queue("small2", "/bin/cat", 1, 150_000, false)
 	step(21*time.Second, map[string]bool{"huge2": false, "cached2": true, "small2": false})
+}
+
+// TestTakePendingFallsBack: when the batch call on unwind_pending fails,
+// takePending warns once, with the error, and takes the requests entry by
+// entry, emptying the map, so that processes still get their tables. The
+// failure is forced with a values buffer shorter than the keys' (cilium/ebpf
+// refuses it before the system call): no kernel the table walk runs on
+// (5.17 or later) fails the call itself for a hash map.
+func TestTakePendingFallsBack(t *testing.T) {
+	bpftest.Require(t)
+	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pending.Close()
+	var logs bytes.Buffer
+	u := &unwinder{
+		pending: pending, log: slog.New(slog.NewTextHandler(&logs, nil)),
+		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, 1),
+	}
+	for round := range 3 {
+		want := map[uint32]uint64{}
+		for i := range 3 {
+			pid, mm := uint32(100*round+i+1), uint64(0x1000*(round+i+1))
+			if err := pending.Put(pid, mm); err != nil {
+				t.Fatal(err)
+			}
+			want[pid] = mm
+		}
+		u.takePending(time.Now())
+		for pid, mm := range want {
+			if a, ok := u.asks[pid]; !ok || a.mm != mm {
+				t.Errorf("round %d: process %d asked for mm %#x; asks hold %+v (present %v)", round, pid, mm, a, ok)
+			}
+		}
+		var key uint32
+		if err := pending.NextKey(nil, &key); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("round %d: unwind_pending still holds process %d (%v), want it empty", round, key, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "same length") {
+		t.Errorf("%d warnings, want 1 with the batch call's error:\n%s", n, logs.String())
+	}
 }
 
 // TestReadExecMaps reads this process's executable mappings and checks
