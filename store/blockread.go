@@ -478,6 +478,11 @@ func decodeSummary(raw []byte, what string, maxKey uint64) (summary, error) {
 			return summary{}, bad("bucket")
 		}
 		b = b[k:]
+		if i > 0 && d < 0 {
+			// Readers take the first and last entries for the lowest
+			// and highest buckets.
+			return summary{}, fmt.Errorf("%s: %w: %s entry %d's bucket is before the previous entry's", what, errCorrupt, what, i)
+		}
 		prev += d
 		if i == 0 {
 			base = prev

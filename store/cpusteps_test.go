@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,17 +219,40 @@ func TestCPUSummaryOfSynthBlocks(t *testing.T) {
 func FuzzDecodeCPUSummary(f *testing.F) {
 	f.Add(encodeSummary([]summaryEntry{{bucket: 170_000_000, key: 3, count: 990, idle: 10}, {bucket: 170_000_001, key: 0, count: 5, idle: 5}}))
 	f.Add(encodeSummary(nil))
+	f.Add(encodeSummary([]summaryEntry{{bucket: 0, key: 0, count: 1}, {bucket: 5, key: 0, count: 1}, {bucket: 3, key: 1, count: 1}}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		s, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
 		if err != nil {
 			return
 		}
-		for _, c := range s.cells {
+		for i, c := range s.cells {
 			if c.key >= maxSummaryCPU || c.idle > c.count {
 				t.Fatalf("decoded an out-of-range cell %+v", c)
 			}
+			if i > 0 && c.bucket < s.cells[i-1].bucket {
+				t.Fatalf("decoded cell %d's bucket %d before the previous one's %d", i, c.bucket, s.cells[i-1].bucket)
+			}
 		}
 	})
+}
+
+// TestDecodeSummaryRejectsBucketsGoingBack: a summary whose buckets rise
+// then fall (0, 5, 3) is a corrupt block, not entries that readers such as
+// cpuStepCells, which take the first and last entries for the lowest and
+// highest buckets, would index past their counts with.
+func TestDecodeSummaryRejectsBucketsGoingBack(t *testing.T) {
+	back := encodeSummary([]summaryEntry{{bucket: 100, key: 0, count: 1}, {bucket: 105, key: 1, count: 2}, {bucket: 103, key: 0, count: 3}})
+	for _, what := range []string{"cpu summary", "summary"} {
+		_, err := decodeSummary(back, what, maxSummaryCPU)
+		if !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), what+" entry 2's bucket is before the previous entry's") {
+			t.Errorf("%s with buckets 100, 105, 103: %v, want a corrupt-block error naming entry 2", what, err)
+		}
+	}
+	// Equal buckets (several keys in one 10 s) are fine.
+	same := encodeSummary([]summaryEntry{{bucket: 100, key: 0, count: 1}, {bucket: 100, key: 1, count: 2}, {bucket: 101, key: 0, count: 3}})
+	if s, err := decodeSummary(same, "cpu summary", maxSummaryCPU); err != nil || len(s.cells) != 3 || s.cells[2].bucket != 1 {
+		t.Errorf("buckets 100, 100, 101: %+v, %v", s, err)
+	}
 }
 
 // alternatingNode records 80 s of 2 CPUs at 100 Hz from start into a new
