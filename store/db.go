@@ -96,6 +96,7 @@ type Stats struct {
 	BlockBytes    int64
 	Blocks        int
 	HeadSamples   int
+	Sealing       int // heads cut and not yet written as blocks
 	Cuts          uint64
 	Compactions   uint64
 	RetentionDrop uint64 // blocks deleted by retention or to free space
@@ -856,7 +857,7 @@ func (db *DB) Stats() Stats {
 	s := Stats{Appended: db.appended.Load(), Lost: db.lost.Load(), WALDropped: db.walDropped.Load(),
 		Cuts: db.cuts.Load(), Compactions: db.compactions.Load(), RetentionDrop: db.dropped.Load(),
 		UnshippedDropped: db.unshippedDropped.Load(),
-		CorruptSkips:     db.corrupt.Load(), Blocks: len(db.blocks)}
+		CorruptSkips:     db.corrupt.Load(), Blocks: len(db.blocks), Sealing: len(db.sealing)}
 	warmStep := db.warmStep.Load()
 	for _, b := range db.blocks {
 		s.BlockBytes += b.Meta.Bytes
