@@ -20,6 +20,10 @@ const (
 	defaultFleetColumns = 300
 	maxFleetColumns     = 2000
 	minFleetStep        = int64(time.Second)
+	// maxFleetRange is the longest range an overview covers: ten years,
+	// far past any retention, and short enough that aligning it to its
+	// step cannot overflow a time in nanoseconds.
+	maxFleetRange = 3650 * 24 * int64(time.Hour)
 )
 
 // sampleFilterParams are the filter parameters that look at samples, not
@@ -71,6 +75,9 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 	}
 	if err != nil {
 		return nil, err
+	}
+	if width(r) > maxFleetRange {
+		return nil, paramErr("from", "the range is %d days, the fleet overview covers at most %d", width(r)/int64(24*time.Hour), maxFleetRange/int64(24*time.Hour))
 	}
 	step, given, err := p.step()
 	if err != nil {

@@ -205,10 +205,12 @@ func TestFleetOverview(t *testing.T) {
 		"columns=99999":  "columns",
 		"step=500ms":     "step",
 		"step=1s&from=" + ftoa(from) + "&to=" + ftoa(from+86400): "step",
-		"step=nope":        "step",
-		q + "&frame=(":     "frame",
-		q + "&node=nosuch": "node",
-		q + "&sort=peak":   "sort",
+		"step=nope":                      "step",
+		"from=0&to=4611686017&columns=1": "from", // aligning to a 53 000-day step overflowed: a 500
+		"from=0&to=" + ftoa(from):        "from",
+		q + "&frame=(":                   "frame",
+		q + "&node=nosuch":               "node",
+		q + "&sort=peak":                 "sort",
 	} {
 		resp, body := fx.get(t, fleetPath+"?"+query)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), param) {
