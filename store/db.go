@@ -866,7 +866,7 @@ func (db *DB) Stats() Stats {
 		}
 		if c := b.warmSteps.Load(); c != nil && c.step == warmStep {
 			s.OverviewWarmBlocks++
-		} else if !b.warmFailed.Load() {
+		} else if !b.warmFailed.Load() && !tooSparseToWarm(b, warmStep) {
 			s.OverviewWarmPending++
 		}
 	}

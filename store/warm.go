@@ -18,8 +18,11 @@ type WarmResult struct {
 	// Cached those it found already warm; Pending those left cold (the
 	// memory budget was spent, or the pass was cancelled); Failed those
 	// whose summary could not be read (corrupt: no pass reads them again,
-	// the queries that need them warn).
-	Warmed, Cached, Pending, Failed int
+	// the queries that need them warn); Sparse those left to the queries
+	// because their cells would cover far more steps than they have
+	// samples (an import spread over months: warm cells are dense over a
+	// block's whole span, a query's only over its range).
+	Warmed, Cached, Pending, Failed, Sparse int
 	// Bytes is the approximate memory the warm cells of every block hold
 	// after the pass.
 	Bytes int64
@@ -31,13 +34,15 @@ type WarmResult struct {
 // per-CPU summary of every block of format version 4 or later that is not
 // yet warm for step, and keeps the block's cells for steps of step at
 // phase 0 (the steps of an overview whose range is aligned to its step,
-// as the web API aligns it) beside the cells the last query asked for: a
-// fleet overview of every thread at that step, or at any whole multiple
-// of it, then reads no block at all, the first after a start included. The cells kept this way have a
-// budget of Options.IndexCacheBytes of their own, beside the index
-// cache's: past it the remaining blocks stay cold (counted as Pending) and
-// are read by the query that needs them, as without warming. Between blocks it yields the processor, so that the
-// queries being served go first. It stops early when ctx is done; a block
+// as the web API aligns it), apart from the cache of the cells queries
+// asked for: a fleet overview of every thread at that step, or at any
+// whole multiple of it, then reads no block at all, the first after a
+// start included. The cells kept this way have a budget of
+// Options.IndexCacheBytes of their own, beside the index cache's: past it
+// the remaining blocks stay cold (counted as Pending) and are read by the
+// query that needs them, as without warming; so are blocks too sparse for
+// dense cells (Sparse). Between blocks it yields the processor, so that
+// the queries being served go first. It stops early when ctx is done; a block
 // whose summary cannot be read is left to the queries, which warn about
 // it, and no later pass reads it again. Stats reports the progress
 // (OverviewWarmBlocks, OverviewWarmPending).
@@ -69,6 +74,10 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 		}
 		if b.warmFailed.Load() {
 			res.Failed++
+			continue
+		}
+		if tooSparseToWarm(b, step) {
+			res.Sparse++
 			continue
 		}
 		cold = append(cold, b)
@@ -110,6 +119,15 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 	res.Bytes = db.warmBytes.Load()
 	res.Took = time.Since(start)
 	return res, err
+}
+
+// tooSparseToWarm reports whether b's warm cells at step would hold more
+// steps than b has samples (plus a little): dense over the block's whole
+// span, they would be mostly empty, and unbounded for a block whose few
+// samples lie months apart.
+func tooSparseToWarm(b *Block, step int64) bool {
+	steps := (b.Meta.MaxTime-b.Meta.MinTime)/step + 1
+	return steps > int64(b.Meta.Samples)+4096
 }
 
 // bytes approximates the memory c holds.

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
 )
 
 // TestWarmCPUSteps: warming reads every block's per-CPU summary once, in
@@ -160,5 +163,56 @@ func TestWarmCPUStepsSkipsACorruptSummary(t *testing.T) {
 	// The overview still warns about it.
 	if _, warnings, err := db.NodeCPUSteps(ctx, Range{From: start, To: start + 60*int64(time.Second)}, step, &Filter{}); err != nil || len(warnings) == 0 {
 		t.Fatalf("overview over the corrupt block: %v, warnings %v", err, warnings)
+	}
+}
+
+// TestWarmCPUStepsLeavesASparseBlockCold: an import whose few samples lie
+// weeks apart would need dense warm cells over its whole span (a step
+// each 10 s, mostly empty); warming leaves it to the queries, which read
+// its cells over their own range, and does not count it as pending.
+func TestWarmCPUStepsLeavesASparseBlockCold(t *testing.T) {
+	db, err := Open(t.TempDir(), Options{Source: "host", CallerTicks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now().Add(-60 * 24 * time.Hour).Truncate(time.Hour).UnixNano()
+	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 1, Stacks: 10})
+	week := int64(7 * 24 * time.Hour)
+	if _, err := db.Import("capture", int64(time.Second)/99, func(fn func(*sample.Sample) error) error {
+		var s sample.Sample
+		for i := int64(0); g.Next(&s); i++ {
+			s.Time += i % 8 * week // eight bursts a week apart
+			if err := fn(&s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	step := int64(10 * time.Second)
+	res, err := db.WarmCPUSteps(ctx, step)
+	if err != nil || res.Sparse != 1 || res.Warmed != 0 || res.Pending != 0 || res.Bytes != 0 {
+		t.Fatalf("warm: %+v, %v; want the one block left cold as sparse, nothing pending", res, err)
+	}
+	if st := db.Stats(); st.OverviewWarmPending != 0 || st.OverviewWarmBlocks != 0 {
+		t.Fatalf("after warming: %d warm, %d pending; want 0 and 0", st.OverviewWarmBlocks, st.OverviewWarmPending)
+	}
+	// A query reads the block's cells over its own range.
+	r := Range{From: start / step * step, To: (start/step + 100) * step}
+	got, _, err := db.NodeCPUSteps(ctx, r, step, &Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples int64
+	for _, n := range got {
+		for _, c := range n.Samples {
+			samples += c
+		}
+	}
+	if samples == 0 {
+		t.Fatalf("the overview of the first burst counted no sample: %+v", got)
 	}
 }

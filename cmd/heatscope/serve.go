@@ -229,7 +229,7 @@ func (w *overviewWarmer) warm(ctx context.Context) {
 		level = slog.LevelDebug
 	}
 	w.done = w.done || res.Pending == 0
-	slog.Log(ctx, level, "warmed the fleet overview", "blocks", res.Warmed, "alreadyWarm", res.Cached, "pending", res.Pending, "corrupt", res.Failed,
+	slog.Log(ctx, level, "warmed the fleet overview", "blocks", res.Warmed, "alreadyWarm", res.Cached, "pending", res.Pending, "corrupt", res.Failed, "sparse", res.Sparse,
 		"step", time.Duration(res.Step), "bytes", res.Bytes, "took", res.Took.Round(time.Millisecond))
 }
 
