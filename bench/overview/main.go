@@ -328,6 +328,9 @@ type overviewHead struct {
 // compactHead reads the JSON header of a compact overview.
 func compactHead(b []byte) (overviewHead, error) {
 	var h overviewHead
+	if len(b) < 16 {
+		return h, fmt.Errorf("a compact overview of %d bytes, shorter than its 16-byte preamble", len(b))
+	}
 	n := int(binary.LittleEndian.Uint32(b[12:]))
 	if len(b) < 16+n {
 		return h, fmt.Errorf("a compact overview of %d bytes with a %d-byte header", len(b), n)
