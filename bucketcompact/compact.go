@@ -558,29 +558,20 @@ func (c *Compactor) plan(ctx context.Context, blocks []*blockObj, now time.Time)
 // consecutive in time, whose data, samples and index sections together
 // stay within the bounds of a merge (MaxBlockBytes, maxMergedSamples,
 // store.MaxMergedIndexBytes: a merge builds the merged tables in memory,
-// about ten times the index bytes it takes on); nil if there is none. A
-// window within the bounds is one run. The indexes' bytes must have been
-// read (readIndexBytes).
+// about ten times the index bytes it takes on; store.MergeRun); nil if
+// there is none. The indexes' bytes must have been read (readIndexBytes).
 func (c *Compactor) mergeRun(window []*blockObj) []*blockObj {
 	window = slices.Clone(window)
 	slices.SortStableFunc(window, func(a, b *blockObj) int { return cmp.Compare(a.meta.MinTime, b.meta.MinTime) })
-	start, samples, bytes, index := 0, 0, int64(0), int64(0)
+	sizes := make([]store.MergeSize, len(window))
 	for i, b := range window {
-		ix := c.indexBytes[b.key()]
-		if bytes+b.meta.Bytes > c.opts.MaxBlockBytes || samples+b.meta.Samples > maxMergedSamples || index+ix > store.MaxMergedIndexBytes {
-			if i-start >= 2 {
-				return window[start:i]
-			}
-			start, samples, bytes, index = i, 0, 0, 0
-		}
-		bytes += b.meta.Bytes
-		samples += b.meta.Samples
-		index += ix
+		sizes[i] = store.MergeSize{Bytes: b.meta.Bytes, Samples: int64(b.meta.Samples), IndexBytes: c.indexBytes[b.key()]}
 	}
-	if len(window)-start >= 2 {
-		return window[start:]
+	start, end := store.MergeRun(sizes, store.MergeSize{Bytes: c.opts.MaxBlockBytes, Samples: maxMergedSamples, IndexBytes: store.MaxMergedIndexBytes})
+	if end == 0 {
+		return nil
 	}
-	return nil
+	return window[start:end]
 }
 
 // readIndexBytes reads the index bytes of the blocks not read before:

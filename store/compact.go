@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,26 +130,51 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 
 // mergeRun returns the first run of two or more blocks of one window,
 // consecutive in time, whose samples and index bytes together stay within
-// the bounds of a merge; nil if there is none. A window within the bounds
-// is one run.
+// the bounds of a merge (MergeRun); nil if there is none.
 func mergeRun(window []*Block, maxIndexBytes int64) []*Block {
 	window = slices.Clone(window)
 	slices.SortStableFunc(window, func(a, b *Block) int { return cmp.Compare(a.Meta.MinTime, b.Meta.MinTime) })
-	start, samples, bytes := 0, 0, int64(0)
+	sizes := make([]MergeSize, len(window))
 	for i, b := range window {
-		if samples+b.Meta.Samples > maxCompactedSamples || bytes+b.indexBytes() > maxIndexBytes {
+		sizes[i] = MergeSize{Samples: int64(b.Meta.Samples), IndexBytes: b.indexBytes()}
+	}
+	start, end := MergeRun(sizes, MergeSize{Bytes: math.MaxInt64, Samples: maxCompactedSamples, IndexBytes: maxIndexBytes})
+	if end == 0 {
+		return nil
+	}
+	return window[start:end]
+}
+
+// MergeSize is what a block brings to a merge, in each measure a merge
+// bounds: its data's bytes, its samples, and its index sections' bytes
+// (uncompressed, Meta.IndexBytes).
+type MergeSize struct {
+	Bytes, Samples, IndexBytes int64
+}
+
+// MergeRun plans a merge within one window of blocks, given their sizes in
+// time order: it returns the first run sizes[start:end] of two or more
+// consecutive blocks whose sizes, summed, stay within limit in every
+// measure, and 0, 0 when there is none. A window within the limit is one
+// run; a block over the limit on its own is never merged. Both the data
+// directory's compaction and the bucket compactor plan with it.
+func MergeRun(sizes []MergeSize, limit MergeSize) (start, end int) {
+	var sum MergeSize
+	for i, s := range sizes {
+		if sum.Bytes+s.Bytes > limit.Bytes || sum.Samples+s.Samples > limit.Samples || sum.IndexBytes+s.IndexBytes > limit.IndexBytes {
 			if i-start >= 2 {
-				return window[start:i]
+				return start, i
 			}
-			start, samples, bytes = i, 0, 0
+			start, sum = i, MergeSize{}
 		}
-		samples += b.Meta.Samples
-		bytes += b.indexBytes()
+		sum.Bytes += s.Bytes
+		sum.Samples += s.Samples
+		sum.IndexBytes += s.IndexBytes
 	}
-	if len(window)-start >= 2 {
-		return window[start:]
+	if len(sizes)-start >= 2 {
+		return start, len(sizes)
 	}
-	return nil
+	return 0, 0
 }
 
 // merge writes the samples of blocks as one block, then deletes them.

@@ -162,3 +162,36 @@ func TestBuilderKeepsNoCallerString(t *testing.T) {
 	}
 	t.Fatal("the string a frame's name was sliced from is still in memory: the table keeps it")
 }
+
+// TestMergeRun: the first run of two or more consecutive blocks within the
+// limit in every measure; a block over the limit alone is left out.
+func TestMergeRun(t *testing.T) {
+	limit := MergeSize{Bytes: 100, Samples: 100, IndexBytes: 100}
+	idx := func(n ...int64) []MergeSize {
+		s := make([]MergeSize, len(n))
+		for i, v := range n {
+			s[i] = MergeSize{IndexBytes: v}
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name       string
+		sizes      []MergeSize
+		start, end int
+	}{
+		{"none", nil, 0, 0},
+		{"one block", idx(10), 0, 0},
+		{"the whole window", idx(10, 20, 30, 40), 0, 4},
+		{"exactly the limit", idx(50, 50), 0, 2},
+		{"runs within the limit", idx(40, 40, 40, 40), 0, 2},
+		{"a block over the limit alone", idx(150, 30, 30), 1, 3},
+		{"a run before a large block", idx(30, 30, 90, 5), 0, 2},
+		{"no two fit", idx(60, 60, 60), 0, 0},
+		{"samples", []MergeSize{{Samples: 60}, {Samples: 30}, {Samples: 30}}, 0, 2},
+		{"data bytes", []MergeSize{{Bytes: 90}, {Bytes: 20}, {Bytes: 20}}, 1, 3},
+	} {
+		if start, end := MergeRun(c.sizes, limit); start != c.start || end != c.end {
+			t.Errorf("%s: MergeRun(%v) = [%d:%d], want [%d:%d]", c.name, c.sizes, start, end, c.start, c.end)
+		}
+	}
+}
