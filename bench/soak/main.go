@@ -5,7 +5,7 @@
 //
 //	go run ./bench/soak -duration 30m -hz 99 -churn 200   # the soak (as root)
 //	go run ./bench/soak -duration 2m -hz 999 -churn 200   # the high-frequency run
-//	go run ./bench/soak -duration 2h -heap-profiles DIR  # always-on: is memory flat?
+//	go run ./bench/soak -duration 2h -heap-profiles DIR -deploys 20s  # always-on: is memory flat?
 //
 // The workload starts -churn short-lived processes a second, each a copy
 // of the C fixture named "churn" that spins in hot_c_function for 10 to 50
@@ -22,6 +22,12 @@
 // the report then shows `go tool pprof -top -diff_base` of the two: what
 // grew on the agent's Go heap between them. Each reading is also printed
 // on stderr as it is taken, so that a long run can be watched.
+//
+// With -deploys D it also links a new build of a Go fixture every D and
+// runs it for two seconds, the node's other work (deploys.go): the load is
+// then the same from the first hour to the last. From the first minute on
+// the agent's RSS is read every second, and each new high is explained by
+// the mappings that held it (peaks.go).
 //
 // The share of unknown frames is measured on the samples of the churn
 // processes, exported from the data directory after the run: frames left
@@ -63,11 +69,15 @@ func main() {
 	maxCPU := flag.String("max-cpu", "0", "the recorder's --max-cpu (0: guard off, the cost is measured)")
 	heapDir := flag.String("heap-profiles", "", "keep the agent's heap profiles, taken at -heap-at and just before the end, in this directory ('' for none)")
 	heapAt := flag.Duration("heap-at", 10*time.Minute, "when to take the first heap profile")
+	deploys := flag.Duration("deploys", 0, "when not 0, also link and run a new build of a Go fixture this often (the node's other work: the same load from the first hour to the last)")
 	flag.Parse()
 	if *heapDir != "" && *heapAt+time.Minute > *duration {
 		log.Fatalf("-heap-at %v: want at least a minute before the end of -duration %v", *heapAt, *duration)
 	}
-	if err := run(*duration, *hz, *churn, *every, *maxCPU, *heapDir, *heapAt); err != nil {
+	if *deploys < 0 {
+		log.Fatalf("-deploys %v: want 0 (none) or an interval", *deploys)
+	}
+	if err := run(*duration, *hz, *churn, *every, *maxCPU, *heapDir, *heapAt, *deploys); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -92,7 +102,7 @@ type point struct {
 	hz                            float64
 }
 
-func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU, heapDir string, heapAt time.Duration) error {
+func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU, heapDir string, heapAt, deploys time.Duration) error {
 	dir, err := os.MkdirTemp("", "heatscope-soak-")
 	if err != nil {
 		return err
@@ -143,6 +153,13 @@ func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU, hea
 	wg.Add(1)
 	go func() { defer wg.Done(); spawn(ctx, fixture, churn, &spawned, &failed) }()
 	churnStart := time.Now()
+	var deployed, deployFailed atomic.Int64
+	if deploys > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); deploy(ctx, dir, deploys, &deployed, &deployFailed) }()
+	}
+	peaksDone := make(chan []peak, 1)
+	go func() { peaksDone <- watchPeaks(ctx, rec.Process.Pid, started) }()
 
 	var points []point
 	tick := time.NewTicker(every)
@@ -183,6 +200,7 @@ loop:
 	}
 	stopChurn()
 	wg.Wait()
+	peaks := <-peaksDone
 	churnFor := time.Since(churnStart)
 	if recErrRun != nil {
 		return fmt.Errorf("heatscope record: %v\n%s", recErrRun, recErr.String())
@@ -198,7 +216,8 @@ loop:
 	}
 	report(reportInput{duration: duration, hz: hz, churn: churn, every: every, maxCPU: maxCPU, points: points,
 		spawned: spawned.Load(), failed: failed.Load(), churnFor: churnFor, totalCPU: totalCPU, elapsed: elapsed,
-		peakMB: peakMB, summary: recErr.String(), unknown: unknown, frames: frames, churnSamples: churnSamples, hot: hot})
+		peakMB: peakMB, summary: recErr.String(), unknown: unknown, frames: frames, churnSamples: churnSamples, hot: hot,
+		deploys: deploys, deployed: deployed.Load(), deployFailed: deployFailed.Load(), peaks: peaks})
 	if heapDir != "" {
 		return heapDiff(heapDir)
 	}
@@ -259,20 +278,9 @@ func spawn(ctx context.Context, fixture string, n int, spawned, failed *atomic.I
 // from /metrics.
 func read(pid int, url string) (point, error) {
 	var p point
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	var err error
+	if p.rssMB, p.anonMB, p.fileMB, err = rssOf(pid); err != nil {
 		return p, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		for _, f := range []struct {
-			prefix string
-			mb     *float64
-		}{{"VmRSS:", &p.rssMB}, {"RssAnon:", &p.anonMB}, {"RssFile:", &p.fileMB}} {
-			if v, ok := strings.CutPrefix(line, f.prefix); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-				*f.mb = kb / 1024
-			}
-		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -374,11 +382,17 @@ type reportInput struct {
 	peakMB                                       float64
 	summary                                      string
 	unknown, frames, churnSamples, hot           int64
+	deploys                                      time.Duration
+	deployed, deployFailed                       int64
+	peaks                                        []peak
 }
 
 func report(in reportInput) {
 	fmt.Printf("soak: %v at %d Hz, %d short-lived processes/s (started %d in %.0fs = %.0f/s, %d failed to start), --max-cpu %s\n\n",
 		in.duration, in.hz, in.churn, in.spawned, in.churnFor.Seconds(), float64(in.spawned)/in.churnFor.Seconds(), in.failed, in.maxCPU)
+	if in.deploys > 0 {
+		fmt.Printf("deploys: a new build of the Go fixture every %v, run for 2 s: %d run, %d failed\n\n", in.deploys, in.deployed, in.deployFailed)
+	}
 	fmt.Println("| t | RSS MB | anon / file MB | Go heap in use MB | agent CPU % (interval) | + BPF % | samples | dropped | Hz |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	step := max(1, len(in.points)/20) // at most ~20 rows
@@ -452,11 +466,27 @@ func report(in reportInput) {
 	fmt.Printf("| unknown frames of the churn processes | %d of %d = **%.2f%%** | <= 5%% |\n", in.unknown, in.frames, unknownPct)
 	fmt.Printf("| processes' mappings: /proc reads / exit snapshots / forced wakeups | %.0f / %.0f / %.0f | |\n", last.mapsReads, last.snapshots, last.wakeups)
 	fmt.Println()
+	reportPeaks(in.peaks)
 	for _, line := range strings.Split(strings.TrimSpace(in.summary), "\n") {
 		if strings.HasPrefix(line, "recorded") || strings.HasPrefix(line, "agent:") || strings.Contains(line, "sampling frequency changed") {
 			fmt.Println("    " + line)
 		}
 	}
+}
+
+// reportPeaks prints the RSS highs after the first minute, the last ten,
+// with the mappings that held them.
+func reportPeaks(peaks []peak) {
+	if len(peaks) == 0 {
+		fmt.Println("No RSS high after the first minute above the first minute's.")
+		fmt.Println()
+		return
+	}
+	fmt.Printf("RSS highs after the first minute (read every second; the last %d of %d) and the mappings with the most resident memory then:\n\n", min(10, len(peaks)), len(peaks))
+	for _, p := range peaks[max(0, len(peaks)-10):] {
+		fmt.Printf("    %6.0fs  %6.1f MB (anon %.1f, file %.1f): %s\n", p.at.Seconds(), p.rssMB, p.anonMB, p.fileMB, strings.Join(p.top, "; "))
+	}
+	fmt.Println()
 }
 
 // rssSlope fits RSS against time by least squares over the readings from
