@@ -56,7 +56,29 @@ type Frame struct {
 	Address uint64
 	// Kind says whether the frame is kernel, user, JIT or unknown code.
 	Kind Kind
+	// Method says how the frame was found when its user stack was walked
+	// with unwind tables: MethodTable or MethodFP for the user frames
+	// above the sampled pc, MethodNotKnown for every other frame and
+	// for stacks walked with frame pointers alone. It is not part of the
+	// function: a frame reached both ways is one function.
+	Method Method
 }
+
+// Method says how a user frame was found in a walk with unwind tables.
+type Method uint8
+
+// Unwind methods.
+const (
+	// MethodNotKnown: not found in a table walk (frame pointers alone,
+	// the sampled pc, kernel frames), or stored before the store kept it.
+	MethodNotKnown Method = iota
+	// MethodTable: found with its binary's unwind table (.eh_frame).
+	MethodTable
+	// MethodFP: found with frame pointers in a walk with unwind tables
+	// (JIT code, a binary without CFI, a process whose tables are not in
+	// yet).
+	MethodFP
+)
 
 // UnknownName is the conventional name of a frame that could not be
 // resolved: "[module+0xoffset]".
@@ -89,7 +111,10 @@ type Sample struct {
 	Node string
 	// Unwind says how each user frame was found, when the sampler walked
 	// user stacks with unwind tables (record --unwind dwarf or auto);
-	// the zero value when not known. The store does not keep it.
+	// the zero value when not known. The recorder marks each user
+	// frame's Method from it (Unwind.Mark); the store and the pprof
+	// labels read the frames, so a sample read back from the store has
+	// the zero value here and the methods in its frames.
 	Unwind Unwind
 }
 
@@ -113,6 +138,28 @@ func (u *Unwind) WithTable(i int) bool {
 		return false
 	}
 	return u.Table[(i-1)/64]&(1<<((i-1)%64)) != 0
+}
+
+// Mark returns stack (whose last UserFrames frames are the user frames)
+// with each user frame above the sampled pc marked MethodTable or
+// MethodFP, as u says: a copy, since a symbolized stack is shared between
+// samples. It returns stack itself when u says nothing (fewer than two
+// user frames).
+func (u *Unwind) Mark(stack []Frame) []Frame {
+	n := min(u.UserFrames, len(stack))
+	if n < 2 {
+		return stack
+	}
+	out := make([]Frame, len(stack))
+	copy(out, stack)
+	user := out[len(out)-n:]
+	for i := 1; i < n; i++ {
+		user[i].Method = MethodFP
+		if u.WithTable(i) {
+			user[i].Method = MethodTable
+		}
+	}
+	return out
 }
 
 // Container is what is known of the cgroup a sample ran in: its path and,

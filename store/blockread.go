@@ -12,8 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/heatscope/heatscope/sample"
 )
 
 // Block is an open, immutable block from a BlockSource. Only its meta and
@@ -257,7 +255,7 @@ func (b *Block) readIndex() (*blockIndex, error) {
 			return nil, fmt.Errorf("block %s section %d: %w", b, kind, err)
 		}
 	}
-	t, err := decodeTables(raw)
+	t, err := decodeTables(raw, b.Meta.Version)
 	if err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
@@ -302,7 +300,9 @@ func readSection(f io.ReaderAt, s section, limit int64) ([]byte, error) {
 	return decompress(stored, int(s.raw))
 }
 
-func decodeTables(raw [numSections + 1][]byte) (*Table, error) {
+// decodeTables decodes a block's tables; version is the block's format
+// version (frames say how they were found from version 5).
+func decodeTables(raw [numSections + 1][]byte, version int) (*Table, error) {
 	t := &Table{}
 	r := &reader{b: raw[sectionStrings]}
 	n := r.count("strings", 1)
@@ -322,11 +322,7 @@ func decodeTables(raw [numSections + 1][]byte) (*Table, error) {
 		f.Function = r.u32("frame function", ns)
 		f.Module = r.u32("frame module", ns)
 		f.BuildID = r.u32("frame build id", ns)
-		if kind := r.bytes1(); kind <= byte(sample.KindJIT) {
-			f.Kind = sample.Kind(kind)
-		} else {
-			r.fail("frame kind")
-		}
+		r.frameKind(f, version >= 5)
 		f.Address = r.uvarint("frame address")
 	}
 	if r.err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/heatscope/heatscope/sample"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -125,4 +127,64 @@ func (r *reader) bytes(what string) []byte {
 	v := r.b[:n]
 	r.b = r.b[n:]
 	return v
+}
+
+// A frame's kind byte (FORMAT.md, frames section and WAL frame record):
+// its sample.Kind in the low two bits and, from format version 5, how a
+// user frame was found in a walk with unwind tables in the top two. The
+// other bits are zero.
+const (
+	kindBits       = 0x03
+	kindFoundTable = 0x40 // sample.MethodTable
+	kindFoundFP    = 0x80 // sample.MethodFP
+)
+
+// kindByte encodes f's kind and method.
+func kindByte(f *Frame) byte {
+	b := byte(f.Kind)
+	switch f.Method {
+	case sample.MethodTable:
+		b |= kindFoundTable
+	case sample.MethodFP:
+		b |= kindFoundFP
+	}
+	return b
+}
+
+// frameKind decodes a kind byte into f. methods is false for blocks of
+// format versions before 5, which never mark a frame: a marked one there
+// is corrupt, as is any bit this version does not define, a frame marked
+// both ways, or a kernel frame marked at all.
+func (r *reader) frameKind(f *Frame, methods bool) {
+	b := r.bytes1()
+	if r.err != nil {
+		return
+	}
+	kind, method := sample.Kind(b&kindBits), sample.MethodNotKnown
+	switch b &^ kindBits {
+	case 0:
+	case kindFoundTable:
+		method = sample.MethodTable
+	case kindFoundFP:
+		method = sample.MethodFP
+	default:
+		r.failf("frame kind byte 0x%02x: bits this heatscope does not know (format version %d)", b, FormatVersion)
+		return
+	}
+	switch {
+	case method != sample.MethodNotKnown && !methods:
+		r.failf("frame kind byte 0x%02x: a frame marked with how it was found in a block older than format version 5", b)
+	case method != sample.MethodNotKnown && kind == sample.KindKernel:
+		r.failf("frame kind byte 0x%02x: a kernel frame marked with how it was found", b)
+	default:
+		f.Kind, f.Method = kind, method
+	}
+}
+
+// failf is fail with a message of its own.
+func (r *reader) failf(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: "+format, append([]any{errCorrupt}, args...)...)
+	}
+	r.b = nil
 }

@@ -194,7 +194,7 @@ func FuzzDecodeCgroups(f *testing.F) {
 		sections[sectionStacks] = encodeStacks(tab)
 		sections[sectionThreads] = encodeThreads(tab)
 		sections[sectionCgroups] = raw
-		got, err := decodeTables(sections)
+		got, err := decodeTables(sections, FormatVersion)
 		if err != nil {
 			return
 		}

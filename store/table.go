@@ -15,6 +15,9 @@ type Frame struct {
 	Function, Module, BuildID uint32
 	// Kind is the frame's sample.Kind.
 	Kind sample.Kind
+	// Method is how the frame was found (sample.Frame.Method): a frame
+	// reached both ways is two frames of the table, of one function.
+	Method sample.Method
 	// Address is the frame's module-relative address.
 	Address uint64
 }
@@ -100,7 +103,7 @@ func (t *Table) ContainerOf(th Thread) *sample.Container {
 func (t *Table) FrameOf(id uint32) sample.Frame {
 	f := t.Frames[id]
 	return sample.Frame{Function: t.Strings[f.Function], Module: t.Strings[f.Module],
-		BuildID: t.Strings[f.BuildID], Address: f.Address, Kind: f.Kind}
+		BuildID: t.Strings[f.BuildID], Address: f.Address, Kind: f.Kind, Method: f.Method}
 }
 
 // snapshot returns a view of t's samples and tables as they are now. Later
@@ -194,7 +197,7 @@ func (b *Builder) internString(s string) uint32 {
 // process).
 func (b *Builder) internFrame(f *sample.Frame) uint32 {
 	fr := Frame{Function: b.internString(f.Function), Module: b.internString(f.Module),
-		BuildID: b.internString(f.BuildID), Kind: f.Kind, Address: f.Address}
+		BuildID: b.internString(f.BuildID), Kind: f.Kind, Method: f.Method, Address: f.Address}
 	if id, ok := b.frames[fr]; ok {
 		return id
 	}
@@ -325,13 +328,13 @@ func (b *Builder) appendRow(time int64, cpu, thread, stack uint32) {
 }
 
 // hashStack hashes what tells stacks apart in practice: each frame's
-// address, kind and function name. sameStack checks the rest, so a
+// address, kind, method and function name. sameStack checks the rest, so a
 // collision only costs a slower Append.
 func (b *Builder) hashStack(frames []sample.Frame) uint64 {
 	h := uint64(len(frames))
 	for i := range frames {
 		f := &frames[i]
-		h ^= maphash.String(b.seed, f.Function) + f.Address*0x9e3779b97f4a7c15 + uint64(f.Kind)
+		h ^= maphash.String(b.seed, f.Function) + f.Address*0x9e3779b97f4a7c15 + uint64(f.Kind) + uint64(f.Method)<<8
 		h = (h << 27) | (h >> 37)
 		h *= 0x94d049bb133111eb
 	}
@@ -346,7 +349,7 @@ func (b *Builder) sameStack(id uint32, frames []sample.Frame) bool {
 	}
 	for i, fid := range ids {
 		f, g := &b.T.Frames[fid], &frames[i]
-		if f.Address != g.Address || f.Kind != g.Kind || b.T.Strings[f.Function] != g.Function ||
+		if f.Address != g.Address || f.Kind != g.Kind || f.Method != g.Method || b.T.Strings[f.Function] != g.Function ||
 			b.T.Strings[f.Module] != g.Module || b.T.Strings[f.BuildID] != g.BuildID {
 			return false
 		}
@@ -385,7 +388,7 @@ func (b *Builder) mapFrame(m *remap, id uint32) uint32 {
 	if m.frames[id] == unmapped {
 		f := m.src.Frames[id]
 		sf := sample.Frame{Function: m.src.Strings[f.Function], Module: m.src.Strings[f.Module],
-			BuildID: m.src.Strings[f.BuildID], Kind: f.Kind, Address: f.Address}
+			BuildID: m.src.Strings[f.BuildID], Kind: f.Kind, Method: f.Method, Address: f.Address}
 		m.frames[id] = b.internFrame(&sf)
 	}
 	return m.frames[id]

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"syscall"
 	"unsafe"
-
-	"github.com/heatscope/heatscope/sample"
 )
 
 // The write-ahead log keeps the head's samples on disk until they are in a
@@ -87,7 +85,7 @@ func (w *walWriter) newFrame(f Frame) {
 	w.pending = binary.AppendUvarint(w.pending, uint64(f.Function))
 	w.pending = binary.AppendUvarint(w.pending, uint64(f.Module))
 	w.pending = binary.AppendUvarint(w.pending, uint64(f.BuildID))
-	w.pending = append(w.pending, byte(f.Kind))
+	w.pending = append(w.pending, kindByte(&f))
 	w.pending = binary.AppendUvarint(w.pending, f.Address)
 }
 
@@ -304,7 +302,9 @@ func replayRecords(payload []byte, b *Builder) error {
 		case recFrame:
 			ns := uint64(len(t.Strings))
 			f := Frame{Function: r.u32("function", ns), Module: r.u32("module", ns), BuildID: r.u32("build id", ns)}
-			f.Kind = kindOf(r.bytes1(), r)
+			// A WAL has no version: frames of a version 4 one are
+			// never marked.
+			r.frameKind(&f, true)
 			f.Address = r.uvarint("address")
 			if r.err == nil {
 				b.addFrame(f)
@@ -354,12 +354,4 @@ func replayRecords(payload []byte, b *Builder) error {
 		}
 	}
 	return r.err
-}
-
-func kindOf(b byte, r *reader) sample.Kind {
-	if b > byte(sample.KindJIT) {
-		r.fail("frame kind")
-		return 0
-	}
-	return sample.Kind(b)
 }

@@ -13,7 +13,11 @@ import (
 
 // walBytes logs some synthetic samples the way the DB does and returns the
 // segment's bytes.
-func walBytes(t testing.TB, seconds float64) []byte {
+func walBytes(t testing.TB, seconds float64) []byte { return walBytesOf(t, seconds, false) }
+
+// walBytesOf is walBytes with the frames marked as markMethods does when
+// marked.
+func walBytesOf(t testing.TB, seconds float64, marked bool) []byte {
 	dir := t.TempDir()
 	w, err := createWAL(dir, 1)
 	if err != nil {
@@ -24,6 +28,9 @@ func walBytes(t testing.TB, seconds float64) []byte {
 	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20, Containers: true})
 	var s sample.Sample
 	for i := 0; g.Next(&s); i++ {
+		if marked {
+			markMethods(&s, i)
+		}
 		b.Append(&s)
 		n := b.T.Len() - 1
 		w.addSample(b.T.Time[n], b.T.CPU[n], b.T.Thread[n], b.T.Stack[n])
@@ -56,6 +63,7 @@ func testWALReplay(t *testing.T, raw bool) {
 	var s sample.Sample
 	var want []sample.Sample
 	for i := 0; g.Next(&s); i++ {
+		markMethods(&s, i) // how frames were found is logged too
 		b.Append(&s)
 		n := b.T.Len() - 1
 		w.addSample(b.T.Time[n], b.T.CPU[n], b.T.Thread[n], b.T.Stack[n])
@@ -137,6 +145,7 @@ func TestCallerTicks(t *testing.T) {
 
 func FuzzReplayWAL(f *testing.F) {
 	f.Add(walBytes(f, 0.5))
+	f.Add(walBytesOf(f, 0.5, true))
 	f.Add([]byte{})
 	f.Add([]byte{4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4})
 	f.Fuzz(func(t *testing.T, data []byte) {
