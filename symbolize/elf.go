@@ -59,25 +59,26 @@ func loadBinary(f *elf.File, buildID, debugDir string) (*binaryFile, error) {
 			b.loads = append(b.loads, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
 		}
 	}
+	trim := trimOf(f)
 	err := catchFaults(func() error {
-		cands, err := readFuncSymbols(f, elf.SHT_SYMTAB)
+		cands, err := readFuncSymbols(f, elf.SHT_SYMTAB, trim)
 		if err != nil {
 			return fmt.Errorf("read .symtab: %w", err)
 		}
 		if len(cands) == 0 {
 			var closeDebug func()
-			cands, closeDebug = debugFileSymbols(debugDir, buildID)
+			cands, closeDebug = debugFileSymbols(debugDir, buildID, trim)
 			defer closeDebug() // once the names are copied
 		}
 		if len(cands) == 0 {
-			if cands, err = readFuncSymbols(f, elf.SHT_DYNSYM); err != nil {
+			if cands, err = readFuncSymbols(f, elf.SHT_DYNSYM, trim); err != nil {
 				return fmt.Errorf("read .dynsym: %w", err)
 			}
 		}
-		if cands, err = addGoFuncs(cands, f); err != nil {
+		if cands, err = addGoFuncs(cands, f, trim); err != nil {
 			return err
 		}
-		b.tab = buildSymtab(cands)
+		b.tab = buildSymtab(cands, trim)
 		return nil
 	})
 	if err != nil {
@@ -89,9 +90,9 @@ func loadBinary(f *elf.File, buildID, debugDir string) (*binaryFile, error) {
 // debugFileSymbols returns the function symbols of the separate debug file
 // of the binary with this GNU build id, or none when it is not installed or
 // unreadable, and the function to call once their names are no longer
-// read (they may point into the file's mapping). A separate debug file
-// keeps the binary's virtual addresses.
-func debugFileSymbols(debugDir, buildID string) ([]candidate, func()) {
+// read (they may point into the file's mapping, which trim then trims
+// too). A separate debug file keeps the binary's virtual addresses.
+func debugFileSymbols(debugDir, buildID string, trim *pageTrim) ([]candidate, func()) {
 	none := func() {}
 	if debugDir == "" || len(buildID) < 3 || strings.ContainsRune(buildID, '/') {
 		return nil, none
@@ -105,7 +106,8 @@ func debugFileSymbols(debugDir, buildID string) ([]candidate, func()) {
 	if err != nil {
 		return nil, none
 	}
-	cands, err := readFuncSymbols(df, elf.SHT_SYMTAB)
+	trim.add(df)
+	cands, err := readFuncSymbols(df, elf.SHT_SYMTAB, trim)
 	if err != nil {
 		closeDF()
 		return nil, none
@@ -119,8 +121,9 @@ func debugFileSymbols(debugDir, buildID string) ([]candidate, func()) {
 // place: unlike elf.File.Symbols, no elf.Symbol is built, nor string
 // allocated, for each of its symbols, most of which are not functions.
 // The names point into the string table: into the file's mapping, if it
-// was opened over one (see loadBinary).
-func readFuncSymbols(f *elf.File, typ elf.SectionType) ([]candidate, error) {
+// was opened over one (see loadBinary), whose pages trim trims as the
+// table is read.
+func readFuncSymbols(f *elf.File, typ elf.SectionType, trim *pageTrim) ([]candidate, error) {
 	i := slices.IndexFunc(f.Sections, func(s *elf.Section) bool { return s.Type == typ })
 	if i < 0 {
 		return nil, nil
@@ -155,12 +158,14 @@ func readFuncSymbols(f *elf.File, typ elf.SectionType) ([]candidate, error) {
 	entries := data[min(entSize, len(data)):]
 	funcs := 0 // to allocate the candidates once
 	for e := entries; len(e) >= entSize; e = e[entSize:] {
+		trim.count(entSize)
 		if isFunc(e[infoAt]) {
 			funcs++
 		}
 	}
 	cands := make([]candidate, 0, funcs)
 	for e := entries; len(e) >= entSize; e = e[entSize:] {
+		trim.count(entSize)
 		var (
 			nameOff     = uint64(order.Uint32(e))
 			info        byte
@@ -181,6 +186,7 @@ func readFuncSymbols(f *elf.File, typ elf.SectionType) ([]candidate, error) {
 			continue
 		}
 		name, _, terminated := strings.Cut(names[nameOff:], "\x00")
+		trim.count(len(name) + 1)
 		if name == "" || !terminated {
 			continue
 		}

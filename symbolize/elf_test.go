@@ -86,7 +86,7 @@ func TestReadFuncSymbols(t *testing.T) {
 					want = append(want, candidate{addr: s.Value, size: s.Size, name: s.Name, bind: elf.ST_BIND(s.Info)})
 				}
 			}
-			got, err := readFuncSymbols(f, table.typ)
+			got, err := readFuncSymbols(f, table.typ, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -33,7 +33,7 @@ const (
 // Go functions: a .symtab names every Go function, so there is room. The
 // few function symbols of a stripped binary's .dynsym are added to the Go
 // functions instead, which readGoFuncs leaves room for.
-func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
+func addGoFuncs(cands []candidate, f *elf.File, trim *pageTrim) ([]candidate, error) {
 	sec := f.Section(".gopclntab")
 	if sec == nil {
 		return cands, nil
@@ -46,7 +46,7 @@ func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 	if f.Section(".symtab") != nil {
 		spare = 0
 	}
-	goFuncs, offsets, err := readGoFuncs(r, sec.Size, f.ByteOrder, spare)
+	goFuncs, offsets, err := readGoFuncs(r, sec.Size, f.ByteOrder, spare, trim)
 	if err != nil {
 		return cands, fmt.Errorf("read .gopclntab: %w", err)
 	}
@@ -86,8 +86,9 @@ func addGoFuncs(cands []candidate, f *elf.File) ([]candidate, error) {
 // table, only the function names are read whole; the function table and
 // the functions' records are read through small windows, and the line and
 // PC-value tables, most of the section, not at all. When r is inMemory,
-// the names and tables are read in place, and the names point into it.
-func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int) ([]candidate, bool, error) {
+// the names and tables are read in place, and the names point into it;
+// trim counts what is read in place, and trims it.
+func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int, trim *pageTrim) ([]candidate, bool, error) {
 	// The header: magic, 2 pad bytes, the minimum instruction size and
 	// the pointer size, then 8 words (runtime.pcHeader).
 	var head [8 + 8*8]byte
@@ -157,6 +158,7 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int) 
 	names := unsafe.String(unsafe.SliceData(nameTab), len(nameTab))
 	cands := make([]candidate, 0, int(nfunc)+spare)
 	end, err := funcTab.uint32(0)
+	lastRec := uint32(0)
 	for i := uint64(0); i < nfunc && err == nil; i++ {
 		var rec, nameOff uint32
 		entry := end
@@ -169,9 +171,14 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int) 
 		if nameOff, err = records.uint32(uint64(rec) + 4); err != nil {
 			break
 		}
+		// The records are read in increasing order, skipping most of
+		// each: the pages passed over are counted as read.
+		trim.count(8 + int(max(rec, lastRec)-lastRec))
+		lastRec = max(rec, lastRec)
 		nameEnd := -1
 		if int(nameOff) < len(names) {
 			nameEnd = strings.IndexByte(names[nameOff:], 0)
+			trim.count(nameEnd + 1)
 		}
 		if nameEnd < 0 {
 			return nil, false, fmt.Errorf("function %d: name at %#x not in the name table", i, nameOff)

@@ -67,7 +67,7 @@ func TestReadGoFuncsSynthetic(t *testing.T) {
 		funcs[i-1].end = funcs[i].entry
 	}
 	data := makePclntab(funcs)
-	got, offsets, err := readGoFuncs(bytes.NewReader(data), uint64(len(data)), binary.LittleEndian, 2)
+	got, offsets, err := readGoFuncs(bytes.NewReader(data), uint64(len(data)), binary.LittleEndian, 2, nil)
 	if err != nil || !offsets {
 		t.Fatalf("offsets %v, %v", offsets, err)
 	}
@@ -92,7 +92,7 @@ func TestReadGoFuncsWindows(t *testing.T) {
 		funcs = append(funcs, goFunc{uint32(16 * i), uint32(16*i + 16), "f" + strings.Repeat("x", i%7)})
 	}
 	data := makePclntab(funcs)
-	got, _, err := readGoFuncs(bytes.NewReader(data), uint64(len(data)), binary.LittleEndian, 0)
+	got, _, err := readGoFuncs(bytes.NewReader(data), uint64(len(data)), binary.LittleEndian, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestReadGoFuncsCorrupt(t *testing.T) {
 		}},
 	} {
 		data := tc.modify(slices.Clone(valid))
-		if got, _, err := readGoFuncs(bytes.NewReader(data), uint64(len(data)), le, 0); err == nil {
+		if got, _, err := readGoFuncs(bytes.NewReader(data), uint64(len(data)), le, 0, nil); err == nil {
 			t.Errorf("%s: no error, %+v", tc.name, got)
 		}
 	}
@@ -136,7 +136,7 @@ func TestReadGoFuncsCorrupt(t *testing.T) {
 	// an error, without allocating for them.
 	data := slices.Clone(valid)
 	le.PutUint64(data[8:], 1<<30)
-	if got, _, err := readGoFuncs(bytes.NewReader(data), 1<<40, le, 0); err == nil {
+	if got, _, err := readGoFuncs(bytes.NewReader(data), 1<<40, le, 0, nil); err == nil {
 		t.Errorf("corrupt sizes: no error, %d functions", len(got))
 	}
 }
@@ -148,7 +148,7 @@ func FuzzGoFuncs(f *testing.F) {
 	f.Add(makePclntab([]goFunc{{0, 0x10, "main.main"}, {0x10, 0x30, "main.f"}}), uint32(0))
 	f.Add(makePclntab(nil), uint32(1<<31))
 	f.Fuzz(func(t *testing.T, data []byte, extra uint32) {
-		funcs, _, err := readGoFuncs(bytes.NewReader(data), uint64(len(data))+uint64(extra), binary.LittleEndian, 0)
+		funcs, _, err := readGoFuncs(bytes.NewReader(data), uint64(len(data))+uint64(extra), binary.LittleEndian, 0, nil)
 		if err != nil {
 			return
 		}
@@ -173,7 +173,7 @@ func TestReadGoFuncs(t *testing.T) {
 	}
 	defer f.Close()
 	sec := f.Section(".gopclntab")
-	got, offsets, err := readGoFuncs(sec, sec.Size, f.ByteOrder, 0)
+	got, offsets, err := readGoFuncs(sec, sec.Size, f.ByteOrder, 0, nil)
 	if err != nil || !offsets {
 		t.Fatalf("readGoFuncs: offsets %v, %v", offsets, err)
 	}

@@ -149,3 +149,70 @@ func catchFaults(read func() error) (err error) {
 	}()
 	return read()
 }
+
+// trimEvery is how many bytes a load reads from its mappings between two
+// trims (see pageTrim): about the most of them that are resident at once.
+const trimEvery = 1 << 20
+
+// pageTrim bounds the resident pages of the mapped files a load reads. A
+// page of a mapping that has been read stays in the process's RSS until
+// the mapping goes, so loading a 150 MB binary's symbols (MinIO's: its
+// symbol and name tables, its Go function records) added 31 MB of
+// file-backed RSS to the agent for as long as the load lasted. The load
+// counts what it reads (read); every trimEvery bytes the mappings' pages
+// are dropped from the process (madvise MADV_DONTNEED). A private
+// read-only file mapping reads a dropped page again from the page cache
+// when it is touched again, so nothing read is lost: the names gathered
+// so far, which point into the mapping, are still read right when
+// buildSymtab copies them. A nil *pageTrim trims nothing.
+type pageTrim struct {
+	maps []*mappedFile
+	read int // bytes read since the last trim
+}
+
+// trimOf returns a pageTrim for the mapping the file f was opened over, or
+// nil if it was read another way.
+func trimOf(f *elf.File) *pageTrim {
+	for _, s := range f.Sections {
+		sr, ok := s.ReaderAt.(*io.SectionReader)
+		if !ok {
+			continue
+		}
+		if r, _, _ := sr.Outer(); r != nil {
+			if m, ok := r.(*mappedFile); ok {
+				return &pageTrim{maps: []*mappedFile{m}}
+			}
+		}
+	}
+	return nil
+}
+
+// add makes t trim the mapping f was opened over too (a debug file's).
+func (t *pageTrim) add(f *elf.File) {
+	if t == nil {
+		return
+	}
+	if o := trimOf(f); o != nil {
+		t.maps = append(t.maps, o.maps...)
+	}
+}
+
+// count counts n bytes read from the mappings, and trims them when
+// trimEvery bytes have been read since the last trim.
+func (t *pageTrim) count(n int) {
+	if t == nil {
+		return
+	}
+	if t.read += n; t.read < trimEvery {
+		return
+	}
+	t.read = 0
+	for _, m := range t.maps {
+		if m.data == nil {
+			continue
+		}
+		// Advice on a valid mapping does not fail: if it did, the pages
+		// would simply stay until the unmap.
+		_ = unix.Madvise(m.data, unix.MADV_DONTNEED)
+	}
+}

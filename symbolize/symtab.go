@@ -89,7 +89,7 @@ func leadingUnderscores(s string) int { return len(s) - len(strings.TrimLeft(s, 
 // buildSymtab sorts the candidates by address, keeps one per address (the
 // highest rank, then the one perf would show), gives unsized symbols the
 // distance to the next one, and packs the result.
-func buildSymtab(cands []candidate) symtab {
+func buildSymtab(cands []candidate, trim *pageTrim) symtab {
 	// Sorting addresses and indexes rather than the candidates moves 16
 	// bytes instead of a struct holding pointers, and compares without
 	// following the index; the index keeps the order of aliases.
@@ -137,6 +137,7 @@ func buildSymtab(cands []candidate) symtab {
 			next = cands[kept[k+1]].addr
 		}
 		names.WriteString(c.name)
+		trim.count(len(c.name))
 		t.syms[k] = symbol{addr: c.addr, size: symbolSize(c.addr, c.size, next, last), nameEnd: uint32(names.Len())}
 	}
 	t.names = names.String()

@@ -14,7 +14,7 @@ func TestBuildSymtab(t *testing.T) {
 		{addr: 0x1000, size: 0x10, name: "weak_alias", bind: elf.STB_WEAK},
 		{addr: 0x2000, name: "unsized"},
 		{addr: 0x1800, size: 1 << 40, name: "huge"},
-	})
+	}, nil)
 	if tab.len() != 4 {
 		t.Fatalf("len() = %d, want 4 (one per address)", tab.len())
 	}
@@ -47,7 +47,7 @@ func TestBuildSymtab(t *testing.T) {
 }
 
 func TestEmptySymtab(t *testing.T) {
-	tab := buildSymtab(nil)
+	tab := buildSymtab(nil, nil)
 	if _, ok := tab.lookup(0x1000); ok {
 		t.Error("lookup in an empty table succeeded")
 	}
@@ -156,7 +156,7 @@ func TestBuildSymtabAliases(t *testing.T) {
 		}
 		// Another symbol after them, so that the last alias is not the
 		// last symbol of the table.
-		tab := buildSymtab(append(tc.cands, candidate{addr: 0x2000, size: 1, name: "next"}))
+		tab := buildSymtab(append(tc.cands, candidate{addr: 0x2000, size: 1, name: "next"}), nil)
 		if i, ok := tab.lookup(0x1000); !ok || tab.name(i) != tc.want {
 			t.Errorf("%s: kept %q, want %q", tc.name, tab.name(i), tc.want)
 		}
