@@ -2,6 +2,8 @@
 // port, in a temporary directory, with random credentials and a throwaway
 // bucket, and writes an objstore config file for it. Tests stop and
 // restart it to see what heatscope does when its bucket goes away.
+// Launch is the same server for programs that are not tests (the
+// benchmarks), with errors in place of the test's failures.
 //
 // The server binary is $HEATSCOPE_MINIO, else
 // ~/.cache/heatscope-minio/bin/minio (.ci/run installs it there). Without
@@ -64,12 +66,14 @@ type Server struct {
 	// "" for plain HTTP.
 	CAFile string
 
+	// t is the test of a Server from Start or StartTLS; nil for Launch's.
 	t      testing.TB
 	binary string
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	logf   *os.File
+	// accessKeyFile and secretKeyFile hold the root credentials.
+	accessKeyFile, secretKeyFile string
+	mu                           sync.Mutex
+	cmd                          *exec.Cmd
+	exited                       chan struct{}
 }
 
 // Binary returns the MinIO binary's path, or why there is none.
@@ -123,45 +127,88 @@ func StartTLS(t testing.TB) *Server {
 
 func start(t testing.TB, https bool) *Server {
 	t.Helper()
-	s := &Server{t: t, binary: Require(t), Dir: t.TempDir(),
-		AccessKey: "hs" + randomHex(8), SecretKey: randomHex(20), Bucket: "heatscope-" + randomHex(4)}
-	if https {
-		var err error
-		if s.CAFile, err = writeCert(filepath.Join(s.Dir, "certs")); err != nil {
-			t.Fatalf("minio: certificate: %v", err)
-		}
-	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatalf("minio: find a free port: %v", err)
-	}
-	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := os.MkdirAll(filepath.Join(s.Dir, "data"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if s.logf, err = os.Create(filepath.Join(s.Dir, "minio.log")); err != nil {
-		t.Fatal(err)
-	}
+	Require(t)
+	dir := t.TempDir()
+	var s *Server
 	t.Cleanup(func() {
-		s.Stop()
-		s.logf.Close()
+		if s != nil {
+			s.Stop()
+		}
 		if t.Failed() {
-			if b, err := os.ReadFile(s.logf.Name()); err == nil && len(b) > 0 {
+			if b, err := os.ReadFile(filepath.Join(dir, logName)); err == nil && len(b) > 0 {
 				t.Logf("minio log:\n%s", tail(b, 4096))
 			}
 		}
 	})
-	s.Restart()
+	var err error
+	if s, err = Launch(dir, Options{TLS: https}); err != nil {
+		t.Fatalf("minio: %v", err)
+	}
+	s.t = t
+	return s
+}
+
+// Options are how Launch starts a server.
+type Options struct {
+	// TLS serves HTTPS under a self-signed certificate for 127.0.0.1
+	// (CAFile), as StartTLS does.
+	TLS bool
+}
+
+// logName is the server's output, in Dir.
+const logName = "minio.log"
+
+// Launch starts MinIO with its data, log (minio.log), root credential
+// files and configs under dir (which must exist), on a free loopback port
+// with random root credentials, and makes a new bucket. It returns once
+// the server serves; the caller stops it with Stop. It is Start for
+// programs that are not tests, such as the benchmarks; the methods that
+// take the test's failures (Restart, ConfigWith, WriteConfig,
+// WriteConfigOf, Open, Objects) are for servers from Start or StartTLS.
+//
+// The server is in its own process group and is killed when the thread
+// that started it exits, so a killed caller does not leave it behind.
+func Launch(dir string, opts Options) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{binary: bin, Dir: dir,
+		AccessKey: "hs" + randomHex(8), SecretKey: randomHex(20), Bucket: "heatscope-" + randomHex(4)}
+	if opts.TLS {
+		if s.CAFile, err = writeCert(filepath.Join(dir, "certs")); err != nil {
+			return nil, fmt.Errorf("certificate: %w", err)
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("find a free port: %w", err)
+	}
+	s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return nil, err
+	}
+	if s.accessKeyFile, s.secretKeyFile, err = s.writeCredentials(s.AccessKey, s.SecretKey); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, logName), nil, 0o644); err != nil {
+		return nil, err
+	}
+	if err := s.restart(); err != nil {
+		return nil, err
+	}
 	mc, err := s.client()
 	if err != nil {
-		t.Fatalf("minio: client: %v", err)
+		s.Stop()
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := mc.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatalf("minio: create bucket %s: %v", s.Bucket, err)
+		s.Stop()
+		return nil, fmt.Errorf("create bucket %s: %w", s.Bucket, err)
 	}
-	return s
+	return s, nil
 }
 
 func (s *Server) client() (*minio.Client, error) {
@@ -220,36 +267,61 @@ func writeCert(dir string) (string, error) {
 // Restart starts the server again (after Stop) on the same port and data;
 // it returns once the server answers its readiness probe.
 func (s *Server) Restart() {
-	s.t.Helper()
+	s.test().Helper()
+	if err := s.restart(); err != nil {
+		s.t.Fatalf("minio: %v", err)
+	}
+}
+
+// restart starts the server and waits until it serves; if it does not,
+// it is stopped and the error says why.
+func (s *Server) restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		s.t.Fatal("minio: Restart while running")
+		return errors.New("Restart while running")
 	}
 	args := []string{"server", "--quiet", "--address", s.Endpoint, "--console-address", "127.0.0.1:0"}
 	if s.CAFile != "" {
 		args = append(args, "--certs-dir", filepath.Dir(s.CAFile))
 	}
+	logPath := filepath.Join(s.Dir, logName)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
 	cmd := exec.Command(s.binary, append(args, filepath.Join(s.Dir, "data"))...)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+s.AccessKey, "MINIO_ROOT_PASSWORD="+s.SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1", "HOME="+s.Dir)
-	cmd.Stdout, cmd.Stderr = s.logf, s.logf
+	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("minio: start %s: %v", s.binary, err)
+	err = cmd.Start()
+	logf.Close() // the server has its own descriptor
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.binary, err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited
+	if err := s.awaitServing(); err != nil {
+		s.stopLocked()
+		return err
+	}
+	return nil
+}
+
+// awaitServing waits up to 60 s until the started server serves requests
+// and its IAM is up.
+func (s *Server) awaitServing() error {
 	// The readiness probe answers before the object layer is up: a
 	// request through the API is what tells it serves.
 	mc, err := s.client()
 	if err != nil {
-		s.t.Fatalf("minio: client: %v", err)
+		return fmt.Errorf("client: %w", err)
 	}
 	stranger, err := s.clientAs("probe"+randomHex(8), randomHex(20))
 	if err != nil {
-		s.t.Fatalf("minio: client: %v", err)
+		return fmt.Errorf("client: %w", err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -261,19 +333,18 @@ func (s *Server) Restart() {
 			_, err = stranger.ListBuckets(ctx)
 			if err != nil && !strings.Contains(err.Error(), "not initialized") {
 				cancel()
-				return
+				return nil
 			}
 		}
 		cancel()
 		select {
-		case <-exited:
-			s.cmd = nil
-			b, _ := os.ReadFile(s.logf.Name())
-			s.t.Fatalf("minio: exited at start: %s", tail(b, 2048))
+		case <-s.exited:
+			b, _ := os.ReadFile(filepath.Join(s.Dir, logName))
+			return fmt.Errorf("exited at start: %s", tail(b, 2048))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("minio: not serving after 60 s at %s (last: %v)", s.Endpoint, err)
+			return fmt.Errorf("not serving after 60 s at %s (last: %v)", s.Endpoint, err)
 		}
 	}
 }
@@ -283,8 +354,18 @@ func (s *Server) Restart() {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *Server) stopLocked() {
 	if s.cmd == nil {
 		return
+	}
+	select {
+	case <-s.exited: // (its process group is gone: no signal to a reused id)
+		s.cmd = nil
+		return
+	default:
 	}
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
 	select {
@@ -297,57 +378,94 @@ func (s *Server) Stop() {
 }
 
 // Config returns an objstore config for the bucket under prefix, with the
-// credentials in files under Dir.
+// root credentials in files under Dir.
 func (s *Server) Config(prefix string) bucket.Config {
-	s.t.Helper()
-	return s.ConfigWith(prefix, s.AccessKey, s.SecretKey, s.Bucket)
+	return s.config(prefix, s.Bucket, s.accessKeyFile, s.secretKeyFile)
 }
 
-// ConfigWith is Config with other credentials or another bucket, for
-// tests of what a wrong one does.
-func (s *Server) ConfigWith(prefix, accessKey, secretKey, bucketName string) bucket.Config {
-	s.t.Helper()
-	dir, err := os.MkdirTemp(s.Dir, "creds-")
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ak, sk := filepath.Join(dir, "access-key"), filepath.Join(dir, "secret-key")
-	for path, v := range map[string]string{ak: accessKey, sk: secretKey} {
-		if err := os.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
-			s.t.Fatal(err)
-		}
-	}
+func (s *Server) config(prefix, bucketName, accessKeyFile, secretKeyFile string) bucket.Config {
 	conn := bucket.TLS{Insecure: true}
 	if s.CAFile != "" {
 		conn = bucket.TLS{CAFile: s.CAFile}
 	}
 	return bucket.Config{Provider: "s3", Bucket: bucketName, Endpoint: s.Endpoint, Prefix: prefix,
-		TLS: conn, Credentials: bucket.Credentials{AccessKeyFile: ak, SecretKeyFile: sk}}
+		TLS: conn, Credentials: bucket.Credentials{AccessKeyFile: accessKeyFile, SecretKeyFile: secretKeyFile}}
+}
+
+// ConfigWith is Config with other credentials or another bucket, for
+// tests of what a wrong one does.
+func (s *Server) ConfigWith(prefix, accessKey, secretKey, bucketName string) bucket.Config {
+	s.test().Helper()
+	ak, sk, err := s.writeCredentials(accessKey, secretKey)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return s.config(prefix, bucketName, ak, sk)
+}
+
+// writeCredentials writes the keys into files in a new directory under
+// Dir and returns their paths.
+func (s *Server) writeCredentials(accessKey, secretKey string) (accessKeyFile, secretKeyFile string, err error) {
+	dir, err := os.MkdirTemp(s.Dir, "creds-")
+	if err != nil {
+		return "", "", err
+	}
+	ak, sk := filepath.Join(dir, "access-key"), filepath.Join(dir, "secret-key")
+	for path, v := range map[string]string{ak: accessKey, sk: secretKey} {
+		if err := os.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	return ak, sk, nil
 }
 
 // WriteConfig writes Config(prefix) as an objstore config file and
 // returns its path.
 func (s *Server) WriteConfig(prefix string) string {
-	s.t.Helper()
+	s.test().Helper()
 	return s.WriteConfigOf(s.Config(prefix))
 }
 
 // WriteConfigOf writes cfg as an objstore config file and returns its path.
 func (s *Server) WriteConfigOf(cfg bucket.Config) string {
-	s.t.Helper()
-	f, err := os.CreateTemp(s.Dir, "objstore-*.yaml")
+	s.test().Helper()
+	path, err := s.ConfigFile(cfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer f.Close()
-	fmt.Fprintf(f, "provider: %s\nbucket: %s\nendpoint: %s\nprefix: %q\ntls:\n  insecure: %t\n  ca_file: %q\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
+	return path
+}
+
+// ConfigFile writes cfg (a Config of this server's) as an objstore config
+// file in a new file under Dir and returns its path.
+func (s *Server) ConfigFile(cfg bucket.Config) (string, error) {
+	f, err := os.CreateTemp(s.Dir, "objstore-*.yaml")
+	if err != nil {
+		return "", err
+	}
+	_, err = fmt.Fprintf(f, "provider: %s\nbucket: %s\nendpoint: %s\nprefix: %q\ntls:\n  insecure: %t\n  ca_file: %q\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
 		cfg.Provider, cfg.Bucket, cfg.Endpoint, cfg.Prefix, cfg.TLS.Insecure, cfg.TLS.CAFile, cfg.Credentials.AccessKeyFile, cfg.Credentials.SecretKeyFile)
-	return f.Name()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("write objstore config %s: %w", f.Name(), err)
+	}
+	return f.Name(), nil
+}
+
+// test is the test of a Server from Start or StartTLS, for the methods
+// that fail it; a Server from Launch has none.
+func (s *Server) test() testing.TB {
+	if s.t == nil {
+		panic("miniotest: a test helper called on a Server from Launch; use Start or StartTLS in tests")
+	}
+	return s.t
 }
 
 // Open opens the bucket under prefix, closed when the test ends.
 func (s *Server) Open(prefix string) *bucket.Bucket {
-	s.t.Helper()
+	s.test().Helper()
 	b, err := bucket.Open(context.Background(), s.Config(prefix), bucket.Options{Component: "test"})
 	if err != nil {
 		s.t.Fatalf("minio: open bucket: %v", err)
@@ -359,7 +477,7 @@ func (s *Server) Open(prefix string) *bucket.Bucket {
 // Objects lists every object name under prefix (recursively), through the
 // root credentials.
 func (s *Server) Objects(prefix string) []string {
-	s.t.Helper()
+	s.test().Helper()
 	mc, err := s.client()
 	if err != nil {
 		s.t.Fatal(err)
