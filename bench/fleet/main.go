@@ -42,11 +42,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heatscope/heatscope/bench/internal/benchminio"
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketcompact"
 	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -117,7 +117,7 @@ func ms(d time.Duration) string {
 
 type bench struct {
 	dir, bin string
-	minio    *benchminio.Server
+	minio    *miniotest.Server
 	keep     bool
 	repeat   int
 }
@@ -138,7 +138,7 @@ func newBench(keep bool) *bench {
 		log.Fatal(err)
 	}
 	b := &bench{dir: dir, keep: keep}
-	if b.minio, err = benchminio.Start(dir, "fleet"); err != nil {
+	if b.minio, err = miniotest.Launch(dir, miniotest.Options{}); err != nil {
 		b.close()
 		log.Fatal(err)
 	}
@@ -157,11 +157,8 @@ func (b *bench) close() {
 func (b *bench) config(prefix string) bucket.Config { return b.minio.Config(prefix) }
 
 func (b *bench) configFile(prefix string) string {
-	c := b.config(prefix)
-	path := filepath.Join(b.dir, prefix+".yaml")
-	y := fmt.Sprintf("provider: s3\nbucket: %s\nendpoint: %s\nprefix: %s\ntls:\n  insecure: true\ncredentials:\n  access_key_file: %s\n  secret_key_file: %s\n",
-		c.Bucket, c.Endpoint, c.Prefix, c.Credentials.AccessKeyFile, c.Credentials.SecretKeyFile)
-	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+	path, err := b.minio.ConfigFile(b.config(prefix))
+	if err != nil {
 		log.Fatal(err)
 	}
 	return path

@@ -55,11 +55,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/heatscope/heatscope/bench/internal/benchminio"
 	"github.com/heatscope/heatscope/bench/internal/benchweb"
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
@@ -352,7 +352,7 @@ func throughMinIO(dir string, nodes, runs, columns int) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	srv, err := benchminio.Start(tmp, "overview")
+	srv, err := miniotest.Launch(tmp, miniotest.Options{})
 	if err != nil {
 		return err
 	}
