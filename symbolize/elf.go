@@ -22,7 +22,7 @@ type binaryFile struct {
 	tab     symtab
 	// named memoizes the names handed out, by symbol index: demangled
 	// the first time a symbol is hit, not for every symbol at load, and
-	// copied out of tab.names, so that the frames, stacks and tables that
+	// decoded out of tab.names, so that the frames, stacks and tables that
 	// keep a name do not keep the whole table alive once the binary cache
 	// evicted it.
 	named sync.Map
@@ -221,9 +221,8 @@ func (b *binaryFile) lookup(addr uint64) (string, bool) {
 	if strings.HasPrefix(name, "_Z") || strings.HasPrefix(name, "_R") {
 		name = demangleName(name)
 	}
-	// A name that does not demangle is returned as it is: a slice of
-	// tab.names.
-	name = strings.Clone(name)
+	// The name is a string of its own either way: tab's names are
+	// front-coded (buildSymtab), name decodes them into a new one.
 	b.named.Store(i, name)
 	return name, true
 }

@@ -2,7 +2,10 @@ package symbolize
 
 import (
 	"debug/elf"
+	"fmt"
 	"math"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -160,5 +163,61 @@ func TestBuildSymtabAliases(t *testing.T) {
 		if i, ok := tab.lookup(0x1000); !ok || tab.name(i) != tc.want {
 			t.Errorf("%s: kept %q, want %q", tc.name, tab.name(i), tc.want)
 		}
+	}
+}
+
+// TestSymtabFrontCoded checks that every name of a front-coded table
+// decodes to the one it was built from, across runs, shared prefixes
+// longer than a length byte holds, names that share nothing and empty
+// names; and that it saves what it should on a real Go binary's names.
+func TestSymtabFrontCoded(t *testing.T) {
+	long := strings.Repeat("github.com/example/a/very/long/package/path/", 8) // 352 bytes
+	var cands []candidate
+	var want []string
+	for i := range 100 {
+		var name string
+		switch {
+		case i%7 == 3:
+			name = fmt.Sprintf("x%d", i) // shares nothing with its neighbour
+		case i%11 == 5:
+			name = long + fmt.Sprintf("f%03d", i) // a prefix over 255 bytes
+		case i%13 == 0:
+			name = ""
+		default:
+			name = fmt.Sprintf("github.com/heatscope/heatscope/store.(*Writer).method%03d", i)
+		}
+		cands = append(cands, candidate{addr: uint64(0x1000 + 16*i), size: 16, name: name})
+		want = append(want, name)
+	}
+	tab := buildSymtab(cands, nil)
+	if !tab.prefixed || tab.len() != len(want) {
+		t.Fatalf("prefixed %v, %d symbols, want a front-coded table of %d", tab.prefixed, tab.len(), len(want))
+	}
+	for i, w := range want {
+		if got := tab.name(i); got != w {
+			t.Errorf("name %d = %q, want %q", i, got, w)
+		}
+	}
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bin, err := loadBinary(f, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := 0
+	for i := range bin.tab.len() {
+		plain += len(bin.tab.name(i))
+	}
+	t.Logf("this test binary's %d names: %d bytes front-coded, %d plain", bin.tab.len(), len(bin.tab.names), plain)
+	if len(bin.tab.names)*10 >= plain*6 {
+		t.Errorf("front-coded names take %d bytes, %d plain: want less than 60%%", len(bin.tab.names), plain)
 	}
 }
