@@ -160,9 +160,9 @@ func FuzzGoFuncs(f *testing.F) {
 	})
 }
 
-// TestReadGoFuncs compares readGoFuncs with debug/gosym's reading of this
-// test binary's .gopclntab.
-func TestReadGoFuncs(t *testing.T) {
+// openTestBinary opens this test binary's ELF file until the test ends.
+func openTestBinary(t *testing.T) *elf.File {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,14 @@ func TestReadGoFuncs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestReadGoFuncs compares readGoFuncs with debug/gosym's reading of this
+// test binary's .gopclntab.
+func TestReadGoFuncs(t *testing.T) {
+	f := openTestBinary(t)
 	sec := f.Section(".gopclntab")
 	got, offsets, err := readGoFuncs(sec, sec.Size, f.ByteOrder, 0, nil)
 	if err != nil || !offsets {

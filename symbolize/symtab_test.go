@@ -4,7 +4,6 @@ import (
 	"debug/elf"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 )
@@ -199,16 +198,7 @@ func TestSymtabFrontCoded(t *testing.T) {
 		}
 	}
 
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	bin, err := loadBinary(f, "", "")
+	bin, err := loadBinary(openTestBinary(t), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
