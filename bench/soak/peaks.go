@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"slices"
 	"strconv"
@@ -51,6 +52,7 @@ func watchPeaks(ctx context.Context, pid int, started time.Time) []peak {
 			continue
 		}
 		peaks = append(peaks, peak{at: at, rssMB: rss, anonMB: anon, fileMB: file, top: top})
+		log.Printf("t=%.0fs new RSS high %.1fMB (anon %.1f, file %.1f): %s", at.Seconds(), rss, anon, file, strings.Join(top, "; "))
 	}
 }
 
