@@ -81,6 +81,13 @@ type Config struct {
 	// UnwindMaxBytes bounds the unwind tables loaded into BPF maps (0:
 	// DefaultUnwindMaxBytes); the least recently used are evicted.
 	UnwindMaxBytes int64
+	// RecentMaps, when set, hands the unwinder another reader's read of
+	// a process's /proc/PID/maps (the symbolizer's, which reads the maps
+	// of every new process it is given samples of): it appends to dst
+	// the executable mappings of pid if they were read at or after since,
+	// and reports whether they were. The unwinder reads /proc itself
+	// when it gets false. Called from the unwinder's goroutine.
+	RecentMaps func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool)
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.
@@ -264,7 +271,7 @@ func Open(cfg Config) (*Profiler, error) {
 	}
 	if cfg.Unwind == UnwindDWARF {
 		periodNs := func() int64 { return int64(time.Second) / p.frequency.Load() }
-		p.unwinder = newUnwinder(&p.objs.ProfileMaps, cfg.UnwindCacheDir, cfg.UnwindMaxBytes, periodNs, cfg.Logger)
+		p.unwinder = newUnwinder(&p.objs.ProfileMaps, cfg.UnwindCacheDir, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
 	}
 	if cfg.BPFStats {
 		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -489,6 +496,12 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 	// Snapshots first: each is written before the sample that announced
 	// its process.
 	p.DrainMaps()
+	if p.unwinder != nil {
+		// Before the records: the mappings read for the records of
+		// this drain (the symbolizer's) are then at least as recent as
+		// the samples that asked for them (Config.RecentMaps).
+		p.unwinder.take(true)
+	}
 	var heat map[uint32]uint64
 	var tableFrames, fpFrames uint64
 	if p.unwinder != nil {
@@ -513,8 +526,11 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 		}
 		handle(rec, p.clock.Wall(int64(rec.KernelTime)))
 	})
-	if len(heat) > 0 {
-		p.unwinder.sampled(heat, tableFrames, fpFrames)
+	if p.unwinder != nil {
+		p.unwinder.drained()
+		if len(heat) > 0 {
+			p.unwinder.sampled(heat, tableFrames, fpFrames)
+		}
 	}
 	p.received.Add(uint64(n))
 }

@@ -97,8 +97,11 @@ type UnwindStats struct {
 	// pointers until there is room.
 	Deferred           uint64
 	NoCFI, BuildErrors uint64
-	// MapsReads counts /proc/PID/maps reads for tables.
-	MapsReads uint64
+	// MapsReads counts the processes' mappings the unwinder took to
+	// write their entries: read from /proc/PID/maps, or, MapsShared of
+	// them, handed on from the symbolizer's read (Config.RecentMaps).
+	// Processes gone before they were read are not counted.
+	MapsReads, MapsShared uint64
 	// Ready counts the process images whose tables all reached the BPF
 	// maps; ReadyWaitMax and ReadyWaitSum are the longest and the total
 	// time from the unwinder's first sight of such an image (its first
@@ -153,7 +156,7 @@ type procState struct {
 	asked    time.Time
 	ready    bool
 	root     string
-	maps     []execMapping
+	maps     []ExecMapping
 	complete bool
 	// tables are the keys of the loaded tables its entry uses.
 	tables []string
@@ -192,6 +195,8 @@ type unwinder struct {
 	// periodNs is the sampling period now, in ns of CPU time a sample
 	// stands for.
 	periodNs func() int64
+	// recentMaps is Config.RecentMaps (nil: none).
+	recentMaps func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool)
 
 	wake chan struct{}
 	done chan struct{}
@@ -214,15 +219,9 @@ type unwinder struct {
 	// (decayed by half at every sweep): the tables of the most sampled
 	// processes are built first.
 	heat map[uint32]uint64
-	// asks holds the processes that asked for their mappings (taken out
-	// of unwind_pending at every poll) and were not read yet, and
-	// pendKeys and pendVals are the buffers they are taken into.
-	asks     map[uint32]ask
-	pendKeys []uint32
-	pendVals []uint64
-	// batchWarned and eachWarned are set once takePending warned that
-	// its batch call, and then its entry-by-entry reading, failed.
-	batchWarned, eachWarned bool
+	// asks holds the processes that asked for their mappings and were
+	// not read yet.
+	asks map[uint32]ask
 	// credit is the estimated build time the worker may spend now
 	// (afford), as of credited.
 	credit   time.Duration
@@ -233,6 +232,32 @@ type unwinder struct {
 	// newHeat is the samples per process counted by the ring reader
 	// since the worker last took them (under mu).
 	newHeat map[uint32]uint64
+
+	// take empties unwind_pending into taken, from the ring reader
+	// (before each drain) and from the worker (when the reader has not
+	// for a while).
+	takeMu sync.Mutex
+	taken  []taken
+	// lastTake is when unwind_pending was last emptied, and drainedTake
+	// when it was emptied before the ring reader's last complete drain.
+	lastTake, drainedTake time.Time
+	// pendKeys and pendVals are the buffers unwind_pending is read into.
+	pendKeys []uint32
+	pendVals []uint64
+	// batchWarned and eachWarned are set once take warned that its
+	// batch call, and then its entry-by-entry reading, failed.
+	batchWarned, eachWarned bool
+}
+
+// taken is a request for a process's mappings taken out of
+// unwind_pending: the process, its address space then, and when it was
+// taken (the sample that asked was taken before).
+type taken struct {
+	pid uint32
+	mm  uint64
+	at  time.Time
+	// byReader is set when the ring reader took it, before a drain.
+	byReader bool
 }
 
 // maxTables is MAX_TABLES in bpf/profile.bpf.c.
@@ -244,13 +269,14 @@ const maxUmaps = 64
 // maxWalkFrames is MAX_WALK_FRAMES in bpf/profile.bpf.c.
 const maxWalkFrames = 128
 
-func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodNs func() int64, log *slog.Logger) *unwinder {
+func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodNs func() int64,
+	recentMaps func([]ExecMapping, uint32, time.Time) ([]ExecMapping, bool), log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
 	u := &unwinder{
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
-		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, periodNs: periodNs, log: log, procRoot: "/proc",
+		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
@@ -351,7 +377,7 @@ func (u *unwinder) poll(now time.Time) {
 	}
 	clear(u.newHeat)
 	u.mu.Unlock()
-	u.takePending(now)
+	u.takeAsks(now)
 	var reqs []uint32
 	for pid, a := range u.asks {
 		if st := u.procList[pid]; st != nil && st.mm == a.mm && now.Sub(st.read) < refreshInterval {
@@ -371,9 +397,9 @@ func (u *unwinder) poll(now time.Time) {
 		if u.closing() || i > 0 && time.Since(now) >= readBudget {
 			break
 		}
-		mm := u.asks[pid].mm
+		a := u.asks[pid]
 		delete(u.asks, pid)
-		if err := u.process(pid, mm, now); err != nil {
+		if err := u.process(pid, a, now); err != nil {
 			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
 		}
 	}
@@ -412,25 +438,37 @@ const (
 	askWait    = 50 * time.Millisecond
 )
 
-// ask is a process's request for its mappings: for the address space mm,
-// first seen then.
+// ask is a process's request for its mappings, for the address space
+// mm: first taken out of unwind_pending at since, last at last.
 type ask struct {
-	mm    uint64
-	since time.Time
+	mm          uint64
+	since, last time.Time
 }
 
-// takePending moves the requests in unwind_pending into asks, emptying
-// the map with one batch system call (a process asks again, if it is
-// still sampled without an entry, once the map no longer holds it). If
-// the batch call fails, it warns once and reads the map entry by entry
+// maxTaken bounds the requests take holds for the worker: beyond it, the
+// rest stay in unwind_pending (bounded by the BPF map) until the worker
+// has caught up.
+const maxTaken = 4 * maxPending
+
+// take moves the requests in unwind_pending into taken, emptying the map
+// with one batch system call (a process asks again, if it is still
+// sampled without an entry, once the map no longer holds it). If the
+// batch call fails, it warns once and reads the map entry by entry
 // (takeEach): with nothing taken, no process would ask again and
 // --unwind dwarf would fall back to frame pointers without a word.
-func (u *unwinder) takePending(now time.Time) {
+func (u *unwinder) take(byReader bool) {
+	u.takeMu.Lock()
+	defer u.takeMu.Unlock()
+	if len(u.taken) >= maxTaken {
+		return
+	}
+	now := time.Now()
+	u.lastTake = now
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := u.pending.BatchLookupAndDelete(&cursor, u.pendKeys, u.pendVals, nil)
 		for i := range n {
-			u.addAsk(u.pendKeys[i], u.pendVals[i], now)
+			u.taken = append(u.taken, taken{pid: u.pendKeys[i], mm: u.pendVals[i], at: now, byReader: byReader})
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return // all taken
@@ -440,7 +478,7 @@ func (u *unwinder) takePending(now time.Time) {
 				u.batchWarned = true
 				u.log.Warn("unwind tables: reading the processes that ask for them in one batch failed; reading them one by one", "err", err)
 			}
-			if err := u.takeEach(now); err != nil && !u.eachWarned {
+			if err := u.takeEach(now, byReader); err != nil && !u.eachWarned {
 				u.eachWarned = true
 				u.log.Warn("unwind tables: reading the processes that ask for them failed; their stacks are walked with frame pointers", "err", err)
 			}
@@ -452,32 +490,66 @@ func (u *unwinder) takePending(now time.Time) {
 	}
 }
 
-// addAsk records that process pid asked for its mappings, for the
-// address space mm.
-func (u *unwinder) addAsk(pid uint32, mm uint64, now time.Time) {
-	if a, ok := u.asks[pid]; !ok || a.mm != mm {
-		u.asks[pid] = ask{mm: mm, since: now}
-	}
+// drained tells the worker that the ring reader has handled the records
+// of the drain that followed its last take: the symbolizer has read the
+// mappings of the new processes among them (Config.RecentMaps).
+func (u *unwinder) drained() {
+	u.takeMu.Lock()
+	u.drainedTake = u.lastTake
+	u.takeMu.Unlock()
 }
 
-// takeEach is takePending without batch calls, as before them: it reads
-// every entry of unwind_pending, then deletes the ones it read (an entry
+// takeAsks moves the requests taken since the last poll into asks. The
+// ring reader takes them before each drain; if it has not for half a
+// selfPoll (held up), the worker takes them itself. A request the reader
+// took waits for the end of its drain, so that the symbolizer's read of
+// the process's mappings, if it is new, is there to be handed on; for a
+// selfPoll at most, should the drain be held up.
+func (u *unwinder) takeAsks(now time.Time) {
+	u.takeMu.Lock()
+	stale := now.Sub(u.lastTake) >= selfPoll/2
+	u.takeMu.Unlock()
+	if stale {
+		u.take(false)
+	}
+	u.takeMu.Lock()
+	kept := u.taken[:0]
+	for _, t := range u.taken {
+		if t.byReader && t.at.After(u.drainedTake) && now.Sub(t.at) < selfPoll {
+			kept = append(kept, t) // its drain is still going on
+			continue
+		}
+		if a, ok := u.asks[t.pid]; ok && a.mm == t.mm {
+			a.last = t.at
+			u.asks[t.pid] = a
+		} else {
+			u.asks[t.pid] = ask{mm: t.mm, since: t.at, last: t.at}
+		}
+	}
+	clear(u.taken[len(kept):])
+	u.taken = kept
+	u.takeMu.Unlock()
+}
+
+// takeEach is take without batch calls, as before them: it reads every
+// entry of unwind_pending, then deletes the ones it read (an entry
 // written again in between is lost, and asked again at a later sample).
-func (u *unwinder) takeEach(now time.Time) error {
+// u.takeMu is held.
+func (u *unwinder) takeEach(now time.Time, byReader bool) error {
 	var (
-		pid   uint32
-		mm    uint64
-		taken []uint32
+		pid  uint32
+		mm   uint64
+		pids []uint32
 	)
 	it := u.pending.Iterate()
 	for it.Next(&pid, &mm) {
-		u.addAsk(pid, mm, now)
-		taken = append(taken, pid)
+		u.taken = append(u.taken, taken{pid: pid, mm: mm, at: now, byReader: byReader})
+		pids = append(pids, pid)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("iterate over unwind_pending: %w", err)
 	}
-	for _, pid := range taken {
+	for _, pid := range pids {
 		if err := u.pending.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete process %d from unwind_pending: %w", pid, err)
 		}
@@ -521,19 +593,28 @@ func (u *unwinder) forgetExited() {
 	}
 }
 
-// execMapping is one executable mapping of /proc/PID/maps.
-type execMapping struct {
-	start, end, offset uint64
-	path               string
+// ExecMapping is an executable mapping of a process, as a line of
+// /proc/PID/maps gives it (Config.RecentMaps).
+type ExecMapping struct {
+	Start, End uint64
+	// Offset is the file offset mapped at Start.
+	Offset uint64
+	// Path is the mapped file's path, empty for anonymous memory, or a
+	// name such as "[vdso]".
+	Path string
+	// Deleted is set when the file was deleted or replaced since it was
+	// mapped (the line's " (deleted)", cut from Path): Path then names
+	// another file, or none, and the mapping gets no table.
+	Deleted bool
 }
 
 // readExecMaps returns the executable mappings of a process.
-func readExecMaps(path string) ([]execMapping, error) {
+func readExecMaps(path string) ([]ExecMapping, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var out []execMapping
+	var out []ExecMapping
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		// "start-end perms offset dev inode path": most lines are not
@@ -557,29 +638,55 @@ func readExecMaps(path string) ([]execMapping, error) {
 		if err1 != nil || err2 != nil || err3 != nil {
 			continue
 		}
-		m := execMapping{start: start, end: end, offset: off}
+		m := ExecMapping{Start: start, End: end, Offset: off}
 		if len(f) >= 6 {
-			m.path = string(bytes.Join(f[5:], []byte(" ")))
+			p := bytes.Join(f[5:], []byte(" "))
+			p, m.Deleted = bytes.CutSuffix(p, []byte(" (deleted)"))
+			m.Path = string(p)
 		}
 		out = append(out, m)
 	}
 	return out, nil
 }
 
-// process reads a process's mappings and writes its unwind_procs entry
+// process takes a process's mappings and writes its unwind_procs entry
 // with the tables loaded so far; the others are queued for build, and
-// the entry is written again when they are in.
-func (u *unwinder) process(pid uint32, mm uint64, now time.Time) error {
+// the entry is written again when they are in. The mappings are the
+// symbolizer's read when it is recent enough to show the image that
+// asked (Config.RecentMaps), else read from /proc/PID/maps.
+func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
+	old := u.procList[pid]
+	// A read that started after the request was taken out of
+	// unwind_pending started after the sample that asked, and so shows
+	// its image, or a later one (whose mm differs: the walk asks again).
+	// For an image already known the request is for a pc outside its
+	// mappings (a dlopen): the read must follow the latest request.
+	since := a.since
+	if old != nil && old.mm == a.mm {
+		since = a.last
+	}
+	root := fmt.Sprintf("%s/%d", u.procRoot, pid)
+	var (
+		maps   []ExecMapping
+		shared bool
+	)
+	if u.recentMaps != nil {
+		maps, shared = u.recentMaps(nil, pid, since)
+	}
+	if !shared {
+		var err error
+		if maps, err = readExecMaps(root + "/maps"); err != nil {
+			return err // gone, most often
+		}
+	}
 	u.mu.Lock()
 	u.stats.MapsReads++
-	u.mu.Unlock()
-	root := fmt.Sprintf("%s/%d", u.procRoot, pid)
-	maps, err := readExecMaps(root + "/maps")
-	if err != nil {
-		return err
+	if shared {
+		u.stats.MapsShared++
 	}
-	st := &procState{mm: mm, read: now, asked: now, root: root, maps: maps}
-	if old := u.procList[pid]; old != nil && old.mm == mm {
+	u.mu.Unlock()
+	st := &procState{mm: a.mm, read: now, asked: a.since, root: root, maps: maps}
+	if old != nil && old.mm == a.mm {
 		st.asked, st.ready = old.asked, old.ready
 	}
 	u.procList[pid] = st
@@ -598,9 +705,9 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 			entry.Flags |= 1 // HS_PROC_TRUNCATED
 			break
 		}
-		um := bpf.ProfileHsUmap{Start: m.start, End: m.end, Table: noTable}
-		if len(m.path) > 0 && m.path[0] == '/' {
-			t, bias, state := u.tableFor(pid, st.root+"/root"+m.path, m.offset, m.start, now)
+		um := bpf.ProfileHsUmap{Start: m.Start, End: m.End, Table: noTable}
+		if !m.Deleted && len(m.Path) > 0 && m.Path[0] == '/' {
+			t, bias, state := u.tableFor(pid, st.root+"/root"+m.Path, m.Offset, m.Start, now)
 			switch state {
 			case tableLoaded:
 				um.Table, um.Rows, um.Bias = t.id, t.rows, bias

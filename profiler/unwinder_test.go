@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,13 +166,13 @@ func TestBuildBudgetAfterHugeTable(t *testing.T) {
 	step(21*time.Second, map[string]bool{"huge2": false, "cached2": true, "small2": false})
 }
 
-// TestTakePendingFallsBack: when the batch call on unwind_pending fails,
-// takePending warns once, with the error, and takes the requests entry by
+// TestTakeFallsBack: when the batch call on unwind_pending fails, take
+// warns once, with the error, and takes the requests entry by
 // entry, emptying the map, so that processes still get their tables. The
 // failure is forced with a values buffer shorter than the keys' (cilium/ebpf
 // refuses it before the system call): no kernel the table walk runs on
 // (5.17 or later) fails the call itself for a hash map.
-func TestTakePendingFallsBack(t *testing.T) {
+func TestTakeFallsBack(t *testing.T) {
 	bpftest.Require(t)
 	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
 	if err != nil {
@@ -192,7 +193,8 @@ func TestTakePendingFallsBack(t *testing.T) {
 			}
 			want[pid] = mm
 		}
-		u.takePending(time.Now())
+		u.take(false)
+		u.takeAsks(time.Now())
 		for pid, mm := range want {
 			if a, ok := u.asks[pid]; !ok || a.mm != mm {
 				t.Errorf("round %d: process %d asked for mm %#x; asks hold %+v (present %v)", round, pid, mm, a, ok)
@@ -235,12 +237,154 @@ func TestReadExecMaps(t *testing.T) {
 	}
 	found := false
 	for i, m := range maps {
-		if got := fmt.Sprintf("%08x-%08x", m.start, m.end); got != want[i] {
+		if got := fmt.Sprintf("%08x-%08x", m.Start, m.End); got != want[i] {
 			t.Errorf("mapping %d is %s, want %s", i, got, want[i])
 		}
-		found = found || m.path == self
+		found = found || m.Path == self
 	}
 	if !found {
 		t.Errorf("no executable mapping of %s among %+v", self, maps)
+	}
+}
+
+// TestProcessTakesRecentMaps: the unwinder writes a process's entry from
+// the mappings another reader read (Config.RecentMaps) when that read
+// started after the request was first taken, and after the latest one
+// for an image it already knows (a dlopen); otherwise it reads
+// /proc/PID/maps itself. The entries are checked in a real unwind_procs
+// map.
+func TestProcessTakesRecentMaps(t *testing.T) {
+	bpftest.Require(t)
+	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer procs.Close()
+	own, err := readExecMaps("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other reader's mappings: anonymous, so that no table is
+	// looked for, and unlike this process's.
+	theirs := []ExecMapping{{Start: 0x10000, End: 0x20000}, {Start: 0x30000, End: 0x38000}}
+	var readAt time.Time // when the other reader read them
+	var asked []time.Time
+	u := &unwinder{
+		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
+		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{},
+		recentMaps: func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool) {
+			asked = append(asked, since)
+			if readAt.Before(since) {
+				return dst, false
+			}
+			return append(dst, theirs...), true
+		},
+	}
+	pid := uint32(os.Getpid())
+	entry := func() []ExecMapping {
+		t.Helper()
+		var e bpf.ProfileHsProc
+		if err := procs.Lookup(pid, &e); err != nil {
+			t.Fatal(err)
+		}
+		var got []ExecMapping
+		for _, m := range e.M[:e.Count] {
+			got = append(got, ExecMapping{Start: m.Start, End: m.End})
+		}
+		return got
+	}
+	starts := func(ms []ExecMapping) []uint64 {
+		var v []uint64
+		for _, m := range ms {
+			v = append(v, m.Start)
+		}
+		return v
+	}
+	t0 := time.Now()
+	step := func(name string, a ask, read time.Time, wantShared bool, wantSince time.Time) {
+		t.Helper()
+		readAt, asked = read, nil
+		before := u.stats
+		if err := u.process(pid, a, t0); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(asked) != 1 || !asked[0].Equal(wantSince) {
+			t.Errorf("%s: the other reader was asked for a read since %v, want one since %v", name, asked, wantSince)
+		}
+		want := own
+		if wantShared {
+			want = theirs
+		}
+		if got := entry(); !slices.Equal(starts(got), starts(want)) {
+			t.Errorf("%s: the entry maps %x, want %x", name, starts(got), starts(want))
+		}
+		if u.stats.MapsReads != before.MapsReads+1 || u.stats.MapsShared-before.MapsShared != map[bool]uint64{false: 0, true: 1}[wantShared] {
+			t.Errorf("%s: maps reads %d→%d, shared %d→%d", name, before.MapsReads, u.stats.MapsReads, before.MapsShared, u.stats.MapsShared)
+		}
+	}
+	first, later := t0.Add(-time.Second), t0.Add(-100*time.Millisecond)
+	// A new process: any read since its first request will do.
+	step("new, read after the request", ask{mm: 1, since: first, last: later}, first.Add(time.Millisecond), true, first)
+	// The same image asks again (a pc in no mapping): the read must
+	// follow the latest request.
+	step("known, read before the latest request", ask{mm: 1, since: first, last: later}, first.Add(time.Millisecond), false, later)
+	step("known, read after the latest request", ask{mm: 1, since: first, last: later}, later, true, later)
+	// An exec: a new image, whose first request bounds the read.
+	step("exec, read before the request", ask{mm: 2, since: later, last: later}, first, false, later)
+}
+
+// TestTakeAsksWaitsForDrain: a request the ring reader took before a
+// drain reaches the worker once that drain is over (the symbolizer has
+// then read the mappings of the new processes among its records), or a
+// selfPoll after it was taken; one the worker took itself at once.
+func TestTakeAsksWaitsForDrain(t *testing.T) {
+	bpftest.Require(t)
+	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pending.Close()
+	u := &unwinder{
+		pending: pending, log: slog.New(slog.DiscardHandler),
+		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
+	}
+	put := func(pid uint32) {
+		t.Helper()
+		if err := pending.Put(pid, uint64(0x1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(pid uint32) bool { _, ok := u.asks[pid]; return ok }
+	put(1)
+	u.take(true) // the reader, before its drain
+	u.takeAsks(time.Now())
+	if has(1) {
+		t.Fatal("a request reached the worker while its drain went on")
+	}
+	u.drained()
+	u.takeAsks(time.Now())
+	if !has(1) {
+		t.Fatal("a request did not reach the worker after its drain")
+	}
+	// A drain held up: the request goes after a selfPoll.
+	put(2)
+	u.take(true)
+	u.takeAsks(time.Now())
+	if has(2) {
+		t.Fatal("a request reached the worker while its drain went on")
+	}
+	u.takeAsks(time.Now().Add(selfPoll))
+	if !has(2) {
+		t.Fatal("a request of a drain held up for a selfPoll did not reach the worker")
+	}
+	// The reader held up before taking: the worker takes, and the
+	// request is its own at once.
+	put(3)
+	u.takeAsks(time.Now().Add(selfPoll))
+	if !has(3) {
+		t.Fatal("the worker did not take a request the reader left for half a selfPoll")
+	}
+	if a := u.asks[3]; a.mm != 0x1000 || a.since.IsZero() || !a.since.Equal(a.last) {
+		t.Errorf("request %+v, want mm 0x1000 first and last taken at once", a)
 	}
 }

@@ -3,9 +3,12 @@ package symbolize
 import (
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -174,5 +177,55 @@ func TestProcessesShareMappedPaths(t *testing.T) {
 	}
 	if shared == 0 {
 		t.Fatalf("the fixtures share no mapped path: %+v and %+v", pa.maps, pb.maps)
+	}
+}
+
+// TestRecentExecMappings: the symbolizer hands on its last read of a
+// process's maps, the executable mappings in order with " (deleted)" cut
+// and marked, only if that read started at or after the time asked; it
+// reads nothing itself, and a process known only from an exit snapshot
+// has no read to hand on.
+func TestRecentExecMappings(t *testing.T) {
+	root := t.TempDir()
+	const pid = 4243
+	maps := filepath.Join(root, "4243", "maps")
+	if err := os.Mkdir(filepath.Dir(maps), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, maps, "00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/dbus-daemon\n"+
+		"00651000-00652000 rw-p 00051000 08:02 173521 /usr/bin/dbus-daemon\n"+
+		"7f2c56000000-7f2c56021000 rwxp 00000000 00:00 0 \n"+
+		"7f2c5a000000-7f2c5a020000 r-xp 00002000 08:02 99 /usr/lib/libgone.so (deleted)\n"+
+		"7ffe0c5f6000-7ffe0c5f8000 r-xp 00000000 00:00 0 [vdso]\n")
+	s := New(nil, Options{ProcRoot: root})
+	before := time.Now()
+	if got, ok := s.RecentExecMappings(nil, pid, before); ok || len(got) != 0 {
+		t.Fatalf("an unknown process: %+v, %v; want nothing", got, ok)
+	}
+	if st := s.Stats(); st.MapsReads != 0 || st.Processes != 0 {
+		t.Fatalf("asking read the maps or tracked the process: %+v", st)
+	}
+	s.Observe(pid, "dbus-daemon")
+	want := []ExecMapping{
+		{Start: 0x400000, End: 0x452000, Path: "/usr/bin/dbus-daemon"},
+		{Start: 0x7f2c56000000, End: 0x7f2c56021000},
+		{Start: 0x7f2c5a000000, End: 0x7f2c5a020000, Offset: 0x2000, Path: "/usr/lib/libgone.so", Deleted: true},
+		{Start: 0x7ffe0c5f6000, End: 0x7ffe0c5f8000, Path: "[vdso]"},
+	}
+	dst := []ExecMapping{{Start: 1}} // appended to
+	got, ok := s.RecentExecMappings(dst, pid, before)
+	if !ok || !slices.Equal(got[1:], want) || got[0].Start != 1 {
+		t.Fatalf("after a read since: %+v, %v; want %+v after the first", got, ok, want)
+	}
+	if got, ok := s.RecentExecMappings(nil, pid, time.Now()); ok || len(got) != 0 {
+		t.Errorf("a read before the time asked: %+v, %v; want nothing", got, ok)
+	}
+	if st := s.Stats(); st.MapsReads != 1 || st.MapsShared != 1 {
+		t.Errorf("%d reads, %d handed on; want 1 and 1", st.MapsReads, st.MapsShared)
+	}
+	// An exit snapshot replaces the read: nothing from /proc to hand on.
+	s.SetMaps(pid, []SnapshotMapping{{Start: 0x400000, End: 0x452000, Dev: 0x802, Inode: 173521}})
+	if got, ok := s.RecentExecMappings(nil, pid, before); ok || len(got) != 0 {
+		t.Errorf("after an exit snapshot: %+v, %v; want nothing", got, ok)
 	}
 }

@@ -37,6 +37,10 @@ type process struct {
 	// readAt is when maps was last read (or tried); zero once the
 	// process exec'd since (see Has).
 	readAt time.Time
+	// procRead is when the read of /proc/PID/maps that maps came from
+	// started; zero when they came from a snapshot (SetMaps) or no read
+	// succeeded. RecentExecMappings hands them on by it.
+	procRead time.Time
 	// comm is the command name of the process's last sample (Has).
 	comm string
 	// perf is the JIT perf map, opened the first time it is needed.
@@ -59,7 +63,8 @@ type userMapping struct {
 // read, as when the process has exited, the old ones stay. p.mu must be
 // held.
 func (s *Symbolizer) readMaps(p *process) {
-	p.readAt = time.Now()
+	started := time.Now()
+	p.readAt = started
 	s.stats.mapsReads.Add(1)
 	path := filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10), "maps")
 	sc := mapsScratches.Get().(*mapsScratch)
@@ -93,7 +98,50 @@ func (s *Symbolizer) readMaps(p *process) {
 		}
 		exec = append(exec, um)
 	}
-	p.maps, p.version = exec, s.versions.Add(1)
+	p.maps, p.version, p.procRead = exec, s.versions.Add(1), started
+}
+
+// ExecMapping is an executable mapping of a process as a line of
+// /proc/PID/maps gives it, for another reader of the mappings (the
+// sampler's unwinder) to take from the symbolizer's read instead of
+// reading them again.
+type ExecMapping struct {
+	Start, End uint64
+	// Offset is the file offset mapped at Start.
+	Offset uint64
+	// Path is the mapped file's path, empty for anonymous memory, or a
+	// name such as "[vdso]".
+	Path string
+	// Deleted is set when the file was deleted or replaced since it was
+	// mapped (the line's " (deleted)", cut from Path): Path then names
+	// another file, or none.
+	Deleted bool
+}
+
+// RecentExecMappings appends to dst the executable mappings of process pid
+// from the symbolizer's last read of its /proc/PID/maps, if that read
+// started at or after since, and reports whether there was one. It reads
+// nothing and does not make pid known: a process the symbolizer has not
+// seen, one whose mappings came from an exit snapshot, and one last read
+// before since are false, and the caller reads /proc itself.
+func (s *Symbolizer) RecentExecMappings(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool) {
+	s.mu.Lock()
+	p, ok := s.procs.peek(pid)
+	s.mu.Unlock()
+	if !ok {
+		return dst, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.procRead.IsZero() || p.procRead.Before(since) {
+		return dst, false
+	}
+	s.stats.mapsShared.Add(1)
+	for i := range p.maps {
+		m := &p.maps[i].mapping
+		dst = append(dst, ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Path: m.path, Deleted: m.deleted})
+	}
+	return dst, true
 }
 
 // mapsScratch is what reading a process's maps needs for a moment: the

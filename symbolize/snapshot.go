@@ -119,7 +119,7 @@ func (s *Symbolizer) SetMaps(pid uint32, maps []SnapshotMapping) {
 			exec[i].loaded, exec[i].bin = old.loaded, old.bin
 		}
 	}
-	p.maps, p.version = exec, s.versions.Add(1)
+	p.maps, p.version, p.procRead = exec, s.versions.Add(1), time.Time{}
 	// The process is gone: /proc has nothing more to say of it.
 	p.readAt = time.Now()
 }
