@@ -331,9 +331,9 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 // every frame a new state), so the frames go to walk_frames by key, and
 // the per-frame method bits are set by shifts.
 struct walk {
+	struct hs_proc *proc; // the process's mappings, looked up once
 	__u64 ip, sp, bp;
 	__u64 dwarf_lo, dwarf_hi;
-	__u32 tgid;
 	__u32 key;            // walk_frames key of the next frame
 	__u32 n;              // user frames written
 	__u32 unsupported;
@@ -450,18 +450,16 @@ static long walk_step(__u64 i, struct walk *w)
 	// caller's row must cover (a call may be a function's last
 	// instruction).
 	__u64 pc = w->n == 1 ? w->ip : w->ip - 1;
-	struct hs_proc *proc = bpf_map_lookup_elem(&unwind_procs, &w->tgid);
+	struct hs_proc *proc = w->proc;
 	struct hs_row *r = NULL;
-	if (proc) {
-		int idx = find_umap(proc, pc);
-		if (idx < 0) {
-			if (!(proc->flags & HS_PROC_TRUNCATED))
-				w->unknown_pc = 1;
-		} else {
-			struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
-			if (m->table != HS_NO_TABLE && pc - m->bias <= 0xffffffffULL)
-				r = find_row(m->table, m->rows, (__u32)(pc - m->bias));
-		}
+	int idx = find_umap(proc, pc);
+	if (idx < 0) {
+		if (!(proc->flags & HS_PROC_TRUNCATED))
+			w->unknown_pc = 1;
+	} else {
+		struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
+		if (m->table != HS_NO_TABLE && pc - m->bias <= 0xffffffffULL)
+			r = find_row(m->table, m->rows, (__u32)(pc - m->bias));
 	}
 	__u64 cfa;
 	if (r && r->cfa != HS_CFA_NONE) {
@@ -546,10 +544,10 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	if (!regs)
 		return -1;
 	struct walk w = {};
+	w.proc = proc;
 	w.ip = BPF_CORE_READ(regs, ip);
 	w.sp = BPF_CORE_READ(regs, sp);
 	w.bp = BPF_CORE_READ(regs, bp);
-	w.tgid = tgid;
 	__u32 first = bpf_get_smp_processor_id() * MAX_WALK_FRAMES;
 	w.key = first;
 	// n starts at 0, read back from the map value so that the verifier
