@@ -192,6 +192,14 @@ struct hs_row {
 	__u8 _pad;
 };
 
+// Entries of a table's index (unwind.Index), after its rows: the
+// addresses from index_pc on are cut into buckets of 1 << shift bytes, and
+// bucket b's pc is covered by one of rows first[b] to first[b+1]. Entry j
+// holds first[2j], first[2j+1] and first[2j+2].
+struct hs_bucket {
+	__u32 first[3];
+};
+
 // One executable mapping of a process: table is the index of its rows in
 // unwind_tables, or HS_NO_TABLE (frame pointers).
 #define HS_NO_TABLE 0xffffffff
@@ -199,7 +207,11 @@ struct hs_umap {
 	__u64 start, end;
 	__u64 bias;           // pc - bias is the ELF address
 	__u32 table;
-	__u32 rows;
+	__u32 rows;           // rows at keys 0 to rows-1, then the index
+	__u32 index_pc;       // the first row's pc: bucket 0's start
+	__u32 buckets;
+	__u8 shift;
+	__u8 _pad[7];
 };
 
 #define MAX_UMAPS 64
@@ -419,13 +431,34 @@ static long row_search_step(__u64 i, struct row_search *rs)
 	return 0;
 }
 
-// find_row returns the last row of a table at or before pc, or NULL.
-static __always_inline struct hs_row *find_row(__u32 table, __u32 count, __u32 pc)
+// find_row returns the last row of a mapping's table at or before pc, or
+// NULL. The table's index gives the few rows to search (about 6 for libc).
+static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc)
 {
+	__u32 table = m->table;
 	void *rows = bpf_map_lookup_elem(&unwind_tables, &table);
-	if (!rows)
+	if (!rows || pc < m->index_pc)
 		return NULL;
-	struct row_search rs = {.rows = rows, .lo = 0, .hi = count, .pc = pc};
+	__u64 b = (__u64)(pc - m->index_pc) >> (m->shift & 63);
+	__u32 lo, hi;
+	if (b >= m->buckets) {
+		// Past the last bucket: the last row.
+		lo = m->rows - 1;
+		hi = m->rows;
+	} else {
+		__u32 key = m->rows + (__u32)(b >> 1);
+		struct hs_bucket *x = bpf_map_lookup_elem(rows, &key);
+		if (!x)
+			return NULL;
+		if (b & 1) {
+			lo = x->first[1];
+			hi = x->first[2] + 1;
+		} else {
+			lo = x->first[0];
+			hi = x->first[1] + 1;
+		}
+	}
+	struct row_search rs = {.rows = rows, .lo = lo, .hi = hi, .pc = pc};
 	bpf_loop(32, row_search_step, &rs, 0);
 	if (rs.lo == 0)
 		return NULL;
@@ -459,7 +492,7 @@ static long walk_step(__u64 i, struct walk *w)
 	} else {
 		struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
 		if (m->table != HS_NO_TABLE && pc - m->bias <= 0xffffffffULL)
-			r = find_row(m->table, m->rows, (__u32)(pc - m->bias));
+			r = find_row(m, (__u32)(pc - m->bias));
 	}
 	__u64 cfa;
 	if (r && r->cfa != HS_CFA_NONE) {

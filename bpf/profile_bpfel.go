@@ -81,12 +81,16 @@ type ProfileHsSample struct {
 }
 
 type ProfileHsUmap struct {
-	_     structs.HostLayout
-	Start uint64
-	End   uint64
-	Bias  uint64
-	Table uint32
-	Rows  uint32
+	_       structs.HostLayout
+	Start   uint64
+	End     uint64
+	Bias    uint64
+	Table   uint32
+	Rows    uint32
+	IndexPc uint32
+	Buckets uint32
+	Shift   uint8
+	Pad     [7]uint8
 }
 
 // Names of all BPF objects in the ELF.

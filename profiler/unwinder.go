@@ -137,10 +137,13 @@ type mappedFile struct {
 
 // loadedTable is a table in unwind_tables.
 type loadedTable struct {
-	id    uint32
-	rows  uint32
-	bytes int64
-	key   string
+	id   uint32
+	rows uint32
+	// The shape of its index (unwind.Index), after the rows in its map.
+	indexPC, buckets uint32
+	shift            uint8
+	bytes            int64
+	key              string
 	// lastUsed is when a process using it was last sampled (or its
 	// entry written).
 	lastUsed time.Time
@@ -711,6 +714,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 			switch state {
 			case tableLoaded:
 				um.Table, um.Rows, um.Bias = t.id, t.rows, bias
+				um.IndexPc, um.Buckets, um.Shift = t.indexPC, t.buckets, t.shift
 				st.tables = append(st.tables, t.key)
 			case tableQueued:
 				st.complete = false
@@ -1069,15 +1073,16 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compi
 			return nil, compiled, errNoRoom
 		}
 	}
+	index := unwind.BuildIndex(t.Rows)
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Type: ebpf.Array, KeySize: 4, ValueSize: unwind.RowSize,
-		MaxEntries: uint32(len(t.Rows)), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
+		MaxEntries: uint32(len(t.Rows) + unwind.IndexSlots(t.Rows)), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
 	})
 	if err != nil {
 		return nil, compiled, fmt.Errorf("create a %d-row table map: %w", len(t.Rows), err)
 	}
 	defer inner.Close() // unwind_tables keeps its own reference
-	if err := fillRows(inner, t.Rows); err != nil {
+	if err := fillRows(inner, t.Rows, index); err != nil {
 		return nil, compiled, err
 	}
 	var id uint32
@@ -1091,7 +1096,10 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compi
 		u.freeIDs = append(u.freeIDs, id)
 		return nil, compiled, fmt.Errorf("add the table to unwind_tables: %w", err)
 	}
-	lt = &loadedTable{id: id, rows: uint32(len(t.Rows)), bytes: size, key: key, lastUsed: now}
+	lt = &loadedTable{
+		id: id, rows: uint32(len(t.Rows)), bytes: size, key: key, lastUsed: now,
+		indexPC: index.Base, buckets: uint32(len(index.First) - 1), shift: index.Shift,
+	}
 	u.loaded[key] = lt
 	u.updateSizes()
 	return lt, compiled, nil
@@ -1101,13 +1109,14 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compi
 // the kernel rounds a value's size up to 8 bytes.
 const rowStride = (unwind.RowSize + 7) &^ 7
 
-// fillRows writes rows into a new BPF_F_MMAPABLE array map of as many
-// entries through a shared mapping of its memory, unmapped on return: a
-// copy, where a batch update of the map costs a system call's work per
-// row (about 150 ms of system time for 10 MB of tables on the 2-CPU test
-// machine).
-func fillRows(m *ebpf.Map, rows []unwind.Row) error {
-	size := len(rows) * rowStride
+// fillRows writes rows and then their index into a new BPF_F_MMAPABLE
+// array map of as many entries through a shared mapping of its memory,
+// unmapped on return: a copy, where a batch update of the map costs a
+// system call's work per row (about 150 ms of system time for 10 MB of
+// tables on the 2-CPU test machine).
+func fillRows(m *ebpf.Map, rows []unwind.Row, index unwind.Index) error {
+	slots := index.AppendBPF(nil)
+	size := (len(rows) + len(slots)/unwind.RowSize) * rowStride
 	page := os.Getpagesize()
 	mem, err := unix.Mmap(m.FD(), 0, (size+page-1)/page*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -1116,6 +1125,10 @@ func fillRows(m *ebpf.Map, rows []unwind.Row) error {
 	for i, r := range rows {
 		off := i * rowStride
 		r.AppendBPF(mem[off : off : off+unwind.RowSize])
+	}
+	for j := 0; j < len(slots); j += unwind.RowSize {
+		off := (len(rows) + j/unwind.RowSize) * rowStride
+		copy(mem[off:off+unwind.RowSize], slots[j:j+unwind.RowSize])
 	}
 	if err := unix.Munmap(mem); err != nil {
 		return fmt.Errorf("unmap the memory of a %d-row table map: %w", len(rows), err)

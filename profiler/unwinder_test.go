@@ -21,9 +21,10 @@ import (
 )
 
 // TestFillRowsThroughMemory fills a table map as load does, through its
-// memory, with more rows than fit a page, and reads every row back with
-// the map's own lookup (what the BPF program's bpf_map_lookup_elem sees),
-// as struct hs_row.
+// memory, with more rows than fit a page and their index, and reads every
+// row and index entry back with the map's own lookup (what the BPF
+// program's bpf_map_lookup_elem sees), as struct hs_row and struct
+// hs_bucket (three uint32).
 func TestFillRowsThroughMemory(t *testing.T) {
 	bpftest.Require(t)
 	if got := binary.Size(bpf.ProfileHsRow{}); got != unwind.RowSize {
@@ -34,15 +35,20 @@ func TestFillRowsThroughMemory(t *testing.T) {
 		rows[i] = unwind.Row{PC: uint64(0x1000 + 16*i), CFA: unwind.CFARSP, CFAOffset: int32(8 * (i%7 + 1)), RBP: unwind.RBPAtCFA, RBPOffset: -int32(16 + i%5*8)}
 	}
 	rows[999] = unwind.Row{PC: 0xfffffff0, CFA: unwind.CFAPLT, CFAOffset: 8, Threshold: 11}
+	index := unwind.BuildIndex(rows)
+	slots := unwind.IndexSlots(rows)
+	if slots == 0 {
+		t.Fatal("no index for 1000 rows")
+	}
 	m, err := ebpf.NewMap(&ebpf.MapSpec{
 		Type: ebpf.Array, KeySize: 4, ValueSize: unwind.RowSize,
-		MaxEntries: uint32(len(rows)), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
+		MaxEntries: uint32(len(rows) + slots), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := fillRows(m, rows); err != nil {
+	if err := fillRows(m, rows, index); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range rows {
@@ -53,6 +59,18 @@ func TestFillRowsThroughMemory(t *testing.T) {
 		want := bpf.ProfileHsRow{Pc: uint32(r.PC), CfaOff: int16(r.CFAOffset), RbpOff: int16(r.RBPOffset), Cfa: uint8(r.CFA), Rbp: uint8(r.RBP), Arg: r.Threshold}
 		if got != want {
 			t.Fatalf("row %d reads back as %+v, want %+v", i, got, want)
+		}
+	}
+	last := len(index.First) - 1
+	for j := range slots {
+		var got [3]uint32
+		if err := m.Lookup(uint32(len(rows)+j), &got); err != nil {
+			t.Fatalf("index entry %d: %v", j, err)
+		}
+		for k, v := range got {
+			if want := index.First[min(2*j+k, last)]; v != want {
+				t.Fatalf("index entry %d word %d reads back as %d, want %d", j, k, v, want)
+			}
 		}
 	}
 }

@@ -50,8 +50,9 @@ func (t *Table) Lookup(pc uint64) (Row, bool) {
 	return t.Rows[i-1], true
 }
 
-// Size is the table's size in bytes as loaded into a BPF map.
-func (t *Table) Size() int { return len(t.Rows) * RowSize }
+// Size is the table's size in bytes as loaded into a BPF map: its rows
+// and their index (BuildIndex).
+func (t *Table) Size() int { return (len(t.Rows) + IndexSlots(t.Rows)) * RowSize }
 
 // CompileFile builds the unwind table of an x86-64 ELF file from its
 // .eh_frame and, for addresses it does not cover, its .debug_frame.
