@@ -157,33 +157,41 @@ func TestTableBits(t *testing.T) {
 
 // TestBuildWorthIt: a table is built once its waiting samples stand for
 // 50 times its estimated compile time (a cached table's read counting a
-// thirty-second of it), or once it has waited 20 times that: libc's
-// 153 KB of .eh_frame after about 78 samples at 99 Hz or 0.32 s, from the
-// cache after 3 samples, a tiny binary after one.
+// thirty-second of it), or once it has waited 20 times that while its
+// processes used at least 5% of a CPU: libc's 153 KB of .eh_frame after
+// about 78 samples at 99 Hz or 0.32 s, from the cache after 3 samples, a
+// tiny binary after two. Never for a process sampled once, nor on the
+// wait alone for one that hardly runs (the agent itself, at 1-2%).
 func TestBuildWorthIt(t *testing.T) {
 	u := &unwinder{periodNs: func() int64 { return int64(time.Second) / 99 }}
 	now := time.Now()
 	for _, tc := range []struct {
-		cfi     uint64
-		cached  bool
-		samples uint64
-		waited  time.Duration
-		want    bool
+		cfi            uint64
+		cached         bool
+		samples, later uint64
+		waited         time.Duration
+		want           bool
 	}{
-		{153 << 10, false, 75, 300 * time.Millisecond, false},
-		{153 << 10, false, 80, 0, true},
-		{153 << 10, false, 10, 320 * time.Millisecond, true},
-		{153 << 10, true, 2, 0, false},
-		{153 << 10, true, 3, 0, true},
-		{800, false, 1, 0, true},
-		{800, false, 0, 0, false},
-		{3 << 20, false, 1500, 6 * time.Second, false},
-		{3 << 20, false, 1600, 0, true},
-		{3 << 20, false, 1, 6400 * time.Millisecond, true},
+		{153 << 10, false, 75, 75, 300 * time.Millisecond, false},
+		{153 << 10, false, 80, 0, 0, true},
+		{153 << 10, false, 10, 10, 320 * time.Millisecond, true},
+		{153 << 10, false, 10, 1, 320 * time.Millisecond, false}, // 3% of a CPU since queued
+		{153 << 10, true, 2, 0, 0, false},
+		{153 << 10, true, 3, 0, 0, true},
+		{800, false, 1, 0, 0, false},
+		{800, false, 1, 0, time.Hour, false}, // sampled once
+		{800, false, 2, 0, 0, true},
+		{800, false, 0, 0, 0, false},
+		{3 << 20, false, 1500, 1500, 6 * time.Second, false},
+		{3 << 20, false, 1600, 0, 0, true},
+		{3 << 20, false, 40, 40, 6400 * time.Millisecond, true},
+		{1500 << 10, false, 20, 20, 10 * time.Second, false}, // 2% of a CPU
+		{1500 << 10, false, 60, 60, 10 * time.Second, true},  // 6%
 	} {
-		job := &buildJob{cfi: tc.cfi, cached: tc.cached, waited: tc.samples, queued: now.Add(-tc.waited)}
+		job := &buildJob{cfi: tc.cfi, cached: tc.cached, waited: tc.samples, later: tc.later, queued: now.Add(-tc.waited)}
 		if got := u.worthIt(job, now); got != tc.want {
-			t.Errorf("%d bytes of CFI (cached %v) after %d samples and %v: worth building %v, want %v", tc.cfi, tc.cached, tc.samples, tc.waited, got, tc.want)
+			t.Errorf("%d bytes of CFI (cached %v) after %d samples, %d of them in the last %v: worth building %v, want %v",
+				tc.cfi, tc.cached, tc.samples, tc.later, tc.waited, got, tc.want)
 		}
 	}
 }

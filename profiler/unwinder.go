@@ -180,9 +180,10 @@ type buildJob struct {
 	waiters map[uint32]string
 	// waited counts the samples of its waiters since it was queued (and
 	// their heat then), queued is when: what building it is weighed
-	// against (worthIt).
-	waited uint64
-	queued time.Time
+	// against (worthIt). later counts only those since it was queued:
+	// whether its processes still run.
+	waited, later uint64
+	queued        time.Time
 }
 
 // unwinder reads sampled processes' mappings, builds and loads the
@@ -200,6 +201,11 @@ type unwinder struct {
 	periodNs func() int64
 	// recentMaps is Config.RecentMaps (nil: none).
 	recentMaps func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool)
+	// self is the agent's own pid: its stacks are walked with frame
+	// pointers, which its Go code keeps. Its table (1.5 MB of
+	// .debug_frame, about 150 ms to compile) was built in every run, the
+	// agent paying a tenth of its 1% budget to watch itself.
+	self uint32
 
 	wake chan struct{}
 	done chan struct{}
@@ -279,7 +285,7 @@ func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodN
 	}
 	u := &unwinder{
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
-		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, log: log, procRoot: "/proc",
+		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, self: uint32(os.Getpid()), log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
@@ -366,6 +372,7 @@ func (u *unwinder) poll(now time.Time) {
 	for _, job := range u.queue {
 		for pid := range job.waiters {
 			job.waited += u.newHeat[pid]
+			job.later += u.newHeat[pid]
 		}
 	}
 	for pid, n := range u.newHeat {
@@ -696,7 +703,8 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 	return u.writeEntry(pid, st, now)
 }
 
-// writeEntry writes a process's unwind_procs entry from its mappings.
+// writeEntry writes a process's unwind_procs entry from its mappings,
+// with no tables for the agent's own process (self).
 func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	var entry bpf.ProfileHsProc
 	entry.Mm = st.mm
@@ -709,7 +717,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 			break
 		}
 		um := bpf.ProfileHsUmap{Start: m.Start, End: m.End, Table: noTable}
-		if !m.Deleted && len(m.Path) > 0 && m.Path[0] == '/' {
+		if pid != u.self && !m.Deleted && len(m.Path) > 0 && m.Path[0] == '/' {
 			t, bias, state := u.tableFor(pid, st.root+"/root"+m.Path, m.Offset, m.Start, now)
 			switch state {
 			case tableLoaded:
@@ -793,19 +801,41 @@ const compileNsPerByte = 100
 // where frame pointers cost 2%. A hot process pays soon (libc's 153 KB of
 // .eh_frame, about 15 ms, after 0.8 s of sampled CPU, 0.4 s for two busy
 // processes; from the cache after 3 samples); one that gets little CPU
-// waits at most 0.3 s for libc, 6.3 s for a binary of 3 MB of CFI.
+// waits at most 0.3 s for libc, 6.3 s for a binary of 3 MB of CFI, if it
+// keeps running (activeShare).
 const buildShare = 0.02
 
 // waitShare bounds the wait: a table is built once compiling it costs at
-// most this share of the wall time its processes have waited for it.
+// most this share of the wall time its processes have waited for it, if
+// they were sampled meanwhile for at least activeShare of one CPU.
 const waitShare = 0.05
 
+// activeShare is the least CPU, in CPUs, the processes waiting for a
+// table must have used since it was queued for the wait alone to build
+// it. Without it every table of every process sampled was built once it
+// had waited 20 times its estimate: the tables of idle processes sampled
+// once at the agent's start (a browser's hundred libraries, 117 tables
+// in a 20 s run on the shared machine), and of the agent itself (its
+// 1.5 MB of .debug_frame, 150 ms estimated, built 3 s into every run at
+// 1% of a CPU). A starved test fixture (10% of a CPU at load 20) still
+// has libc's table after 0.3 s; the agent's own is built once its
+// samples have paid for it.
+const activeShare = 0.05
+
 // worthIt reports whether the samples waiting for a table have paid for
-// building it (buildShare), or it has waited long enough (waitShare).
+// building it (buildShare), or it has waited long enough (waitShare) for
+// processes that keep running (activeShare). Either way the processes
+// waiting for it must have been sampled askSamples times: a table is no
+// use to a process sampled once, most often short-lived or idle.
 func (u *unwinder) worthIt(job *buildJob, now time.Time) bool {
+	if job.waited < askSamples {
+		return false
+	}
 	cost := float64(job.cost()) * compileNsPerByte
-	return float64(job.waited)*float64(u.periodNs())*buildShare >= cost ||
-		float64(now.Sub(job.queued))*waitShare >= cost
+	period := float64(u.periodNs())
+	waited := float64(now.Sub(job.queued))
+	return float64(job.waited)*period*buildShare >= cost ||
+		waited*waitShare >= cost && float64(job.later)*period >= activeShare*waited
 }
 
 // estimate is about how long loading the table takes: compiling its

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -143,9 +144,10 @@ func TestBuildBudgetAfterHugeTable(t *testing.T) {
 	}
 	start := time.Now()
 	// queue queues a table for process pid (its path), waited for long
-	// enough to be worth building (worthIt).
+	// enough, by a process that kept running, to be worth building
+	// (worthIt).
 	queue := func(key, path string, pid uint32, cfi uint64, cached bool) {
-		u.queue[key] = &buildJob{cfi: cfi, cached: cached, waiters: map[uint32]string{pid: path}, queued: start.Add(-time.Hour)}
+		u.queue[key] = &buildJob{cfi: cfi, cached: cached, waiters: map[uint32]string{pid: path}, queued: start.Add(-time.Hour), waited: 1 << 30, later: 1 << 30}
 	}
 	// step builds at start+at and checks which tables are loaded.
 	step := func(at time.Duration, want map[string]bool) {
@@ -404,5 +406,59 @@ func TestTakeAsksWaitsForDrain(t *testing.T) {
 	}
 	if a := u.asks[3]; a.mm != 0x1000 || a.since.IsZero() || !a.since.Equal(a.last) {
 		t.Errorf("request %+v, want mm 0x1000 first and last taken at once", a)
+	}
+}
+
+// TestOwnProcessGetsNoTables: the agent's own process gets an entry whose
+// mappings have no table (its stacks are walked with frame pointers), and
+// no table is queued for it; any other process mapping the same files
+// gets their tables queued. A sleep(1) stands for the agent (the test
+// binary has no CFI: go test links it without DWARF).
+func TestOwnProcessGetsNoTables(t *testing.T) {
+	bpftest.Require(t)
+	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer procs.Close()
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	pid := uint32(sleep.Process.Pid)
+	var maps []ExecMapping
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if maps, err = readExecMaps(fmt.Sprintf("/proc/%d/maps", pid)); err == nil && len(maps) > 2 {
+			break // exec'd, and libc mapped
+		}
+	}
+	u := &unwinder{
+		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc", self: pid,
+		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{},
+		failed: map[string]bool{}, deferred: map[string]time.Time{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{},
+	}
+	for _, self := range []bool{true, false} {
+		if !self {
+			u.self = 0 // as if another process mapped the same files
+		}
+		if err := u.process(pid, ask{mm: 1, since: time.Now()}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		var e bpf.ProfileHsProc
+		if err := procs.Lookup(pid, &e); err != nil {
+			t.Fatal(err)
+		}
+		if self && len(u.queue) > 0 {
+			t.Errorf("the agent's own process: %d tables queued, want none", len(u.queue))
+		}
+		if !self && len(u.queue) == 0 {
+			t.Errorf("another process: no table queued (the test shows nothing); mappings %+v", maps)
+		}
+		for _, m := range e.M[:e.Count] {
+			if self && m.Table != noTable {
+				t.Errorf("the agent's own mapping %#x-%#x has table %d", m.Start, m.End, m.Table)
+			}
+		}
 	}
 }
