@@ -82,6 +82,9 @@ func TestMergeKeepsEverySample(t *testing.T) {
 	if after, sum2 := digest(t, db, nil); after != before || sum2 != sum {
 		t.Fatalf("after the merge: %d samples (%s), before %d (%s)", after, sum2, before, sum)
 	}
+	if framePointerFrames(t, db) == 0 {
+		t.Error("no frame found with frame pointers: the digests do not show that merges keep how frames were found")
+	}
 	objs := objects(t, bkt)
 	if got := countSuffix(objs, "/"+deletionMarkFile); got != 0 {
 		t.Fatalf("%d deletion-mark.json objects, want none: the merged blocks' metas mark their parents: %v", got, objs)

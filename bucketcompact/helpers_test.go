@@ -43,7 +43,8 @@ func readerAt(t *testing.T, bkt objstore.Bucket, now func() time.Time) *store.DB
 
 // digest selects every sample (idle ones too) and returns how many there
 // are and a hash of them, sorted, each with its node, time, CPU, thread
-// and stack: equal digests mean identical samples.
+// and stack (with how each frame was found): equal digests mean identical
+// samples.
 func digest(t *testing.T, db *store.DB, hold func()) (int, string) {
 	t.Helper()
 	var rows []string
@@ -57,7 +58,7 @@ func digest(t *testing.T, db *store.DB, hold func()) (int, string) {
 			s := b.T.Sample(int(i))
 			var fr []string
 			for _, f := range s.Stack {
-				fr = append(fr, f.Function)
+				fr = append(fr, fmt.Sprintf("%s/%d", f.Function, f.Method))
 			}
 			rows = append(rows, fmt.Sprintf("%s %d %d %d %d %s %s", b.Node, s.Time, s.CPU, s.PID, s.TID, s.Comm, strings.Join(fr, ";")))
 		}
@@ -80,7 +81,7 @@ func digest(t *testing.T, db *store.DB, hold func()) (int, string) {
 var seed atomic.Uint64
 
 // ship writes one block per span for node (synthetic samples: 2 CPUs at
-// 49 Hz) in a local data directory and uploads each as a recorder does:
+// 49 Hz, frames marked with how they were found) in a local data directory and uploads each as a recorder does:
 // data, then meta.json. It returns the block ids.
 func ship(t *testing.T, bkt objstore.Bucket, node string, spans ...[2]time.Time) []string {
 	t.Helper()
@@ -96,7 +97,8 @@ func shipHz(t *testing.T, bkt objstore.Bucket, node string, hz int, spans ...[2]
 		t.Fatal(err)
 	}
 	for _, sp := range spans {
-		g := synth.New(synth.Config{CPUs: 2, Hz: hz, Start: sp[0].UnixNano(), Seconds: sp[1].Sub(sp[0]).Seconds(), Seed: seed.Add(1), Processes: 8, Stacks: 200})
+		g := synth.New(synth.Config{CPUs: 2, Hz: hz, Start: sp[0].UnixNano(), Seconds: sp[1].Sub(sp[0]).Seconds(), Seed: seed.Add(1), Processes: 8, Stacks: 200,
+			Unwind: true})
 		if _, err := db.Import(node, int64(1e9)/int64(hz), func(fn func(*sample.Sample) error) error { return g.Feed(fn) }); err != nil {
 			t.Fatal(err)
 		}
@@ -156,6 +158,26 @@ func countSuffix(names []string, suffix string) int {
 		if strings.HasSuffix(s, suffix) {
 			n++
 		}
+	}
+	return n
+}
+
+// framePointerFrames counts the frames of db's samples found with frame
+// pointers in a table walk.
+func framePointerFrames(t *testing.T, db *store.DB) int {
+	t.Helper()
+	n := 0
+	if _, err := db.Select(context.Background(), store.Range{From: 0, To: 1 << 62}, &store.Filter{IncludeIdle: true}, func(b *store.Batch) error {
+		for _, i := range b.Rows {
+			for _, id := range b.T.StackOf(b.T.Stack[i]) {
+				if b.T.Frames[id].Method == sample.MethodFP {
+					n++
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

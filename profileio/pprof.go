@@ -22,9 +22,11 @@ import (
 // container_runtime, container, pod, pod_uid, namespace and qos (those
 // known); samples with a cgroup id carry it as the numeric label cgroup_id
 // (unit "id"). ReadPprof reads all of them back. Samples whose user stack
-// was walked with unwind tables (Sample.Unwind) say how each user frame
+// was walked with unwind tables (frames marked with sample.Frame.Method,
+// by the recorder or read back from the store) say how each user frame
 // was found (unwindLabels): pprof's locations and functions have no field
-// for it, and a location is shared by every stack through its address. Kernel
+// for it, and a location is shared by every stack through its address, so
+// a frame reached both ways is one location of one function. Kernel
 // frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
 // mappings with build ids. Frames are already symbolized, so every mapping is
 // marked as having functions and pprof does not try to symbolize again.
@@ -108,8 +110,9 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 // AddLocated adds one sample as Add does, its stack given as the
 // locations Location returned for its frames (leaf first) rather than as
 // s.Stack. A caller that meets the same stack many times looks its frames
-// up once; locs is not kept. s.Stack may be empty: it is read only with
-// s.Unwind, for the unwind labels, which a stored sample does not have.
+// up once; locs is not kept. s.Stack is read only for the unwind labels:
+// it may hold just the stack's frames marked with a Method (none, most
+// often), in their order.
 func (b *PprofBuilder) AddLocated(s *sample.Sample, locs []*profile.Location) { b.add(s, locs, true) }
 
 func (b *PprofBuilder) add(s *sample.Sample, locs []*profile.Location, shared bool) {
@@ -131,9 +134,9 @@ func (b *PprofBuilder) add(s *sample.Sample, locs []*profile.Location, shared bo
 			lk = append(append(lk, l.value...), 0)
 		}
 	}
-	// How the user frames were found (a sample the recorder has just
-	// unwound; a stored one says nothing).
-	method, fpFrames := unwindLabels(s)
+	// How the user frames were found, when they were walked with unwind
+	// tables.
+	method, fpFrames := unwindLabels(s.Stack)
 	lk = append(append(lk, method...), 0)
 	for _, f := range fpFrames {
 		lk = append(append(lk, f...), 0)
@@ -220,29 +223,30 @@ const UnwindLabel = "unwind"
 // says which functions were reached that way and how often.
 const UnwindFPLabel = "unwind_fp"
 
-// unwindLabels returns the values of UnwindLabel and UnwindFPLabel for s
-// ("" and none when s says nothing of its unwinding, or has no user frame
-// above the sampled pc).
-func unwindLabels(s *sample.Sample) (string, []string) {
-	u := &s.Unwind
-	n := min(u.UserFrames, len(s.Stack))
-	if n < 2 {
-		return "", nil
-	}
-	user := s.Stack[len(s.Stack)-n:]
+// unwindLabels returns the values of UnwindLabel and UnwindFPLabel for a
+// stack, from its frames' methods ("" and none when no frame says how it
+// was found: a stack walked with frame pointers alone, data stored before
+// the store kept it, or no user frame above the sampled pc).
+func unwindLabels(stack []sample.Frame) (string, []string) {
 	var fp []string
-	for i := 1; i < n; i++ {
-		if !u.WithTable(i) {
-			fp = append(fp, user[i].Function)
+	table := false
+	for i := range stack {
+		switch stack[i].Method {
+		case sample.MethodTable:
+			table = true
+		case sample.MethodFP:
+			fp = append(fp, stack[i].Function)
 		}
 	}
-	switch len(fp) {
-	case 0:
+	switch {
+	case len(fp) == 0 && table:
 		return "table", nil
-	case n - 1:
-		return "fp", fp
+	case len(fp) == 0:
+		return "", nil
+	case table:
+		return "table+fp", fp
 	}
-	return "table+fp", fp
+	return "fp", fp
 }
 
 type numKey struct {

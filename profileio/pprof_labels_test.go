@@ -102,7 +102,10 @@ func TestReadPprofContainerLabelsWithoutCgroupID(t *testing.T) {
 // unwind tables, frame pointers, or both, and reads the labels back with
 // pprof's parser: unwind says which, unwind_fp names the frames found
 // with frame pointers, leaf first; a sample that says nothing of its
-// unwinding (frame pointers only, or read from the store) has neither.
+// unwinding (frame pointers only, or stored before the store kept it) has
+// neither. The frames are marked as the recorder marks them
+// (sample.Unwind.Mark), and a frame reached both ways stays one location
+// of one function.
 func TestPprofUnwindLabels(t *testing.T) {
 	stack := []sample.Frame{
 		{Function: "do_syscall_64", Module: sample.KernelModule, Kind: sample.KindKernel},
@@ -131,9 +134,15 @@ func TestPprofUnwindLabels(t *testing.T) {
 		if tt.unwind.UserFrames == 1 {
 			st = stack[:2]
 		}
-		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: 1, TID: 1, Comm: tt.comm, Stack: st, Unwind: tt.unwind})
+		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: 1, TID: 1, Comm: tt.comm, Stack: tt.unwind.Mark(st)})
+	}
+	if stack[2].Method != sample.MethodNotKnown {
+		t.Fatal("Mark changed the stack it was given")
 	}
 	p := writeAndParse(t, b)
+	if len(p.Location) != len(stack) || len(p.Function) != len(stack) {
+		t.Errorf("%d locations and %d functions for %d frames reached different ways, want one each", len(p.Location), len(p.Function), len(stack))
+	}
 	if len(p.Sample) != len(tests) {
 		t.Fatalf("%d pprof samples, want %d", len(p.Sample), len(tests))
 	}

@@ -26,6 +26,11 @@ type Node struct {
 	// counts, are what the node cost.
 	CPU     float64 `json:"cpu"`
 	SelfCPU float64 `json:"selfCpu"`
+	// FP counts the samples at or above this node whose frame here was
+	// found with frame pointers in a walk with unwind tables
+	// (sample.MethodFP): 0 when none was or the method is not known.
+	// A frame reached both ways is one node.
+	FP int64 `json:"fp,omitempty"`
 	// Children are sorted by name.
 	Children []*Node `json:"children,omitempty"`
 
@@ -64,14 +69,18 @@ type treeBuilder struct {
 	names  []string
 	kinds  []sample.Kind
 	data   []uint32 // all paths' ids, back to back
-	paths  []path
-	key    []byte
+	// fpAt holds, for each path, the depths (indices into its ids) of
+	// its frames found with frame pointers, back to back.
+	fpAt  []int32
+	paths []path
+	key   []byte
 }
 
 type path struct {
-	off, n int32
-	count  int64
-	cpuNs  int64 // count times the batch's period
+	off, n     int32
+	fpOff, fpN int32 // its depths in fpAt
+	count      int64
+	cpuNs      int64 // count times the batch's period
 }
 
 func newTreeBuilder(g Group, fr Frames) *treeBuilder {
@@ -112,6 +121,7 @@ func (tb *treeBuilder) add(b *store.Batch) {
 			tb.data = append(tb.data, tb.id(tb.group.label(t, k.meta), kindGroup))
 		}
 		tb.data = append(tb.data, tb.id(t.Strings[k.comm], kindProcess))
+		fpOff := len(tb.fpAt)
 		frames := t.StackOf(k.stack)
 		for j := len(frames) - 1; j >= 0; j-- { // root first
 			id := frames[j]
@@ -121,9 +131,13 @@ func (tb *treeBuilder) add(b *store.Batch) {
 			if frameID[id] == 0 {
 				frameID[id] = int64(tb.id(tb.frames.Name(t.Strings[t.Frames[id].Function]), t.Frames[id].Kind)) + 1
 			}
+			if t.Frames[id].Method == sample.MethodFP {
+				tb.fpAt = append(tb.fpAt, int32(len(tb.data)-off))
+			}
 			tb.data = append(tb.data, uint32(frameID[id]-1))
 		}
-		tb.paths = append(tb.paths, path{off: int32(off), n: int32(len(tb.data) - off), count: n, cpuNs: n * w})
+		tb.paths = append(tb.paths, path{off: int32(off), n: int32(len(tb.data) - off),
+			fpOff: int32(fpOff), fpN: int32(len(tb.fpAt) - fpOff), count: n, cpuNs: n * w})
 	}
 }
 
@@ -137,6 +151,7 @@ func (tb *treeBuilder) tree() *Node {
 		parent        int32
 		value, self   int64
 		cpuNs, selfNs int64
+		fp            int64
 	}
 	nodes := []flat{{parent: -1}}
 	var cur []int32 // node of each depth of the previous path
@@ -168,13 +183,17 @@ func (tb *treeBuilder) tree() *Node {
 		}
 		nodes[leaf].self += p.count
 		nodes[leaf].selfNs += p.cpuNs
+		for _, d := range tb.fpAt[p.fpOff : p.fpOff+p.fpN] {
+			nodes[cur[d]].fp += p.count
+		}
 		prev = ids
 	}
 
 	out := make([]Node, len(nodes))
 	nchild := make([]int32, len(nodes))
 	for i, fn := range nodes {
-		out[i] = Node{Value: fn.value, Self: fn.self, CPU: seconds(fn.cpuNs), SelfCPU: seconds(fn.selfNs), cpuNs: fn.cpuNs, selfNs: fn.selfNs}
+		out[i] = Node{Value: fn.value, Self: fn.self, CPU: seconds(fn.cpuNs), SelfCPU: seconds(fn.selfNs), FP: fn.fp,
+			cpuNs: fn.cpuNs, selfNs: fn.selfNs}
 		if i == 0 {
 			out[i].Name, out[i].Kind = "root", kindString(kindRoot)
 		} else {

@@ -18,8 +18,16 @@ import (
 type PprofAdder struct {
 	b       *profileio.PprofBuilder
 	frames  map[*store.Frame]*profile.Location
-	stacks  map[stackRef][]*profile.Location
+	stacks  map[stackRef]located
 	threads map[*store.Thread]*sample.Sample
+}
+
+// located is a stack as the builder takes it: its locations, and its
+// frames marked with how they were found (for the unwind labels; nil for
+// most stacks).
+type located struct {
+	locs   []*profile.Location
+	marked []sample.Frame
 }
 
 // stackRef is a stack of one table under one frame mask.
@@ -31,7 +39,7 @@ type stackRef struct {
 
 // NewPprofAdder returns an adder to b.
 func NewPprofAdder(b *profileio.PprofBuilder) *PprofAdder {
-	return &PprofAdder{b: b, frames: map[*store.Frame]*profile.Location{}, stacks: map[stackRef][]*profile.Location{},
+	return &PprofAdder{b: b, frames: map[*store.Frame]*profile.Location{}, stacks: map[stackRef]located{},
 		threads: map[*store.Thread]*sample.Sample{}}
 }
 
@@ -47,10 +55,10 @@ func (a *PprofAdder) Add(bt *store.Batch, rows []int32) {
 	var s sample.Sample
 	for _, i := range rows {
 		ref := stackRef{start: &t.StackStart[0], keep: keep, id: t.Stack[i]}
-		locs, ok := a.stacks[ref]
+		st, ok := a.stacks[ref]
 		if !ok {
 			ids := t.StackOf(ref.id)
-			locs = make([]*profile.Location, 0, len(ids))
+			st.locs = make([]*profile.Location, 0, len(ids))
 			for _, id := range ids {
 				if bt.KeepFrame != nil && !bt.KeepFrame[id] {
 					continue
@@ -61,9 +69,12 @@ func (a *PprofAdder) Add(bt *store.Batch, rows []int32) {
 					loc = a.b.Location(&f)
 					a.frames[&t.Frames[id]] = loc
 				}
-				locs = append(locs, loc)
+				st.locs = append(st.locs, loc)
+				if t.Frames[id].Method != sample.MethodNotKnown {
+					st.marked = append(st.marked, t.FrameOf(id))
+				}
 			}
-			a.stacks[ref] = locs
+			a.stacks[ref] = st
 		}
 		th := a.threads[&t.Threads[t.Thread[i]]]
 		if th == nil {
@@ -73,7 +84,7 @@ func (a *PprofAdder) Add(bt *store.Batch, rows []int32) {
 			a.threads[&t.Threads[t.Thread[i]]] = th
 		}
 		s = *th
-		s.Time, s.CPU = t.Time[i], t.CPU[i]
-		a.b.AddLocated(&s, locs)
+		s.Time, s.CPU, s.Stack = t.Time[i], t.CPU[i], st.marked
+		a.b.AddLocated(&s, st.locs)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -176,9 +177,12 @@ func treePaths(n *Node, prefix []string, out map[string]int64) {
 	}
 }
 
+// TestFlameGraphMatchesBruteForce: each path's samples, and each node's
+// samples that reached its frame by frame pointers (synth's Unwind), are
+// those of the samples, for every filter.
 func TestFlameGraphMatchesBruteForce(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
-	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 50, Stacks: 300})
+	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 50, Stacks: 300, Unwind: true})
 	r := store.Range{From: start + 5e9, To: start + 45e9}
 	for name, f := range filters {
 		t.Run(name, func(t *testing.T) {
@@ -196,6 +200,13 @@ func TestFlameGraphMatchesBruteForce(t *testing.T) {
 				if got[p] != n {
 					t.Fatalf("path %s: %d, want %d", p, got[p], n)
 				}
+			}
+			gotFP, wantFP := framePointerCounts(t, root), framePointerPaths(all, &f, r)
+			if !strings.HasPrefix(name, "kernel") && len(wantFP) == 0 {
+				t.Fatal("no frame found with frame pointers: the counts are not tested")
+			}
+			if !maps.Equal(gotFP, wantFP) {
+				t.Errorf("%d nodes with frames reached by frame pointers, want %d; first differences: %v", len(gotFP), len(wantFP), firstDiff(gotFP, wantFP))
 			}
 		})
 	}

@@ -121,7 +121,9 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 // Run records until ctx is done, then drains the sampler and returns. The
 // sample passed to sink is reused after sink returns: copy what you keep
 // (its Stack slice may be kept, but is shared with other samples of the
-// same stack: it must not be modified).
+// same stack: it must not be modified). With unwind tables, each user
+// frame above the sampled pc is marked with how it was found
+// (sample.Frame.Method, from Sample.Unwind).
 func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
 	var sweptNs int64
@@ -167,6 +169,10 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 		}
 		if tables {
 			s.Unwind = sample.Unwind{UserFrames: len(rec.User), Table: rec.UserDWARF}
+			// Each user frame says how it was found, for the store and
+			// the pprof labels: on a copy, as the symbolizer's frames
+			// are shared between samples.
+			s.Stack = s.Unwind.Mark(s.Stack)
 		}
 		if r.containers != nil {
 			s.Container = r.containers.Lookup(rec.CgroupID)

@@ -777,33 +777,16 @@ int main(void) {
 func TestUnwindMethodInPprof(t *testing.T) {
 	bpftest.Require(t)
 	goTool := fixture.Tool(t, "go")
-	// -O0: gcc 12 at -O2 leaves the frame pointer out of leaf functions
-	// even with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer.
-	bin := fixture.BuildC(t, "", "gcc", "fixture", mixedSource, "-O0", "-fno-omit-frame-pointer",
-		"-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
-	pid := start(t, bin)
-	time.Sleep(50 * time.Millisecond)
-	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(pid)}, Stacks: profiler.StacksUser,
-		Unwind: profiler.UnwindDWARF, UnwindCacheDir: t.TempDir()}
-	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("open recorder: %v", err)
-	}
-	defer rec.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b := profileio.NewPprofBuilder(rec.PeriodNs())
+	b := profileio.NewPprofBuilder(mixedPeriodNs)
 	mixed := 0
-	if err := rec.Run(ctx, func(s *sample.Sample) {
+	recordMixed(t, 5*time.Second, func(s *sample.Sample) {
 		b.Add(s)
 		// For the messages: the comparator's samples that reach main.
 		if len(s.Stack) > 2 && s.Stack[0].Function == "fp_compare" &&
 			slices.ContainsFunc(s.Stack, func(f sample.Frame) bool { return f.Function == "main" }) {
 			mixed++
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	path := filepath.Join(t.TempDir(), "mixed.pb.gz")
 	f, err := os.Create(path)
 	if err != nil {

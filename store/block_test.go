@@ -25,19 +25,6 @@ func synthTable(t testing.TB, cfg synth.Config) (*Table, []sample.Sample) {
 	return &b.T, all
 }
 
-// markedTable is synthTable with the frames marked as markMethods does.
-func markedTable(t testing.TB, cfg synth.Config) *Table {
-	t.Helper()
-	g := synth.New(cfg)
-	b := NewBuilder()
-	var s sample.Sample
-	for i := 0; g.Next(&s); i++ {
-		markMethods(&s, i)
-		b.Append(&s)
-	}
-	return &b.T
-}
-
 // readAll reads every sample of a block back, sorted like want.
 func readAll(t testing.TB, b *Block) []sample.Sample {
 	t.Helper()
@@ -178,7 +165,7 @@ func FuzzDecodeBlockSections(f *testing.F) {
 	chunk := encodeChunk(nil, tab, order, micros(tab.Time[0]))
 	f.Add(raw[sectionStrings], raw[sectionFrames], raw[sectionStacks], raw[sectionThreads], chunk, encodeSummary(nil))
 	// Version 5: frames marked with how they were found.
-	marked := markedTable(f, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 2, Stacks: 20})
+	marked, _ := synthTable(f, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 2, Stacks: 20, Unwind: true})
 	f.Add(encodeStrings(marked), encodeFrames(marked), encodeStacks(marked), encodeThreads(marked),
 		encodeChunk(nil, marked, order[:marked.Len()], micros(marked.Time[0])), encodeSummary(nil))
 	f.Fuzz(func(t *testing.T, strs, frames, stacks, threads, chunk, summary []byte) {

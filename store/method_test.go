@@ -16,42 +16,12 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
-// markMethods marks the user frames of synthetic sample number i as a
-// walk with unwind tables would: a third not marked (frame pointers
-// alone), a third every frame found with a table, a third the frames
-// alternately with a table and with frame pointers, so that the same
-// address is reached both ways in different samples.
-func markMethods(s *sample.Sample, i int) {
-	user := 0
-	for user < len(s.Stack) && s.Stack[len(s.Stack)-1-user].Kind != sample.KindKernel {
-		user++
-	}
-	switch i % 3 {
-	case 1:
-		u := sample.Unwind{UserFrames: user, Table: [2]uint64{^uint64(0), ^uint64(0)}}
-		s.Stack = u.Mark(s.Stack)
-	case 2:
-		u := sample.Unwind{UserFrames: user, Table: [2]uint64{0x5555555555555555 << (i / 3 % 2), 0x5555555555555555}}
-		s.Stack = u.Mark(s.Stack)
-	}
-}
-
-// appendMarked appends cfg's samples with their frames marked (markMethods).
+// appendMarked appends cfg's samples with their frames marked
+// (synth.Config.Unwind).
 func appendMarked(t testing.TB, db *DB, cfg synth.Config) []sample.Sample {
 	t.Helper()
-	g := synth.New(cfg)
-	var want []sample.Sample
-	var s sample.Sample
-	for i := 0; g.Next(&s); i++ {
-		s.Time = s.Time / 1000 * 1000
-		markMethods(&s, i)
-		if err := db.Append(&s); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, s)
-	}
-	sortSamples(want)
-	return want
+	cfg.Unwind = true
+	return appendSynth(t, db, cfg)
 }
 
 // methodsOf counts the marked frames of samples.

@@ -15,7 +15,7 @@ import (
 // segment's bytes.
 func walBytes(t testing.TB, seconds float64) []byte { return walBytesOf(t, seconds, false) }
 
-// walBytesOf is walBytes with the frames marked as markMethods does when
+// walBytesOf is walBytes with the frames marked (synth.Config.Unwind) when
 // marked.
 func walBytesOf(t testing.TB, seconds float64, marked bool) []byte {
 	dir := t.TempDir()
@@ -25,12 +25,9 @@ func walBytesOf(t testing.TB, seconds float64, marked bool) []byte {
 	}
 	b := NewBuilder()
 	b.onNew = w
-	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20, Containers: true})
+	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20, Containers: true, Unwind: marked})
 	var s sample.Sample
 	for i := 0; g.Next(&s); i++ {
-		if marked {
-			markMethods(&s, i)
-		}
 		b.Append(&s)
 		n := b.T.Len() - 1
 		w.addSample(b.T.Time[n], b.T.CPU[n], b.T.Thread[n], b.T.Stack[n])
@@ -59,11 +56,10 @@ func testWALReplay(t *testing.T, raw bool) {
 	w.raw = raw
 	b := NewBuilder()
 	b.onNew = w
-	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 10, Stacks: 100, Containers: true})
+	g := synth.New(synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 10, Stacks: 100, Containers: true, Unwind: true}) // how frames were found is logged too
 	var s sample.Sample
 	var want []sample.Sample
 	for i := 0; g.Next(&s); i++ {
-		markMethods(&s, i) // how frames were found is logged too
 		b.Append(&s)
 		n := b.T.Len() - 1
 		w.addSample(b.T.Time[n], b.T.CPU[n], b.T.Thread[n], b.T.Stack[n])

@@ -49,6 +49,7 @@ func TestBrowserCompactDecoder(t *testing.T) {
 			const build = (i) => {
 				const o = { name: t.names[t.name[i]], kind: t.kinds[t.kind[i]] };
 				for (const c of num) o[c] = t[c][i] / scale;
+				if (!t.diff && t.fp[i] > 0) o.fp = t.fp[i]; // the nested JSON leaves 0 out
 				const kids = [];
 				for (let c = i + 1, end = i + t.size[i]; c < end; c += t.size[c]) kids.push(build(c));
 				if (kids.length) o.children = kids;
@@ -97,7 +98,7 @@ func TestBrowserCompactDecoder(t *testing.T) {
 		const good = new Uint8Array(await (await fetch('/api/flamegraph?%s&encoding=compact')).arrayBuffer());
 		const view = new DataView(good.buffer);
 		const n = view.getUint32(4, true);
-		const cols = ((16 + view.getUint32(8, true) + 7) & ~7) + 4 * 8 * n; // the name column, after four float64 columns
+		const cols = ((16 + view.getUint32(8, true) + 7) & ~7) + 5 * 8 * n; // the name column, after five float64 columns
 		const damaged = [good.slice(0, good.length - 1), good.slice(0, 10), good.slice(), good.slice(), good.slice(), good.slice()];
 		damaged[2][3] = 0x58; // "HSFX"
 		new DataView(damaged[3].buffer).setUint32(cols + 4 * n + 4, n, true); // node 1's subtree size

@@ -16,7 +16,7 @@ import (
 // field, nodes in pre-order, which the browser maps onto typed arrays
 // without parsing them. The layout, all integers little-endian:
 //
-//	bytes 0-3    magic: "HSF2" (flame graph) or "HSD1" (differential)
+//	bytes 0-3    magic: "HSF3" (flame graph) or "HSD1" (differential)
 //	bytes 4-7    uint32 N, the number of nodes
 //	bytes 8-11   uint32 J, the length of the JSON header
 //	bytes 12-15  zero
@@ -26,7 +26,8 @@ import (
 //	             "samplesB"; then zero bytes up to a multiple of 8
 //	then the columns of N values each, in this order:
 //	  float64: value, self (integers, exact below 2^53), cpu, selfCpu
-//	           (seconds) for "HSF2"; a, b, selfA, selfB, delta,
+//	           (seconds), fp (samples, 0 when none or not known) for
+//	           "HSF3"; a, b, selfA, selfB, delta,
 //	           deltaTotal (integer CPU nanoseconds) for "HSD1"
 //	  uint32 name: index into names
 //	  uint32 size: the nodes in the node's subtree, itself included, so its
@@ -39,7 +40,7 @@ import (
 // decoding either gives the same tree (a differential's CPU times in
 // nanoseconds where the nested JSON has seconds).
 const (
-	compactFlameMagic = "HSF2" // HSF1 had no CPU time columns
+	compactFlameMagic = "HSF3" // HSF2 had no fp column, HSF1 no CPU time columns
 	compactDiffMagic  = "HSD1"
 	compactHeaderLen  = 16
 	binaryType        = "application/octet-stream"
@@ -182,8 +183,8 @@ func noHeader(out []byte) []byte { return out }
 
 // compactNode encodes a flame graph tree in the compact layout.
 func compactNode(root *query.Node, limit int) ([]byte, error) {
-	return compactTree(compactFlameMagic, root, 4, limit, noHeader, func(n *query.Node, nums []float64) (string, string) {
-		nums[0], nums[1], nums[2], nums[3] = float64(n.Value), float64(n.Self), n.CPU, n.SelfCPU
+	return compactTree(compactFlameMagic, root, 5, limit, noHeader, func(n *query.Node, nums []float64) (string, string) {
+		nums[0], nums[1], nums[2], nums[3], nums[4] = float64(n.Value), float64(n.Self), n.CPU, n.SelfCPU, float64(n.FP)
 		return n.Name, n.Kind
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }

@@ -40,10 +40,10 @@ func decodeCompact(b []byte) (*compactData, error) {
 		return nil, fmt.Errorf("%d bytes, shorter than the header", len(b))
 	}
 	d := &compactData{magic: string(b[:4])}
-	ncols := map[string]int{compactFlameMagic: 4, compactDiffMagic: 6}[d.magic]
+	ncols := map[string]int{compactFlameMagic: 5, compactDiffMagic: 6}[d.magic]
 	// A flame graph's CPU times (columns 2 and 3) are seconds; the rest
 	// are counts.
-	intCols := map[string]int{compactFlameMagic: 2, compactDiffMagic: 6}[d.magic]
+	isInt := func(j int) bool { return d.magic == compactDiffMagic || j != 2 && j != 3 }
 	if ncols == 0 {
 		return nil, fmt.Errorf("magic %q", d.magic)
 	}
@@ -82,10 +82,10 @@ func decodeCompact(b []byte) (*compactData, error) {
 		col := make([]float64, n)
 		for i := range col {
 			v := math.Float64frombits(binary.LittleEndian.Uint64(b[off:]))
-			if j < intCols && (v != math.Trunc(v) || math.Abs(v) >= 1<<53) {
+			if isInt(j) && (v != math.Trunc(v) || math.Abs(v) >= 1<<53) {
 				return nil, fmt.Errorf("number %v is no exact integer", v)
 			}
-			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 && j >= intCols {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 && !isInt(j) {
 				return nil, fmt.Errorf("CPU time %v", v)
 			}
 			col[i], off = v, off+8
@@ -126,10 +126,10 @@ func (d *compactData) children(i int) ([]int, error) {
 	return out, nil
 }
 
-// tree builds the nested flame graph of an "HSF2" encoding.
+// tree builds the nested flame graph of an "HSF3" encoding.
 func (d *compactData) tree(i int) (*query.Node, error) {
 	n := &query.Node{Name: d.header.Names[d.name[i]], Kind: d.header.Kinds[d.kind[i]], Value: int64(d.nums[0][i]), Self: int64(d.nums[1][i]),
-		CPU: d.nums[2][i], SelfCPU: d.nums[3][i]}
+		CPU: d.nums[2][i], SelfCPU: d.nums[3][i], FP: int64(d.nums[4][i])}
 	kids, err := d.children(i)
 	for _, c := range kids {
 		child, err := d.tree(c)
@@ -375,6 +375,7 @@ func FuzzCompactEncoding(f *testing.F) {
 			default: // numbers, negative ones too
 				top.Value += int64(int8(data[i])) << (data[i] % 40)
 				top.Self -= int64(data[i])
+				top.FP += int64(data[i] % 3) // reached by frame pointers, or not
 			}
 		}
 		body, err := compactNode(root, 1<<30)

@@ -106,7 +106,12 @@ func node(out []byte, n *query.Node, limit int) ([]byte, error) {
 		out = append(out, `,"cpu":`...)
 		out = appendFloat(out, n.CPU)
 		out = append(out, `,"selfCpu":`...)
-		return appendFloat(out, n.SelfCPU)
+		out = appendFloat(out, n.SelfCPU)
+		if n.FP != 0 {
+			out = append(out, `,"fp":`...)
+			out = strconv.AppendInt(out, n.FP, 10)
+		}
+		return out
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }
 

@@ -603,7 +603,7 @@ func TestTreeEncodingMatchesEncodingJSON(t *testing.T) {
 	d := &query.Diff{TotalA: 7, TotalB: -3, SamplesA: 5, SamplesB: 9, Root: &query.DiffNode{Name: "root", Kind: "root", A: 1, B: 2, SelfA: 3, SelfB: 4, Delta: -5, DeltaTotal: 6}}
 	for i, name := range names {
 		root.Children = append(root.Children, &query.Node{Name: name, Kind: name, Value: int64(i) - 3, Self: int64(i) << 40,
-			Children: []*query.Node{{Name: name + "x", Kind: "user"}}})
+			FP: int64(i % 2), Children: []*query.Node{{Name: name + "x", Kind: "user"}}})
 		d.Root.Children = append(d.Root.Children, &query.DiffNode{Name: name, Kind: "k" + name, A: int64(i), Delta: -int64(i)})
 	}
 	got, err := node(nil, root, 1<<20)

@@ -25,13 +25,22 @@ type Config struct {
 	// Containers labels the samples of some cgroups with container
 	// metadata: Kubernetes pods, a Docker container, host services.
 	Containers bool
+	// Unwind marks the user frames above the sampled pc as a walk with
+	// unwind tables finds them (sample.Frame.Method): of a stack's
+	// samples, a third unmarked (frame pointers alone), a third every
+	// frame found with a table, a third every other one with frame
+	// pointers, so that frames are reached both ways.
+	Unwind bool
 }
 
 // Generator produces samples tick by tick, CPU by CPU.
 type Generator struct {
-	cfg     Config
-	rng     *rand.Rand
-	stacks  [][]sample.Frame
+	cfg    Config
+	rng    *rand.Rand
+	stacks [][]sample.Frame
+	// unwound holds each stack marked (Config.Unwind): every frame
+	// found with a table, then every other one with frame pointers.
+	unwound [][2][]sample.Frame
 	idle    [][]sample.Frame
 	threads []thread
 	// containers holds the metadata of each of the 7 cgroups (by cgroup
@@ -97,6 +106,11 @@ func New(cfg Config) *Generator {
 				BuildID: fmt.Sprintf("%040x", app), Address: uint64(0x401000 + d*64 + int(branch)%64), Kind: sample.KindUser})
 		}
 		g.stacks = append(g.stacks, st)
+		if cfg.Unwind {
+			tables := sample.Unwind{UserFrames: depth, Table: [2]uint64{^uint64(0), ^uint64(0)}}
+			mixed := sample.Unwind{UserFrames: depth, Table: [2]uint64{0x5555555555555555, 0x5555555555555555}}
+			g.unwound = append(g.unwound, [2][]sample.Frame{tables.Mark(st), mixed.Mark(st)})
+		}
 	}
 	idleFns := [][]string{
 		{"pv_native_safe_halt", "default_idle", "default_idle_call", "do_idle", "cpu_startup_entry", "start_secondary"},
@@ -143,7 +157,14 @@ func (g *Generator) Next(s *sample.Sample) bool {
 		if g.containers != nil {
 			s.Container = g.containers[th.cgroup-5000]
 		}
-		s.Stack = g.stacks[g.zipf.Uint64()]
+		k := g.zipf.Uint64()
+		s.Stack = g.stacks[k]
+		if g.unwound != nil {
+			// Not from rng: the samples are the same with and without.
+			if m := (g.tick + int64(g.cpu)) % 3; m > 0 {
+				s.Stack = g.unwound[k][m-1]
+			}
+		}
 	}
 	g.cpu++
 	if g.cpu == g.cfg.CPUs {

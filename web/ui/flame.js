@@ -19,7 +19,7 @@ const ROW = 17;
 
 // The numeric columns of each kind of tree, in the encoding's order.
 const COLUMNS = {
-  HSF2: ['value', 'self', 'cpu', 'selfCpu'],
+  HSF3: ['value', 'self', 'cpu', 'selfCpu', 'fp'],
   HSD1: ['a', 'b', 'selfA', 'selfB', 'delta', 'deltaTotal'],
 };
 const HEADER = 16;
@@ -39,11 +39,12 @@ function column(T, buf, off, n, native) {
 // decodeTree reads a compact tree (an ArrayBuffer) into
 // {diff, n, names, kinds, totalA, totalB, samplesA, samplesB, name, kind,
 // size, and the numeric columns: value, self, cpu and selfCpu (CPU
-// seconds), or a, b, selfA, selfB, delta and deltaTotal (CPU nanoseconds,
-// as the header's unit says)}. It checks every length and index, and a
-// differential's unit, so that a bad answer is an error, never a wrong
-// drawing. native false reads the columns through
-// a DataView, as on a big-endian machine (the tests use it).
+// seconds) and fp (samples whose frame there was found with frame
+// pointers in a walk with unwind tables), or a, b, selfA, selfB, delta and
+// deltaTotal (CPU nanoseconds, as the header's unit says)}. It checks
+// every length and index, and a differential's unit, so that a bad answer
+// is an error, never a wrong drawing. native false reads the columns
+// through a DataView, as on a big-endian machine (the tests use it).
 export function decodeTree(buf, native = littleEndian) {
   const bad = (why) => new Error('flame graph: bad compact encoding: ' + why);
   if (buf.byteLength < HEADER) throw bad('too short');
@@ -56,7 +57,7 @@ export function decodeTree(buf, native = littleEndian) {
   if (HEADER + j > buf.byteLength) throw bad('header length');
   const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, HEADER, j)));
   let off = (HEADER + j + 7) & ~7;
-  if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF2') throw bad('size');
+  if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF3') throw bad('size');
   if (magic === 'HSD1' && head.unit !== 'cpu-nanoseconds') throw bad('unit ' + JSON.stringify(head.unit));
   const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB,
     samplesA: head.samplesA, samplesB: head.samplesB };
@@ -313,8 +314,12 @@ export class FlameGraph {
       return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${f(t.a[i])} (${pct(t.a[i], t.totalA)}), B ${f(t.b[i])} (${pct(t.b[i], t.totalB)}) of CPU time\n` +
         `change ${change(t.deltaTotal[i])} (self: A ${f(t.selfA[i])}, B ${f(t.selfB[i])}, change ${change(t.delta[i])})`);
     }
+    // How the frame was found, when the stacks were walked with unwind
+    // tables and some of its samples reached it by frame pointers (which
+    // a binary built without them gets wrong); nothing when not known.
+    const fp = t.fp[i] > 0 ? `\nreached by frame pointers: ${pct(t.fp[i], t.value[i])} of its samples` : '';
     showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: ${formatCPU(t.cpu[i])} of CPU time (${pct(t.cpu[i], this.total())}), ` +
-      `self ${formatCPU(t.selfCpu[i])} (${pct(t.selfCpu[i], this.total())})\n${t.value[i]} samples, self ${t.self[i]}`);
+      `self ${formatCPU(t.selfCpu[i])} (${pct(t.selfCpu[i], this.total())})\n${t.value[i]} samples, self ${t.self[i]}${fp}`);
   }
 
   click(ev) {
