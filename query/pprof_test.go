@@ -258,3 +258,22 @@ func firstDiff(got, want map[string]int64) []string {
 	}
 	return out
 }
+
+// BenchmarkFlameGraphUnwind builds the flame graph of 10 s of 4 CPUs
+// (2000 stacks) whose frames say nothing of how they were found ("plain")
+// and of the same samples with synth's Unwind marks ("unwind": a third of
+// the samples with frames found with frame pointers, counted per node).
+func BenchmarkFlameGraphUnwind(b *testing.B) {
+	start := int64(1795237380e9)
+	r := store.Range{From: start, To: start + 11e9}
+	for _, unwind := range []bool{false, true} {
+		db, _ := testStore(b, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 10, Stacks: 2000, Unwind: unwind})
+		b.Run(map[bool]string{false: "plain", true: "unwind"}[unwind], func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := FlameGraphOf(context.Background(), db, r, &store.Filter{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
