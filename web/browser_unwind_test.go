@@ -63,6 +63,9 @@ func TestBrowserUnwindTooltip(t *testing.T) {
 			b = window.heatscope.flameBoxes(%q)[0]; return [r.left + b.x + b.w / 2, r.top + b.y + 8]; })()`, name))
 		b.run("hover "+name, chromedp.MouseEvent(chromedp.MouseMoved, at[0], at[1]))
 		tip := eval[string](t, b.ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
+		if name == xssName {
+			b.screenshot("ui-unwind-tooltip.png")
+		}
 		b.run("leave the graph", chromedp.MouseEvent(chromedp.MouseMoved, 1, 1))
 		return tip
 	}
