@@ -27,6 +27,9 @@ func checkSample(t *testing.T, s *sample.Sample) {
 		if f.Kind > sample.KindJIT {
 			t.Fatalf("frame of kind %d", f.Kind)
 		}
+		if f.Method > sample.MethodFP || f.Method != sample.MethodNotKnown && f.Kind == sample.KindKernel {
+			t.Fatalf("frame of kind %d marked with method %d", f.Kind, f.Method)
+		}
 	}
 }
 

@@ -129,12 +129,14 @@ func TestPprofUnwindLabels(t *testing.T) {
 		{"leafonly", sample.Unwind{UserFrames: 1, Table: [2]uint64{1}}, "", nil},
 	}
 	b := NewPprofBuilder(10_000_000)
+	marked := map[string][]sample.Frame{}
 	for i, tt := range tests {
 		st := stack
 		if tt.unwind.UserFrames == 1 {
 			st = stack[:2]
 		}
-		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: 1, TID: 1, Comm: tt.comm, Stack: tt.unwind.Mark(st)})
+		marked[tt.comm] = tt.unwind.Mark(st)
+		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: 1, TID: 1, Comm: tt.comm, Stack: marked[tt.comm]})
 	}
 	if stack[2].Method != sample.MethodNotKnown {
 		t.Fatal("Mark changed the stack it was given")
@@ -157,6 +159,88 @@ func TestPprofUnwindLabels(t *testing.T) {
 			if got := s.Label[UnwindFPLabel]; !slices.Equal(got, tt.fp) {
 				t.Errorf("%s: label %s = %q, want %q", tt.comm, UnwindFPLabel, got, tt.fp)
 			}
+		}
+	}
+}
+
+// TestReadPprofUnwindLabels reads back the unwind labels as the frames'
+// methods (a profile of record --output imported keeps them), and leaves
+// the frames unmarked when the labels do not fit the stack.
+func TestReadPprofUnwindLabels(t *testing.T) {
+	stack := []sample.Frame{
+		{Function: "do_syscall_64", Module: sample.KernelModule, Address: 0xffffffff81000010, Kind: sample.KindKernel},
+		{Function: "leaf", Module: "/bin/app", Address: 0x10, Kind: sample.KindUser},
+		{Function: "walk", Module: "/bin/app", Address: 0x20, Kind: sample.KindUser},
+		{Function: "walk", Module: "/bin/app", Address: 0x30, Kind: sample.KindUser},
+		{Function: "main", Module: "/bin/app", Address: 0x40, Kind: sample.KindUser},
+	}
+	var want [][]sample.Frame
+	for _, bits := range []uint64{0b111, 0b000, 0b101, 0b110, 0b011} {
+		u := sample.Unwind{UserFrames: 4, Table: [2]uint64{bits}}
+		want = append(want, u.Mark(stack))
+	}
+	want = append(want, stack) // not walked with tables
+	b := NewPprofBuilder(10_000_000)
+	for i, st := range want {
+		b.Add(&sample.Sample{Time: int64(i+1) * 1e9, PID: uint32(i + 1), TID: uint32(i + 1), Comm: "app", Stack: st})
+	}
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, b.Profile()); err != nil {
+		t.Fatal(err)
+	}
+	raw := buf.Bytes()
+	got := make([][]sample.Frame, len(want))
+	if err := ReadPprof(bytes.NewReader(raw), func(s *sample.Sample) error {
+		got[s.PID-1] = s.Stack
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	methods := func(st []sample.Frame) []sample.Method {
+		var m []sample.Method
+		for _, f := range st {
+			m = append(m, f.Method)
+		}
+		return m
+	}
+	for i := range want {
+		w := methods(want[i])
+		if i == 2 {
+			// walk (table) calls walk (frame pointers): the labels say
+			// "table+fp" with one walk, which the first walk takes.
+			w = methods(want[3])
+		}
+		if g := methods(got[i]); !slices.Equal(g, w) {
+			t.Errorf("sample %d: read back marked %v, want %v", i, g, w)
+		}
+	}
+
+	// Labels that do not fit: nothing is marked.
+	p, err := profile.Parse(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][2][]string{
+		{{"table"}, {"main"}},            // table with a frame pointer frame
+		{{"fp"}, {"main"}},               // fp, but not every frame
+		{{"table+fp"}, {"nosuch"}},       // a name not in the stack
+		{{"table+fp"}, {"main", "walk"}}, // out of order
+		{{"sideways"}, nil},              // no such method
+	} {
+		for _, ps := range p.Sample {
+			ps.Label = map[string][]string{"comm": {"app"}, UnwindLabel: bad[0], UnwindFPLabel: bad[1]}
+		}
+		var out bytes.Buffer
+		if err := p.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		if err := ReadPprof(&out, func(s *sample.Sample) error {
+			if m := methods(s.Stack); slices.ContainsFunc(m, func(x sample.Method) bool { return x != sample.MethodNotKnown }) {
+				t.Errorf("labels %q marked the frames %v", bad, m)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -37,7 +37,8 @@ const cgroupIDLabel = "cgroup_id"
 // [TimeNanos, TimeNanos+DurationNanos).
 //
 // The labels heatscope's PprofBuilder writes are read back: comm, and pid,
-// tid and cpu as string or numeric labels. Frames come from each
+// tid and cpu as string or numeric labels, the container labels, and the
+// unwind labels, as each user frame's Method (markUnwind). Frames come from each
 // location's lines, innermost inlined function first, so the stack is leaf
 // first. Module and BuildID come from the location's mapping, Address is
 // the location's address. A frame is KindKernel in a "[kernel.kallsyms]"
@@ -72,6 +73,7 @@ func ReadPprof(r io.Reader, fn func(*sample.Sample) error) error {
 		}
 		head := rd.head(ps)
 		stack := rd.stack(ps)
+		markUnwind(stack, ps)
 		ts, hasTime := numLabel(ps, timestampLabel)
 		for k := range uint64(n) {
 			s := new(sample.Sample)
@@ -199,6 +201,51 @@ func numLabel(ps *profile.Sample, key string) (int64, bool) {
 		return v[0], true
 	}
 	return 0, false
+}
+
+// markUnwind marks stack's user frames above the sampled pc (leaf first,
+// after its kernel frames) with how they were found, as ps's unwind labels
+// say (unwindLabels wrote them): every one with a table ("table"), every
+// one with frame pointers ("fp"), or those unwind_fp names, in order, with
+// frame pointers and the others with a table ("table+fp"; in a recursion,
+// the first frame of a name takes it). Labels that do not fit the stack
+// (a name that is not its frames', counts that do not add up, another
+// value) mark nothing: they are untrusted input.
+func markUnwind(stack []sample.Frame, ps *profile.Sample) {
+	method, fp := stringLabel(ps, UnwindLabel), ps.Label[UnwindFPLabel]
+	if method == "" {
+		return
+	}
+	pc := 0
+	for pc < len(stack) && stack[pc].Kind == sample.KindKernel {
+		pc++
+	}
+	if pc+1 >= len(stack) {
+		return
+	}
+	above := stack[pc+1:]
+	matched := 0
+	for i := range above {
+		if matched < len(fp) && above[i].Function == fp[matched] {
+			matched++
+		}
+	}
+	switch {
+	case matched != len(fp):
+		return
+	case method == "table" && len(fp) == 0, method == "fp" && len(fp) == len(above),
+		method == "table+fp" && len(fp) > 0 && len(fp) < len(above):
+	default:
+		return
+	}
+	matched = 0
+	for i := range above {
+		above[i].Method = sample.MethodTable
+		if matched < len(fp) && above[i].Function == fp[matched] {
+			above[i].Method = sample.MethodFP
+			matched++
+		}
+	}
 }
 
 // pprofReader turns pprof locations into frames, each location once.

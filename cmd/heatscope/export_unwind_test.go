@@ -22,7 +22,8 @@ import (
 // found (synth's Unwind: tables, frame pointers, both, none) are stored;
 // heatscope export --format pprof and the API's /api/pprof write them
 // with the unwind and unwind_fp labels record --output writes, and the
-// real go tool pprof -tags reads the same tags from both.
+// real go tool pprof -tags reads the same tags from both, and from the
+// export imported into another data directory and exported again.
 func TestExportAndAPIUnwindLabels(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -92,5 +93,20 @@ func TestExportAndAPIUnwindLabels(t *testing.T) {
 	}
 	if fromAPI != fromExport {
 		t.Errorf("/api/pprof's tags\n%s\nare not the export's\n%s", fromAPI, fromExport)
+	}
+
+	// The exported profile imported into another data directory keeps
+	// how each frame was found: exported again, it says the same.
+	again := filepath.Join(dir, "data2")
+	if _, stderr, err := runHeatscope(bin, "import", "--data", again, exported); err != nil {
+		t.Fatalf("import: %v\n%s", err, stderr)
+	}
+	reexported := filepath.Join(dir, "again.pb.gz")
+	if _, stderr, err := runHeatscope(bin, "export", "--data", again, "--from", fmt.Sprint(start), "--to", fmt.Sprint(start+30),
+		"--format", "pprof", "-o", reexported); err != nil {
+		t.Fatalf("export of the import: %v\n%s", err, stderr)
+	}
+	if fromImport := tags(reexported); fromImport != fromExport {
+		t.Errorf("the imported export's tags\n%s\nare not the export's\n%s", fromImport, fromExport)
 	}
 }
