@@ -13,14 +13,22 @@ import (
 // BenchmarkAppend measures ingest: decoded samples pushed into the WAL and
 // the head on one goroutine (head cuts write blocks in the background, as
 // in the recorder). Reported as samples per second.
-func BenchmarkAppend(b *testing.B) { benchmarkAppend(b, false) }
+func BenchmarkAppend(b *testing.B) { benchmarkAppend(b, synth.Config{}) }
 
 // BenchmarkAppendContainers is BenchmarkAppend with container metadata on
 // most samples.
-func BenchmarkAppendContainers(b *testing.B) { benchmarkAppend(b, true) }
+func BenchmarkAppendContainers(b *testing.B) { benchmarkAppend(b, synth.Config{Containers: true}) }
 
-func benchmarkAppend(b *testing.B, containers bool) {
-	g := synth.New(synth.Config{CPUs: 64, Hz: 99, Start: time.Now().UnixNano(), Seconds: 60, Stacks: 5000, Containers: containers})
+// BenchmarkAppendUnwind is BenchmarkAppend with the user frames of two
+// thirds of the samples marked with how they were found (synth's Unwind:
+// every stack three ways).
+func BenchmarkAppendUnwind(b *testing.B) { benchmarkAppend(b, synth.Config{Unwind: true}) }
+
+// benchmarkAppend appends 60 s of 64 CPUs of synthetic samples with cfg's
+// options.
+func benchmarkAppend(b *testing.B, cfg synth.Config) {
+	cfg.CPUs, cfg.Hz, cfg.Start, cfg.Seconds, cfg.Stacks = 64, 99, time.Now().UnixNano(), 60, 5000
+	g := synth.New(cfg)
 	var samples []sample.Sample
 	var s sample.Sample
 	for g.Next(&s) {
