@@ -221,6 +221,9 @@ struct hs_proc {
 	__u64 mm;             // the mm they were read for: an exec changes it
 	__u32 count;
 	__u32 flags;
+	// A number the agent gives each entry it writes, never twice, from
+	// 1: what walk_cache's rows are kept under.
+	__u64 gen;
 	struct hs_umap m[MAX_UMAPS];
 };
 
@@ -344,14 +347,15 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 // the per-frame method bits are set by shifts.
 struct walk {
 	struct hs_proc *proc; // the process's mappings, looked up once
+	__u64 gen;            // proc->gen
 	__u64 ip, sp, bp;
 	__u64 dwarf_lo, dwarf_hi;
 	__u32 key;            // walk_frames key of the next frame
+	__u32 cache_base;     // the CPU's first walk_cache key
 	__u32 n;              // user frames written
 	__u32 unsupported;
 	__u32 ended;          // the walk reached the outermost frame or gave up
 	__u32 unknown_pc;     // a pc in no mapping of the process
-	struct hs_row row;    // the last row used (for debugging)
 };
 
 // The frames of the walk in progress, MAX_WALK_FRAMES per CPU, copied into
@@ -363,6 +367,28 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } walk_frames SEC(".maps");
+
+// The rows the walk found last on each CPU, WALK_CACHE_SLOTS per CPU (sized
+// by the agent), by pc and process entry (hs_proc.gen), in one slot per pc
+// (a hash of it). A stack's frames above its leaf come back sample after
+// sample; a hit reads one cache line where a search reads the process's
+// mappings and the table's index and rows, in vmalloc'd memory the CPU has
+// most likely not touched since its last sample (cache and TLB misses).
+// An entry the agent rewrites has a new gen: its rows are not reused.
+#define WALK_CACHE_BITS 8
+#define WALK_CACHE_SLOTS (1 << WALK_CACHE_BITS)
+struct hs_cached_row {
+	__u64 pc;
+	__u64 gen;            // 0: empty
+	struct hs_row row;
+	__u32 _pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WALK_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct hs_cached_row);
+} walk_cache SEC(".maps");
 
 static __always_inline __u64 read_user(__u64 addr)
 {
@@ -466,6 +492,43 @@ static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc)
 	return bpf_map_lookup_elem(rows, &idx);
 }
 
+// frame_row finds the row for pc in the process's tables, in the CPU's
+// slice of walk_cache (from cache_base) or else by searching them (and
+// then keeps it there), and copies it to out. It returns 1 for a row, 0
+// for none (frame pointers), -1 for a pc in no mapping of the process.
+//
+// It is a global function, which the verifier checks once on its own: in
+// walk_step, a cache hit, skipping the searches' nested loops, made the
+// walk's states at each frame differ beyond the verifier's limit of a
+// million instructions.
+__noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_base, struct hs_row *out)
+{
+	if (!proc || !out)
+		return 0;
+	__u32 ckey = cache_base + (__u32)((pc * 0x9E3779B97F4A7C15ULL) >> (64 - WALK_CACHE_BITS));
+	struct hs_cached_row *cached = bpf_map_lookup_elem(&walk_cache, &ckey);
+	if (cached && cached->pc == pc && cached->gen == gen) {
+		*out = cached->row;
+		return 1;
+	}
+	int idx = find_umap(proc, pc);
+	if (idx < 0)
+		return (proc->flags & HS_PROC_TRUNCATED) ? 0 : -1;
+	struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
+	if (m->table == HS_NO_TABLE || pc - m->bias > 0xffffffffULL)
+		return 0;
+	struct hs_row *r = find_row(m, (__u32)(pc - m->bias));
+	if (!r)
+		return 0;
+	*out = *r;
+	if (cached) {
+		cached->pc = pc;
+		cached->gen = gen;
+		cached->row = *r;
+	}
+	return 1;
+}
+
 // walk_step records the frame at w->ip and unwinds one frame: with the
 // row of its binary's table where there is one, with the frame pointer
 // otherwise. It returns 1 to stop the loop.
@@ -483,20 +546,12 @@ static long walk_step(__u64 i, struct walk *w)
 	// caller's row must cover (a call may be a function's last
 	// instruction).
 	__u64 pc = w->n == 1 ? w->ip : w->ip - 1;
-	struct hs_proc *proc = w->proc;
-	struct hs_row *r = NULL;
-	int idx = find_umap(proc, pc);
-	if (idx < 0) {
-		if (!(proc->flags & HS_PROC_TRUNCATED))
-			w->unknown_pc = 1;
-	} else {
-		struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
-		if (m->table != HS_NO_TABLE && pc - m->bias <= 0xffffffffULL)
-			r = find_row(m, (__u32)(pc - m->bias));
-	}
+	struct hs_row row = {};
+	if (frame_row(w->proc, pc, w->gen, w->cache_base, &row) < 0)
+		w->unknown_pc = 1;
 	__u64 cfa;
-	if (r && r->cfa != HS_CFA_NONE) {
-		w->row = *r;
+	if (row.cfa != HS_CFA_NONE) {
+		struct hs_row *r = &row;
 		switch (r->cfa) {
 		case HS_CFA_RSP:
 			cfa = w->sp + r->cfa_off;
@@ -578,11 +633,14 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 		return -1;
 	struct walk w = {};
 	w.proc = proc;
+	w.gen = proc->gen;
 	w.ip = BPF_CORE_READ(regs, ip);
 	w.sp = BPF_CORE_READ(regs, sp);
 	w.bp = BPF_CORE_READ(regs, bp);
-	__u32 first = bpf_get_smp_processor_id() * MAX_WALK_FRAMES;
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 first = cpu * MAX_WALK_FRAMES;
 	w.key = first;
+	w.cache_base = cpu * WALK_CACHE_SLOTS;
 	// n starts at 0, read back from the map value so that the verifier
 	// does not know it: a known count is a new state at every frame.
 	s->user_frames = 0;

@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ProfileHsCachedRow struct {
+	_   structs.HostLayout
+	Pc  uint64
+	Gen uint64
+	Row ProfileHsRow
+	Pad uint32
+}
+
 type ProfileHsCounters struct {
 	_                 structs.HostLayout
 	Samples           uint64
@@ -52,6 +60,7 @@ type ProfileHsProc struct {
 	Mm    uint64
 	Count uint32
 	Flags uint32
+	Gen   uint64
 	M     [64]ProfileHsUmap
 }
 
@@ -109,6 +118,7 @@ const (
 	ProfileMapUnwindPending  = "unwind_pending"
 	ProfileMapUnwindProcs    = "unwind_procs"
 	ProfileMapUnwindTables   = "unwind_tables"
+	ProfileMapWalkCache      = "walk_cache"
 	ProfileMapWalkFrames     = "walk_frames"
 	ProfileProgOnExit        = "on_exit"
 	ProfileProgProfile       = "profile"
@@ -182,6 +192,7 @@ type ProfileMapSpecs struct {
 	UnwindPending *ebpf.MapSpec `ebpf:"unwind_pending"`
 	UnwindProcs   *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindTables  *ebpf.MapSpec `ebpf:"unwind_tables"`
+	WalkCache     *ebpf.MapSpec `ebpf:"walk_cache"`
 	WalkFrames    *ebpf.MapSpec `ebpf:"walk_frames"`
 }
 
@@ -227,6 +238,7 @@ type ProfileMaps struct {
 	UnwindPending *ebpf.Map `ebpf:"unwind_pending"`
 	UnwindProcs   *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindTables  *ebpf.Map `ebpf:"unwind_tables"`
+	WalkCache     *ebpf.Map `ebpf:"walk_cache"`
 	WalkFrames    *ebpf.Map `ebpf:"walk_frames"`
 }
 
@@ -244,6 +256,7 @@ func (m *ProfileMaps) Close() error {
 		m.UnwindPending,
 		m.UnwindProcs,
 		m.UnwindTables,
+		m.WalkCache,
 		m.WalkFrames,
 	)
 }

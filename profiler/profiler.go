@@ -356,13 +356,14 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 	spec.Maps[bpf.ProfileMapEvents].MaxEntries = uint32(p.cfg.RingBufferSize)
 	if p.cfg.Unwind == UnwindDWARF {
 		// The sampler is the table-walking program; walk_frames holds
-		// each CPU's walk in progress.
+		// each CPU's walk in progress, walk_cache the rows it found last.
 		spec.Programs[bpf.ProfileProgProfile] = spec.Programs[bpf.ProfileProgProfileDwarf]
 		cpus, err := ebpf.PossibleCPU()
 		if err != nil {
 			return fmt.Errorf("count possible CPUs: %w", err)
 		}
 		spec.Maps[bpf.ProfileMapWalkFrames].MaxEntries = uint32(cpus * maxWalkFrames)
+		spec.Maps[bpf.ProfileMapWalkCache].MaxEntries = uint32(cpus * walkCacheSlots)
 	}
 	if n := len(p.cfg.PIDs); n > 0 {
 		spec.Maps[bpf.ProfileMapTargetPids].MaxEntries = uint32(n)

@@ -221,7 +221,12 @@ type unwinder struct {
 	procList map[uint32]*procState
 	freeIDs  []uint32
 	nextID   uint32
-	swept    time.Time
+	// gen is the last generation given to an unwind_procs entry (struct
+	// hs_proc's gen): every entry written gets the next one, so that the
+	// walk's cache of rows (walk_cache) never takes an old entry's rows
+	// for a new one's.
+	gen   uint64
+	swept time.Time
 	// queue holds the binaries to build, by table key.
 	queue map[string]*buildJob
 	// heat counts each process's samples since the unwinder last looked
@@ -277,6 +282,9 @@ const maxUmaps = 64
 
 // maxWalkFrames is MAX_WALK_FRAMES in bpf/profile.bpf.c.
 const maxWalkFrames = 128
+
+// walkCacheSlots is WALK_CACHE_SLOTS in bpf/profile.bpf.c.
+const walkCacheSlots = 256
 
 func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodNs func() int64,
 	recentMaps func([]ExecMapping, uint32, time.Time) ([]ExecMapping, bool), log *slog.Logger) *unwinder {
@@ -708,6 +716,8 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	var entry bpf.ProfileHsProc
 	entry.Mm = st.mm
+	u.gen++
+	entry.Gen = u.gen
 	st.complete = true
 	st.tables = st.tables[:0]
 	st.retry = time.Time{}

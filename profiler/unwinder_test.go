@@ -462,3 +462,32 @@ func TestOwnProcessGetsNoTables(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryGenerations: every unwind_procs entry written, of the same
+// process or another, has a generation of its own, from 1 (0 marks an
+// empty slot of the BPF walk's cache, walk_cache, whose rows are kept
+// under the entry's generation): an entry rewritten after an exec, a
+// dlopen or an eviction must not find the rows cached for the old one.
+func TestEntryGenerations(t *testing.T) {
+	bpftest.Require(t)
+	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer procs.Close()
+	u := &unwinder{procs: procs}
+	seen := map[uint64]bool{}
+	for i, pid := range []uint32{7, 7, 8, 7} {
+		if err := u.writeEntry(pid, &procState{mm: 0x1000}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		var got bpf.ProfileHsProc
+		if err := procs.Lookup(pid, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Gen == 0 || seen[got.Gen] {
+			t.Fatalf("write %d (process %d): generation %d, want a new one above 0 (seen %v)", i, pid, got.Gen, seen)
+		}
+		seen[got.Gen] = true
+	}
+}
