@@ -38,17 +38,3 @@ func TestUnwindMark(t *testing.T) {
 		}
 	}
 }
-
-// BenchmarkUnwindMark marks a 30-frame stack (4 kernel, 26 user frames),
-// what the recorder does per sample walked with unwind tables.
-func BenchmarkUnwindMark(b *testing.B) {
-	stack := make([]Frame, 30)
-	for i := range stack {
-		stack[i] = Frame{Function: "f", Module: "/bin/app", Kind: KindUser}
-	}
-	u := Unwind{UserFrames: 26, Table: [2]uint64{0x0fff_ffff}}
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = u.Mark(stack)
-	}
-}
