@@ -85,8 +85,11 @@ type Config struct {
 	// a process's /proc/PID/maps (the symbolizer's, which reads the maps
 	// of every new process it is given samples of): it appends to dst
 	// the executable mappings of pid if they were read at or after since,
-	// and reports whether they were. The unwinder reads /proc itself
-	// when it gets false. Called from the unwinder's goroutine.
+	// and reports whether they were, saying which ones the process's
+	// sampled stacks passed through (ExecMapping.Used): only those get
+	// tables. The unwinder reads /proc itself when it gets false, and
+	// then gives every mapping its table. Called from the unwinder's
+	// goroutine.
 	RecentMaps func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool)
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF

@@ -156,11 +156,15 @@ type procState struct {
 	read time.Time
 	// asked is when the unwinder first saw this image (pid and mm);
 	// ready is set once its tables were all in.
-	asked    time.Time
-	ready    bool
-	root     string
-	maps     []ExecMapping
-	complete bool
+	asked time.Time
+	ready bool
+	root  string
+	maps  []ExecMapping
+	// usage is set when the maps say which mappings the process's stacks
+	// passed through (ExecMapping.Used, from the symbolizer): the others
+	// get no table until they do (unused), which checkUse looks for.
+	usage, unused bool
+	complete      bool
 	// tables are the keys of the loaded tables its entry uses.
 	tables []string
 	// retry is when to write its entry again for a table there was no
@@ -178,6 +182,11 @@ type buildJob struct {
 	// binary's path as each sees it (/proc/PID/root/...): any of them
 	// may have exited by the time it is built.
 	waiters map[uint32]string
+	// unusedBy holds the waiters whose stacks have not passed through
+	// the binary yet (procState.usage): it is built once one waiter's
+	// have, with the samples all of them had meanwhile, so that it goes
+	// in at once when a stack reaches it.
+	unusedBy map[uint32]bool
 	// waited counts the samples of its waiters since it was queued (and
 	// their heat then), queued is when: what building it is weighed
 	// against (worthIt). later counts only those since it was queued:
@@ -231,8 +240,12 @@ type unwinder struct {
 	queue map[string]*buildJob
 	// heat counts each process's samples since the unwinder last looked
 	// (decayed by half at every sweep): the tables of the most sampled
-	// processes are built first.
-	heat map[uint32]uint64
+	// processes are built first. sampledNow holds the processes sampled
+	// since the last poll.
+	heat       map[uint32]uint64
+	sampledNow []uint32
+	// useBuf is checkUse's buffer for the symbolizer's mappings.
+	useBuf []ExecMapping
 	// asks holds the processes that asked for their mappings and were
 	// not read yet.
 	asks map[uint32]ask
@@ -383,8 +396,10 @@ func (u *unwinder) poll(now time.Time) {
 			job.later += u.newHeat[pid]
 		}
 	}
+	u.sampledNow = u.sampledNow[:0]
 	for pid, n := range u.newHeat {
 		u.heat[pid] += n
+		u.sampledNow = append(u.sampledNow, pid)
 		if st := u.procList[pid]; st != nil {
 			for _, k := range st.tables {
 				if t := u.loaded[k]; t != nil {
@@ -418,6 +433,11 @@ func (u *unwinder) poll(now time.Time) {
 		a := u.asks[pid]
 		delete(u.asks, pid)
 		if err := u.process(pid, a, now); err != nil {
+			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+		}
+	}
+	for _, pid := range u.sampledNow {
+		if err := u.checkUse(pid, now); err != nil {
 			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
 		}
 	}
@@ -624,6 +644,10 @@ type ExecMapping struct {
 	// mapped (the line's " (deleted)", cut from Path): Path then names
 	// another file, or none, and the mapping gets no table.
 	Deleted bool
+	// Used is set when a sampled stack had an address in the mapping,
+	// as far as the reader that handed the mappings on knows (the
+	// symbolizer): only those get tables (procState.usage).
+	Used bool
 }
 
 // readExecMaps returns the executable mappings of a process.
@@ -703,11 +727,48 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 		u.stats.MapsShared++
 	}
 	u.mu.Unlock()
-	st := &procState{mm: a.mm, read: now, asked: a.since, root: root, maps: maps}
+	st := &procState{mm: a.mm, read: now, asked: a.since, root: root, maps: maps, usage: shared}
 	if old != nil && old.mm == a.mm {
 		st.asked, st.ready = old.asked, old.ready
 	}
 	u.procList[pid] = st
+	return u.writeEntry(pid, st, now)
+}
+
+// checkUse looks, for a process just sampled whose entry leaves out
+// mappings no stack had passed through (procState.unused), whether one
+// now has, from the symbolizer's mappings (Config.RecentMaps), and if so
+// rewrites the entry, queueing their tables. Every mapping of a process
+// used to get its table once the process had paid for its tables: a
+// browser's hundred libraries (63 built in one 20 s recording), the
+// dynamic loader of every process, where its stacks pass through a few.
+// A binary shows up in the stacks before its table matters: the walk
+// finds the frame in it with the caller's table (or frame pointers), and
+// needs its table for the frames beyond.
+func (u *unwinder) checkUse(pid uint32, now time.Time) error {
+	st := u.procList[pid]
+	if st == nil || !st.unused || u.recentMaps == nil {
+		return nil
+	}
+	theirs, ok := u.recentMaps(u.useBuf[:0], pid, time.Time{})
+	u.useBuf = theirs[:0]
+	if !ok {
+		return nil
+	}
+	changed := false
+	for i := range st.maps {
+		m := &st.maps[i]
+		if m.Used {
+			continue
+		}
+		j, found := slices.BinarySearchFunc(theirs, m.Start, func(e ExecMapping, start uint64) int { return cmp.Compare(e.Start, start) })
+		if found && theirs[j].Used && theirs[j].End == m.End && theirs[j].Offset == m.Offset && theirs[j].Path == m.Path {
+			m.Used, changed = true, true
+		}
+	}
+	if !changed {
+		return nil
+	}
 	return u.writeEntry(pid, st, now)
 }
 
@@ -718,7 +779,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	entry.Mm = st.mm
 	u.gen++
 	entry.Gen = u.gen
-	st.complete = true
+	st.complete, st.unused = true, false
 	st.tables = st.tables[:0]
 	st.retry = time.Time{}
 	for _, m := range st.maps {
@@ -728,7 +789,10 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 		}
 		um := bpf.ProfileHsUmap{Start: m.Start, End: m.End, Table: noTable}
 		if pid != u.self && !m.Deleted && len(m.Path) > 0 && m.Path[0] == '/' {
-			t, bias, state := u.tableFor(pid, st.root+"/root"+m.Path, m.Offset, m.Start, now)
+			// A table already loaded serves any mapping of its file;
+			// one to build, only a mapping the stacks pass through.
+			build := !st.usage || m.Used
+			t, bias, state := u.tableFor(pid, st.root+"/root"+m.Path, m.Offset, m.Start, build, now)
 			switch state {
 			case tableLoaded:
 				um.Table, um.Rows, um.Bias = t.id, t.rows, bias
@@ -738,6 +802,8 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 				st.complete = false
 			case tableDeferred:
 				st.retry = now.Add(tableResidence)
+			case tableUnused:
+				st.unused = true // built once a stack passes through it (checkUse)
 			}
 		}
 		entry.M[entry.Count] = um
@@ -780,6 +846,7 @@ func (u *unwinder) buildOrder() []string {
 		for pid := range job.waiters {
 			if _, known := u.procList[pid]; !known {
 				delete(job.waiters, pid)
+				delete(job.unusedBy, pid)
 				continue
 			}
 			samples += u.heat[pid]
@@ -925,6 +992,9 @@ func (u *unwinder) build(now time.Time) {
 			break
 		}
 		job := u.queue[k]
+		if len(job.unusedBy) == len(job.waiters) {
+			continue // no stack passed through it yet
+		}
 		if !u.worthIt(job, now) || blocked && !job.cached {
 			continue // its processes' samples have not paid for it yet, or it waits its turn
 		}
@@ -978,12 +1048,14 @@ const (
 	tableLoaded          // loaded
 	tableQueued          // to be built
 	tableDeferred        // no room for it now
+	tableUnused          // queued, not to be built for this process: no stack passed through it
 )
 
 // tableFor returns the loaded table of the file at path and the load bias
 // of its mapping at file offset off, address start; or queues the table
-// for build, process pid waiting for it.
-func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, now time.Time) (*loadedTable, uint64, int) {
+// for build, process pid waiting for it, to be built only once a waiter
+// has build set (its stacks passed through the mapping).
+func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, build bool, now time.Time) (*loadedTable, uint64, int) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return nil, 0, tableNone
@@ -1018,13 +1090,21 @@ func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, now time
 	if t == nil {
 		job := u.queue[b.key]
 		if job == nil {
-			job = &buildJob{cfi: b.cfi, cached: u.cache.Has(b.buildID), waiters: map[uint32]string{}, queued: now}
+			job = &buildJob{cfi: b.cfi, cached: u.cache.Has(b.buildID), waiters: map[uint32]string{}, unusedBy: map[uint32]bool{}, queued: now}
 			u.queue[b.key] = job
 		}
 		if _, ok := job.waiters[pid]; !ok {
 			job.waited += u.heat[pid]
 		}
 		job.waiters[pid] = path
+		if job.unusedBy == nil {
+			job.unusedBy = map[uint32]bool{}
+		}
+		if !build {
+			job.unusedBy[pid] = true
+			return nil, 0, tableUnused
+		}
+		delete(job.unusedBy, pid)
 		return nil, 0, tableQueued
 	}
 	t.lastUsed = now

@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -184,6 +185,16 @@ func TestBuildBudgetAfterHugeTable(t *testing.T) {
 	queue("cached2", "/bin/ls", 1, 10<<20, true)
 	queue("small2", "/bin/cat", 1, 150_000, false)
 	step(21*time.Second, map[string]bool{"huge2": false, "cached2": true, "small2": false})
+
+	// A table no waiting process's stacks passed through stays queued,
+	// however long it waited and whatever the credit; once one's have,
+	// it goes at once.
+	clear(u.queue)
+	queue("unused", "/bin/cat", 1, 150_000, false)
+	u.queue["unused"].unusedBy = map[uint32]bool{1: true}
+	step(300*time.Second, map[string]bool{"unused": false})
+	delete(u.queue["unused"].unusedBy, 1)
+	step(300*time.Second+time.Millisecond, map[string]bool{"unused": true})
 }
 
 // TestTakeFallsBack: when the batch call on unwind_pending fails, take
@@ -489,5 +500,117 @@ func TestEntryGenerations(t *testing.T) {
 			t.Fatalf("write %d (process %d): generation %d, want a new one above 0 (seen %v)", i, pid, got.Gen, seen)
 		}
 		seen[got.Gen] = true
+	}
+}
+
+// TestTablesOnlyForUsedMappings: with mappings that say which ones the
+// process's stacks passed through (ExecMapping.Used, the symbolizer's),
+// only those get their tables queued; a table already loaded serves a
+// mapping of its file anyway; and once a stack passes through another
+// (checkUse, at the process's next sample) its table is queued too. A
+// sleep(1) stands for the process: its executable is used, libc and the
+// dynamic loader are not, at first.
+func TestTablesOnlyForUsedMappings(t *testing.T) {
+	bpftest.Require(t)
+	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer procs.Close()
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	pid := uint32(sleep.Process.Pid)
+	var maps []ExecMapping
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if maps, err = readExecMaps(fmt.Sprintf("/proc/%d/maps", pid)); err == nil &&
+			slices.ContainsFunc(maps, func(m ExecMapping) bool { return strings.Contains(m.Path, "/libc.so") }) {
+			break // exec'd, and libc mapped
+		}
+	}
+	exe, libc := -1, -1
+	for i, m := range maps {
+		switch {
+		case strings.HasSuffix(m.Path, "/sleep"):
+			exe = i
+		case strings.Contains(m.Path, "/libc.so"):
+			libc = i
+		}
+	}
+	if exe < 0 || libc < 0 {
+		t.Fatalf("no sleep and libc among the mappings %+v", maps)
+	}
+	maps[exe].Used = true
+	u := &unwinder{
+		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
+		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{},
+		failed: map[string]bool{}, deferred: map[string]time.Time{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{},
+		recentMaps: func(dst []ExecMapping, _ uint32, _ time.Time) ([]ExecMapping, bool) {
+			return append(dst, maps...), true
+		},
+	}
+	// waiting lists the tables queued to be built for the process:
+	// those of mappings its stacks passed through.
+	waiting := func() []string {
+		var paths []string
+		for _, job := range u.queue {
+			if p, ok := job.waiters[pid]; ok && !job.unusedBy[pid] {
+				paths = append(paths, p[strings.LastIndexByte(p, '/')+1:])
+			}
+		}
+		slices.Sort(paths)
+		return paths
+	}
+	if err := u.process(pid, ask{mm: 1, since: time.Now()}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := waiting(); len(got) != 1 || got[0] != "sleep" {
+		t.Fatalf("tables queued for %v, want sleep's alone", got)
+	}
+	// Nothing new in the stacks: nothing more.
+	if err := u.checkUse(pid, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := waiting(); len(got) != 1 {
+		t.Fatalf("tables queued for %v after a sample through the same mappings, want sleep's alone", got)
+	}
+	// A stack through libc.
+	maps[libc].Used = true
+	if err := u.checkUse(pid, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := waiting(); len(got) != 2 || !strings.HasPrefix(got[0], "libc") || got[1] != "sleep" {
+		t.Fatalf("tables queued for %v after a sample through libc, want libc's and sleep's", got)
+	}
+	if !u.procList[pid].unused {
+		t.Error("the dynamic loader's mapping, which no stack passed through, is not left out")
+	}
+	// The loader's table loaded (for another process): this one's
+	// entry uses it, unused as it is.
+	ld := slices.IndexFunc(maps, func(m ExecMapping) bool { return strings.Contains(m.Path, "/ld-linux") })
+	if ld < 0 {
+		t.Fatalf("no dynamic loader among %+v", maps)
+	}
+	f, err := elf.Open(maps[ld].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "build-id:" + unwind.BuildID(f)
+	f.Close()
+	u.loaded[key] = &loadedTable{id: 7, rows: 100, key: key}
+	if err := u.writeEntry(pid, u.procList[pid], time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var e bpf.ProfileHsProc
+	if err := procs.Lookup(pid, &e); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.M[ld]; m.Start != maps[ld].Start || m.Table != 7 {
+		t.Errorf("the loader's mapping in the entry: %+v, want table 7", m)
+	}
+	if got := waiting(); slices.ContainsFunc(got, func(p string) bool { return strings.HasPrefix(p, "ld-linux") }) {
+		t.Errorf("tables queued for %v: the loader's is loaded", got)
 	}
 }

@@ -570,18 +570,47 @@ func recordBounded(t *testing.T, pid int, bound int64, d time.Duration, opened .
 	return out, st, maxBytes
 }
 
+// tableBytes is the size of the binary's table as loaded (unwind.Table.Size).
+func tableBytes(t *testing.T, path string) int64 {
+	t.Helper()
+	tab, _, err := unwind.Cache{}.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(tab.Size())
+}
+
+// mappedPath returns the path of the file process pid maps whose path has
+// part, from its /proc/PID/maps.
+func mappedPath(t *testing.T, pid int, part string) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && strings.Contains(f[5], part) {
+			return f[5]
+		}
+	}
+	t.Fatalf("process %d maps no file with %q in its path:\n%s", pid, part, data)
+	return ""
+}
+
 // TestUnwindTablesBoundedWithoutThrash runs the chain fixture, whose
-// tables (its own, ld.so's and libc's: about 405 KB with their indexes,
-// libc's 372 KB) do not all fit in a 385 KB bound. The tables in use stay in and the one left out waits
-// (Deferred) rather than trading places with them at every poll, as an
-// LRU that evicts a table in use would (each trade a build or a cache
+// tables in use (its own and libc's: its stacks pass through both, not
+// through ld.so, whose table is not built) do not both fit in a bound one
+// byte short of them. The tables in use stay in and the one left out
+// waits (Deferred) rather than trading places with them at every poll, as
+// an LRU that evicts a table in use would (each trade a build or a cache
 // read). The chain, in the fixture's own table, is whole meanwhile.
 func TestUnwindTablesBoundedWithoutThrash(t *testing.T) {
 	bpftest.Require(t)
 	bin := fixture.BuildC(t, "", "gcc", "fixture", chainSource, "-O2", "-fomit-frame-pointer")
 	pid := start(t, bin)
 	time.Sleep(50 * time.Millisecond)
-	stacks, st, _ := recordBounded(t, pid, 385_000, 5*time.Second)
+	bound := tableBytes(t, bin) + tableBytes(t, mappedPath(t, pid, "/libc.so")) - 1
+	stacks, st, _ := recordBounded(t, pid, bound, 5*time.Second)
 	if st.Unwind.Deferred == 0 || st.Unwind.Evictions != 0 {
 		t.Errorf("%d tables deferred and %d evicted under a bound smaller than the tables in use, want some deferred and none evicted: %+v",
 			st.Unwind.Deferred, st.Unwind.Evictions, st.Unwind)

@@ -220,8 +220,14 @@ func TestRecentExecMappings(t *testing.T) {
 	if got, ok := s.RecentExecMappings(nil, pid, time.Now()); ok || len(got) != 0 {
 		t.Errorf("a read before the time asked: %+v, %v; want nothing", got, ok)
 	}
-	if st := s.Stats(); st.MapsReads != 1 || st.MapsShared != 1 {
-		t.Errorf("%d reads, %d handed on; want 1 and 1", st.MapsReads, st.MapsShared)
+	// A sample with an address in the executable: its mapping is used.
+	s.Symbolize(pid, nil, []uint64{0x400123})
+	want[0].Used = true
+	if got, _ := s.RecentExecMappings(nil, pid, before); !slices.Equal(got, want) {
+		t.Errorf("after a sample in %s: %+v, want %+v", want[0].Path, got, want)
+	}
+	if st := s.Stats(); st.MapsReads != 1 {
+		t.Errorf("%d reads, want 1", st.MapsReads)
 	}
 	// An exit snapshot replaces the read: nothing from /proc to hand on.
 	s.SetMaps(pid, []SnapshotMapping{{Start: 0x400000, End: 0x452000, Dev: 0x802, Inode: 173521}})

@@ -116,11 +116,16 @@ type ExecMapping struct {
 	// mapped (the line's " (deleted)", cut from Path): Path then names
 	// another file, or none.
 	Deleted bool
+	// Used is set once an address of a sample the symbolizer was given
+	// fell in the mapping (of a file) since it was read: a binary the
+	// process's stacks pass through.
+	Used bool
 }
 
 // RecentExecMappings appends to dst the executable mappings of process pid
 // from the symbolizer's last read of its /proc/PID/maps, if that read
-// started at or after since, and reports whether there was one. It reads
+// started at or after since, and reports whether there was one; each says
+// whether the process's samples had an address in it (Used). It reads
 // nothing and does not make pid known: a process the symbolizer has not
 // seen, one whose mappings came from an exit snapshot, and one last read
 // before since are false, and the caller reads /proc itself.
@@ -136,10 +141,9 @@ func (s *Symbolizer) RecentExecMappings(dst []ExecMapping, pid uint32, since tim
 	if p.procRead.IsZero() || p.procRead.Before(since) {
 		return dst, false
 	}
-	s.stats.mapsShared.Add(1)
 	for i := range p.maps {
-		m := &p.maps[i].mapping
-		dst = append(dst, ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Path: m.path, Deleted: m.deleted})
+		m := &p.maps[i]
+		dst = append(dst, ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Path: m.path, Deleted: m.deleted, Used: m.loaded})
 	}
 	return dst, true
 }

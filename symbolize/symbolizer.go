@@ -68,7 +68,7 @@ type Symbolizer struct {
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
-		mapsReads, mapsErrors, mapsShared      atomic.Uint64
+		mapsReads, mapsErrors                  atomic.Uint64
 		snapshots, snapshotUnknownFiles        atomic.Uint64
 		framesResolved, framesUnknown          atomic.Uint64
 		stackHits                              atomic.Uint64
@@ -290,8 +290,6 @@ type Stats struct {
 	// MapsErrors counts the reads that failed, mostly because the process
 	// had exited.
 	MapsErrors uint64
-	// MapsShared counts the reads handed on by RecentExecMappings.
-	MapsShared uint64
 	// Snapshots counts processes whose mappings came from a snapshot
 	// (SetMaps) rather than from /proc, and SnapshotUnknownFiles the
 	// mapped files of those that no /proc read had named, whose frames
@@ -322,7 +320,6 @@ func (s *Symbolizer) Stats() Stats {
 		BinaryErrors:         s.stats.binaryErrors.Load(),
 		MapsReads:            s.stats.mapsReads.Load(),
 		MapsErrors:           s.stats.mapsErrors.Load(),
-		MapsShared:           s.stats.mapsShared.Load(),
 		Snapshots:            s.stats.snapshots.Load(),
 		SnapshotUnknownFiles: s.stats.snapshotUnknownFiles.Load(),
 		FramesResolved:       s.stats.framesResolved.Load(),
