@@ -361,6 +361,7 @@ struct walk {
 // The frames of the walk in progress, MAX_WALK_FRAMES per CPU, copied into
 // the sample when it is done. Sized by the agent (CPUs * MAX_WALK_FRAMES).
 #define MAX_WALK_FRAMES 128
+#define WALK_CHUNK 16         // frames copied into the record at once
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_WALK_FRAMES);
@@ -650,10 +651,16 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	if (!frames)
 		return -1;
 	// The CPU's frames are consecutive in the array's one allocation;
-	// all of them are copied, a constant size, so that the verifier need
-	// not know the exact count (see struct walk).
-	if (bpf_probe_read_kernel((void *)s->frames + (kbytes & 1023), MAX_FRAMES * 8, frames) < 0)
-		return -1;
+	// they are copied in chunks of a constant size, so that the verifier
+	// need not know the exact count (see struct walk), as many chunks as
+	// hold them (copying all 127 slots cost a fixed part of each sample).
+	for (__u32 c = 0; c < MAX_WALK_FRAMES / WALK_CHUNK; c++) {
+		if (c * WALK_CHUNK >= w.n)
+			break;
+		if (bpf_probe_read_kernel((void *)s->frames + (kbytes & 1023) + c * WALK_CHUNK * 8,
+					  WALK_CHUNK * 8, (void *)frames + c * WALK_CHUNK * 8) < 0)
+			return -1;
+	}
 	// The count goes through the map value and is read back: the
 	// verifier then does not trace the ring buffer record's size back
 	// into the loop.
