@@ -78,7 +78,7 @@ func loadBinary(f *elf.File, buildID, debugDir string) (*binaryFile, error) {
 		if cands, err = addGoFuncs(cands, f, trim); err != nil {
 			return err
 		}
-		b.tab = buildSymtab(cands, trim)
+		b.tab = buildSymtab(cands, trim, true)
 		return nil
 	})
 	if err != nil {

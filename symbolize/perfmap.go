@@ -80,7 +80,7 @@ func parsePerfMap(r io.Reader) (symtab, error) {
 	if err := sc.Err(); err != nil {
 		return symtab{}, fmt.Errorf("read perf map: %w", err)
 	}
-	return buildSymtab(cands, nil), nil
+	return buildSymtab(cands, nil, false), nil
 }
 
 // parseHex parses a hex number with an optional "0x" prefix.

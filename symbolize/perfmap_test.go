@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,36 @@ not a line
 		if got != tc.name {
 			t.Errorf("lookup(%#x) = %q, want %q", tc.addr, got, tc.name)
 		}
+	}
+}
+
+// TestPerfMapNamesPlain checks that a perf map's names are stored whole,
+// not front-coded: its JIT frames are looked up on every sample, with no
+// cache of names in front, so a lookup must neither decode nor allocate.
+func TestPerfMapNamesPlain(t *testing.T) {
+	var b strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&b, "%x 10 LazyCompile:*handler%02d /srv/app.js:%d\n", 0x7f0010000000+i*0x10, i, i)
+	}
+	tab, err := parsePerfMap(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.prefixed {
+		t.Fatal("a perf map's names are front-coded")
+	}
+	addr := uint64(0x7f0010000000 + 37*0x10)
+	want := "LazyCompile:*handler37 /srv/app.js:37"
+	if i, ok := tab.lookup(addr); !ok || tab.name(i) != want {
+		t.Fatalf("lookup(%#x) = %q, %v, want %q", addr, tab.name(i), ok, want)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if i, ok := tab.lookup(addr); ok {
+			_ = tab.name(i)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a perf map lookup allocates %.0f times, want 0", allocs)
 	}
 }
 

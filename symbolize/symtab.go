@@ -26,7 +26,7 @@ type symbol struct {
 // sorted by address, looked up by binary search. ELF binaries, the kernel
 // and perf maps all store their symbols this way.
 //
-// The names of a table built by buildSymtab are front-coded: neighbours in
+// The names of an ELF binary's table are front-coded: neighbours in
 // address order share long prefixes (a Go package path, a C++ namespace),
 // so every name but the first of each run of prefixRun keeps only a byte
 // saying how many leading bytes it shares with the name before it, then
@@ -104,8 +104,11 @@ func leadingUnderscores(s string) int { return len(s) - len(strings.TrimLeft(s, 
 
 // buildSymtab sorts the candidates by address, keeps one per address (the
 // highest rank, then the one perf would show), gives unsized symbols the
-// distance to the next one, and packs the result.
-func buildSymtab(cands []candidate, trim *pageTrim) symtab {
+// distance to the next one, and packs the result, its names front-coded
+// if frontCode is set. A table whose owner does not keep the names it
+// hands out (a perf map) is better plain: name then returns a slice of
+// the table, with no decoding and no allocation.
+func buildSymtab(cands []candidate, trim *pageTrim, frontCode bool) symtab {
 	// Sorting addresses and indexes rather than the candidates moves 16
 	// bytes instead of a struct holding pointers, and compares without
 	// following the index; the index keeps the order of aliases.
@@ -146,21 +149,21 @@ func buildSymtab(cands []candidate, trim *pageTrim) symtab {
 	for k, i := range kept {
 		name := cands[i].name
 		trim.count(len(name))
-		if k%prefixRun != 0 {
+		if frontCode && k%prefixRun != 0 {
 			shared[k] = sharedPrefix(cands[kept[k-1]].name, name)
 			total++
 		}
 		total += len(name) - int(shared[k])
 	}
 	names := make([]byte, 0, total)
-	t := symtab{syms: make([]symbol, len(kept)), prefixed: true}
+	t := symtab{syms: make([]symbol, len(kept)), prefixed: frontCode}
 	for k, i := range kept {
 		c := &cands[i]
 		next, last := uint64(0), k+1 == len(kept)
 		if !last {
 			next = cands[kept[k+1]].addr
 		}
-		if k%prefixRun != 0 {
+		if frontCode && k%prefixRun != 0 {
 			names = append(names, shared[k])
 		}
 		names = append(names, c.name[shared[k]:]...)

@@ -16,7 +16,7 @@ func TestBuildSymtab(t *testing.T) {
 		{addr: 0x1000, size: 0x10, name: "weak_alias", bind: elf.STB_WEAK},
 		{addr: 0x2000, name: "unsized"},
 		{addr: 0x1800, size: 1 << 40, name: "huge"},
-	}, nil)
+	}, nil, true)
 	if tab.len() != 4 {
 		t.Fatalf("len() = %d, want 4 (one per address)", tab.len())
 	}
@@ -49,7 +49,7 @@ func TestBuildSymtab(t *testing.T) {
 }
 
 func TestEmptySymtab(t *testing.T) {
-	tab := buildSymtab(nil, nil)
+	tab := buildSymtab(nil, nil, true)
 	if _, ok := tab.lookup(0x1000); ok {
 		t.Error("lookup in an empty table succeeded")
 	}
@@ -158,7 +158,7 @@ func TestBuildSymtabAliases(t *testing.T) {
 		}
 		// Another symbol after them, so that the last alias is not the
 		// last symbol of the table.
-		tab := buildSymtab(append(tc.cands, candidate{addr: 0x2000, size: 1, name: "next"}), nil)
+		tab := buildSymtab(append(tc.cands, candidate{addr: 0x2000, size: 1, name: "next"}), nil, true)
 		if i, ok := tab.lookup(0x1000); !ok || tab.name(i) != tc.want {
 			t.Errorf("%s: kept %q, want %q", tc.name, tab.name(i), tc.want)
 		}
@@ -188,7 +188,7 @@ func TestSymtabFrontCoded(t *testing.T) {
 		cands = append(cands, candidate{addr: uint64(0x1000 + 16*i), size: 16, name: name})
 		want = append(want, name)
 	}
-	tab := buildSymtab(cands, nil)
+	tab := buildSymtab(cands, nil, true)
 	if !tab.prefixed || tab.len() != len(want) {
 		t.Fatalf("prefixed %v, %d symbols, want a front-coded table of %d", tab.prefixed, tab.len(), len(want))
 	}
