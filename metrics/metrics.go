@@ -137,6 +137,8 @@ var (
 	descUnwindNoCFI     = desc("unwind_binaries_without_cfi_total", "Mapped binaries without .eh_frame or .debug_frame: their frames are walked with frame pointers.")
 	descUnwindErrors    = desc("unwind_table_errors_total", "Mapped binaries whose unwind table could not be built.")
 	descUnwindDeferred  = desc("unwind_tables_deferred_total", "Unwind tables not loaded for a while because the loaded ones were all in use within --unwind-tables.")
+	descUnwindPruned    = desc("unwind_cache_pruned_files_total", "Unwind table files removed from --cache-dir, least recently used first, to stay within --cache-size.")
+	descUnwindPrunedB   = desc("unwind_cache_pruned_bytes_total", "Bytes of the unwind table files removed from --cache-dir to stay within --cache-size.")
 	descUnwindFrames    = desc("unwind_frames_total", "User frames (the sampled pc aside) found with an unwind table (table) or with frame pointers (fp); --unwind dwarf only.", "method")
 )
 
@@ -153,7 +155,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
 		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
-		descUnwindDeferred, descUnwindFrames} {
+		descUnwindDeferred, descUnwindFrames, descUnwindPruned, descUnwindPrunedB} {
 		ch <- d
 	}
 }
@@ -201,6 +203,8 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descUnwindDeferred, float64(st.Unwind.Deferred))
 			counter(descUnwindFrames, float64(st.Unwind.TableFrames), "table")
 			counter(descUnwindFrames, float64(st.Unwind.FPFrames), "fp")
+			counter(descUnwindPruned, float64(st.Unwind.CachePrunedFiles))
+			counter(descUnwindPrunedB, float64(st.Unwind.CachePrunedBytes))
 		}
 	}
 	gauge(descFrequency, float64(c.rec.Frequency()))

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/unwind"
 	"github.com/heatscope/heatscope/wallclock"
 )
 
@@ -78,6 +79,9 @@ type Config struct {
 	// UnwindCacheDir keeps compiled unwind tables between runs ("": no
 	// cache).
 	UnwindCacheDir string
+	// UnwindCacheMaxBytes bounds the table files in UnwindCacheDir (0:
+	// unwind.DefaultCacheMaxBytes); the least recently used are removed.
+	UnwindCacheMaxBytes int64
 	// UnwindMaxBytes bounds the unwind tables loaded into BPF maps (0:
 	// DefaultUnwindMaxBytes); the least recently used are evicted.
 	UnwindMaxBytes int64
@@ -274,7 +278,8 @@ func Open(cfg Config) (*Profiler, error) {
 	}
 	if cfg.Unwind == UnwindDWARF {
 		periodNs := func() int64 { return int64(time.Second) / p.frequency.Load() }
-		p.unwinder = newUnwinder(&p.objs.ProfileMaps, cfg.UnwindCacheDir, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
+		p.unwinder = newUnwinder(&p.objs.ProfileMaps,
+			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
 	}
 	if cfg.BPFStats {
 		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)

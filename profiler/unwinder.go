@@ -113,6 +113,10 @@ type UnwindStats struct {
 	// unwind table and with frame pointers: JIT code, binaries without
 	// CFI, and a process's first samples before its tables are in.
 	TableFrames, FPFrames uint64
+	// CachePrunedFiles and CachePrunedBytes count the table files removed
+	// from the disk cache (Config.UnwindCacheDir), least recently used
+	// first, to keep it within Config.UnwindCacheMaxBytes.
+	CachePrunedFiles, CachePrunedBytes uint64
 }
 
 // fileKey names a mapped file as stat(2) sees it.
@@ -299,14 +303,14 @@ const maxWalkFrames = 128
 // walkCacheSlots is WALK_CACHE_SLOTS in bpf/profile.bpf.c.
 const walkCacheSlots = 256
 
-func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodNs func() int64,
+func newUnwinder(objs *bpf.ProfileMaps, cache unwind.Cache, maxBytes int64, periodNs func() int64,
 	recentMaps func([]ExecMapping, uint32, time.Time) ([]ExecMapping, bool), log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
 	u := &unwinder{
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
-		cache: unwind.Cache{Dir: cacheDir}, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, self: uint32(os.Getpid()), log: log, procRoot: "/proc",
+		cache: cache, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, self: uint32(os.Getpid()), log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
@@ -314,6 +318,10 @@ func newUnwinder(objs *bpf.ProfileMaps, cacheDir string, maxBytes int64, periodN
 		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
 	}
 	u.stats.Enabled, u.stats.MaxBytes = true, maxBytes
+	if u.cache.Pruned == nil {
+		u.cache.Pruned = &unwind.PruneStats{}
+	}
+	u.cache.Prune() // what earlier runs left over the bound
 	u.wg.Go(u.run)
 	return u
 }
@@ -357,8 +365,12 @@ func (u *unwinder) close() {
 
 func (u *unwinder) Stats() UnwindStats {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.stats
+	st := u.stats
+	u.mu.Unlock()
+	if u.cache.Pruned != nil {
+		st.CachePrunedFiles, st.CachePrunedBytes = u.cache.Pruned.Files.Load(), u.cache.Pruned.Bytes.Load()
+	}
+	return st
 }
 
 // refreshInterval is how often a process's mappings are read again at

@@ -6,9 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // Cache keeps compiled tables on disk between runs, one file per build id,
@@ -16,9 +21,31 @@ import (
 // change while its build id stays the same, so a restarted agent reads a
 // table in a fraction of the time compiling it again takes. Binaries
 // without a build id are compiled every time.
+//
+// The files are bounded in bytes (MaxBytes): when a write takes them over
+// the bound, and on Prune, the least recently used (by modification time;
+// a file read from the cache is touched) are removed until they fit. Only
+// Dir/unwind/*.table is counted and pruned; the kernel symbol cache in Dir
+// is left alone.
 type Cache struct {
 	// Dir holds the table files ("" for no cache).
 	Dir string
+	// MaxBytes bounds the table files on disk (0: DefaultCacheMaxBytes).
+	MaxBytes int64
+	// Log receives the errors of pruning and touching files, which are
+	// never fatal (nil: slog.Default()).
+	Log *slog.Logger
+	// Pruned, when set, counts the files removed to stay within MaxBytes.
+	Pruned *PruneStats
+}
+
+// DefaultCacheMaxBytes is the disk bound of a Cache without MaxBytes.
+const DefaultCacheMaxBytes = 256 << 20
+
+// PruneStats counts the cache files removed to stay within the bound, and
+// their bytes. Safe for concurrent use.
+type PruneStats struct {
+	Files, Bytes atomic.Uint64
 }
 
 // cacheMagic starts every cache file.
@@ -46,6 +73,7 @@ func (c Cache) Load(path string) (t *Table, hit bool, err error) {
 	if file != "" {
 		if t, err := readCache(file); err == nil {
 			t.BuildID = id
+			c.touch(file)
 			return t, true, nil
 		}
 	}
@@ -54,9 +82,111 @@ func (c Cache) Load(path string) (t *Table, hit bool, err error) {
 		return nil, false, fmt.Errorf("%s: %w", path, err)
 	}
 	if file != "" {
-		_ = writeCache(file, t) // best effort: compiled again next time
+		// Best effort: a table not saved is compiled again next time.
+		if writeCache(file, t) == nil {
+			c.Prune()
+		}
 	}
 	return t, false, nil
+}
+
+// touch marks a file as just used, for the least-recently-used order.
+func (c Cache) touch(file string) {
+	now := time.Now()
+	if err := os.Chtimes(file, now, now); err != nil {
+		c.log().Warn("unwind cache: cannot mark a table as used", "file", file, "err", err)
+	}
+}
+
+func (c Cache) log() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
+}
+
+// Prune removes the least recently used table files until the rest fit
+// within MaxBytes, and returns how many files and bytes it removed. It
+// does nothing while they fit. Errors are logged, never returned: a file
+// that cannot be removed stays, and the next prune tries again.
+func (c Cache) Prune() (files int, bytes int64) {
+	if c.Dir == "" {
+		return 0, 0
+	}
+	bound := c.MaxBytes
+	if bound <= 0 {
+		bound = DefaultCacheMaxBytes
+	}
+	dir := filepath.Join(c.Dir, "unwind")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			c.log().Warn("unwind cache: cannot list tables to prune", "dir", dir, "err", err)
+		}
+		return 0, 0
+	}
+	type cached struct {
+		name  string
+		size  int64
+		mtime time.Time
+	}
+	var all []cached
+	var total int64
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		table := strings.HasSuffix(e.Name(), ".table")
+		if !table && !strings.HasPrefix(e.Name(), ".table-") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if !table {
+			// A temporary file writeCache left behind when the agent
+			// died between writing and renaming it.
+			if time.Since(info.ModTime()) > staleTemp {
+				c.remove(filepath.Join(dir, e.Name()))
+			}
+			continue
+		}
+		all = append(all, cached{e.Name(), info.Size(), info.ModTime()})
+		total += info.Size()
+	}
+	if total <= bound {
+		return 0, 0
+	}
+	// Oldest first; the name orders files of the same time, so that two
+	// agents sharing a directory agree.
+	slices.SortFunc(all, func(a, b cached) int {
+		if d := a.mtime.Compare(b.mtime); d != 0 {
+			return d
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	for _, f := range all {
+		if total <= bound {
+			break
+		}
+		removed, gone := c.remove(filepath.Join(dir, f.name))
+		if gone {
+			total -= f.size
+		}
+		if removed {
+			files++
+			bytes += f.size
+		}
+	}
+	if c.Pruned != nil {
+		c.Pruned.Files.Add(uint64(files))
+		c.Pruned.Bytes.Add(uint64(bytes))
+	}
+	if files > 0 {
+		c.log().Debug("unwind cache: removed the least recently used tables", "files", files, "bytes", bytes, "bound", bound)
+	}
+	return files, bytes
 }
 
 // Has reports whether the cache holds a table for a build id: loading it
@@ -76,6 +206,26 @@ func (c Cache) file(buildID string) string {
 		return ""
 	}
 	return filepath.Join(c.Dir, "unwind", buildID+".table")
+}
+
+// staleTemp is the age beyond which a temporary file of writeCache is
+// taken for the leftover of an agent that died while writing it.
+const staleTemp = time.Hour
+
+// remove removes a cache file: removed says this call removed it, gone
+// that it is not there any more (removed by another agent sharing the
+// directory). An error is logged.
+func (c Cache) remove(file string) (removed, gone bool) {
+	err := os.Remove(file)
+	switch {
+	case err == nil:
+		return true, true
+	case errors.Is(err, os.ErrNotExist):
+		return false, true
+	default:
+		c.log().Warn("unwind cache: cannot remove a file", "file", file, "err", err)
+		return false, false
+	}
 }
 
 // Encode returns t in the cache's file format.

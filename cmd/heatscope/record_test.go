@@ -401,6 +401,8 @@ func TestRecordBadFlags(t *testing.T) {
 		{"--no-such-flag", "no-such-flag"},
 		{"--memory-limit lots", "--memory-limit"},
 		{"--symbol-cache 0", "--symbol-cache"},
+		{"--cache-size 0", "--cache-size"},
+		{"--cache-size big", "--cache-size"},
 		{"--event-pattern reset=(unclosed", "reset=(unclosed"},
 		{"--event-pattern-file /no/such/patterns", "/no/such/patterns"},
 		{"--cpu-profile /no/such/dir/cpu.pprof", "--cpu-profile"},
