@@ -851,3 +851,48 @@ func TestUnwindMethodInPprof(t *testing.T) {
 		t.Errorf("go tool pprof -tagfocus unwind_fp=^main$ -top keeps no fp_compare sample:\n%s", top)
 	}
 }
+
+// TestUnwindCachePrunedAtStart opens a recorder on a cache directory that
+// an earlier run left over --cache-size: the least recently used table
+// files are removed before anything is recorded, and counted.
+func TestUnwindCachePrunedAtStart(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	tables := filepath.Join(dir, "unwind")
+	if err := os.MkdirAll(tables, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-time.Hour)
+	for i := range 3 { // the first the least recently used
+		file := filepath.Join(tables, fmt.Sprintf("%016x.table", i+1))
+		if err := os.WriteFile(file, make([]byte, 1000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mtime := base.Add(time.Duration(i) * time.Minute)
+		if err := os.Chtimes(file, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := profiler.Config{Frequency: 99, PIDs: []uint32{uint32(os.Getpid())}, Stacks: profiler.StacksUser,
+		Unwind: profiler.UnwindDWARF, UnwindCacheDir: dir, UnwindCacheMaxBytes: 2500}
+	rec, err := Open(cfg, symbolize.Options{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("open recorder: %v", err)
+	}
+	defer rec.Close()
+	st, err := rec.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Unwind.Enabled {
+		t.Skip("the kernel walks user stacks with frame pointers only")
+	}
+	if st.Unwind.CachePrunedFiles != 1 || st.Unwind.CachePrunedBytes != 1000 {
+		t.Errorf("%d files of %d bytes pruned, want 1 of 1000", st.Unwind.CachePrunedFiles, st.Unwind.CachePrunedBytes)
+	}
+	left, _ := filepath.Glob(filepath.Join(tables, "*.table"))
+	want := []string{filepath.Join(tables, "0000000000000002.table"), filepath.Join(tables, "0000000000000003.table")}
+	if !slices.Equal(left, want) {
+		t.Errorf("tables left %v, want %v", left, want)
+	}
+}
