@@ -244,3 +244,40 @@ func TestReadPprofUnwindLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestReadPprofUnwindLabelsKernelAbove reads a crafted profile whose stack
+// has a kernel frame above a user one, labelled as walked with tables:
+// nothing is marked, since a kernel frame cannot have been found by the
+// user stack walk (and the store refuses a marked kernel frame).
+func TestReadPprofUnwindLabelsKernelAbove(t *testing.T) {
+	b := NewPprofBuilder(10_000_000)
+	b.Add(&sample.Sample{Time: 1e9, PID: 1, TID: 1, Comm: "app", Stack: []sample.Frame{
+		{Function: "leaf", Module: "/bin/app", Address: 0x10, Kind: sample.KindUser},
+		{Function: "do_syscall_64", Module: sample.KernelModule, Address: 0xffffffff81000010, Kind: sample.KindKernel},
+		{Function: "main", Module: "/bin/app", Address: 0x40, Kind: sample.KindUser},
+	}})
+	p := b.Profile()
+	for _, ps := range p.Sample {
+		ps.Label = map[string][]string{"comm": {"app"}, UnwindLabel: {"table"}}
+	}
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	if err := ReadPprof(&buf, func(s *sample.Sample) error {
+		read++
+		checkSample(t, s)
+		for _, f := range s.Stack {
+			if f.Method != sample.MethodNotKnown {
+				t.Errorf("frame %s (kind %d) marked %d", f.Function, f.Kind, f.Method)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if read != 1 {
+		t.Fatalf("read %d samples, want 1", read)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"io"
 	"math/bits"
+	"slices"
 	"strconv"
 
 	"github.com/google/pprof/profile"
@@ -210,7 +211,8 @@ func numLabel(ps *profile.Sample, key string) (int64, bool) {
 // frame pointers and the others with a table ("table+fp"; in a recursion,
 // the first frame of a name takes it). Labels that do not fit the stack
 // (a name that is not its frames', counts that do not add up, another
-// value) mark nothing: they are untrusted input.
+// value, a kernel frame above the user ones) mark nothing: they are
+// untrusted input.
 func markUnwind(stack []sample.Frame, ps *profile.Sample) {
 	method, fp := stringLabel(ps, UnwindLabel), ps.Label[UnwindFPLabel]
 	if method == "" {
@@ -224,6 +226,9 @@ func markUnwind(stack []sample.Frame, ps *profile.Sample) {
 		return
 	}
 	above := stack[pc+1:]
+	if slices.ContainsFunc(above, func(f sample.Frame) bool { return f.Kind == sample.KindKernel }) {
+		return // a kernel frame above a user one: not a stack a walk wrote
+	}
 	matched := 0
 	for i := range above {
 		if matched < len(fp) && above[i].Function == fp[matched] {

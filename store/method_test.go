@@ -244,3 +244,54 @@ func TestBuilderKeepsMethodsApart(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelFrameMethodDropped appends a sample whose kernel frame says it
+// was found with a table (what a crafted import could hand the store):
+// the store keeps the sample, drops the kernel frame's method, and reads
+// it back from the head, from the WAL after a crash and from a block
+// without a corrupt block or segment.
+func TestKernelFrameMethodDropped(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := sample.Sample{Time: time.Now().Add(-time.Hour).UnixNano() / 1000 * 1000, PID: 7, TID: 7, CPU: 0, Comm: "app",
+		Stack: []sample.Frame{
+			{Function: "leaf", Module: "/bin/app", Address: 0x10, Kind: sample.KindUser},
+			{Function: "do_syscall_64", Module: sample.KernelModule, Address: 0xffffffff81000010, Kind: sample.KindKernel, Method: sample.MethodTable},
+			{Function: "main", Module: "/bin/app", Address: 0x40, Kind: sample.KindUser, Method: sample.MethodFP},
+		}}
+	if err := db.Append(&s); err != nil {
+		t.Fatal(err)
+	}
+	check := func(where string, got []sample.Sample) {
+		t.Helper()
+		if len(got) != 1 {
+			t.Fatalf("%s: %d samples, want 1", where, len(got))
+		}
+		if m := []sample.Method{got[0].Stack[0].Method, got[0].Stack[1].Method, got[0].Stack[2].Method}; !slices.Equal(m, []sample.Method{sample.MethodNotKnown, sample.MethodNotKnown, sample.MethodFP}) {
+			t.Errorf("%s: methods %v, want the kernel frame's dropped and main's kept", where, m)
+		}
+	}
+	check("head", all(t, db, Filter{}))
+	db.Flush()
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed)
+	os.Remove(filepath.Join(crashed, "lock"))
+	replayed, err := Open(crashed, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("WAL replay", all(t, replayed, Filter{}))
+	replayed.Close()
+	db.mu.Lock()
+	db.cutLocked()
+	db.mu.Unlock()
+	waitSealed(t, db)
+	check("block", all(t, db, Filter{}))
+	if st := db.Stats(); st.CorruptSkips != 0 {
+		t.Errorf("%d corrupt blocks skipped", st.CorruptSkips)
+	}
+}

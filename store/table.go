@@ -195,9 +195,18 @@ func (b *Builder) internString(s string) uint32 {
 // keyed by their strings' ids: 24 bytes a frame, where keying them by
 // their strings took 64 (a merge under churn interns a frame or more per
 // process).
+//
+// Only a user frame keeps how it was found: a method on a kernel frame
+// (from a crafted import, say) is dropped here, since the readers refuse a
+// marked kernel frame as corrupt and the store must not write what it
+// cannot read back.
 func (b *Builder) internFrame(f *sample.Frame) uint32 {
+	method := f.Method
+	if f.Kind == sample.KindKernel {
+		method = sample.MethodNotKnown
+	}
 	fr := Frame{Function: b.internString(f.Function), Module: b.internString(f.Module),
-		BuildID: b.internString(f.BuildID), Kind: f.Kind, Method: f.Method, Address: f.Address}
+		BuildID: b.internString(f.BuildID), Kind: f.Kind, Method: method, Address: f.Address}
 	if id, ok := b.frames[fr]; ok {
 		return id
 	}
