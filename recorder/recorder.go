@@ -127,7 +127,7 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
 	var sweptNs int64
-	marked := markedStacks{}
+	var marked markedStacks
 	var snap []symbolize.SnapshotMapping
 	// With unwind tables, each sample says how its user frames were found.
 	tables := r.prof.Unwind() == profiler.UnwindDWARF
@@ -145,7 +145,7 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	err := r.prof.Run(ctx, func(rec *profiler.Record, wallNs int64) {
 		if wallNs-sweptNs >= exitSweep.Nanoseconds() {
 			r.sym.ForgetExited(exitSweep)
-			clear(marked)
+			marked.clear()
 			sweptNs = wallNs
 		}
 		if !r.sym.Has(rec.PID, rec.Comm) {
@@ -160,6 +160,7 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 				r.prof.MissedProcess()
 			}
 		}
+		stack, shared := r.sym.SymbolizeShared(rec.PID, rec.Kernel, rec.User)
 		s = sample.Sample{
 			Time:     wallNs,
 			CPU:      rec.CPU,
@@ -167,14 +168,14 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			TID:      rec.TID,
 			Comm:     rec.Comm,
 			CgroupID: rec.CgroupID,
-			Stack:    r.sym.Symbolize(rec.PID, rec.Kernel, rec.User),
+			Stack:    stack,
 		}
 		if tables {
 			s.Unwind = sample.Unwind{UserFrames: len(rec.User), Table: rec.UserDWARF}
 			// Each user frame says how it was found, for the store and
 			// the pprof labels: on a copy, as the symbolizer's frames
 			// are shared between samples (one copy per stack and bits).
-			s.Stack = marked.mark(s.Stack, &s.Unwind)
+			s.Stack = marked.mark(s.Stack, &s.Unwind, shared)
 		}
 		if r.containers != nil {
 			s.Container = r.containers.Lookup(rec.CgroupID)

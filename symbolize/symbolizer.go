@@ -165,6 +165,16 @@ func (s *Symbolizer) process(pid uint32) *process {
 // a cache (stackCache) and are shared between the samples that return
 // them: callers may keep them but must not modify them.
 func (s *Symbolizer) Symbolize(pid uint32, kernel, user []uint64) []sample.Frame {
+	frames, _ := s.SymbolizeShared(pid, kernel, user)
+	return frames
+}
+
+// SymbolizeShared is Symbolize, and also reports whether the frames are
+// shared: whether the stack cache keeps them, so that the next samples of
+// the same stack get the same slice. Stacks with a JIT frame (perf maps
+// change as runtimes compile) or an unresolved one are not cached: each
+// call returns a new slice for them.
+func (s *Symbolizer) SymbolizeShared(pid uint32, kernel, user []uint64) (frames []sample.Frame, shared bool) {
 	// Kernel-only stacks are the same in every process.
 	var p *process
 	var keyPID uint32
@@ -179,9 +189,9 @@ func (s *Symbolizer) Symbolize(pid uint32, kernel, user []uint64) []sample.Frame
 	if frames := s.stacks.get(hash, keyPID, version, kernel, user); frames != nil {
 		s.stats.stackHits.Add(1)
 		s.stats.framesResolved.Add(uint64(len(frames)))
-		return frames
+		return frames, true
 	}
-	frames := make([]sample.Frame, 0, len(kernel)+len(user))
+	frames = make([]sample.Frame, 0, len(kernel)+len(user))
 	var resolved, unknown uint64
 	cacheable := true
 	count := func(f sample.Frame, ok bool) {
@@ -203,8 +213,9 @@ func (s *Symbolizer) Symbolize(pid uint32, kernel, user []uint64) []sample.Frame
 	s.stats.framesUnknown.Add(unknown)
 	if cacheable && len(frames) > 0 {
 		s.stacks.put(hash, keyPID, version, kernel, user, frames)
+		return frames, true
 	}
-	return frames
+	return frames, false
 }
 
 // lookupAddr returns the address to look up for the i-th frame of a

@@ -78,10 +78,13 @@ func TestStackCache(t *testing.T) {
 	s := New(nil, Options{})
 	s.Observe(fx.pid, "test")
 	stack, _, _ := cChain(t, fx)
-	first := s.Symbolize(fx.pid, nil, stack)
-	again := s.Symbolize(fx.pid, nil, stack)
-	if !slices.Equal(first, again) || &first[0] != &again[0] {
-		t.Fatalf("the same stack again: %v, first %v; want the cached frames", again, first)
+	first, shared := s.SymbolizeShared(fx.pid, nil, stack)
+	if !shared {
+		t.Error("a resolved stack, once cached, was not reported shared")
+	}
+	again, shared := s.SymbolizeShared(fx.pid, nil, stack)
+	if !slices.Equal(first, again) || &first[0] != &again[0] || !shared {
+		t.Fatalf("the same stack again: %v (shared %v), first %v; want the cached frames", again, shared, first)
 	}
 	if st := s.Stats(); st.StackCacheHits != 1 || st.FramesResolved != 8 {
 		t.Errorf("stats %+v: want 1 stack cache hit, 8 frames resolved", st)
@@ -90,7 +93,9 @@ func TestStackCache(t *testing.T) {
 	odd := append(slices.Clone(stack), 0xdead0000)
 	s.Symbolize(fx.pid, nil, odd)
 	before := s.Stats().StackCacheHits
-	s.Symbolize(fx.pid, nil, odd)
+	if _, shared := s.SymbolizeShared(fx.pid, nil, odd); shared {
+		t.Error("a stack with an unknown frame was reported shared")
+	}
 	if s.Stats().StackCacheHits != before {
 		t.Error("a stack with an unknown frame came from the cache")
 	}
@@ -310,6 +315,9 @@ func TestSymbolizeJIT(t *testing.T) {
 
 	// jit+0x60 is a return address one past the second entry.
 	frames := s.Symbolize(fx.pid, nil, []uint64{jit + 0x10, jit + 0x60, jit + 0x200})
+	if _, shared := s.SymbolizeShared(fx.pid, nil, []uint64{jit + 0x10, jit + 0x60}); shared {
+		t.Error("a stack of JIT frames, all named, was reported shared (perf maps are not cached)")
+	}
 	want := []sample.Frame{
 		{Function: "jit_one", Module: "[jit]", Address: jit + 0x10, Kind: sample.KindJIT},
 		{Function: "LazyCompile:*render app.js:12", Module: "[jit]", Address: jit + 0x60, Kind: sample.KindJIT},
