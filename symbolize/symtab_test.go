@@ -178,8 +178,8 @@ func TestSymtabFrontCoded(t *testing.T) {
 		switch {
 		case i%7 == 3:
 			name = fmt.Sprintf("x%d", i) // shares nothing with its neighbour
-		case i%11 == 5:
-			name = long + fmt.Sprintf("f%03d", i) // a prefix over 255 bytes
+		case i%16 >= 5 && i%16 <= 8:
+			name = long + fmt.Sprintf("f%03d", i) // neighbours sharing over 255 bytes
 		case i%13 == 0:
 			name = ""
 		default:

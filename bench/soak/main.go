@@ -474,11 +474,12 @@ func report(in reportInput) {
 	}
 }
 
-// reportPeaks prints the RSS highs after the first minute, the last ten,
-// with the mappings that held them.
+// reportPeaks prints the RSS highs after the first minute (the first is
+// the reading at one minute), the last ten, with the mappings that held
+// them.
 func reportPeaks(peaks []peak) {
 	if len(peaks) == 0 {
-		fmt.Println("No RSS high after the first minute above the first minute's.")
+		fmt.Println("No RSS reading after the first minute (a run shorter than a minute).")
 		fmt.Println()
 		return
 	}
