@@ -522,6 +522,13 @@ __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_
 	if (!r)
 		return 0;
 	*out = *r;
+	// The walk keeps proc from its start, and a hash map reuses a freed
+	// element at once: if the agent replaced the process's entry since,
+	// the element now holds another gen (the agent never reuses one), and
+	// what was read from it is not this walk's. The walk goes on by frame
+	// pointers for this frame.
+	if (proc->gen != gen)
+		return 0;
 	if (cached) {
 		cached->pc = pc;
 		cached->gen = gen;
