@@ -182,7 +182,7 @@ func recordFixture(t *testing.T, bin string) ([]userStack, profiler.Stats) {
 	t.Helper()
 	pid := start(t, bin)
 	time.Sleep(50 * time.Millisecond)
-	return recordUser(t, pid, profiler.UnwindDWARF, 6*time.Second)
+	return recordUser(t, pid, profiler.UnwindDWARF, 8*time.Second)
 }
 
 // checkChain records a running fixture with the table walk and checks
