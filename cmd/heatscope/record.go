@@ -67,7 +67,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	pids := fs.String("pid", "", "only sample these processes (comma-separated pids)")
 	cgroup := fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
 	stacks := fs.String("stacks", "all", "which stacks to walk: all, kernel or user")
-	unwindMode := fs.String("unwind", "fp", "how user stacks are walked: fp (frame pointers), dwarf (unwind tables from each binary's .eh_frame, frame pointers where there are none; Linux 5.17) or auto (dwarf where the kernel can, else fp)")
+	unwindMode := fs.String("unwind", "auto", "how user stacks are walked: auto (dwarf where the kernel can, else fp), fp (frame pointers) or dwarf (unwind tables from each binary's .eh_frame, frame pointers where there are none; Linux 5.17)")
 	unwindTables := fs.String("unwind-tables", "64MiB", "memory bound of the unwind tables loaded into BPF maps (--unwind dwarf): the least recently used are evicted beyond it")
 	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
 	top := fs.Int("top", 0, "when done, print this many top functions by self CPU time (keeps the run's profile in memory: for bounded runs)")
