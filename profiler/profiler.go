@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
 	"github.com/heatscope/heatscope/wallclock"
 )
@@ -90,11 +91,11 @@ type Config struct {
 	// of every new process it is given samples of): it appends to dst
 	// the executable mappings of pid if they were read at or after since,
 	// and reports whether they were, saying which ones the process's
-	// sampled stacks passed through (ExecMapping.Used): only those get
+	// sampled stacks passed through (symbolize.ExecMapping.Used): only those get
 	// tables. The unwinder reads /proc itself when it gets false, and
 	// then gives every mapping its table. Called from the unwinder's
 	// goroutine.
-	RecentMaps func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool)
+	RecentMaps func(dst []symbolize.ExecMapping, pid uint32, since time.Time) ([]symbolize.ExecMapping, bool)
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.

@@ -1,8 +1,6 @@
 package profiler
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"debug/elf"
 	"errors"
@@ -11,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
 )
 
@@ -163,9 +161,9 @@ type procState struct {
 	asked time.Time
 	ready bool
 	root  string
-	maps  []ExecMapping
+	maps  []symbolize.ExecMapping
 	// usage is set when the maps say which mappings the process's stacks
-	// passed through (ExecMapping.Used, from the symbolizer): the others
+	// passed through (symbolize.ExecMapping.Used, from the symbolizer): the others
 	// get no table until they do (unused), which checkUse looks for.
 	usage, unused bool
 	complete      bool
@@ -213,7 +211,7 @@ type unwinder struct {
 	// stands for.
 	periodNs func() int64
 	// recentMaps is Config.RecentMaps (nil: none).
-	recentMaps func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool)
+	recentMaps func(dst []symbolize.ExecMapping, pid uint32, since time.Time) ([]symbolize.ExecMapping, bool)
 	// self is the agent's own pid: its stacks are walked with frame
 	// pointers, which its Go code keeps. Its table (1.5 MB of
 	// .debug_frame, about 150 ms to compile) was built in every run, the
@@ -249,7 +247,7 @@ type unwinder struct {
 	heat       map[uint32]uint64
 	sampledNow []uint32
 	// useBuf is checkUse's buffer for the symbolizer's mappings.
-	useBuf []ExecMapping
+	useBuf []symbolize.ExecMapping
 	// asks holds the processes that asked for their mappings and were
 	// not read yet.
 	asks map[uint32]ask
@@ -304,7 +302,7 @@ const maxWalkFrames = 128
 const walkCacheSlots = 256
 
 func newUnwinder(objs *bpf.ProfileMaps, cache unwind.Cache, maxBytes int64, periodNs func() int64,
-	recentMaps func([]ExecMapping, uint32, time.Time) ([]ExecMapping, bool), log *slog.Logger) *unwinder {
+	recentMaps func([]symbolize.ExecMapping, uint32, time.Time) ([]symbolize.ExecMapping, bool), log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
@@ -643,66 +641,6 @@ func (u *unwinder) forgetExited() {
 	}
 }
 
-// ExecMapping is an executable mapping of a process, as a line of
-// /proc/PID/maps gives it (Config.RecentMaps).
-type ExecMapping struct {
-	Start, End uint64
-	// Offset is the file offset mapped at Start.
-	Offset uint64
-	// Path is the mapped file's path, empty for anonymous memory, or a
-	// name such as "[vdso]".
-	Path string
-	// Deleted is set when the file was deleted or replaced since it was
-	// mapped (the line's " (deleted)", cut from Path): Path then names
-	// another file, or none, and the mapping gets no table.
-	Deleted bool
-	// Used is set when a sampled stack had an address in the mapping,
-	// as far as the reader that handed the mappings on knows (the
-	// symbolizer): only those get tables (procState.usage).
-	Used bool
-}
-
-// readExecMaps returns the executable mappings of a process.
-func readExecMaps(path string) ([]ExecMapping, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []ExecMapping
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		// "start-end perms offset dev inode path": most lines are not
-		// executable, and splitting each into fields cost a quarter of
-		// the reads' CPU under churn.
-		line := sc.Bytes()
-		if sp := bytes.IndexByte(line, ' '); sp < 0 || sp+3 >= len(line) || line[sp+3] != 'x' {
-			continue
-		}
-		f := bytes.Fields(line)
-		if len(f) < 5 || len(f[1]) < 3 || f[1][2] != 'x' {
-			continue
-		}
-		lo, hi, ok := bytes.Cut(f[0], []byte("-"))
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(string(lo), 16, 64)
-		end, err2 := strconv.ParseUint(string(hi), 16, 64)
-		off, err3 := strconv.ParseUint(string(f[2]), 16, 64)
-		if err1 != nil || err2 != nil || err3 != nil {
-			continue
-		}
-		m := ExecMapping{Start: start, End: end, Offset: off}
-		if len(f) >= 6 {
-			p := bytes.Join(f[5:], []byte(" "))
-			p, m.Deleted = bytes.CutSuffix(p, []byte(" (deleted)"))
-			m.Path = string(p)
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
 // process takes a process's mappings and writes its unwind_procs entry
 // with the tables loaded so far; the others are queued for build, and
 // the entry is written again when they are in. The mappings are the
@@ -721,7 +659,7 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 	}
 	root := fmt.Sprintf("%s/%d", u.procRoot, pid)
 	var (
-		maps   []ExecMapping
+		maps   []symbolize.ExecMapping
 		shared bool
 	)
 	if u.recentMaps != nil {
@@ -729,7 +667,7 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 	}
 	if !shared {
 		var err error
-		if maps, err = readExecMaps(root + "/maps"); err != nil {
+		if maps, err = symbolize.ReadExecMappings(root + "/maps"); err != nil {
 			return err // gone, most often
 		}
 	}
@@ -773,7 +711,7 @@ func (u *unwinder) checkUse(pid uint32, now time.Time) error {
 		if m.Used {
 			continue
 		}
-		j, found := slices.BinarySearchFunc(theirs, m.Start, func(e ExecMapping, start uint64) int { return cmp.Compare(e.Start, start) })
+		j, found := slices.BinarySearchFunc(theirs, m.Start, func(e symbolize.ExecMapping, start uint64) int { return cmp.Compare(e.Start, start) })
 		if found && theirs[j].Used && theirs[j].End == m.End && theirs[j].Offset == m.Offset && theirs[j].Path == m.Path {
 			m.Used, changed = true, true
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/heatscope/heatscope/bpf"
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
 )
 
@@ -245,7 +246,7 @@ func TestTakeFallsBack(t *testing.T) {
 // them against its /proc/self/maps lines whose permissions have x: the
 // test binary's text and the vdso at least.
 func TestReadExecMaps(t *testing.T) {
-	maps, err := readExecMaps("/proc/self/maps")
+	maps, err := symbolize.ReadExecMappings("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,19 +292,19 @@ func TestProcessTakesRecentMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer procs.Close()
-	own, err := readExecMaps("/proc/self/maps")
+	own, err := symbolize.ReadExecMappings("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The other reader's mappings: anonymous, so that no table is
 	// looked for, and unlike this process's.
-	theirs := []ExecMapping{{Start: 0x10000, End: 0x20000}, {Start: 0x30000, End: 0x38000}}
+	theirs := []symbolize.ExecMapping{{Start: 0x10000, End: 0x20000}, {Start: 0x30000, End: 0x38000}}
 	var readAt time.Time // when the other reader read them
 	var asked []time.Time
 	u := &unwinder{
 		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
 		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{},
-		recentMaps: func(dst []ExecMapping, pid uint32, since time.Time) ([]ExecMapping, bool) {
+		recentMaps: func(dst []symbolize.ExecMapping, pid uint32, since time.Time) ([]symbolize.ExecMapping, bool) {
 			asked = append(asked, since)
 			if readAt.Before(since) {
 				return dst, false
@@ -312,19 +313,19 @@ func TestProcessTakesRecentMaps(t *testing.T) {
 		},
 	}
 	pid := uint32(os.Getpid())
-	entry := func() []ExecMapping {
+	entry := func() []symbolize.ExecMapping {
 		t.Helper()
 		var e bpf.ProfileHsProc
 		if err := procs.Lookup(pid, &e); err != nil {
 			t.Fatal(err)
 		}
-		var got []ExecMapping
+		var got []symbolize.ExecMapping
 		for _, m := range e.M[:e.Count] {
-			got = append(got, ExecMapping{Start: m.Start, End: m.End})
+			got = append(got, symbolize.ExecMapping{Start: m.Start, End: m.End})
 		}
 		return got
 	}
-	starts := func(ms []ExecMapping) []uint64 {
+	starts := func(ms []symbolize.ExecMapping) []uint64 {
 		var v []uint64
 		for _, m := range ms {
 			v = append(v, m.Start)
@@ -438,9 +439,9 @@ func TestOwnProcessGetsNoTables(t *testing.T) {
 	}
 	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
 	pid := uint32(sleep.Process.Pid)
-	var maps []ExecMapping
+	var maps []symbolize.ExecMapping
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if maps, err = readExecMaps(fmt.Sprintf("/proc/%d/maps", pid)); err == nil && len(maps) > 2 {
+		if maps, err = symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid)); err == nil && len(maps) > 2 {
 			break // exec'd, and libc mapped
 		}
 	}
@@ -504,7 +505,7 @@ func TestEntryGenerations(t *testing.T) {
 }
 
 // TestTablesOnlyForUsedMappings: with mappings that say which ones the
-// process's stacks passed through (ExecMapping.Used, the symbolizer's),
+// process's stacks passed through (symbolize.ExecMapping.Used, the symbolizer's),
 // only those get their tables queued; a table already loaded serves a
 // mapping of its file anyway; and once a stack passes through another
 // (checkUse, at the process's next sample) its table is queued too. A
@@ -523,10 +524,10 @@ func TestTablesOnlyForUsedMappings(t *testing.T) {
 	}
 	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
 	pid := uint32(sleep.Process.Pid)
-	var maps []ExecMapping
+	var maps []symbolize.ExecMapping
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if maps, err = readExecMaps(fmt.Sprintf("/proc/%d/maps", pid)); err == nil &&
-			slices.ContainsFunc(maps, func(m ExecMapping) bool { return strings.Contains(m.Path, "/libc.so") }) {
+		if maps, err = symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid)); err == nil &&
+			slices.ContainsFunc(maps, func(m symbolize.ExecMapping) bool { return strings.Contains(m.Path, "/libc.so") }) {
 			break // exec'd, and libc mapped
 		}
 	}
@@ -547,7 +548,7 @@ func TestTablesOnlyForUsedMappings(t *testing.T) {
 		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
 		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{},
 		failed: map[string]bool{}, deferred: map[string]time.Time{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{},
-		recentMaps: func(dst []ExecMapping, _ uint32, _ time.Time) ([]ExecMapping, bool) {
+		recentMaps: func(dst []symbolize.ExecMapping, _ uint32, _ time.Time) ([]symbolize.ExecMapping, bool) {
 			return append(dst, maps...), true
 		},
 	}
@@ -589,7 +590,7 @@ func TestTablesOnlyForUsedMappings(t *testing.T) {
 	}
 	// The loader's table loaded (for another process): this one's
 	// entry uses it, unused as it is.
-	ld := slices.IndexFunc(maps, func(m ExecMapping) bool { return strings.Contains(m.Path, "/ld-linux") })
+	ld := slices.IndexFunc(maps, func(m symbolize.ExecMapping) bool { return strings.Contains(m.Path, "/ld-linux") })
 	if ld < 0 {
 		t.Fatalf("no dynamic loader among %+v", maps)
 	}

@@ -78,27 +78,16 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 	}
 	sym := symbolize.New(kernel, symOpts)
 	if cfg.RecentMaps == nil {
-		cfg.RecentMaps = recentMaps(sym)
+		// The symbolizer reads the maps of every process at its first
+		// sample; the unwinder, which wants them of the processes sampled
+		// more than once, need not read them a second time.
+		cfg.RecentMaps = sym.RecentExecMappings
 	}
 	prof, err := profiler.Open(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &Recorder{prof: prof, sym: sym}, nil
-}
-
-// recentMaps hands the unwinder the symbolizer's reads of /proc/PID/maps
-// (profiler.Config.RecentMaps): the symbolizer reads the maps of every
-// process at its first sample, and the unwinder, which wants them of the
-// processes sampled more than once, need not read them a second time.
-func recentMaps(sym *symbolize.Symbolizer) func([]profiler.ExecMapping, uint32, time.Time) ([]profiler.ExecMapping, bool) {
-	return func(dst []profiler.ExecMapping, pid uint32, since time.Time) ([]profiler.ExecMapping, bool) {
-		maps, ok := sym.RecentExecMappings(nil, pid, since)
-		for _, m := range maps {
-			dst = append(dst, profiler.ExecMapping(m))
-		}
-		return dst, ok
-	}
 }
 
 // LabelContainers makes Run label each sample with its cgroup's container

@@ -122,6 +122,24 @@ type ExecMapping struct {
 	Used bool
 }
 
+// ReadExecMappings reads the executable mappings of the maps file at
+// path (/proc/PID/maps), as the symbolizer parses its own reads.
+func ReadExecMappings(path string) ([]ExecMapping, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	maps, err := parseMaps(nil, data, true, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := make([]ExecMapping, len(maps))
+	for i, m := range maps {
+		out[i] = ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Path: m.path, Deleted: m.deleted}
+	}
+	return out, nil
+}
+
 // RecentExecMappings appends to dst the executable mappings of process pid
 // from the symbolizer's last read of its /proc/PID/maps, if that read
 // started at or after since, and reports whether there was one; each says
