@@ -16,6 +16,21 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
+// crashCopy flushes db's log and opens a copy of its directory as an
+// agent that crashed at that moment would find it: the WAL replayed.
+func crashCopy(t *testing.T, db *DB, dir string) *DB {
+	t.Helper()
+	db.Flush()
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed)
+	os.Remove(filepath.Join(crashed, "lock"))
+	replayed, err := Open(crashed, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return replayed
+}
+
 // appendMarked appends cfg's samples with their frames marked
 // (synth.Config.Unwind).
 func appendMarked(t testing.TB, db *DB, cfg synth.Config) []sample.Sample {
@@ -61,14 +76,7 @@ func TestFrameMethodsRoundTrip(t *testing.T) {
 	}
 
 	// A crash: the WAL holds what the head had.
-	db.Flush()
-	crashed := t.TempDir()
-	copyDir(t, dir, crashed)
-	os.Remove(filepath.Join(crashed, "lock"))
-	replayed, err := Open(crashed, Options{Source: "host"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	replayed := crashCopy(t, db, dir)
 	sameSamples(t, all(t, replayed, Filter{}), want)
 	if err := replayed.Close(); err != nil {
 		t.Fatal(err)
@@ -276,14 +284,7 @@ func TestKernelFrameMethodDropped(t *testing.T) {
 		}
 	}
 	check("head", all(t, db, Filter{}))
-	db.Flush()
-	crashed := t.TempDir()
-	copyDir(t, dir, crashed)
-	os.Remove(filepath.Join(crashed, "lock"))
-	replayed, err := Open(crashed, Options{Source: "host"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	replayed := crashCopy(t, db, dir)
 	check("WAL replay", all(t, replayed, Filter{}))
 	replayed.Close()
 	db.mu.Lock()
