@@ -287,11 +287,7 @@ func TestReadExecMaps(t *testing.T) {
 // map.
 func TestProcessTakesRecentMaps(t *testing.T) {
 	bpftest.Require(t)
-	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer procs.Close()
+	procs := newProcsMap(t, 16)
 	own, err := symbolize.ReadExecMappings("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
@@ -421,6 +417,37 @@ func TestTakeAsksWaitsForDrain(t *testing.T) {
 	}
 }
 
+// newProcsMap makes an unwind_procs map of n entries for a test.
+func newProcsMap(t *testing.T, n uint32) *ebpf.Map {
+	t.Helper()
+	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { procs.Close() })
+	return procs
+}
+
+// sleepWithLibc starts a sleep(1) for the test's life and returns its pid
+// and executable mappings once it has exec'd and mapped libc.
+func sleepWithLibc(t *testing.T) (uint32, []symbolize.ExecMapping) {
+	t.Helper()
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	pid := uint32(sleep.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		maps, err := symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid))
+		if err == nil && slices.ContainsFunc(maps, func(m symbolize.ExecMapping) bool { return strings.Contains(m.Path, "/libc.so") }) {
+			return pid, maps
+		}
+	}
+	t.Fatalf("sleep (pid %d) did not map libc in 5 s", pid)
+	return 0, nil
+}
+
 // TestOwnProcessGetsNoTables: the agent's own process gets an entry whose
 // mappings have no table (its stacks are walked with frame pointers), and
 // no table is queued for it; any other process mapping the same files
@@ -428,23 +455,8 @@ func TestTakeAsksWaitsForDrain(t *testing.T) {
 // binary has no CFI: go test links it without DWARF).
 func TestOwnProcessGetsNoTables(t *testing.T) {
 	bpftest.Require(t)
-	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer procs.Close()
-	sleep := exec.Command("sleep", "60")
-	if err := sleep.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
-	pid := uint32(sleep.Process.Pid)
-	var maps []symbolize.ExecMapping
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if maps, err = symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid)); err == nil && len(maps) > 2 {
-			break // exec'd, and libc mapped
-		}
-	}
+	procs := newProcsMap(t, 4)
+	pid, maps := sleepWithLibc(t)
 	u := &unwinder{
 		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc", self: pid,
 		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{},
@@ -482,11 +494,7 @@ func TestOwnProcessGetsNoTables(t *testing.T) {
 // dlopen or an eviction must not find the rows cached for the old one.
 func TestEntryGenerations(t *testing.T) {
 	bpftest.Require(t)
-	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer procs.Close()
+	procs := newProcsMap(t, 4)
 	u := &unwinder{procs: procs}
 	seen := map[uint64]bool{}
 	for i, pid := range []uint32{7, 7, 8, 7} {
@@ -513,24 +521,8 @@ func TestEntryGenerations(t *testing.T) {
 // dynamic loader are not, at first.
 func TestTablesOnlyForUsedMappings(t *testing.T) {
 	bpftest.Require(t)
-	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer procs.Close()
-	sleep := exec.Command("sleep", "60")
-	if err := sleep.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
-	pid := uint32(sleep.Process.Pid)
-	var maps []symbolize.ExecMapping
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if maps, err = symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid)); err == nil &&
-			slices.ContainsFunc(maps, func(m symbolize.ExecMapping) bool { return strings.Contains(m.Path, "/libc.so") }) {
-			break // exec'd, and libc mapped
-		}
-	}
+	procs := newProcsMap(t, 4)
+	pid, maps := sleepWithLibc(t)
 	exe, libc := -1, -1
 	for i, m := range maps {
 		switch {
