@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -41,6 +43,9 @@ type Bucket struct {
 	inner   objstore.Bucket
 	name    string
 	secrets []string
+	// fsRoot is the filesystem provider's directory, prefix included
+	// ("" for other providers): its conditional writes work on files.
+	fsRoot string
 }
 
 var _ objstore.Bucket = (*Bucket)(nil)
@@ -83,6 +88,9 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Bucket, error) {
 		inner = objstore.NewPrefixedBucket(inner, p)
 	}
 	b.inner = inner
+	if cfg.Provider == "filesystem" {
+		b.fsRoot = filepath.Join(cfg.Directory, filepath.FromSlash(strings.Trim(cfg.Prefix, "/")))
+	}
 	return b, nil
 }
 
@@ -149,7 +157,8 @@ func openS3(_ context.Context, cfg Config, o opening) (objstore.Bucket, error) {
 	if c.SessionToken, err = o.readSecret(cr.SessionTokenFile, "session token file"); err != nil {
 		return nil, err
 	}
-	return s3.NewBucketWithConfig(o.logger, c, o.opts.Component, nil)
+	wrap := func(next http.RoundTripper) http.RoundTripper { return conditionalTransport{next} }
+	return s3.NewBucketWithConfig(o.logger, c, o.opts.Component, wrap)
 }
 
 func openFilesystem(_ context.Context, cfg Config, _ opening) (objstore.Bucket, error) {
