@@ -7,13 +7,20 @@ TAGS ?=
 # BPF tests in different packages must not compete for the CPUs they measure.
 TESTFLAGS ?= -count=1 -p 1 -timeout 20m
 
+# What `heatscope version` prints: a tag, commits since, the commit, -dirty;
+# and the full commit.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/heatscope/heatscope/internal/buildinfo.version=$(VERSION) \
+	-X github.com/heatscope/heatscope/internal/buildinfo.commit=$(COMMIT)
+
 # Where make install puts bin/heatscope (DESTDIR for staged installs).
 PREFIX ?= /usr/local
 
 .PHONY: build generate test bench run fuzz clean install
 
 build:
-	$(GO) build -tags "$(TAGS)" -o $(BIN) ./cmd/heatscope
+	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/heatscope
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/heatscope

@@ -5,6 +5,7 @@
 //	heatscope export [flags]   write a time range as pprof, folded or perf script
 //	heatscope import [flags] FILE...  store perf script, folded or pprof files
 //	heatscope compact [flags]  maintain a fleet's bucket (one compactor per bucket)
+//	heatscope version          print the version, commit, Go release and build tags (also --version)
 //
 // Run "heatscope COMMAND --help" for a command's flags.
 package main
@@ -16,6 +17,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/heatscope/heatscope/internal/buildinfo"
 )
 
 // command is one heatscope subcommand.
@@ -30,6 +33,17 @@ var commands = []command{
 	{"export", "write a time range of the data directory as pprof, folded stacks or perf script", runExport},
 	{"import", "store perf script, folded or pprof files in the data directory as sources", runImport},
 	{"compact", "maintain a fleet's bucket: merge blocks, apply retention, write the bucket index", runCompact},
+	{"version", "print the version, commit, Go release and build tags (also --version)", runVersion},
+}
+
+// runVersion prints which build this binary is.
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "version", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(stdout, buildinfo.Read())
+	return err
 }
 
 func main() {
@@ -62,8 +76,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	name := args[0]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	for _, c := range commands {
-		if c.name != args[0] {
+		if c.name != name {
 			continue
 		}
 		err := c.run(args[1:], stdout, stderr)
