@@ -60,7 +60,12 @@ func FuzzDetector(f *testing.F) {
 			dur, err1 := strconv.ParseFloat(e.Labels["duration_seconds"], 64)
 			busy, err2 := strconv.ParseFloat(e.Labels["cpu_busy_percent"], 64)
 			node, err3 := strconv.ParseFloat(e.Labels["node_busy_percent"], 64)
-			if err1 != nil || err2 != nil || err3 != nil || dur < 0.2 || busy < 0 || busy > 100 || node < 0 || node > 100 {
+			other, err4 := strconv.ParseFloat(e.Labels["other_cpus_busy_percent"], 64)
+			if e.Labels["other_cpus_busy_percent"] == "" {
+				other, err4 = 0, nil // a node of one CPU has no other
+			}
+			if err1 != nil || err2 != nil || err3 != nil || err4 != nil || dur < 0.2 || busy < 0 || busy > 100 || node < 0 || node > 100 ||
+				other < 0 || other > 100 {
 				t.Fatalf("event %+v", e)
 			}
 		}

@@ -1,5 +1,5 @@
 // Package saturation finds, in the stream of samples the recorder takes,
-// the spans where one thread kept one CPU busy while the node as a whole
+// the spans where one thread kept one CPU busy while the rest of the node
 // was not: the "one saturated core behind a healthy node average" that
 // per-node CPU graphs hide. Each span becomes a system event of kind
 // cpu-saturation (events.Event with the label kind=cpu-saturation) naming
@@ -10,9 +10,14 @@
 // Time is cut into slots of a tenth of the minimum duration (100 ms for
 // the default 1 s); a window is the last ten slots. A thread saturates its
 // CPU over a window when its sampled CPU time on that CPU in the window,
-// over the CPU's sampled time, is above Config.CPUBusy, while the node's
-// busy share over the same window (every CPU's non-idle sampled time over
-// every CPU's sampled time) is below Config.NodeBusy. Neither denominator
+// over the CPU's sampled time, is above Config.CPUBusy, while the rest of
+// the node's busy share over the same window (the other CPUs' non-idle
+// sampled time over their sampled time: the saturated CPU left out) is
+// below Config.NodeBusy. Leaving the CPU out is what makes the rule hold
+// on small nodes: on two CPUs one saturated CPU is already a node 50%
+// busy, whatever the other does. A node of one CPU has no rest: a thread
+// that keeps its only CPU busy is marked (the node graph shows that CPU
+// busy, but not who kept it so). Neither denominator
 // is taken as less than the wall time it covers, less one sampling period
 // per CPU (a CPU sampled all along has a sample more or less in a
 // window). A span is a run of consecutive saturated
@@ -28,7 +33,7 @@
 // guaranteed: a thread that sleeps in step with the sampling timer can
 // leave its CPU's idle time unsampled) must not make a thread busy half
 // the time look busy all of it. So a lost sample can only lower a share:
-// it can shorten or miss a span, never invent one. The node's busy share needs every
+// it can shorten or miss a span, never invent one. The rest of the node's busy share needs every
 // CPU's busy samples, so the detector is for recorders without --pid or
 // --cgroup filters.
 //
@@ -99,8 +104,10 @@ type Config struct {
 	// CPUBusy is the share of one CPU (at least 0.5, below 1) that a
 	// thread must be above over every window of a span.
 	CPUBusy float64
-	// NodeBusy is the node's busy share (above 0, at most 1) that must
-	// stay below over every window of a span.
+	// NodeBusy is the busy share of the rest of the node (the other
+	// CPUs' average, the saturated CPU left out; above 0, at most 1) that
+	// must stay below over every window of a span. A node of one CPU has
+	// no other CPU: its rest is taken as quiet.
 	NodeBusy float64
 	// MinDuration is the shortest span reported, and the window's length
 	// (100 ms to 10 min).
@@ -109,8 +116,8 @@ type Config struct {
 	// that a thread saturating its CPU for hours shows while it does; 0
 	// is DefaultMaxSpan. At least MinDuration.
 	MaxSpan time.Duration
-	// CPUs is the node's number of CPUs, the denominator of its busy
-	// share; 0 counts the CPUs that have sent a sample.
+	// CPUs is the node's number of CPUs (the rest of the node is the
+	// others); 0 counts the CPUs that have sent a sample.
 	CPUs int
 	// Emit is called with each span's event, on the goroutine that
 	// called Add or Flush.
@@ -124,7 +131,7 @@ func (c *Config) Validate() error {
 	case !(c.CPUBusy >= 0.5 && c.CPUBusy < 1):
 		return &ConfigError{"CPUBusy", fmt.Errorf("CPU threshold %g%%: want at least 50%% (one thread per CPU) and below 100%%", 100*c.CPUBusy)}
 	case !(c.NodeBusy > 0 && c.NodeBusy <= 1):
-		return &ConfigError{"NodeBusy", fmt.Errorf("node threshold %g%%: want above 0%% and at most 100%%", 100*c.NodeBusy)}
+		return &ConfigError{"NodeBusy", fmt.Errorf("threshold of the other CPUs %g%%: want above 0%% and at most 100%%", 100*c.NodeBusy)}
 	case c.MinDuration < 100*time.Millisecond || c.MinDuration > 10*time.Minute:
 		return &ConfigError{"MinDuration", fmt.Errorf("minimum duration %v: want 100ms to 10m", c.MinDuration)}
 	case c.MaxSpan != 0 && c.MaxSpan < c.MinDuration:
@@ -191,6 +198,7 @@ type cpuState struct {
 type cpuSlot struct {
 	slot    int64
 	all     int64 // sampled ns
+	busy    int64 // sampled ns of threads other than the idle task
 	n       int
 	threads [maxThreads]threadTime
 	tracked uint32 // the thread whose leaf functions kernel and user count
@@ -223,7 +231,8 @@ type span struct {
 	start, end        int64
 	threadNs, cpuNs   int64 // the thread's and the CPU's sampled time
 	wallNs            int64 // the slots' length
-	nodeBusy, nodeAll int64
+	nodeBusy, nodeAll int64 // every CPU's busy and sampled time
+	restBusy, restAll int64 // the other CPUs'
 	kernel, user      topFuncs
 }
 
@@ -292,6 +301,7 @@ func (d *Detector) Add(s *sample.Sample, periodNs int64) {
 		return
 	}
 	ns.busy += w
+	cs.busy += w
 	if t := cs.find(s.TID); t != nil {
 		t.ns += w
 		t.last = max(t.last, s.Time)
@@ -423,12 +433,38 @@ func (d *Detector) nodeWindow(k int64) (busy, all int64) {
 // time: a sample less than the wall time covers.
 func (d *Detector) floor(wall int64) int64 { return max(wall-d.period, 0) }
 
-// cpuCount is the denominator of the node's busy share.
+// cpuCount is the number of the node's CPUs.
 func (d *Detector) cpuCount() int64 {
 	if d.cfg.CPUs > 0 {
 		return int64(d.cfg.CPUs)
 	}
 	return int64(max(d.seenCPUs, 1))
+}
+
+// cpuWindow sums the CPU's busy and sampled time over the window ending
+// at k.
+func (c *cpuState) cpuWindow(k int64) (busy, all int64) {
+	for i := k - windowSlots + 1; i <= k; i++ {
+		if cs := c.slot(i); cs != nil {
+			busy += cs.busy
+			all += cs.all
+		}
+	}
+	return busy, all
+}
+
+// restQuiet reports whether the node's CPUs other than c were busy less
+// than the threshold over the window ending at k, given the node's busy
+// and sampled time over it: their non-idle sampled time over their
+// sampled time, or over their count times the window less a period when
+// that is longer. A node of one CPU has no other: quiet.
+func (d *Detector) restQuiet(c *cpuState, k, nodeBusy, nodeAll int64) bool {
+	others := d.cpuCount() - 1
+	if others <= 0 {
+		return true
+	}
+	busy, all := c.cpuWindow(k)
+	return float64(nodeBusy-busy) < d.cfg.NodeBusy*float64(max(nodeAll-all, others*d.floor(d.windowNs)))
 }
 
 // threadWindow sums a thread's and its CPU's sampled time over the window
@@ -449,11 +485,11 @@ func (c *cpuState) threadWindow(k int64, tid uint32) (thread, all int64) {
 func (d *Detector) closeSlot(k int64) {
 	// Only whole windows since the first sample are judged: a window
 	// that began before it would count time nobody sampled as idle.
+	whole := k-d.first+1 >= windowSlots
 	busy, all := d.nodeWindow(k)
-	nodeQuiet := k-d.first+1 >= windowSlots && float64(busy) < d.cfg.NodeBusy*float64(max(all, d.cpuCount()*d.floor(d.windowNs)))
 	for _, c := range d.cpus {
 		if c != nil {
-			d.closeCPU(c, k, nodeQuiet)
+			d.closeCPU(c, k, whole && d.restQuiet(c, k, busy, all))
 		}
 	}
 }
@@ -466,10 +502,12 @@ func (d *Detector) saturated(c *cpuState, k int64, tid uint32) bool {
 	return float64(thread) > d.cfg.CPUBusy*float64(max(all, d.floor(d.windowNs)))
 }
 
-func (d *Detector) closeCPU(c *cpuState, k int64, nodeQuiet bool) {
+// closeCPU ends, extends or opens c's span at slot k; restQuiet says
+// whether the other CPUs stayed under the threshold over the window.
+func (d *Detector) closeCPU(c *cpuState, k int64, restQuiet bool) {
 	cs := c.slot(k)
 	if c.span.active {
-		if nodeQuiet && d.saturated(c, k, c.span.tid) {
+		if restQuiet && d.saturated(c, k, c.span.tid) {
 			d.extend(c, k)
 		} else {
 			d.finish(c)
@@ -479,7 +517,7 @@ func (d *Detector) closeCPU(c *cpuState, k int64, nodeQuiet bool) {
 	if cs != nil {
 		top = cs.top()
 	}
-	if !c.span.active && top != nil && nodeQuiet && d.saturated(c, k, top.tid) {
+	if !c.span.active && top != nil && restQuiet && d.saturated(c, k, top.tid) {
 		d.open(c, k, top)
 	}
 	next := uint32(0)
@@ -532,13 +570,19 @@ func (d *Detector) extend(c *cpuState, k int64) {
 func (d *Detector) addSlot(c *cpuState, i int64) {
 	sp := &c.span
 	sp.wallNs += d.slotNs
+	cs := c.slot(i)
 	if i >= 0 {
 		if ns := &d.node[i%ringSlots]; ns.slot == i {
 			sp.nodeBusy += ns.busy
 			sp.nodeAll += ns.all
+			sp.restBusy += ns.busy
+			sp.restAll += ns.all
+			if cs != nil {
+				sp.restBusy -= cs.busy
+				sp.restAll -= cs.all
+			}
 		}
 	}
-	cs := c.slot(i)
 	if cs == nil {
 		return
 	}
@@ -579,6 +623,7 @@ func (d *Detector) event(cpu uint32, sp *span) events.Event {
 	// As the windows judge them: never over less than the wall time.
 	busy := 100 * float64(sp.threadNs) / float64(max(sp.cpuNs, d.floor(sp.wallNs), 1))
 	node := 100 * float64(sp.nodeBusy) / float64(max(sp.nodeAll, d.cpuCount()*d.floor(sp.wallNs), 1))
+	others := d.cpuCount() - 1
 	comm := clean(sp.comm, 64)
 	labels := map[string]string{
 		"kind":              Kind,
@@ -591,8 +636,18 @@ func (d *Detector) event(cpu uint32, sp *span) events.Event {
 		"node_busy_percent": strconv.FormatFloat(node, 'f', 1, 64),
 	}
 	var text strings.Builder
-	fmt.Fprintf(&text, "%s (pid %d, tid %d) kept CPU %d %.0f%% busy for %.1fs while the node averaged %.0f%%",
-		comm, sp.pid, sp.tid, cpu, busy, dur.Seconds(), node)
+	fmt.Fprintf(&text, "%s (pid %d, tid %d) kept CPU %d %.0f%% busy for %.1fs", comm, sp.pid, sp.tid, cpu, busy, dur.Seconds())
+	if others > 0 {
+		rest := 100 * float64(sp.restBusy) / float64(max(sp.restAll, others*d.floor(sp.wallNs), 1))
+		labels["other_cpus_busy_percent"] = strconv.FormatFloat(rest, 'f', 1, 64)
+		if others == 1 {
+			fmt.Fprintf(&text, " while the node's other CPU was %.0f%% busy (the node %.0f%%)", rest, node)
+		} else {
+			fmt.Fprintf(&text, " while the node's %d other CPUs averaged %.0f%% (the node %.0f%%)", others, rest, node)
+		}
+	} else {
+		text.WriteString(", the node's only CPU")
+	}
 	if f, _ := sp.user.top(); f != "" {
 		labels["user_function"] = clean(f, maxLabel)
 		fmt.Fprintf(&text, "; top user function %s", labels["user_function"])

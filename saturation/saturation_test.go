@@ -1,6 +1,7 @@
 package saturation
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -222,17 +223,19 @@ func TestCPUThreshold(t *testing.T) {
 	}
 }
 
-// TestNodeThreshold: no event while the node's average is at or above the
-// node threshold, whatever the thread does.
-func TestNodeThreshold(t *testing.T) {
+// TestRestOfNodeThreshold: no event while the other CPUs' average is at
+// or above the threshold, whatever the thread does; below it, an event,
+// even when the node's average (the saturated CPU counted) is above it.
+func TestRestOfNodeThreshold(t *testing.T) {
 	for _, c := range []struct {
 		others    float64 // busy share of the three other CPUs
 		threshold float64
 		events    int
 	}{
-		{0, 0.50, 1},   // node 25%
-		{0.2, 0.50, 1}, // 40%
-		{0.6, 0.50, 0}, // 70%
+		{0, 0.50, 1},    // node 25%
+		{0.2, 0.50, 1},  // node 40%
+		{0.45, 0.50, 1}, // node 59%: the other CPUs are under 50%
+		{0.6, 0.50, 0},  // node 70%
 		{0.6, 0.75, 1},
 		{1, 0.99, 0}, // every CPU busy all the time: 100%
 	} {
@@ -250,7 +253,7 @@ func TestNodeThreshold(t *testing.T) {
 		}
 		evs := detect(t, cfg, stream{cpus: 4, period: hz(99), who: who}, 6*sec)
 		if len(evs) != c.events {
-			t.Errorf("others %.1f, node threshold %.2f: %d events, want %d: %+v", c.others, c.threshold, len(evs), c.events, evs)
+			t.Errorf("others %.2f, threshold %.2f: %d events, want %d: %+v", c.others, c.threshold, len(evs), c.events, evs)
 			continue
 		}
 		if c.events == 1 {
@@ -258,6 +261,44 @@ func TestNodeThreshold(t *testing.T) {
 			if n, want := label(t, evs[0], "node_busy_percent"), 100*(1+3*c.others)/4; math.Abs(n-want) > 3 {
 				t.Errorf("node_busy_percent %v, want %v", n, want)
 			}
+			if n, want := label(t, evs[0], "other_cpus_busy_percent"), 100*c.others; math.Abs(n-want) > 3 {
+				t.Errorf("other_cpus_busy_percent %v, want %v", n, want)
+			}
+			if want := fmt.Sprintf("while the node's 3 other CPUs averaged %.0f%%", label(t, evs[0], "other_cpus_busy_percent")); !strings.Contains(evs[0].Text, want) {
+				t.Errorf("text %q, want %q", evs[0].Text, want)
+			}
+		}
+	}
+}
+
+// TestSmallNodes: with the default thresholds one thread pinned to one CPU
+// is marked on a node of any size, two CPUs (where it alone is a node 50%
+// busy) and one (where there is no other CPU) included; a node whose every
+// CPU is kept busy by its own thread is not.
+func TestSmallNodes(t *testing.T) {
+	for _, cpus := range []int{1, 2, 3, 8} {
+		evs := detect(t, defaults(), stream{cpus: cpus, period: hz(99), who: busy(cpus-1, 4242, 1, 4)}, 6*sec)
+		if len(evs) != 1 {
+			t.Errorf("one pinned thread on a node of %d CPUs: %d events, want 1: %+v", cpus, len(evs), evs)
+			continue
+		}
+		checkSpan(t, evs[0], 4242, cpus-1, 1, 3, 0.03)
+		if n, want := label(t, evs[0], "node_busy_percent"), 100/float64(cpus); math.Abs(n-want) > 3 {
+			t.Errorf("%d CPUs: node_busy_percent %v, want %v", cpus, n, want)
+		}
+		other, ok := evs[0].Labels["other_cpus_busy_percent"]
+		switch {
+		case cpus == 1 && (ok || !strings.Contains(evs[0].Text, "the node's only CPU")):
+			t.Errorf("one CPU: text %q, other CPUs %q; want the node's only CPU named and no other CPUs' share", evs[0].Text, other)
+		case cpus > 1 && label(t, evs[0], "other_cpus_busy_percent") > 0.5:
+			t.Errorf("%d CPUs: other_cpus_busy_percent %v, want 0", cpus, other)
+		case cpus == 2 && !strings.Contains(evs[0].Text, "while the node's other CPU was 0% busy (the node 50%)"):
+			t.Errorf("two CPUs: text %q", evs[0].Text)
+		}
+		// Every CPU kept busy by its own thread: nothing.
+		all := func(c int, t int64) uint32 { return busy(c, uint32(300+c), 1, 4)(c, t) }
+		if evs := detect(t, defaults(), stream{cpus: cpus, period: hz(99), who: all}, 6*sec); cpus > 1 && len(evs) != 0 {
+			t.Errorf("every CPU of %d busy: %d events, want 0: %+v", cpus, len(evs), evs)
 		}
 	}
 }
@@ -378,12 +419,6 @@ func TestLongSpansAreCut(t *testing.T) {
 	cfg := defaults()
 	cfg.MaxSpan = 3 * time.Second
 	evs := detect(t, cfg, stream{cpus: 2, period: hz(99), who: busy(0, 808, 1, 8.5)}, 10*sec)
-	// the node is 50% busy: raise the node threshold
-	if len(evs) != 0 {
-		t.Fatalf("a node 50%% busy is not under the 50%% threshold: %d events", len(evs))
-	}
-	cfg.NodeBusy = 0.6
-	evs = detect(t, cfg, stream{cpus: 2, period: hz(99), who: busy(0, 808, 1, 8.5)}, 10*sec)
 	if len(evs) != 3 {
 		t.Fatalf("%d events, want 3: %+v", len(evs), evs)
 	}
@@ -517,8 +552,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{CPUBusy: 0.4, NodeBusy: 0.5, MinDuration: time.Second}, "CPU threshold 40%"},
 		{Config{CPUBusy: 1, NodeBusy: 0.5, MinDuration: time.Second}, "CPU threshold 100%"},
 		{Config{CPUBusy: math.NaN(), NodeBusy: 0.5, MinDuration: time.Second}, "CPU threshold"},
-		{Config{CPUBusy: 0.9, NodeBusy: 0, MinDuration: time.Second}, "node threshold 0%"},
-		{Config{CPUBusy: 0.9, NodeBusy: 1.5, MinDuration: time.Second}, "node threshold 150%"},
+		{Config{CPUBusy: 0.9, NodeBusy: 0, MinDuration: time.Second}, "threshold of the other CPUs 0%"},
+		{Config{CPUBusy: 0.9, NodeBusy: 1.5, MinDuration: time.Second}, "threshold of the other CPUs 150%"},
 		{Config{CPUBusy: 0.9, NodeBusy: 0.5, MinDuration: time.Millisecond}, "minimum duration 1ms"},
 		{Config{CPUBusy: 0.9, NodeBusy: 0.5, MinDuration: time.Hour}, "minimum duration 1h0m0s"},
 		{Config{CPUBusy: 0.9, NodeBusy: 0.5, MinDuration: 2 * time.Second, MaxSpan: time.Second}, "longest span 1s"},
@@ -623,7 +658,6 @@ func TestUnsampledIdleTime(t *testing.T) {
 		return got
 	}
 	cfg := defaults()
-	cfg.NodeBusy = 0.75
 	half := func(c int, t int64) uint32 {
 		if c == 1 && t >= 1*sec && t < 4*sec && t%(20*int64(time.Millisecond)) < 10*int64(time.Millisecond) {
 			return 707
@@ -642,13 +676,12 @@ func TestUnsampledIdleTime(t *testing.T) {
 	if node := label(t, evs[0], "node_busy_percent"); math.Abs(node-50) > 1.5 {
 		t.Errorf("node %.1f%% busy, want 50%%", node)
 	}
-	// A node of four CPUs, two of which sent no sample: 25% busy.
-	cfg.CPUs, cfg.NodeBusy = 4, 0.3
-	if evs := run(cfg, full); len(evs) != 1 || math.Abs(label(t, evs[0], "node_busy_percent")-25) > 1 {
+	// A node of four CPUs, two of which sent no sample: 25% busy, its
+	// three other CPUs idle.
+	cfg.CPUs = 4
+	evs = run(cfg, full)
+	if len(evs) != 1 || math.Abs(label(t, evs[0], "node_busy_percent")-25) > 1 || label(t, evs[0], "other_cpus_busy_percent") != 0 ||
+		!strings.Contains(evs[0].Text, "3 other CPUs") {
 		t.Errorf("four CPUs: %+v", evs)
-	}
-	cfg.CPUs = 0
-	if evs := run(cfg, full); len(evs) != 0 {
-		t.Errorf("two CPUs seen, the node 50%% busy, over the 30%% threshold: %+v", evs)
 	}
 }

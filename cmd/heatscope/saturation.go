@@ -25,7 +25,8 @@ func addSaturationFlags(fs *flag.FlagSet) saturationFlags {
 		cpu: fs.Float64("saturation-cpu", 100*saturation.DefaultCPUBusy,
 			"cpu-saturation events: the percent of one CPU one thread keeps busy (50 to 99.9; 0 turns the events off)"),
 		node: fs.Float64("saturation-node", 100*saturation.DefaultNodeBusy,
-			"cpu-saturation events: the node's average CPU percent that stays under (above 0, at most 100)"),
+			"cpu-saturation events: the percent the node's other CPUs (the saturated one left out) stay under on average "+
+				"(above 0, at most 100; a node of one CPU has no other, and its one busy thread is marked)"),
 		min: fs.Duration("saturation-min", saturation.DefaultMinDuration,
 			"cpu-saturation events: the shortest span marked (100ms to 10m)"),
 	}
