@@ -77,6 +77,11 @@ type Meta struct {
 	// ("" in blocks written before nodes: readers take the node of the
 	// directory, or of the bucket prefix, they find it in).
 	Node string `json:"node,omitempty"`
+	// Instance is the instance id of the data directory that recorded
+	// the samples (Identity.Instance; "" in imports and in blocks written
+	// before identities): two recorders sharing a node name are told
+	// apart by it.
+	Instance string `json:"instance,omitempty"`
 	// NodeLabels describe the node (zone, cluster, instance type).
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
 	// MinTime and MaxTime bound the samples' times (Unix ns, inclusive).

@@ -141,6 +141,10 @@ type DB struct {
 	sourceErr []atomic.Pointer[error]
 	log       *slog.Logger
 	lock      *os.File
+	// identity is the data directory's (identity.go); walNode the node
+	// its previous run recorded as, which the samples of its WAL keep.
+	identity Identity
+	walNode  string
 
 	mu      sync.RWMutex
 	blocks  []*Block // sorted by MinTime
@@ -200,6 +204,9 @@ type sealingHead struct {
 	table    *Table
 	walSeq   uint64
 	periodNs int64
+	// node is the node its samples were recorded as, when not this run's
+	// (a WAL replayed after a rename).
+	node string
 }
 
 const (
@@ -225,7 +232,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		opts.Source, _ = os.Hostname()
 	}
 	if opts.Node == "" {
-		opts.Node, _ = os.Hostname()
+		opts.Node, _, _ = SystemNodeNameSource.DefaultNodeName()
 	}
 	if opts.ChunkCacheSamples <= 0 {
 		opts.ChunkCacheSamples = defaultChunkCacheSamples
@@ -265,9 +272,18 @@ func Open(dir string, opts Options) (*DB, error) {
 			return nil, err
 		}
 		db.lock = lock
+		if db.walNode, err = db.takeIdentity(); err != nil {
+			db.Close()
+			return nil, err
+		}
 	default:
 		if _, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("open data directory: %w", err)
+		}
+		if id, ok, err := readIdentity(dir); err != nil {
+			db.log.Warn("reading the data directory's identity", "err", err)
+		} else if ok {
+			db.identity = id
 		}
 	}
 	if err := db.loadBlocks(); err != nil {
@@ -488,7 +504,7 @@ func (db *DB) loadWAL() error {
 			continue
 		}
 		if b.T.Len() > 0 {
-			if err := db.writeHead(&sealingHead{table: b.table(), walSeq: seq, periodNs: period}); err != nil {
+			if err := db.writeHead(&sealingHead{table: b.table(), walSeq: seq, periodNs: period, node: db.walNode}); err != nil {
 				return err
 			}
 		}
@@ -603,8 +619,8 @@ func (db *DB) writeHead(sh *sealingHead) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
 	for {
-		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, Node: db.opts.Node, NodeLabels: db.opts.NodeLabels,
-			WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, Node: cmp.Or(sh.node, db.opts.Node),
+			Instance: db.identity.Instance, NodeLabels: db.opts.NodeLabels, WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
 		if err == nil {
 			if err := db.addBlock(meta, sh, nil); err != nil {
 				return err

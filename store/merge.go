@@ -29,7 +29,7 @@ func (e *BlockError) Unwrap() error { return e.Err }
 // sampling periods cannot merge: a block states one period, what each of
 // its samples weighs, and any one period would weigh some samples wrong.
 func mergedMeta(metas []Meta) (Meta, error) {
-	meta := Meta{Source: metas[0].Source, Node: metas[0].Node, NodeLabels: metas[0].NodeLabels, PeriodNs: metas[0].PeriodNs}
+	meta := Meta{Source: metas[0].Source, Node: metas[0].Node, Instance: metas[0].Instance, NodeLabels: metas[0].NodeLabels, PeriodNs: metas[0].PeriodNs}
 	for _, m := range metas {
 		if m.PeriodNs != meta.PeriodNs {
 			return Meta{}, fmt.Errorf("merge: block %s was sampled every %d ns, block %s every %d ns: "+
@@ -79,8 +79,9 @@ func MergeBlocks(ctx context.Context, src BlockSource, keys []string, dir string
 		if err := b.header(); err != nil {
 			return Meta{}, &BlockError{Key: key, Err: err}
 		}
-		if len(metas) > 0 && (m.Node != metas[0].Node || m.Source != metas[0].Source) {
-			return Meta{}, fmt.Errorf("merge: block %s is node %q source %q, block %s node %q source %q", key, m.Node, m.Source, keys[0], metas[0].Node, metas[0].Source)
+		if len(metas) > 0 && (m.Node != metas[0].Node || m.Source != metas[0].Source || m.Instance != metas[0].Instance) {
+			return Meta{}, fmt.Errorf("merge: block %s is node %q instance %q source %q, block %s node %q instance %q source %q",
+				key, m.Node, m.Instance, m.Source, keys[0], metas[0].Node, metas[0].Instance, metas[0].Source)
 		}
 		metas = append(metas, m)
 	}
