@@ -92,10 +92,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
-	listenSet, blockDurationSet := false, false
+	listenSet, blockDurationSet, nodeSet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		listenSet = listenSet || f.Name == "listen"
 		blockDurationSet = blockDurationSet || f.Name == "block-duration"
+		nodeSet = nodeSet || f.Name == "node"
 	})
 
 	cfg := profiler.Config{Frequency: *frequency}
@@ -146,7 +147,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *blockDuration < time.Second {
 		return usageError{fmt.Errorf("--block-duration %v: at least 1s", *blockDuration)}
 	}
-	if storeOpts.Node, err = shf.nodeName(); err != nil {
+	if storeOpts.Node, err = shf.nodeName(nodeSet); err != nil {
 		return err
 	}
 	if storeOpts.NodeLabels, err = shf.nodeLabels(); err != nil {

@@ -44,28 +44,37 @@ func addShipFlags(fs *flag.FlagSet) *shipFlags {
 }
 
 var (
-	nodeNameRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
-	labelKeyRe  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$`)
-	labelValRe  = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{0,128}$`)
-	errNoHostID = fmt.Errorf("no --node, no $NODE_NAME and no hostname")
+	nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
+	labelKeyRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$`)
+	labelValRe = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{0,128}$`)
 )
 
-// nodeName returns --node, else $NODE_NAME, else the hostname, checked:
-// it is a directory name in the bucket.
-func (f *shipFlags) nodeName() (string, error) {
+// nodeRule says what a node name may be.
+const nodeRule = "a node name is 1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+// nodeName returns --node, else $NODE_NAME, else the machine's name
+// (store.DefaultNodeName: the hostname, or on a machine without one its
+// machine id), checked: it is a directory name in the bucket. set says
+// --node was given (on the command line or in --config): given empty, it
+// is an error, not the hostname.
+func (f *shipFlags) nodeName(set bool) (string, error) {
 	node, from := *f.node, "--node"
+	if set && node == "" {
+		return "", usageError{fmt.Errorf("--node '': %s (leave --node out for $NODE_NAME, else the hostname)", nodeRule)}
+	}
 	if node == "" {
 		node, from = os.Getenv("NODE_NAME"), "$NODE_NAME"
 	}
 	if node == "" {
-		h, err := os.Hostname()
-		if err != nil || h == "" {
-			return "", usageError{errNoHostID}
+		name, why, err := store.SystemNodeNameSource.DefaultNodeName()
+		if err != nil {
+			return "", usageError{err}
 		}
-		node, from = h, "the hostname"
+		node, from = name, why
+		slog.Info("node name", "node", node, "from", why)
 	}
 	if !nodeNameRe.MatchString(node) {
-		return "", usageError{fmt.Errorf("%s %q: a node name is 1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit", from, node)}
+		return "", usageError{fmt.Errorf("%s %q: %s; give one with --node or $NODE_NAME", from, node, nodeRule)}
 	}
 	return node, nil
 }

@@ -146,6 +146,7 @@ func TestRecordObjstoreErrors(t *testing.T) {
 		{"no config file", []string{"--objstore-config", filepath.Join(dir, "none.yaml")}, 2, "none.yaml: no such file"},
 		{"no data directory", []string{"--objstore-config", srv.WriteConfig("p"), "--data", "", "--output", filepath.Join(dir, "x.pb.gz")}, 2, "give --data too"},
 		{"bad node", []string{"--node", "a/b"}, 2, `--node "a/b": a node name is`},
+		{"empty node", []string{"--node", ""}, 2, `--node '': a node name is 1 to 253`},
 		{"bad node label", []string{"--node-label", "zone"}, 2, `--node-label "zone": want key=value`},
 	} {
 		args := append([]string{"record", "--data", filepath.Join(dir, "data"), "--node", "node-a", "--duration", "1s", "--listen", ""}, c.args...)
