@@ -36,6 +36,12 @@ var ErrConditionFailed = errors.New("condition not met: another writer changed t
 // provider that offers none.
 var ErrConditionalUnsupported = errors.New("this provider has no conditional writes")
 
+// ConditionalWrites reports whether the provider has conditional writes
+// (s3, filesystem).
+func (b *Bucket) ConditionalWrites() bool {
+	return b.fsRoot != "" || b.Provider() == objstore.S3
+}
+
 // maxVersionedBytes bounds what ReadVersioned reads: a lock or a lease.
 const maxVersionedBytes = 1 << 20
 

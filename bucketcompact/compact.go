@@ -24,11 +24,11 @@
 // a query already reading a parent has the delete delay to finish; a block
 // marked by retention is still read until it is deleted.
 //
-// One compactor runs per bucket. It writes a lock object
-// ("compactor-lock.json") and refuses to run while another holder's lock
-// is younger than the lock's time to live; object stores have no atomic
-// create, so this catches a second replica started by mistake, not a race
-// of two starting in the same second: deploy it as a single replica.
+// One compactor runs per bucket. It holds a lock object
+// ("compactor-lock.json", lock.go), taken and renewed with conditional
+// writes where the provider has them, so that of two compactors started
+// at the same instant exactly one runs, and a compactor that dies is
+// replaced within the lock's time to live.
 package bucketcompact
 
 import (
@@ -45,6 +45,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,8 +83,9 @@ type Options struct {
 	MaxBlockBytes int64
 	// Holder names this compactor in its lock (default host:pid).
 	Holder string
-	// LockTTL is how long a lock stays valid without a pass renewing it
-	// (default 1 h).
+	// LockTTL is how long the lock stays valid without being renewed
+	// (default 2 min): its holder renews it every LockTTL/4 (KeepLock, and
+	// each pass), another compactor takes it over once it is that old.
 	LockTTL time.Duration
 	Logger  *slog.Logger
 	// Now is the clock (tests).
@@ -95,7 +97,7 @@ const (
 	DefaultDeleteDelay = 2 * time.Hour
 	DefaultShipDelay   = 15 * time.Minute
 	DefaultPartialAge  = 48 * time.Hour
-	DefaultLockTTL     = time.Hour
+	DefaultLockTTL     = 2 * time.Minute
 	// LockName is the lock object, relative to the bucket's prefix.
 	LockName = "compactor-lock.json"
 	// maxMergedSamples bounds a merged block, as the store's compaction does.
@@ -124,6 +126,15 @@ type Compactor struct {
 	// which never change.
 	indexBytes map[string]int64
 
+	// locks reads and writes the lock object; lockMu guards the version
+	// of it this compactor wrote last ("" while it holds none), when, and
+	// its token.
+	locks       lockObjects
+	lockMu      sync.Mutex
+	lockVersion string
+	lockRenewed time.Time
+	lockToken   string
+
 	stats counters
 }
 
@@ -134,6 +145,7 @@ type counters struct {
 	lists, gets, heads, puts, deletes, uploadBytes atomic.Uint64
 	dlBytes                                        atomic.Uint64
 	blocks, bucketBytes, indexBytes, lastSuccess   atomic.Int64
+	lockHeld                                       atomic.Int64
 }
 
 // New returns a compactor for bkt; name names the bucket in messages.
@@ -179,7 +191,8 @@ func New(bkt objstore.Bucket, name string, opts Options) (*Compactor, error) {
 	}
 	return &Compactor{bkt: bkt, name: name, opts: opts, log: opts.Logger,
 		metas: map[string]store.Meta{}, marks: map[string]bucketindex.DeletionMark{}, corrupt: map[string]string{},
-		implied: map[string]int64{}, indexBytes: map[string]int64{}}, nil
+		implied: map[string]int64{}, indexBytes: map[string]int64{},
+		locks: lockStore(bkt, opts.Logger, name), lockToken: newToken()}, nil
 }
 
 // Report says what one pass did.
@@ -229,7 +242,7 @@ func (c *Compactor) list(ctx context.Context, rep *Report) (listing, error) {
 		return listing{}, fmt.Errorf("scan: %w", err)
 	}
 	c.forgetGone(l.blocks)
-	c.markReplaced(l.blocks, l.now, rep)
+	c.markReplaced(l.blocks, l.now, rep, false)
 	return l, nil
 }
 
@@ -313,7 +326,7 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 		rep.Merges++
 		rep.MergedParents += len(plan)
 		blocks = append(blocks, merged)
-		c.markReplaced(blocks, c.opts.Now(), &rep)
+		c.markReplaced(blocks, c.opts.Now(), &rep, true)
 	}
 	// 4. The index.
 	if err := c.writeIndex(ctx, blocks, l.segments, now, &rep); err != nil {
@@ -345,10 +358,14 @@ func (c *Compactor) writeIndex(ctx context.Context, blocks []*blockObj, segments
 	ix := bucketindex.Index{UpdatedAt: c.opts.Now().UnixMilli(), ListedAt: listedAt.UnixMilli(), Segments: segments}
 	nodeSet := map[string]bool{}
 	for _, b := range blocks {
-		if b.meta == nil || !b.hasData {
-			continue
+		why, bad := c.corrupt[b.key()]
+		if b.hasMeta && !b.hasData && !bad {
+			why, bad = "meta.json without data", true
 		}
-		if _, bad := c.corrupt[b.key()]; bad {
+		if bad && b.hasMeta {
+			ix.Corrupt = append(ix.Corrupt, bucketindex.CorruptBlock{Node: b.node, ID: b.id, Reason: why, Meta: b.meta})
+		}
+		if bad || b.meta == nil {
 			continue
 		}
 		ix.Blocks = append(ix.Blocks, *b.meta)
@@ -359,10 +376,16 @@ func (c *Compactor) writeIndex(ctx context.Context, blocks []*blockObj, segments
 		}
 	}
 	slices.SortFunc(ix.Blocks, func(a, b store.Meta) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(ix.Corrupt, func(a, b bucketindex.CorruptBlock) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
+	})
 	slices.SortFunc(ix.DeletionMarks, func(a, b bucketindex.DeletionMark) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
 	})
 	slices.SortFunc(ix.Segments, func(a, b bucketindex.Segment) int { return cmp.Compare(a.Name, b.Name) })
+	if err := c.checkLock(); err != nil {
+		return err
+	}
 	n, err := bucketindex.Write(ctx, c.bkt, ix)
 	if err != nil {
 		return err
@@ -404,7 +427,11 @@ func (c *Compactor) markCorrupt(key string, err error) {
 // visible and its parents unmarked, and a pass that dies after the upload
 // leaves nothing to repair. One deletion-mark.json a parent (as Thanos
 // writes) would cost a PUT a parent: docs/design.md ("10,000 nodes").
-func (c *Compactor) markReplaced(blocks []*blockObj, now time.Time, rep *Report) {
+// merged says that a block of blocks was merged by this pass: the marks
+// its parents get are counted in rep as made by this pass, where the
+// marks of the blocks merged by earlier passes (or compactors) are only
+// found.
+func (c *Compactor) markReplaced(blocks []*blockObj, now time.Time, rep *Report, merged bool) {
 	byKey := map[string]*blockObj{}
 	for _, b := range blocks {
 		byKey[b.key()] = b
@@ -425,9 +452,11 @@ func (c *Compactor) markReplaced(blocks []*blockObj, now time.Time, rep *Report)
 					at = now.UnixMilli() // the provider gave no time: the delay runs from now
 				}
 				c.implied[pb.key()] = at
-				rep.Marked["compacted"]++
-				c.stats.marked.Add(1)
-				c.log.Info("marked a block for deletion", "bucket", c.name, "block", pb.key(), "reason", "compacted", "replacedBy", b.id)
+				if merged {
+					rep.Marked["compacted"]++
+					c.stats.marked.Add(1)
+					c.log.Info("marked a block for deletion", "bucket", c.name, "block", pb.key(), "reason", "compacted", "replacedBy", b.id)
+				}
 			}
 			pb.mark = &bucketindex.DeletionMark{Version: 1, Node: pb.node, ID: pb.id, DeletionTime: at, Reason: "compacted", ReplacedBy: b.id}
 		}
@@ -470,6 +499,9 @@ func (c *Compactor) applyRetention(ctx context.Context, blocks []*blockObj, now 
 
 // mark uploads a block's deletion mark.
 func (c *Compactor) mark(ctx context.Context, b *blockObj, reason, replacedBy string, now time.Time, rep *Report) error {
+	if err := c.checkLock(); err != nil {
+		return err
+	}
 	m := bucketindex.DeletionMark{Version: 1, Node: b.node, ID: b.id, DeletionTime: now.UnixMilli(), Reason: reason, ReplacedBy: replacedBy}
 	raw, _ := json.MarshalIndent(m, "", "  ")
 	c.stats.puts.Add(1)
@@ -488,6 +520,9 @@ func (c *Compactor) mark(ctx context.Context, b *blockObj, reason, replacedBy st
 // longer complete, readers stop listing it), then its data, then its
 // mark, so that a pass cut short leaves a mark the next pass finishes.
 func (c *Compactor) deleteBlock(ctx context.Context, b *blockObj) error {
+	if err := c.checkLock(); err != nil {
+		return err
+	}
 	files := []string{metaFile, dataFile}
 	if b.markObj {
 		files = append(files, deletionMarkFile)
@@ -685,6 +720,9 @@ func (c *Compactor) merge(ctx context.Context, parents []*blockObj) (*blockObj, 
 		return nil, fmt.Errorf("merged block: %w", err)
 	}
 	defer f.Close()
+	if err := c.checkLock(); err != nil {
+		return nil, err
+	}
 	c.stats.puts.Add(1)
 	if err := c.bkt.Upload(ctx, objName(node, meta.ID, dataFile), f); err != nil {
 		return nil, fmt.Errorf("upload merged block %s/%s: %w", node, meta.ID, err)
@@ -693,6 +731,9 @@ func (c *Compactor) merge(ctx context.Context, parents []*blockObj) (*blockObj, 
 	raw, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("merged block meta: %w", err)
+	}
+	if err := c.checkLock(); err != nil {
+		return nil, err
 	}
 	c.stats.puts.Add(1)
 	if err := c.bkt.Upload(ctx, objName(node, meta.ID, metaFile), bytes.NewReader(raw)); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -128,7 +129,7 @@ func (c *clock) add(d time.Duration) {
 // faultyBucket fails uploads whose name ends in failSuffix while it is set:
 // the compactor dies at that point of a pass, as a killed process would.
 type faultyBucket struct {
-	objstore.Bucket
+	*bucket.Bucket
 	failSuffix atomic.Pointer[string]
 }
 

@@ -23,6 +23,7 @@ var (
 	descBucketBytes    = desc("bucket_block_bytes", "Bytes of the bucket's complete blocks after the last pass.")
 	descIndexBytes     = desc("bucket_index_bytes", "Size of the bucket index last written.")
 	descIndexUpdates   = desc("index_updates_total", "Bucket index rewrites between passes (heatscope compact --index-interval).")
+	descLockHeld       = desc("lock_held", "1 while this compactor holds the bucket's lock, 0 while another does (or it has not taken it yet).")
 )
 
 // Collector returns the compactor's metrics.
@@ -32,7 +33,7 @@ type collector struct{ c *Compactor }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPasses, descFailedPasses, descLastSuccess, descMerges, descMergedParents, descMarked,
-		descDeleted, descPartialDeleted, descCorrupt, descRequests, descUploadBytes, descDownloadBytes, descBlocks, descBucketBytes, descIndexBytes, descIndexUpdates} {
+		descDeleted, descPartialDeleted, descCorrupt, descRequests, descUploadBytes, descDownloadBytes, descBlocks, descBucketBytes, descIndexBytes, descIndexUpdates, descLockHeld} {
 		ch <- d
 	}
 }
@@ -65,4 +66,5 @@ func (m collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBucketBytes, s.bucketBytes.Load())
 	gauge(descIndexBytes, s.indexBytes.Load())
 	counter(descIndexUpdates, s.indexUpdates.Load())
+	gauge(descLockHeld, s.lockHeld.Load())
 }

@@ -1,7 +1,7 @@
 // Package bucketindex reads and writes a bucket's index: one object,
 // "bucket-index.json.gz" under the bucket's prefix, that lists every
-// node's complete blocks (their metas), every deletion mark and every
-// event segment. The
+// node's complete blocks (their metas), the blocks found corrupt, every
+// deletion mark and every event segment. The
 // compactor (package bucketcompact) writes it after each pass; a query
 // service may read it instead of listing every node's prefix, and lists
 // when it is missing, unreadable or older than it accepts (Stale).
@@ -27,8 +27,10 @@ import (
 // Name is the index's object name, relative to the bucket's prefix.
 const Name = "bucket-index.json.gz"
 
-// Version is the index format this package writes and reads.
-const Version = 1
+// Version is the index format this package writes and reads. Version 2
+// added Corrupt: a reader of a version 1 index would drop the corrupt
+// blocks it leaves out without a word, so it lists the bucket instead.
+const Version = 2
 
 // maxBytes bounds an index read (compressed and uncompressed): about
 // 3 million blocks.
@@ -47,11 +49,27 @@ type Index struct {
 	// node set, by node then block id. Blocks with a deletion mark are
 	// listed too, until they are deleted.
 	Blocks []store.Meta `json:"blocks"`
+	// Corrupt lists the blocks with a meta.json that the compactor found
+	// unreadable, by node then block id: not in Blocks, never merged or
+	// marked, and named by readers as they name them when they list the
+	// bucket.
+	Corrupt []CorruptBlock `json:"corrupt"`
 	// DeletionMarks lists the blocks marked for deletion.
 	DeletionMarks []DeletionMark `json:"deletionMarks"`
 	// Segments lists every node's event segments (<node>/events/<name>),
 	// by node then name.
 	Segments []Segment `json:"segments"`
+}
+
+// CorruptBlock is a block the compactor could not read.
+type CorruptBlock struct {
+	Node string `json:"node"`
+	ID   string `json:"id"`
+	// Reason is what was wrong, as the compactor found it.
+	Reason string `json:"reason"`
+	// Meta is the block's meta.json when that could be read (its data
+	// could not), with its node set; nil when the meta is what is damaged.
+	Meta *store.Meta `json:"meta,omitempty"`
 }
 
 // Segment is one event segment object as the compactor listed it: a
@@ -107,6 +125,9 @@ func Encode(ix Index) ([]byte, error) {
 	if ix.Blocks == nil {
 		ix.Blocks = []store.Meta{}
 	}
+	if ix.Corrupt == nil {
+		ix.Corrupt = []CorruptBlock{}
+	}
 	if ix.DeletionMarks == nil {
 		ix.DeletionMarks = []DeletionMark{}
 	}
@@ -150,6 +171,11 @@ func Decode(r io.Reader) (Index, error) {
 			return Index{}, fmt.Errorf("bucket index: block %d names no node or id", i)
 		}
 	}
+	for i, c := range ix.Corrupt {
+		if c.Node == "" || c.ID == "" {
+			return Index{}, fmt.Errorf("bucket index: corrupt block %d names no node or id", i)
+		}
+	}
 	for i, d := range ix.DeletionMarks {
 		if d.Node == "" || d.ID == "" {
 			return Index{}, fmt.Errorf("bucket index: deletion mark %d names no node or id", i)
@@ -162,6 +188,9 @@ func Decode(r io.Reader) (Index, error) {
 	}
 	if ix.Blocks == nil {
 		ix.Blocks = []store.Meta{}
+	}
+	if ix.Corrupt == nil {
+		ix.Corrupt = []CorruptBlock{}
 	}
 	if ix.DeletionMarks == nil {
 		ix.DeletionMarks = []DeletionMark{}

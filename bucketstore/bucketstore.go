@@ -253,13 +253,26 @@ func (s *Source) index(ctx context.Context) *bucketindex.Index {
 // the bucket index when it is fresh, else by listing.
 func (s *Source) List(ctx context.Context) ([]string, error) {
 	if ix := s.index(ctx); ix != nil {
-		keys := make([]string, 0, len(ix.Blocks))
-		metas := make(map[string]store.Meta, len(ix.Blocks))
+		keys := make([]string, 0, len(ix.Blocks)+len(ix.Corrupt))
+		metas := make(map[string]store.Meta, len(ix.Blocks)+len(ix.Corrupt))
 		for _, m := range ix.Blocks {
 			if bucketindex.ValidName(m.Node) && bucketindex.ValidName(m.ID) {
 				key := m.Node + "/" + m.ID
 				keys = append(keys, key)
 				metas[key] = m
+			}
+		}
+		// The blocks the compactor found corrupt are listed as a listing
+		// lists them, so that the store names them as it does then: one
+		// whose meta is damaged when it reads that meta, one whose data is
+		// when a query reads it.
+		for _, c := range ix.Corrupt {
+			if bucketindex.ValidName(c.Node) && bucketindex.ValidName(c.ID) {
+				key := c.Node + "/" + c.ID
+				keys = append(keys, key)
+				if c.Meta != nil {
+					metas[key] = *c.Meta
+				}
 			}
 		}
 		s.ixMu.Lock()

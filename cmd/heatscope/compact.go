@@ -38,10 +38,18 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 	retentionSize := fs.String("retention-size", "0", "delete the oldest blocks while the bucket's blocks take more (e.g. 5TB; 0: no limit)")
 	deleteDelay := fs.Duration("delete-delay", bucketcompact.DefaultDeleteDelay, "how long a block marked for deletion stays readable; queries in flight finish within it")
 	partialAge := fs.Duration("partial-age", bucketcompact.DefaultPartialAge, "delete partial uploads (data without meta.json) this old")
-	lockTTL := fs.Duration("lock-ttl", bucketcompact.DefaultLockTTL, "another compactor may take over the bucket when this one has not renewed its lock for this long")
-	listen := fs.String("listen", "127.0.0.1:7472", "address of /metrics ('' for none)")
+	lockTTL := fs.Duration("lock-ttl", bucketcompact.DefaultLockTTL, "the compactor renews the bucket's lock every quarter of this; another compactor takes over once it has not been renewed for this long")
+	listen := fs.String("listen", "127.0.0.1:7472", "address of /metrics ('' for none; with --once, none unless given)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	listenGiven := false
+	fs.Visit(func(f *flag.Flag) { listenGiven = listenGiven || f.Name == "listen" })
+	if *once && !listenGiven {
+		*listen = "" // a single pass serves no metrics unless asked
+	}
+	if *lockTTL < 4*time.Second {
+		return usageError{errors.New("--lock-ttl must be at least 4s: the lock is renewed every quarter of it")}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
@@ -108,6 +116,14 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 		defer srv.Close()
 		slog.Info("compactor metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
+	// A single pass refuses a bucket another compactor holds; a long-running
+	// compactor waits, and takes over should the holder stop renewing.
+	if err := c.Lock(ctx, !*once); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -115,11 +131,23 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 			slog.Warn("release the compactor lock", "err", err)
 		}
 	}()
+	slog.Info("holding the bucket's compactor lock", "bucket", bkt.Name(), "ttl", *lockTTL)
+	held, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	go func() {
+		if err := c.KeepLock(held); err != nil {
+			lost(err)
+		}
+	}()
+	ctx = held
 	for {
 		start := time.Now()
 		rep, err := c.Run(ctx)
 		if err != nil {
-			if *once || ctx.Err() != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, bucketcompact.ErrLockLost) {
+				return cause
+			}
+			if *once || ctx.Err() != nil || errors.Is(err, bucketcompact.ErrLockLost) {
 				return err
 			}
 			slog.Error("compaction pass failed; retrying at the next interval", "bucket", bkt.Name(), "err", err)
@@ -140,6 +168,12 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if err := updateIndexUntil(ctx, c, bkt.Name(), start.Add(*interval), *indexInterval); err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, bucketcompact.ErrLockLost) {
+				return cause
+			}
+			if errors.Is(err, bucketcompact.ErrLockLost) {
+				return err
+			}
 			return nil
 		}
 	}
@@ -172,7 +206,9 @@ func updateIndexUntil(ctx context.Context, c *bucketcompact.Compactor, name stri
 			return nil
 		}
 		began = time.Now()
-		if _, err := c.UpdateIndex(ctx); err != nil && ctx.Err() == nil {
+		if _, err := c.UpdateIndex(ctx); errors.Is(err, bucketcompact.ErrLockLost) {
+			return err
+		} else if err != nil && ctx.Err() == nil {
 			slog.Warn("bucket index update failed; query services list the bucket until the next one", "bucket", name, "err", err)
 		}
 	}
