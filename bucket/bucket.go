@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/prometheus/common/model"
 	"github.com/thanos-io/objstore"
 	"github.com/thanos-io/objstore/exthttp"
@@ -40,9 +42,14 @@ type Options struct {
 // prefix, and every error an *Error that names the bucket, the operation
 // and the object, with credentials removed.
 type Bucket struct {
-	inner   objstore.Bucket
-	name    string
-	secrets []string
+	inner objstore.Bucket
+	name  string
+	scrubber
+	// noCredentials, for an s3 bucket given no credential files, says
+	// where credentials were looked for; unsigned is whether the latest
+	// request went out without any (see unsignedTransport).
+	noCredentials string
+	unsigned      atomic.Bool
 	// fsRoot is the filesystem provider's directory, prefix included
 	// ("" for other providers): its conditional writes work on files.
 	fsRoot string
@@ -73,7 +80,9 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Bucket, error) {
 		return nil, fmt.Errorf("objstore config: provider %s: %s", cfg.Provider, notBuiltIn[cfg.Provider])
 	}
 	b := &Bucket{name: cfg.Name()}
-	b.secrets = envSecrets()
+	for _, v := range envSecrets() {
+		b.add(v)
+	}
 	httpCfg := exthttp.DefaultHTTPConfig
 	httpCfg.ResponseHeaderTimeout = model.Duration(opts.ResponseTimeout)
 	httpCfg.TLSConfig = exthttp.TLSConfig{CAFile: cfg.TLS.CAFile, ServerName: cfg.TLS.ServerName, InsecureSkipVerify: cfg.TLS.InsecureSkipVerify}
@@ -111,9 +120,9 @@ type credentialError struct{ err error }
 func (e credentialError) Error() string { return e.err.Error() }
 func (e credentialError) Unwrap() error { return e.err }
 
-// readSecret returns the trimmed contents of the credential file at path
-// ("" without one), and adds them to what errors are scrubbed of.
-func (o opening) readSecret(path, what string) (string, error) {
+// readCredential returns the trimmed contents of the credential file at
+// path ("" without one).
+func (o opening) readCredential(path, what string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
@@ -125,8 +134,15 @@ func (o opening) readSecret(path, what string) (string, error) {
 	if s == "" {
 		return "", credentialError{fmt.Errorf("bucket %s: %s %s is empty", o.b.name, what, path)}
 	}
-	o.b.secrets = append(o.b.secrets, s)
 	return s, nil
+}
+
+// readSecret is readCredential for a secret: errors and logs are scrubbed
+// of its value.
+func (o opening) readSecret(path, what string) (string, error) {
+	s, err := o.readCredential(path, what)
+	o.b.add(s)
+	return s, err
 }
 
 // openers are the providers built into this binary: s3 and filesystem
@@ -148,7 +164,7 @@ func openS3(_ context.Context, cfg Config, o opening) (objstore.Bucket, error) {
 	c.MaxRetries = o.opts.MaxRetries
 	cr := cfg.Credentials
 	var err error
-	if c.AccessKey, err = o.readSecret(cr.AccessKeyFile, "access key file"); err != nil {
+	if c.AccessKey, err = o.readCredential(cr.AccessKeyFile, "access key file"); err != nil {
 		return nil, err
 	}
 	if c.SecretKey, err = o.readSecret(cr.SecretKeyFile, "secret key file"); err != nil {
@@ -157,7 +173,16 @@ func openS3(_ context.Context, cfg Config, o opening) (objstore.Bucket, error) {
 	if c.SessionToken, err = o.readSecret(cr.SessionTokenFile, "session token file"); err != nil {
 		return nil, err
 	}
-	wrap := func(next http.RoundTripper) http.RoundTripper { return conditionalTransport{next} }
+	if c.AccessKey == "" {
+		o.b.noCredentials = s3NoCredentials()
+		if v, err := (&credentials.FileAWSCredentials{}).Retrieve(); err == nil {
+			o.b.add(v.SecretAccessKey)
+			o.b.add(v.SessionToken)
+		}
+	}
+	wrap := func(next http.RoundTripper) http.RoundTripper {
+		return unsignedTransport{next: conditionalTransport{next}, unsigned: &o.b.unsigned}
+	}
 	return s3.NewBucketWithConfig(o.logger, c, o.opts.Component, wrap)
 }
 
@@ -165,11 +190,12 @@ func openFilesystem(_ context.Context, cfg Config, _ opening) (objstore.Bucket, 
 	return filesystem.NewBucket(cfg.Directory)
 }
 
-// envSecrets are the credentials the providers may take from the
-// environment: errors are scrubbed of them too.
+// envSecrets are the secrets the providers may take from the environment:
+// errors are scrubbed of them too (access key ids are names, not secrets:
+// see scrubber).
 func envSecrets() []string {
 	var s []string
-	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SECRET_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"} {
+	for _, k := range []string{"AWS_SECRET_ACCESS_KEY", "AWS_SECRET_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"} {
 		if v := strings.TrimSpace(os.Getenv(k)); v != "" {
 			s = append(s, v)
 		}
@@ -311,17 +337,10 @@ func (b *Bucket) wrap(op, name string, err error) error {
 	if msg := err.Error(); b.scrub(msg) != msg {
 		e.err = errors.New(b.scrub(msg))
 	}
-	return e
-}
-
-// scrub replaces every credential in s.
-func (b *Bucket) scrub(s string) string {
-	for _, secret := range b.secrets {
-		if len(secret) >= 4 {
-			s = strings.ReplaceAll(s, secret, "[credential removed]")
-		}
+	if e.AccessDenied && b.noCredentials != "" && b.unsigned.Load() {
+		e.err = fmt.Errorf("%w (%s)", e.err, b.noCredentials)
 	}
-	return s
+	return e
 }
 
 // slogKit adapts go-kit's log.Logger, which objstore logs to, to slog,

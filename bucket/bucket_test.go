@@ -189,3 +189,84 @@ func TestFilesystem(t *testing.T) {
 		t.Fatalf("Get of a missing object: %#v", err)
 	}
 }
+
+// TestMinIONoCredentials opens the bucket with no credential anywhere (no
+// files in the config, none in the environment, no shared credentials
+// file, no instance role): the error says none were found and where it
+// looked, not only what the server answered.
+func TestMinIONoCredentials(t *testing.T) {
+	srv := miniotest.Start(t)
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SECRET_KEY", "AWS_SESSION_TOKEN",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"} {
+		t.Setenv(k, "")
+	}
+	shared := filepath.Join(t.TempDir(), "aws-credentials")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", shared)
+	cfg := srv.Config("p")
+	cfg.Credentials = bucket.Credentials{}
+	b, err := bucket.Open(context.Background(), cfg, bucket.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	start := time.Now()
+	err = b.Check(context.Background(), "node-a/")
+	t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("Check without credentials succeeded")
+	}
+	for _, want := range []string{"bucket s3://" + srv.Bucket + "/p: list node-a/: ", "no credentials found",
+		"credentials.access_key_file", "$AWS_ACCESS_KEY_ID", shared, "instance role"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if !b.IsAccessDeniedErr(err) {
+		t.Errorf("IsAccessDeniedErr = false for %v", err)
+	}
+	// With credentials, a denial does not claim there were none.
+	wrong := srv.ConfigWith("p", srv.AccessKey, "wrong-"+srv.SecretKey, srv.Bucket)
+	wb, err := bucket.Open(context.Background(), wrong, bucket.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wb.Close()
+	if err := wb.Check(context.Background(), "node-a/"); err == nil || strings.Contains(err.Error(), "no credentials found") {
+		t.Errorf("with a wrong secret: %v, want a denial that does not say no credentials were found", err)
+	}
+}
+
+// TestMinIOUserNamedAsTheBucket uses a MinIO user whose name is the
+// bucket's: errors name the bucket and keep it in URLs, and no secret
+// appears in them or in the logs.
+func TestMinIOUserNamedAsTheBucket(t *testing.T) {
+	srv := miniotest.Start(t)
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg := srv.ConfigWith("demo", srv.AccessKey, srv.SecretKey, srv.AccessKey)
+	b, err := bucket.Open(context.Background(), cfg, bucket.Options{Logger: logger, MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	checkErr := b.Check(context.Background(), "a/")
+	if checkErr == nil || !strings.Contains(checkErr.Error(), "bucket s3://"+srv.AccessKey+"/demo: list a/: The specified bucket does not exist") {
+		t.Errorf("Check of a bucket named as the user, not created: %v", checkErr)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	upErr := b.Upload(ctx, "a/blocks/1/data", strings.NewReader("x"))
+	if upErr == nil {
+		t.Fatal("upload to a stopped MinIO succeeded")
+	}
+	t.Logf("%v\n%v", checkErr, upErr)
+	if !strings.Contains(upErr.Error(), srv.Endpoint+"/"+srv.AccessKey+"/") {
+		t.Errorf("the upload's error %q lost the bucket from its URL", upErr)
+	}
+	for _, text := range []string{checkErr.Error(), upErr.Error(), logs.String()} {
+		if strings.Contains(text, srv.SecretKey) || strings.Contains(text, "credential removed]/") {
+			t.Errorf("a secret, or a path cut by the scrubber, in %q", text)
+		}
+	}
+}

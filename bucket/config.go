@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -129,6 +130,9 @@ func ParseConfig(b []byte) (Config, error) {
 	if err := refuseSecrets(doc.Content[0], ""); err != nil {
 		return Config{}, err
 	}
+	if err := refuseUnknownKeys(doc.Content[0], reflect.TypeFor[Config](), ""); err != nil {
+		return Config{}, err
+	}
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -171,6 +175,37 @@ func refuseSecrets(n *yaml.Node, path string) error {
 			return fmt.Errorf("line %d: %s%s: credentials are not written in the objstore config; use %s", k.Line, path, k.Value, instead)
 		}
 		if err := refuseSecrets(n.Content[i+1], path+k.Value+"."); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refuseUnknownKeys fails on the first key of n that t (a struct of yaml
+// tags) does not have, naming it, its line and the keys its section takes.
+// A value of the wrong kind is left to the decoder.
+func refuseUnknownKeys(n *yaml.Node, t reflect.Type, path string) error {
+	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	var names []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		fields[name] = t.Field(i).Type
+		names = append(names, name)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		ft, ok := fields[k.Value]
+		if !ok {
+			section := "the config"
+			if path != "" {
+				section = strings.TrimSuffix(path, ".")
+			}
+			return fmt.Errorf("unknown key %q at line %d (%s takes %s)", path+k.Value, k.Line, section, strings.Join(names, ", "))
+		}
+		if err := refuseUnknownKeys(n.Content[i+1], ft, path+k.Value+"."); err != nil {
 			return err
 		}
 	}

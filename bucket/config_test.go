@@ -58,7 +58,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"provider: s3\nendpoint: x:1\n", "bucket: missing"},
 		{"provider: s3\nbucket: b\n", "endpoint: missing"},
 		{"provider: s3\nbucket: b\nendpoint: https://x\n", "without a scheme"},
-		{"provider: s3\nbucket: b\nendpoint: x\nbukcet: c\n", "field bukcet not found"},
+		{"provider: s3\nbukcet: b\nendpoint: x\n", `unknown key "bukcet" at line 2 (the config takes provider, bucket, endpoint`},
+		{"provider: s3\nbucket: b\nendpoint: x\ntls:\n  insecur: true\n", `unknown key "tls.insecur" at line 5 (tls takes insecure, ca_file, server_name, insecure_skip_verify)`},
 		{"provider: filesystem\n", "directory: missing"},
 		{"provider: filesystem\ndirectory: /x\nbucket: b\n", "takes a directory"},
 		{"provider: azure\nbucket: b\n", "storage_account: missing"},
@@ -109,6 +110,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("provider: filesystem\ndirectory: /tmp/x\n"))
 	f.Add([]byte("provider: azure\nbucket: c\nstorage_account: a\ncredentials:\n  account_key_file: /k\n"))
 	f.Add([]byte("provider: s3\nsecret_key: hunter2hunter2\n"))
+	f.Add([]byte("provider: s3\nbucket: b\nendpoint: x\ntls:\n  insecur: true\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := ParseConfig(b)
 		if err != nil {
