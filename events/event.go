@@ -171,6 +171,17 @@ func clip(s string) string {
 // one ("cpu-saturation", "overhead-guard").
 const KindLabel = "kind"
 
+// KindOverheadGuard is the kind of the overhead guard's events: an
+// episode of changes of the sampling rate (package overhead).
+const KindOverheadGuard = "overhead-guard"
+
+// Incident reports whether events of kind mark something that happened
+// on a node (a kernel message, a saturated CPU, a deploy someone posted)
+// rather than heatscope's own bookkeeping (KindOverheadGuard: the agent
+// lowering its own sampling rate). Views list every kind; only incidents
+// are picked as the kind to compare before by default.
+func Incident(kind string) bool { return kind != KindOverheadGuard }
+
 // Kind is what sort of event e is: its kind label, or for a kernel log
 // event the name of the pattern that matched ("ena-reset"); "" when it has
 // neither.

@@ -9,6 +9,11 @@
 // row under LowWater of the budget, and only goes as far as the measured
 // cost, scaled to the new frequency, stays under LowWater. A cut happens at
 // once: being over the budget is what operators complain about.
+//
+// Every change is logged (and counted in Changes); a run of changes, from
+// the first away from the target until the rate is back, is one Episode,
+// reported once (Config.OnEpisode), so that a busy machine's many changes
+// make one event rather than dozens.
 package overhead
 
 import (
@@ -60,9 +65,14 @@ type Config struct {
 	// (default 10 s): start-up work (symbols read for the first
 	// processes, caches filled) is not what the agent costs.
 	Warmup time.Duration
-	// OnChange, when not nil, is called after every change of frequency,
-	// with the reason (e.g. to record it as an event).
-	OnChange func(oldHz, newHz float64, reason string)
+	// OnEpisode, when not nil, is called with each episode of changes
+	// when it ends: when the rate is back at TargetFrequency, when it has
+	// lasted MaxEpisode (it goes on as a continued episode), or when Run
+	// returns (e.g. to record it as an event).
+	OnEpisode func(Episode)
+	// MaxEpisode bounds an episode's length, so that a rate lowered for
+	// hours shows while it is (default DefaultMaxEpisode).
+	MaxEpisode time.Duration
 	// Logger receives every change (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -87,6 +97,10 @@ type Guard struct {
 	sampler Sampler
 	meter   CPUMeter
 	quiet   int // windows in a row under LowWater
+	// episode is the open episode of changes, nil when the rate is at
+	// the target; now is the clock episodes are timed by.
+	episode *Episode
+	now     func() time.Time
 
 	changes atomic.Uint64
 	judged  atomic.Uint64 // windows judged
@@ -123,16 +137,21 @@ func New(cfg Config, sampler Sampler, meter CPUMeter) (*Guard, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Guard{cfg: cfg, sampler: sampler, meter: meter}, nil
+	if cfg.MaxEpisode <= 0 {
+		cfg.MaxEpisode = DefaultMaxEpisode
+	}
+	return &Guard{cfg: cfg, sampler: sampler, meter: meter, now: time.Now}, nil
 }
 
 // Run measures every Window until ctx is done. The first window starts
 // Warmup after Run does, so start-up (loading kernel symbols, reading the
-// first processes' binaries) is not counted.
+// first processes' binaries) is not counted. When it returns, the open
+// episode, if any, is reported.
 func (g *Guard) Run(ctx context.Context) error {
 	if _, err := g.meter(); err != nil {
 		return fmt.Errorf("overhead guard: %w", err)
 	}
+	defer func() { g.stopEpisode(g.now()) }()
 	select {
 	case <-ctx.Done():
 		return nil
@@ -196,6 +215,8 @@ func (g *Guard) busy(now time.Time, cpu time.Duration) (wall, busyCPU time.Durat
 func (g *Guard) Observe(share float64) {
 	g.lastShare.Store(math.Float64bits(share))
 	g.judged.Add(1)
+	now := g.now()
+	g.cutEpisode(now)
 	cur := g.sampler.Frequency()
 	next, reason := g.decide(cur, share)
 	if next == cur {
@@ -207,9 +228,7 @@ func (g *Guard) Observe(share float64) {
 	}
 	g.changes.Add(1)
 	g.cfg.Logger.Info("sampling frequency changed", "from_hz", cur, "to_hz", next, "reason", reason)
-	if g.cfg.OnChange != nil {
-		g.cfg.OnChange(float64(cur), float64(next), reason)
-	}
+	g.noteChange(now, cur, next, reason)
 }
 
 // decide returns the frequency for the next window and why.

@@ -1,12 +1,16 @@
 package overhead
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/events"
 )
 
 // fixedSampler is a Sampler that only remembers its frequency: the guard's
@@ -26,22 +30,55 @@ func (s *fixedSampler) SetFrequency(hz int) error {
 	return nil
 }
 
+// change is one "sampling frequency changed" log line.
 type change struct {
-	from, to float64
-	reason   string
+	From   int    `json:"from_hz"`
+	To     int    `json:"to_hz"`
+	Reason string `json:"reason"`
 }
 
-func newTestGuard(t *testing.T, hz int, cfg Config) (*Guard, *fixedSampler, *[]change) {
+// testGuard is a Guard on a fixedSampler whose log lines and episodes are
+// kept.
+type testGuard struct {
+	*Guard
+	s        *fixedSampler
+	log      *bytes.Buffer
+	episodes []Episode
+}
+
+func newTestGuard(t *testing.T, hz int, cfg Config) *testGuard {
 	t.Helper()
-	s := &fixedSampler{hz: hz}
-	var changes []change
-	cfg.OnChange = func(from, to float64, reason string) { changes = append(changes, change{from, to, reason}) }
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	g, err := New(cfg, s, ProcessCPU)
+	tg := &testGuard{s: &fixedSampler{hz: hz}, log: &bytes.Buffer{}}
+	cfg.OnEpisode = func(e Episode) { tg.episodes = append(tg.episodes, e) }
+	cfg.Logger = slog.New(slog.NewJSONHandler(tg.log, nil))
+	g, err := New(cfg, tg.s, ProcessCPU)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g, s, &changes
+	tg.Guard = g
+	return tg
+}
+
+// changes returns the changes logged.
+func (tg *testGuard) changes(t *testing.T) []change {
+	t.Helper()
+	var out []change
+	for _, line := range strings.Split(strings.TrimSpace(tg.log.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var c struct {
+			change
+			Msg string `json:"msg"`
+		}
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if c.Msg == "sampling frequency changed" {
+			out = append(out, c.change)
+		}
+	}
+	return out
 }
 
 func TestGuardSteps(t *testing.T) {
@@ -61,30 +98,34 @@ func TestGuardSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, s, changes := newTestGuard(t, 99, Config{MaxCPU: 1})
+			g := newTestGuard(t, 99, Config{MaxCPU: 1})
 			var got []int
 			for _, share := range tt.shares {
 				g.Observe(share)
-				got = append(got, s.hz)
+				got = append(got, g.s.hz)
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("frequencies %v, want %v", got, tt.want)
 			}
-			// Every change was counted and reported with its reason.
+			// Every change was counted and logged with its reason.
 			n := 0
 			prev := 99
+			changes := g.changes(t)
 			for _, hz := range got {
 				if hz != prev {
-					c := (*changes)[n]
-					if c.from != float64(prev) || c.to != float64(hz) || !strings.Contains(c.reason, "budget") {
+					if n >= len(changes) {
+						t.Fatalf("%d changes logged, want more: %v", len(changes), changes)
+					}
+					c := changes[n]
+					if c.From != prev || c.To != hz || !strings.Contains(c.Reason, "budget") {
 						t.Errorf("change %d = %+v, want %d -> %d with a reason naming the budget", n, c, prev, hz)
 					}
 					n++
 					prev = hz
 				}
 			}
-			if len(*changes) != n || g.Changes() != uint64(n) {
-				t.Errorf("%d changes reported, Changes() = %d, want %d", len(*changes), g.Changes(), n)
+			if len(changes) != n || g.Changes() != uint64(n) {
+				t.Errorf("%d changes logged, Changes() = %d, want %d", len(changes), g.Changes(), n)
 			}
 			if g.LastShare() != tt.shares[len(tt.shares)-1] {
 				t.Errorf("LastShare() = %v, want %v", g.LastShare(), tt.shares[len(tt.shares)-1])
@@ -94,11 +135,12 @@ func TestGuardSteps(t *testing.T) {
 }
 
 func TestGuardFailedChangeIsNotCounted(t *testing.T) {
-	g, s, changes := newTestGuard(t, 99, Config{MaxCPU: 1})
-	s.err = errors.New("ioctl failed")
+	g := newTestGuard(t, 99, Config{MaxCPU: 1})
+	g.s.err = errors.New("ioctl failed")
 	g.Observe(5)
-	if s.hz != 99 || g.Changes() != 0 || len(*changes) != 0 {
-		t.Errorf("after a failed change: %d Hz, %d changes, %d reported", s.hz, g.Changes(), len(*changes))
+	g.stopEpisode(time.Now())
+	if g.s.hz != 99 || g.Changes() != 0 || len(g.changes(t)) != 0 || len(g.episodes) != 0 {
+		t.Errorf("after a failed change: %d Hz, %d changes, %d logged, episodes %+v", g.s.hz, g.Changes(), len(g.changes(t)), g.episodes)
 	}
 }
 
@@ -107,10 +149,10 @@ func TestGuardConfig(t *testing.T) {
 		t.Error("a zero budget was accepted")
 	}
 	// A target under the default floor is its own floor.
-	g, s, _ := newTestGuard(t, 5, Config{MaxCPU: 1})
+	g := newTestGuard(t, 5, Config{MaxCPU: 1})
 	g.Observe(50)
-	if s.hz != 5 {
-		t.Errorf("target 5 Hz was cut to %d Hz", s.hz)
+	if g.s.hz != 5 {
+		t.Errorf("target 5 Hz was cut to %d Hz", g.s.hz)
 	}
 }
 
@@ -129,5 +171,86 @@ func TestProcessCPU(t *testing.T) {
 	}
 	if after <= before {
 		t.Errorf("CPU time did not grow over a busy loop (%v -> %v, %d)", before, after, x)
+	}
+}
+
+// TestGuardEpisodes: a busy machine's run of changes (cut, cut, then
+// raised back in three steps) is one episode, reported once the rate is
+// back at the target, with its rates, changes, lowest rate and duration;
+// every change is still logged and counted. An episode that outlasts
+// MaxEpisode is reported then and goes on as a continued one; the one
+// open when the Guard stops is reported as stopped.
+func TestGuardEpisodes(t *testing.T) {
+	start := time.Date(2026, 11, 27, 16, 0, 0, 0, time.UTC)
+	clock := func(g *testGuard) *time.Time {
+		now := start
+		g.now = func() time.Time { now = now.Add(10 * time.Second); return now }
+		return &now
+	}
+	g := newTestGuard(t, 99, Config{MaxCPU: 1})
+	clock(g)
+	shares := []float64{2, 2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.5, 0.5}
+	for i, share := range shares {
+		g.Observe(share)
+		if i < 10 && len(g.episodes) != 0 {
+			t.Fatalf("window %d (%d Hz): an episode was reported before the rate was back: %+v", i, g.s.hz, g.episodes)
+		}
+	}
+	if n := len(g.changes(t)); n != 5 || g.Changes() != 5 || g.s.hz != 99 {
+		t.Fatalf("%d changes logged, %d counted, %d Hz at the end; want 5, 5, 99 Hz", n, g.Changes(), g.s.hz)
+	}
+	if len(g.episodes) != 1 {
+		t.Fatalf("%d episodes, want 1: %+v", len(g.episodes), g.episodes)
+	}
+	ep := g.episodes[0]
+	if ep.FromHz != 99 || ep.ToHz != 99 || ep.LowestHz != 24 || ep.Changes != 5 || !ep.Restored || ep.Stopped || ep.Continued ||
+		!ep.Start.Equal(start.Add(10*time.Second)) || ep.End.Sub(ep.Start) != 100*time.Second || !strings.Contains(ep.Reason, "over the 1% budget") {
+		t.Errorf("episode %+v: want 99 Hz -> 99 Hz, lowest 24, 5 changes over 100 s from the first window, restored", ep)
+	}
+	e := ep.Event()
+	if err := e.Validate(); err != nil {
+		t.Fatalf("event %+v: %v", e, err)
+	}
+	want := map[string]string{"kind": "overhead-guard", "from_hz": "99", "to_hz": "99", "lowest_hz": "24", "changes": "5", "duration_seconds": "100.000"}
+	for k, v := range want {
+		if e.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, e.Labels[k], v)
+		}
+	}
+	if e.Time != ep.Start.UnixNano() || e.Severity != events.Warning || e.Source != "heatscope" || e.Kind() != events.KindOverheadGuard ||
+		!strings.Contains(e.Text, "sampling frequency 99 Hz -> 99 Hz: 5 changes in 1m40s, lowest 24 Hz, back at the target; first change: agent CPU 2.000% of one CPU is over the 1% budget") {
+		t.Errorf("event %+v", e)
+	}
+
+	// Held at 49 Hz (between the marks) for longer than MaxEpisode.
+	g = newTestGuard(t, 99, Config{MaxCPU: 1, MaxEpisode: time.Minute})
+	now := clock(g)
+	for range 14 {
+		g.Observe(map[bool]float64{true: 2, false: 0.7}[len(g.changes(t)) == 0])
+	}
+	g.stopEpisode(now.Add(5 * time.Second))
+	if len(g.episodes) != 3 {
+		t.Fatalf("held at 49 Hz for 140 s with episodes of at most 60 s: %d episodes, want 3: %+v", len(g.episodes), g.episodes)
+	}
+	first, second, last := g.episodes[0], g.episodes[1], g.episodes[2]
+	if first.Changes != 1 || first.FromHz != 99 || first.ToHz != 49 || first.Restored || first.Continued || first.End.Sub(first.Start) != time.Minute {
+		t.Errorf("first piece %+v", first)
+	}
+	if second.Changes != 0 || second.FromHz != 49 || second.ToHz != 49 || second.LowestHz != 49 || !second.Continued || !second.Start.Equal(first.End) ||
+		second.End.Sub(second.Start) != time.Minute {
+		t.Errorf("second piece %+v", second)
+	}
+	if !last.Stopped || !last.Continued || last.End.Sub(last.Start) != 15*time.Second {
+		t.Errorf("last piece %+v", last)
+	}
+	if e := first.Event(); !strings.Contains(e.Text, "99 Hz -> 49 Hz: 1 change in 1m0s, lowest 49 Hz, still lowered") || e.Labels["continued"] != "" {
+		t.Errorf("first piece's event %+v", e)
+	}
+	if e := second.Event(); e.Labels["continued"] != "true" || e.Severity != events.Notice || e.Validate() != nil ||
+		!strings.Contains(e.Text, "49 Hz -> 49 Hz: 0 changes in 1m0s") {
+		t.Errorf("second piece's event %+v", e)
+	}
+	if e := last.Event(); !strings.Contains(e.Text, "until the recording stopped") {
+		t.Errorf("last piece's event %+v", e)
 	}
 }

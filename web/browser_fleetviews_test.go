@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/fleetfixture"
+	"github.com/heatscope/heatscope/store"
 )
 
 type feRow struct{ Node, Kind string }
@@ -167,5 +170,42 @@ func TestBrowserFleetPrediff(t *testing.T) {
 	b.openFresh(fx.url + "/fleet/prediff#kind=ena-reset&window=" + url.QueryEscape("7200"))
 	if msg, invalid := text("pd-error"), eval[bool](t, b.ctx, `document.getElementById('pd-window').classList.contains('invalid')`); !strings.HasPrefix(msg, "window:") || !invalid {
 		t.Errorf("a 2 h window: error %q, input marked %v", msg, invalid)
+	}
+}
+
+// TestBrowserFleetPrediffDefaultKind: the pre-event diff page picks the
+// most frequent incident, not the overhead guard's episodes that outnumber
+// it; with no incident it picks nothing and says why.
+func TestBrowserFleetPrediffDefaultKind(t *testing.T) {
+	b := newBrowser(t)
+	for _, c := range []struct {
+		kinds          []string
+		picked, offers string
+	}{
+		{[]string{"overhead-guard", "overhead-guard", "overhead-guard", "oom-kill"}, "oom-kill", "overhead-guard (3), oom-kill (1)"},
+		{[]string{"overhead-guard", "overhead-guard"}, "", "choose a kind, overhead-guard (2)"},
+	} {
+		db, err := store.Open(t.TempDir(), store.Options{Source: "n", Node: "n", Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, kind := range c.kinds {
+			e := events.Event{Time: fleetfixture.Start + int64(i)*int64(time.Minute), Source: "heatscope", Severity: events.Warning,
+				Text: kind, Labels: map[string]string{events.KindLabel: kind}}
+			if err := db.AppendEvent(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fx := newFixture(t, db, Options{})
+		b.openFresh(fx.url + "/fleet/prediff")
+		offers := eval[[]string](t, b.ctx, `[...document.getElementById('pd-kind').options].map((o) => o.textContent)`)
+		if strings.Join(offers, ", ") != c.offers || b.hashParam("kind") != c.picked {
+			t.Errorf("kinds %v: offered %q, picked %q; want %q, %q", c.kinds, offers, b.hashParam("kind"), c.offers, c.picked)
+		}
+		if empty := eval[string](t, b.ctx, `document.getElementById('pd-empty').hidden ? '' : document.getElementById('pd-empty').textContent`); c.picked == "" &&
+			!strings.Contains(empty, "choose a kind to compare before") {
+			t.Errorf("kinds %v: the page says %q", c.kinds, empty)
+		}
+		db.Close()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/prediff"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
@@ -117,10 +118,11 @@ type countJSON struct {
 // fleetEventCounts are the fields of fleetEventsJSON after its list,
 // encoded after the list fleetEvents encodes by hand.
 type fleetEventCounts struct {
-	Total   int         `json:"total"`
-	Kinds   []countJSON `json:"kinds"`
-	Nodes   []countJSON `json:"nodes"`
-	Message string      `json:"message"`
+	Total       int         `json:"total"`
+	Kinds       []countJSON `json:"kinds"`
+	DefaultKind string      `json:"defaultKind"`
+	Nodes       []countJSON `json:"nodes"`
+	Message     string      `json:"message"`
 }
 
 // fleetEventsJSON is the answer of /api/fleet/events.
@@ -134,7 +136,12 @@ type fleetEventsJSON struct {
 	// that the other kinds show beside the one chosen; Nodes counts them
 	// by node, every filter applied. Both most first, then by name.
 	Kinds []countJSON `json:"kinds"`
-	Nodes []countJSON `json:"nodes"`
+	// DefaultKind is the kind the pre-event diff compares before unless
+	// told: the most frequent in Kinds that marks an incident
+	// (events.Incident: never heatscope's own overhead-guard); "" when
+	// none does.
+	DefaultKind string      `json:"defaultKind"`
+	Nodes       []countJSON `json:"nodes"`
 	// Message says why the list is empty; "" when it is not.
 	Message string `json:"message"`
 }
@@ -171,6 +178,12 @@ func (s *Server) fleetEvents(_ context.Context, p *params, rep *reply) (store.Wa
 		}
 	}
 	rest.Kinds, rest.Nodes = counts(byKind), counts(byNode)
+	for _, k := range rest.Kinds {
+		if k.Name != "" && events.Incident(k.Name) {
+			rest.DefaultKind = k.Name
+			break
+		}
+	}
 	if rest.Total == 0 {
 		rest.Message = noEventsMessage(p, kinds, len(evs))
 	}

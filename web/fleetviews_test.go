@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/fleetfixture"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/prediff"
@@ -253,5 +256,39 @@ func TestFleetPages(t *testing.T) {
 		if strings.Contains(page, "{{") || !strings.HasPrefix(page, "<!DOCTYPE html>") {
 			t.Errorf("%s: not a whole page:\n%s", c.path, page)
 		}
+	}
+}
+
+// TestFleetEventsDefaultKind: the pre-event diff's default kind is the most
+// frequent incident, never the overhead guard's episodes however many
+// there are; with no incident there is no default.
+func TestFleetEventsDefaultKind(t *testing.T) {
+	for _, c := range []struct {
+		kinds []string
+		want  string
+	}{
+		{[]string{"overhead-guard", "overhead-guard", "overhead-guard", "oom-kill", "cpu-saturation", "cpu-saturation"}, "cpu-saturation"},
+		{[]string{"overhead-guard", "overhead-guard", "oom-kill"}, "oom-kill"},
+		{[]string{"overhead-guard"}, ""},
+	} {
+		db, err := store.Open(t.TempDir(), store.Options{Source: "n", Node: "n", Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, kind := range c.kinds {
+			e := events.Event{Time: fleetfixture.Start + int64(i)*int64(time.Minute), Source: "heatscope", Severity: events.Warning,
+				Text: kind + " " + strconv.Itoa(i), Labels: map[string]string{events.KindLabel: kind}}
+			if err := db.AppendEvent(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fx := newFixture(t, db, Options{})
+		var got fleetEventsJSON
+		getInto(t, fx, fleetEventsPath, &got)
+		if got.DefaultKind != c.want || len(got.Kinds) == 0 || got.Kinds[0].Name != c.kinds[0] || got.Total != len(c.kinds) {
+			t.Errorf("events of kinds %v: default kind %q, kinds %v, total %d; want default %q, the most frequent (%s) still listed first",
+				c.kinds, got.DefaultKind, got.Kinds, got.Total, c.want, c.kinds[0])
+		}
+		db.Close()
 	}
 }

@@ -42,8 +42,10 @@ const guardWarmup = 5 * time.Second
 // heatscope runs if it may (CAP_SYS_ADMIN), and otherwise counts the agent's
 // own CPU only, saying so.
 //
-// Each change of frequency is also a system event in db (when recording
-// to one), so the timeline shows where the sampling rate changed.
+// Each episode of frequency changes (from the first change away from
+// --frequency until the rate is back) is also one system event in db
+// (when recording to one), so the timeline shows where the sampling rate
+// was lowered without a mark per change.
 func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool) (*guarded, error) {
 	g := &guarded{}
 	if !statsOn {
@@ -67,7 +69,7 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 		return cpu + st.BPFRunTime + st.ExitRunTime, nil
 	}
 	g.busy = overhead.NewBusy(meter)
-	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnChange: frequencyEvents(db), Busy: g.busy, Warmup: guardWarmup}, rec, meter)
+	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnEpisode: episodeEvents(db), Busy: g.busy, Warmup: guardWarmup}, rec, meter)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("--max-cpu: %w", err)
@@ -76,26 +78,16 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 	return g, nil
 }
 
-// frequencyEvents returns the guard's change callback that records each
-// change as a system event in db, or nil without a db.
-func frequencyEvents(db *store.DB) func(oldHz, newHz float64, reason string) {
+// episodeEvents returns the guard's episode callback that records each
+// episode of frequency changes as one system event in db, or nil without
+// a db.
+func episodeEvents(db *store.DB) func(overhead.Episode) {
 	if db == nil {
 		return nil
 	}
-	return func(oldHz, newHz float64, reason string) {
-		sev := events.Notice
-		if newHz < oldHz {
-			sev = events.Warning
-		}
-		e := events.Event{
-			Time:     time.Now().UnixNano(),
-			Source:   "heatscope",
-			Severity: sev,
-			Text:     fmt.Sprintf("sampling frequency %g Hz -> %g Hz: %s", oldHz, newHz, reason),
-			Labels:   map[string]string{"kind": "overhead-guard"},
-		}
-		if err := db.AppendEvent(e); err != nil {
-			slog.Warn("store the frequency change as an event", "err", err)
+	return func(ep overhead.Episode) {
+		if err := db.AppendEvent(ep.Event()); err != nil {
+			slog.Warn("store the overhead guard's episode of frequency changes as an event", "err", err)
 		}
 	}
 }

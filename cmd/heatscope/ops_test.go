@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,7 +18,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/store"
 )
 
 // scrape reads url (a /metrics endpoint) with the Prometheus text parser.
@@ -192,23 +196,44 @@ func TestOverheadGuard(t *testing.T) {
 	if hz != 200 || changes != 1 {
 		t.Fatalf("after the first window: %v Hz, %v changes; want 200 Hz, 1 change\n%s", hz, changes, d.log())
 	}
-	// The change is a system event on the timeline too.
+	// The episode of changes is one system event, written when it ends:
+	// here when the recording stops, the rate still lowered.
 	var evs struct {
-		Events []struct {
-			Source, Severity, Text string
-			Labels                 map[string]string
-		}
+		Events []struct{ Text string }
 	}
-	getJSON(t, url+"/api/events?source=heatscope", &evs)
-	if len(evs.Events) != 1 || !strings.Contains(evs.Events[0].Text, "400 Hz -> 200 Hz") ||
-		evs.Events[0].Severity != "warning" || evs.Events[0].Labels["kind"] != "overhead-guard" {
-		t.Errorf("events of the change: %+v, want one warning \"400 Hz -> 200 Hz\" of kind overhead-guard", evs.Events)
+	getJSON(t, url+"/api/events?source=heatscope&kind=overhead-guard", &evs)
+	if len(evs.Events) != 0 {
+		t.Errorf("an episode still under way was written as events: %+v", evs.Events)
 	}
 	time.Sleep(1500 * time.Millisecond) // a progress line at the new frequency
+	// A second change (the budget cannot be met): the episode has two.
+	for deadline := time.Now().Add(25 * time.Second); changes < 2 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		changes = metricSum(scrape(t, url+"/metrics"), "heatscope_sampling_frequency_changes_total")
+	}
+	if changes < 2 {
+		t.Errorf("%v changes 35 s after the first window, want a second halving", changes)
+	}
 	d.stop(t)
 	log := d.log()
 	if !strings.Contains(log, `msg="sampling frequency changed" from_hz=400 to_hz=200`) || !strings.Contains(log, "over the 0.001% budget") {
 		t.Errorf("no log line for the change:\n%s", log)
+	}
+	logged := strings.Count(log, `msg="sampling frequency changed"`)
+	db, err := store.Open(data, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guardEvents, _ := db.Events(store.Range{From: 0, To: math.MaxInt64}, store.EventFilter{Kinds: []string{"overhead-guard"}}, 100)
+	db.Close()
+	if len(guardEvents) != 1 {
+		t.Fatalf("%d changes logged, %d overhead-guard events, want one for the episode: %+v", logged, len(guardEvents), guardEvents)
+	}
+	e := guardEvents[0]
+	lowest := e.Labels["lowest_hz"]
+	if e.Severity != events.Warning || e.Source != "heatscope" || e.Labels["changes"] != strconv.Itoa(logged) || e.Labels["from_hz"] != "400" ||
+		e.Labels["to_hz"] != lowest || !strings.Contains(e.Text, fmt.Sprintf("sampling frequency 400 Hz -> %s Hz: ", lowest)) ||
+		!strings.Contains(e.Text, "until the recording stopped; first change: agent CPU") {
+		t.Errorf("the episode's event %+v; want a warning from 400 Hz down to its lowest rate, %d changes, until the stop", e, logged)
 	}
 	if !strings.Contains(log, "stack errors, 200 Hz") {
 		t.Errorf("no progress line at 200 Hz:\n%s", log)

@@ -52,23 +52,30 @@ function readForm() {
 }
 
 // loadKinds offers the kinds of event the selected nodes have, most
-// frequent first, and picks the first when none is chosen.
+// frequent first, and picks the API's default when none is chosen: the
+// most frequent incident (never heatscope's own overhead-guard episodes).
+// It returns how many kinds there are.
 async function loadKinds() {
   const p = new URLSearchParams();
   if (state.node) p.set('node', state.node);
   if (state.label) p.set('label', state.label);
   let kinds = [];
+  let defaultKind = '';
   try {
-    kinds = (await track(getJSON('/api/fleet/events', p))).kinds.filter((k) => k.name);
+    const d = await track(getJSON('/api/fleet/events', p));
+    kinds = d.kinds.filter((k) => k.name);
+    defaultKind = d.defaultKind || '';
   } catch {
     // the comparison's own request reports a bad filter
   }
-  if (!state.kind && kinds.length) state.kind = kinds[0].name;
+  if (!state.kind) state.kind = defaultKind;
   const opts = kinds.map((k) => el('option', { value: k.name, textContent: `${k.name} (${k.count})` }));
   if (state.kind && !kinds.some((k) => k.name === state.kind)) opts.push(el('option', { value: state.kind, textContent: `${state.kind} (0)` }));
   if (!opts.length) opts.push(el('option', { value: '', textContent: 'no events' }));
+  else if (!state.kind) opts.unshift(el('option', { value: '', textContent: 'choose a kind' }));
   $('pd-kind').replaceChildren(...opts);
   $('pd-kind').value = state.kind;
+  return kinds.length;
 }
 
 function grewText(f, d) {
@@ -206,7 +213,7 @@ async function main() {
   readHash(state);
   fillForm();
   sources = await track(nodeSources(getJSON));
-  await loadKinds();
+  const kinds = await loadKinds();
   $('pd-filters').addEventListener('submit', (ev) => {
     ev.preventDefault();
     state.fn = state.fnKind = '';
@@ -232,7 +239,9 @@ async function main() {
   });
   if (state.kind) await apply();
   else {
-    $('pd-empty').textContent = 'No event on the selected nodes: nothing to compare.';
+    $('pd-empty').textContent = kinds
+      ? 'Only heatscope\'s own events (overhead-guard: the agent lowering its sampling rate) on the selected nodes, no incident: choose a kind to compare before.'
+      : 'No event on the selected nodes: nothing to compare.';
     $('pd-empty').hidden = false;
     $('pd-flame-section').hidden = true;
   }
