@@ -139,6 +139,8 @@ var (
 	descUnwindDeferred  = desc("unwind_tables_deferred_total", "Unwind tables not loaded for a while because the loaded ones were all in use within --unwind-tables.")
 	descUnwindPruned    = desc("unwind_cache_pruned_files_total", "Unwind table files removed from --cache-dir, least recently used first, to stay within --cache-size.")
 	descUnwindPrunedB   = desc("unwind_cache_pruned_bytes_total", "Bytes of the unwind table files removed from --cache-dir to stay within --cache-size.")
+	descUnwindRefused   = desc("unwind_tables_refused_total", "Unwind tables the kernel refused (map creation, fill, or unwind_tables update): their frames are walked with frame pointers.")
+	descUnwindFallback  = desc("unwind_table_walk_fallback", "1 when --unwind auto walks user stacks with frame pointers because a check found the table walk cannot work on this kernel; check names it (helpers, table-maps, walk-results).", "check")
 	descUnwindFrames    = desc("unwind_frames_total", "User frames (the sampled pc aside) found with an unwind table (table) or with frame pointers (fp); --unwind dwarf only.", "method")
 )
 
@@ -155,7 +157,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
 		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
-		descUnwindDeferred, descUnwindFrames, descUnwindPruned, descUnwindPrunedB} {
+		descUnwindDeferred, descUnwindFrames, descUnwindPruned, descUnwindPrunedB, descUnwindRefused, descUnwindFallback} {
 		ch <- d
 	}
 }
@@ -190,7 +192,11 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descExitSeconds, st.ExitRunTime.Seconds())
 		counter(descExitRuns, float64(st.ExitRunCount))
 		counter(descWakeups, float64(st.Wakeups))
+		if f := st.Unwind.Fallback; f.Check != "" {
+			gauge(descUnwindFallback, 1, f.Check)
+		}
 		if st.Unwind.Enabled {
+			counter(descUnwindRefused, float64(st.Unwind.LoadErrors))
 			counter(descUnwindWalks, float64(st.DWARFWalks), "dwarf")
 			counter(descUnwindWalks, float64(st.FPWalks), "fp")
 			counter(descUnwindStops, float64(st.UnsupportedRows), "unsupported")

@@ -103,6 +103,10 @@ type Config struct {
 	// noMapsSnapshot never loads the exit snapshot program, as on a
 	// kernel that cannot run it: every new process wakes the agent.
 	noMapsSnapshot bool
+	// refuseTables makes the table maps check (checkTableMaps) offer
+	// the kernel a table unlike the template, which it refuses, as
+	// Debian 12's 6.1 refused every table: tests see the fallback.
+	refuseTables bool
 	// snapshotLoadDelay delays the load of the exit snapshot program, as
 	// a starved machine does, so that tests see the ring reader go on.
 	snapshotLoadDelay time.Duration
@@ -211,6 +215,13 @@ type Profiler struct {
 	statsEnabled interface{ Close() error }
 	// unwinder loads unwind tables (nil with UnwindFP).
 	unwinder *unwinder
+	// tableSpec is what the unwinder makes each table map from.
+	tableSpec *ebpf.MapSpec
+	// auto is set when Config.Unwind was UnwindAuto: a failed check
+	// falls back to frame pointers (fallback says which) instead of
+	// failing Open.
+	auto     bool
+	fallback Fallback
 	// heat counts each pid's samples in one drain, for the unwinder: kept
 	// and cleared, not made anew for every drain (the reader's goroutine
 	// only).
@@ -257,29 +268,26 @@ func Open(cfg Config) (*Profiler, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch cfg.Unwind {
-	case UnwindDWARF:
-		if err := dwarfSupported(); err != nil {
-			return nil, fmt.Errorf("--unwind dwarf: %w", err)
-		}
-	case UnwindAuto:
-		cfg.Unwind = UnwindDWARF
-		if err := dwarfSupported(); err != nil {
-			cfg.Logger.Info("user stacks are walked with frame pointers", "err", err)
-			cfg.Unwind = UnwindFP
-		}
-	}
 	_ = rlimit.RemoveMemlock() // needed only before Linux 5.11; fails harmlessly after
 
-	p := &Profiler{cfg: cfg, clock: wallclock.New()}
+	p := &Profiler{cfg: cfg, clock: wallclock.New(), auto: cfg.Unwind == UnwindAuto}
+	if cfg.Unwind != UnwindFP {
+		if err := dwarfSupported(); err != nil {
+			if err := p.fallBack(CheckHelpers, err); err != nil {
+				return nil, err
+			}
+		} else {
+			p.cfg.Unwind = UnwindDWARF
+		}
+	}
 	p.frequency.Store(int64(cfg.Frequency))
 	p.lastDrain.Store(time.Now().UnixNano())
 	if err := p.load(kernelTypes); err != nil {
 		return nil, err
 	}
-	if cfg.Unwind == UnwindDWARF {
+	if p.cfg.Unwind == UnwindDWARF {
 		periodNs := func() int64 { return int64(time.Second) / p.frequency.Load() }
-		p.unwinder = newUnwinder(&p.objs.ProfileMaps,
+		p.unwinder = newUnwinder(&p.objs.ProfileMaps, p.tableSpec,
 			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
 	}
 	if cfg.BPFStats {
@@ -363,6 +371,20 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
 	spec.Maps[bpf.ProfileMapEvents].MaxEntries = uint32(p.cfg.RingBufferSize)
+	if p.cfg.Unwind == UnwindDWARF {
+		outer := spec.Maps[bpf.ProfileMapUnwindTables]
+		p.tableSpec = tableMapSpec(outer)
+		check := p.tableSpec
+		if p.cfg.refuseTables {
+			check = check.Copy()
+			check.ValueSize += 8 // not the template's: the kernel refuses it
+		}
+		if err := checkTableMaps(outer, check); err != nil {
+			if err := p.fallBack(CheckTableMaps, err); err != nil {
+				return err
+			}
+		}
+	}
 	if p.cfg.Unwind == UnwindDWARF {
 		// The sampler is the table-walking program; walk_frames holds
 		// each CPU's walk in progress, walk_cache the rows it found last.
@@ -613,12 +635,27 @@ func (p *Profiler) Counters() (Stats, error) {
 	if p.unwinder != nil {
 		s.Unwind = p.unwinder.Stats()
 	}
+	s.Unwind.Fallback = p.fallback
 	return s, nil
 }
 
 // Unwind returns how user stacks are walked: UnwindFP or UnwindDWARF
 // (UnwindAuto is resolved by Open).
 func (p *Profiler) Unwind() Unwind { return p.cfg.Unwind }
+
+// fallBack handles a check that found the table walk cannot work here:
+// with --unwind auto user stacks are walked with frame pointers, with a
+// warning naming the check and its finding (kept for Stats); with
+// --unwind dwarf it is Open's error.
+func (p *Profiler) fallBack(check string, err error) error {
+	if !p.auto {
+		return fmt.Errorf("--unwind dwarf: %w", err)
+	}
+	p.fallback = Fallback{Check: check, Reason: err.Error()}
+	p.cfg.Unwind = UnwindFP
+	p.cfg.Logger.Warn("the table walk cannot work on this kernel: user stacks are walked with frame pointers", "check", check, "reason", err)
+	return nil
+}
 
 // Frequency returns the sampling frequency in Hz now.
 func (p *Profiler) Frequency() int { return int(p.frequency.Load()) }

@@ -95,6 +95,14 @@ type UnwindStats struct {
 	// pointers until there is room.
 	Deferred           uint64
 	NoCFI, BuildErrors uint64
+	// LoadErrors counts the tables built that the kernel refused (a
+	// table map it would not create, fill or take into unwind_tables):
+	// their frames are walked with frame pointers.
+	LoadErrors uint64
+	// Fallback is set when the table walk was asked for (--unwind auto)
+	// but cannot work on this kernel: user stacks are walked with frame
+	// pointers, Enabled is false.
+	Fallback Fallback
 	// MapsReads counts the processes' mappings the unwinder took to
 	// write their entries: read from /proc/PID/maps, or, MapsShared of
 	// them, handed on from the symbolizer's read (Config.RecentMaps).
@@ -203,10 +211,12 @@ type buildJob struct {
 // must not wait for.
 type unwinder struct {
 	procs, pending, tables *ebpf.Map
-	cache                  unwind.Cache
-	maxBytes               int64
-	log                    *slog.Logger
-	procRoot               string
+	// tableSpec is what each table map is made from (tableMapSpec).
+	tableSpec *ebpf.MapSpec
+	cache     unwind.Cache
+	maxBytes  int64
+	log       *slog.Logger
+	procRoot  string
 	// periodNs is the sampling period now, in ns of CPU time a sample
 	// stands for.
 	periodNs func() int64
@@ -301,13 +311,13 @@ const maxWalkFrames = 128
 // walkCacheSlots is WALK_CACHE_SLOTS in bpf/profile.bpf.c.
 const walkCacheSlots = 256
 
-func newUnwinder(objs *bpf.ProfileMaps, cache unwind.Cache, maxBytes int64, periodNs func() int64,
+func newUnwinder(objs *bpf.ProfileMaps, tableSpec *ebpf.MapSpec, cache unwind.Cache, maxBytes int64, periodNs func() int64,
 	recentMaps func([]symbolize.ExecMapping, uint32, time.Time) ([]symbolize.ExecMapping, bool), log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
 	u := &unwinder{
-		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables,
+		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables, tableSpec: tableSpec,
 		cache: cache, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, self: uint32(os.Getpid()), log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
@@ -1144,17 +1154,12 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compi
 		}
 	}
 	index := unwind.BuildIndex(t.Rows)
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{
-		Type: ebpf.Array, KeySize: 4, ValueSize: unwind.RowSize,
-		MaxEntries: uint32(len(t.Rows) + unwind.IndexSlots(t.Rows)), Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
-	})
+	inner, err := newTableMap(u.tableSpec, t.Rows, index)
 	if err != nil {
-		return nil, compiled, fmt.Errorf("create a %d-row table map: %w", len(t.Rows), err)
-	}
-	defer inner.Close() // unwind_tables keeps its own reference
-	if err := fillRows(inner, t.Rows, index); err != nil {
+		u.refused(err)
 		return nil, compiled, err
 	}
+	defer inner.Close() // unwind_tables keeps its own reference
 	var id uint32
 	if n := len(u.freeIDs); n > 0 {
 		id, u.freeIDs = u.freeIDs[n-1], u.freeIDs[:n-1]
@@ -1164,7 +1169,9 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compi
 	}
 	if err := u.tables.Put(id, inner); err != nil {
 		u.freeIDs = append(u.freeIDs, id)
-		return nil, compiled, fmt.Errorf("add the table to unwind_tables: %w", err)
+		err = fmt.Errorf("add the table to unwind_tables: %w", err)
+		u.refused(err)
+		return nil, compiled, err
 	}
 	lt = &loadedTable{
 		id: id, rows: uint32(len(t.Rows)), bytes: size, key: key, lastUsed: now,
@@ -1173,6 +1180,18 @@ func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compi
 	u.loaded[key] = lt
 	u.updateSizes()
 	return lt, compiled, nil
+}
+
+// refused counts a table the kernel did not take (LoadErrors) and warns
+// of the first: its frames are walked with frame pointers.
+func (u *unwinder) refused(err error) {
+	u.mu.Lock()
+	u.stats.LoadErrors++
+	first := u.stats.LoadErrors == 1
+	u.mu.Unlock()
+	if first {
+		u.log.Warn("the kernel refused an unwind table: the frames of its binary are walked with frame pointers", "err", err)
+	}
 }
 
 // rowStride is the distance between two rows in an array map's memory:

@@ -121,16 +121,19 @@ func TestBuildBudget(t *testing.T) {
 // processes are all gone before it is built costs nothing.
 func TestBuildBudgetAfterHugeTable(t *testing.T) {
 	bpftest.Require(t)
-	tables, err := ebpf.NewMap(&ebpf.MapSpec{
-		Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: maxTables,
-		InnerMap: &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: unwind.RowSize, MaxEntries: 1, Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE},
-	})
+	spec, err := bpf.LoadProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tablesSpec := spec.Maps[bpf.ProfileMapUnwindTables]
+	tableSpec := tableMapSpec(tablesSpec)
+	tables, err := ebpf.NewMap(tablesSpec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tables.Close()
 	u := &unwinder{
-		tables: tables, cache: unwind.Cache{Dir: t.TempDir()}, maxBytes: DefaultUnwindMaxBytes,
+		tables: tables, tableSpec: tableSpec, cache: unwind.Cache{Dir: t.TempDir()}, maxBytes: DefaultUnwindMaxBytes,
 		log: slog.New(slog.DiscardHandler), periodNs: func() int64 { return int64(time.Second) / 99 },
 		loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{1: {complete: true}, 2: {complete: true}}, queue: map[string]*buildJob{},

@@ -511,11 +511,14 @@ func printSummary(rec *recorder.Recorder, elapsed time.Duration, w io.Writer) {
 			st.ExitRunTime.Seconds(), 100*st.ExitRunTime.Seconds()/elapsed.Seconds())
 	}
 	fmt.Fprintln(w)
+	if f := st.Unwind.Fallback; f.Check != "" {
+		fmt.Fprintf(w, "unwind: the table walk is off, user stacks were walked with frame pointers: check %s failed: %s\n", f.Check, f.Reason)
+	}
 	if u := st.Unwind; u.Enabled {
 		fmt.Fprintf(w, "unwind: %d stacks walked with tables, %d with frame pointers (tables not in yet); user frames found with tables %d, with frame pointers %d; "+
-			"%d tables loaded (%.1f MB of %.1f), %d built, %d from the cache, %d evicted, %d deferred, %d binaries without CFI, %d errors; %d processes' mappings taken, %d of them from the symbolizer's read\n",
+			"%d tables loaded (%.1f MB of %.1f), %d built, %d from the cache, %d evicted, %d deferred, %d binaries without CFI, %d errors, %d refused by the kernel; %d processes' mappings taken, %d of them from the symbolizer's read\n",
 			st.DWARFWalks, st.FPWalks, u.TableFrames, u.FPFrames, u.Tables, float64(u.TableBytes)/1e6, float64(u.MaxBytes)/1e6,
-			u.Built, u.CacheHits, u.Evictions, u.Deferred, u.NoCFI, u.BuildErrors, u.MapsReads, u.MapsShared)
+			u.Built, u.CacheHits, u.Evictions, u.Deferred, u.NoCFI, u.BuildErrors, u.LoadErrors, u.MapsReads, u.MapsShared)
 		if u.Ready > 0 {
 			fmt.Fprintf(w, "unwind: the tables of %d processes reached the BPF maps %.0f ms after their first sample on average, %.0f ms at most\n",
 				u.Ready, float64(u.ReadyWaitSum.Milliseconds())/float64(u.Ready), float64(u.ReadyWaitMax.Milliseconds()))
