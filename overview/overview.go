@@ -20,8 +20,9 @@ import (
 // Units of the overview's figures.
 const (
 	// UnitBusiest names what Node.Busiest holds: the CPU time of the
-	// node's busiest CPU in a step over the step's length, 0 to 1 (every
-	// sample weighing its own sampling period).
+	// node's busiest CPU in a step over the wall time of the step the
+	// node's data cover, 0 to 1 (every sample weighing its own sampling
+	// period).
 	UnitBusiest = "busiest-cpu-busy-share"
 	// UnitTotal names what Node.CPU holds: CPU time of every CPU of the
 	// node in a step, in seconds.
@@ -68,8 +69,9 @@ type Node struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels"`
 	// Busiest is, per column, the busy share of the node's busiest CPU
-	// (its CPU time over the column's length), BusiestCPU that CPU (-1
-	// when the column has no sample). These four hold a value per column,
+	// (its CPU time over the wall time of the column the node's data
+	// cover, Partial's seconds for a column they cover in part),
+	// BusiestCPU that CPU (-1 when the column has no sample). These four hold a value per column,
 	// so they are never empty in an answer; they are left out (nil) only
 	// of the header of the API's compact encoding, which carries them as
 	// binary columns.
@@ -79,6 +81,11 @@ type Node struct {
 	// Samples the samples it stands for.
 	CPU     []float64 `json:"cpu,omitempty"`
 	Samples []int64   `json:"samples,omitempty"`
+	// Partial lists the columns the node's data cover in part, with the
+	// seconds they cover: the newest column up to the node's last sample
+	// (a live head, a block still to come), the first from its first
+	// sample's period, a column cut by the range's end. Never nil.
+	Partial []Partial `json:"partial"`
 	// Peak is the highest Busiest, at column PeakColumn (-1 without
 	// samples).
 	Peak       float64 `json:"peak"`
@@ -87,6 +94,14 @@ type Node struct {
 	// first MaxMarks of them, by time.
 	EventCount int    `json:"eventCount"`
 	Events     []Mark `json:"events"`
+}
+
+// Partial is a column that a node's data cover in part.
+type Partial struct {
+	Column int `json:"column"`
+	// Seconds is the wall time of the column covered, less than the
+	// step: what the column's busy share is over.
+	Seconds float64 `json:"seconds"`
 }
 
 // Mark is one event on a row.
@@ -151,13 +166,20 @@ func Build(ctx context.Context, db *store.DB, req Request) (*Overview, store.War
 // row turns one node's CPU time per step into shares and seconds.
 func row(nc store.NodeCPU, r store.Range, step int64) Node {
 	n := Node{Name: nc.Node, Labels: nc.Labels, Busiest: make([]float64, len(nc.BusiestNs)), BusiestCPU: nc.BusiestCPU,
-		CPU: make([]float64, len(nc.TotalNs)), Samples: nc.Samples, PeakColumn: -1, Events: []Mark{}}
+		CPU: make([]float64, len(nc.TotalNs)), Samples: nc.Samples, Partial: []Partial{}, PeakColumn: -1, Events: []Mark{}}
 	for s, ns := range nc.BusiestNs {
-		// The last step may be cut short by the range's end.
-		length := min(step, r.To-r.From-int64(s)*step)
+		// Over the wall time the node's data cover: the newest column is
+		// cut short by the data's end (and the range's), and no CPU's
+		// time in a step is more than that (store.NodeCPU.CoveredNs).
+		length := nc.CoveredNs[s]
+		if length > 0 && length < min(step, r.To-r.From-int64(s)*step) {
+			n.Partial = append(n.Partial, Partial{Column: s, Seconds: math.Round(float64(length)/1e3) / 1e6})
+		}
 		// Rounded to 0.01% and to the µs of CPU time: a fleet's answer
 		// is hundreds of thousands of figures.
-		n.Busiest[s] = math.Round(1e4*float64(ns)/float64(length)) / 1e4
+		if length > 0 {
+			n.Busiest[s] = math.Round(1e4*float64(ns)/float64(length)) / 1e4
+		}
 		n.CPU[s] = math.Round(float64(nc.TotalNs[s])/1e3) / 1e6
 		if nc.BusiestCPU[s] >= 0 && (n.PeakColumn < 0 || n.Busiest[s] > n.Peak) {
 			n.Peak, n.PeakColumn = n.Busiest[s], s
@@ -172,7 +194,7 @@ func emptyRow(name string, labels map[string]string, cols int) Node {
 		labels = map[string]string{}
 	}
 	n := Node{Name: name, Labels: labels, Busiest: make([]float64, cols), BusiestCPU: make([]int32, cols),
-		CPU: make([]float64, cols), Samples: make([]int64, cols), PeakColumn: -1, Events: []Mark{}}
+		CPU: make([]float64, cols), Samples: make([]int64, cols), Partial: []Partial{}, PeakColumn: -1, Events: []Mark{}}
 	for i := range n.BusiestCPU {
 		n.BusiestCPU[i] = -1
 	}

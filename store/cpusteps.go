@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -18,6 +19,14 @@ type NodeCPU struct {
 	Node string
 	// Labels are the node's labels, from its newest block.
 	Labels map[string]string
+	// CoveredNs is, per step, the wall time in ns of the step that the
+	// node's data cover: the step's length, less what lies before the
+	// CPU time of its first sample in the range's blocks and heads (that
+	// sample's period before it) or after its last sample (the data's
+	// end: a live head, a node whose newest block is still to come).
+	// No CPU's time in a step exceeds it: a busy share is CPU time over
+	// CoveredNs, at most 1.
+	CoveredNs []int64
 	// BusiestNs is, per step, the CPU time in ns of the CPU that had the
 	// most in that step, and BusiestCPU that CPU (-1 when the step has no
 	// sample).
@@ -37,6 +46,16 @@ const maxNodeSteps = 100_000
 // name), its CPU time in steps of step ns from r.From, per CPU reduced to
 // the busiest CPU and the total. Every sample weighs its own block's (or
 // head's) sampling period.
+//
+// A CPU's time in a step is the CPU time its samples stand for within the
+// step's wall time, never more than the wall time the node's data cover
+// in it (NodeCPU.CoveredNs). Scanned samples are spread over their period
+// before them, not before the same CPU's previous sample (Since, Spread),
+// as /api/percpu does, so that holds by construction; a summary gives each
+// sample whole to its 10 s bucket, so a step read from summaries may hold
+// up to a period from beside it (the first sample's period partly before
+// the step, a sample delayed by timer jitter next to one on time), which
+// is cut at the covered time.
 //
 // When the filter keeps every thread (it looks at nodes, CPUs and idleness
 // only) and r is whole steps of a whole multiple of 10 s, blocks of format
@@ -64,6 +83,9 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 		name   string
 		labels map[string]string
 		newest int64
+		// data is the wall time the node's data cover: from its first
+		// sample's period to its last sample.
+		data   Range
 		blocks []*Block
 		heads  []part
 	}
@@ -71,7 +93,7 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 	get := func(name string) *nodeWork {
 		w := byNode[name]
 		if w == nil {
-			w = &nodeWork{name: name, newest: -1 << 63}
+			w = &nodeWork{name: name, newest: math.MinInt64, data: Range{From: math.MaxInt64, To: math.MinInt64}}
 			byNode[name] = w
 		}
 		return w
@@ -82,12 +104,18 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 		if b.Meta.MaxTime >= w.newest {
 			w.labels, w.newest = b.Meta.NodeLabels, b.Meta.MaxTime
 		}
+		w.data.From = min(w.data.From, b.Meta.MinTime-weightOf(b.Meta.PeriodNs))
+		w.data.To = max(w.data.To, b.Meta.MaxTime)
 	}
 	for _, h := range heads {
 		w := get(h.node)
 		w.heads = append(w.heads, h)
 		if w.labels == nil {
 			w.labels = db.opts.NodeLabels
+		}
+		if h.head.Len() > 0 {
+			w.data.From = min(w.data.From, slices.Min(h.head.Time)-weightOf(h.periodNs))
+			w.data.To = max(w.data.To, slices.Max(h.head.Time))
 		}
 	}
 	work := slices.SortedFunc(maps.Values(byNode), func(a, b *nodeWork) int { return cmp.Compare(a.name, b.name) })
@@ -115,7 +143,7 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 						b.Close()
 					}
 				}
-				out[i] = acc.result(w.name, w.labels)
+				out[i] = acc.result(w.name, w.labels, covered(r, step, w.data))
 			}
 		})
 	}
@@ -146,6 +174,19 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 	return out, warnings, nil
 }
 
+// covered is, per step of step from r.From, the wall time of the step
+// within r that data covers.
+func covered(r Range, step int64, data Range) []int64 {
+	n := (r.To - r.From + step - 1) / step
+	out := make([]int64, n)
+	for s := range out {
+		from := r.From + int64(s)*step
+		to := min(from+step, r.To)
+		out[s] = max(0, min(to, data.To)-max(from, data.From))
+	}
+	return out
+}
+
 // cpuAcc sums one node's CPU time per CPU per step.
 type cpuAcc struct {
 	steps   int
@@ -167,8 +208,14 @@ func (a *cpuAcc) reset() {
 	clear(a.samples)
 }
 
-// add counts n samples of weight w on cpu in step s.
+// add counts n samples of weight w on cpu in step s, each whole.
 func (a *cpuAcc) add(cpu uint32, s int, n, w int64) {
+	a.addNs(cpu, s, n*w)
+	a.samples[s] += n
+}
+
+// addNs adds ns of CPU time on cpu in step s.
+func (a *cpuAcc) addNs(cpu uint32, s int, ns int64) {
 	if int(cpu) >= len(a.perCPU) {
 		grow := int(cpu) + 1 - len(a.perCPU)
 		a.perCPU = append(a.perCPU, make([][]int64, grow)...)
@@ -181,13 +228,13 @@ func (a *cpuAcc) add(cpu uint32, s int, n, w int64) {
 		a.inUse[cpu] = true
 		a.used = append(a.used, cpu)
 	}
-	a.perCPU[cpu][s] += n * w
-	a.samples[s] += n
+	a.perCPU[cpu][s] += ns
 }
 
-// result reduces the per-CPU sums to the busiest CPU and the total.
-func (a *cpuAcc) result(node string, labels map[string]string) NodeCPU {
-	nc := NodeCPU{Node: node, Labels: labels, BusiestNs: make([]int64, a.steps), BusiestCPU: make([]int32, a.steps),
+// result reduces the per-CPU sums, each cut at the wall time the node's
+// data cover in its step (coveredNs), to the busiest CPU and the total.
+func (a *cpuAcc) result(node string, labels map[string]string, coveredNs []int64) NodeCPU {
+	nc := NodeCPU{Node: node, Labels: labels, CoveredNs: coveredNs, BusiestNs: make([]int64, a.steps), BusiestCPU: make([]int32, a.steps),
 		TotalNs: make([]int64, a.steps), Samples: slices.Clone(a.samples)}
 	if nc.Labels == nil {
 		nc.Labels = map[string]string{}
@@ -199,6 +246,7 @@ func (a *cpuAcc) result(node string, labels map[string]string) NodeCPU {
 	for _, c := range a.used {
 		row := a.perCPU[c]
 		for s, ns := range row {
+			ns = min(ns, coveredNs[s])
 			nc.TotalNs[s] += ns
 			if ns > nc.BusiestNs[s] {
 				nc.BusiestNs[s], nc.BusiestCPU[s] = ns, int32(c)
@@ -247,10 +295,20 @@ func (db *DB) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warn
 func (db *DB) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads []part, r Range, step int64, f *Filter) (Warnings, error) {
 	bucket := int64(summaryBucket) * 1000 // ns
 	useSummary := f.cpuSummaryOK() && step%bucket == 0 && r.From%bucket == 0 && (r.To-r.From)%step == 0
+	// A scanned sample's CPU time is spread over its period before it, as
+	// /api/percpu spreads it: given whole to the step holding it, the
+	// first sample of a step brought CPU time from the step before.
+	var last LastSample
+	var cpu uint32
+	addNs := func(s, ns int64) { acc.addNs(cpu, int(s), ns) }
 	scan := func(b *Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
-			acc.add(b.T.CPU[i], int((b.T.Time[i]-r.From)/step), 1, w)
+			t := b.T.Time[i]
+			cpu = b.T.CPU[i]
+			acc.addNs(cpu, int((t-r.From)/step), 0)
+			acc.samples[(t-r.From)/step]++
+			Spread(Since(t, w, last.Swap(cpu, t)), t, r.From, r.To, step, addNs)
 		}
 		return nil
 	}

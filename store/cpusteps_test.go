@@ -70,10 +70,20 @@ func TestNodeCPUSteps(t *testing.T) {
 		t.Fatalf("nodes %+v", got)
 	}
 	for s := range 6 {
-		// node-a: CPU 0 busy the whole step (10 s of CPU time in 10 s),
-		// CPU 1 a tenth.
-		if ga := got[0]; ga.BusiestNs[s] != step || ga.BusiestCPU[s] != 0 || ga.TotalNs[s] != step+step/10 {
-			t.Errorf("node-a step %d: busiest %d ns on CPU %d, total %d; want %d on 0, %d", s, ga.BusiestNs[s], ga.BusiestCPU[s], ga.TotalNs[s], step, step+step/10)
+		// The data cover every step whole but the last, which ends at
+		// the last sample, a period before the range's end.
+		for i, period := range []int64{10 * ms, 20 * ms} {
+			if want := step - period*int64(s/5); got[i].CoveredNs[s] != want {
+				t.Errorf("%s step %d: %d ns covered, want %d", got[i].Node, s, got[i].CoveredNs[s], want)
+			}
+		}
+		// node-a: CPU 0 busy all the time the data cover (10 s of CPU
+		// time in 10 s; in the last step, cut short by the data's end,
+		// its 1000 samples of 10 ms are cut at the 9.99 s covered), CPU
+		// 1 a tenth.
+		if ga := got[0]; ga.BusiestNs[s] != ga.CoveredNs[s] || ga.BusiestCPU[s] != 0 || ga.TotalNs[s] != ga.CoveredNs[s]+step/10 {
+			t.Errorf("node-a step %d: busiest %d ns on CPU %d, total %d; want %d on 0, %d", s, ga.BusiestNs[s], ga.BusiestCPU[s], ga.TotalNs[s],
+				ga.CoveredNs[s], ga.CoveredNs[s]+step/10)
 		}
 		// node-b: every CPU 40% busy, its samples weighing 20 ms.
 		if gb := got[1]; gb.BusiestNs[s] != step*4/10 || gb.TotalNs[s] != step*16/10 || gb.Samples[s] != 4*200 {
@@ -82,7 +92,9 @@ func TestNodeCPUSteps(t *testing.T) {
 	}
 
 	// Every filter, answered by summaries where they can, equals a scan
-	// (a frame filter that keeps every sample forces one).
+	// (a frame filter that keeps every sample forces one) within a
+	// period a CPU: a summary gives each sample whole to its 10 s, a scan
+	// spreads its period over the time before it.
 	any := regexp.MustCompile(".")
 	for _, c := range []struct {
 		name string
@@ -110,11 +122,11 @@ func TestNodeCPUSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range sum {
-			if !sameNodeCPU(sum[i], scan[i]) {
+			if !nearNodeCPU(sum[i], scan[i], map[string]int64{"node-a": 10 * ms, "node-b": 20 * ms}[sum[i].Node], 4) {
 				t.Errorf("%s: summary %+v\nscan %+v", c.name, sum[i], scan[i])
 			}
-			if !slices.Equal(sum[i].BusiestNs[:5], odd[i].BusiestNs[:5]) {
-				t.Errorf("%s: unaligned range %v, want %v", c.name, odd[i].BusiestNs, sum[i].BusiestNs)
+			if !slices.Equal(scan[i].BusiestNs[:5], odd[i].BusiestNs[:5]) {
+				t.Errorf("%s: unaligned range %v, want %v", c.name, odd[i].BusiestNs, scan[i].BusiestNs)
 			}
 		}
 		if c.name == "command" && (sum[0].BusiestNs[0] != step/10 || sum[0].BusiestCPU[0] != 1 || sum[1].TotalNs[0] != step*4/10) {
@@ -136,11 +148,22 @@ func TestNodeCPUSteps(t *testing.T) {
 
 func sameNodeCPU(a, b NodeCPU) bool {
 	return a.Node == b.Node && slices.Equal(a.BusiestNs, b.BusiestNs) && slices.Equal(a.TotalNs, b.TotalNs) &&
-		slices.Equal(a.Samples, b.Samples)
+		slices.Equal(a.Samples, b.Samples) && slices.Equal(a.CoveredNs, b.CoveredNs)
+}
+
+// nearNodeCPU reports whether a and b have the same samples and covered
+// time in every step, and CPU times within a period a CPU (of cpus).
+func nearNodeCPU(a, b NodeCPU, period int64, cpus int64) bool {
+	near := func(x, y []int64, within int64) bool {
+		return slices.EqualFunc(x, y, func(p, q int64) bool { return max(p-q, q-p) <= within })
+	}
+	return a.Node == b.Node && slices.Equal(a.Samples, b.Samples) && slices.Equal(a.CoveredNs, b.CoveredNs) &&
+		near(a.BusiestNs, b.BusiestNs, period) && near(a.TotalNs, b.TotalNs, cpus*period)
 }
 
 // TestNodeCPUStepsOfOlderBlocks: blocks of format versions 1 and 2 have
-// no per-CPU summary; they are scanned, with the same answer.
+// no per-CPU summary; they are scanned, each sample's period spread over
+// the time before it as /api/percpu does.
 func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
 	for _, v := range []string{"v1", "v2"} {
 		dir := t.TempDir()
@@ -156,9 +179,11 @@ func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
 		}
 		perCPU := map[uint32]int64{}
 		var n int64
+		var last LastSample
 		db.Select(context.Background(), r, &Filter{IncludeIdle: true}, func(b *Batch) error {
 			for _, i := range b.Rows {
-				perCPU[b.T.CPU[i]] += b.Weight()
+				t, cpu := b.T.Time[i], b.T.CPU[i]
+				perCPU[cpu] += min(t, r.To) - max(Since(t, b.Weight(), last.Swap(cpu, t)), r.From)
 				n++
 			}
 			return nil
@@ -325,7 +350,7 @@ func TestNodeCPUStepsCoarserFromWarmCells(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 1 || !sameNodeCPU(got[0], cold[0]) || !sameNodeCPU(got[0], scan[0]) {
+		if len(got) != 1 || !sameNodeCPU(got[0], cold[0]) || !nearNodeCPU(got[0], scan[0], int64(10*time.Millisecond), 2) {
 			t.Fatalf("step %ds: from warm cells %+v, cold %+v, scan %+v", step/sec, got, cold, scan)
 		}
 		for s, ns := range got[0].BusiestNs {

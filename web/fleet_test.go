@@ -156,12 +156,21 @@ func TestFleetOverview(t *testing.T) {
 		!approx(a.Events[0].Time, from+15) || !strings.Contains(a.Events[0].Text, "Device reset") {
 		t.Errorf("node-a's events %+v", a.Events)
 	}
-	// node-b: both CPUs 40% busy: busiest 0.4, total 8 CPU-seconds a step.
+	// node-b: both CPUs 40% busy: busiest 0.4, total 8 CPU-seconds a
+	// step. The last column ends at the nodes' last sample, 29.99 s: its
+	// share is over 9.99 s, within a sample's 10 ms of 0.4 (the 10 s
+	// summaries give each sample whole to its 10 s).
+	for _, n := range ov.Nodes {
+		if len(n.Partial) != 1 || n.Partial[0] != (overview.Partial{Column: 2, Seconds: 9.99}) {
+			t.Errorf("%s: partial columns %+v, want column 2 covering 9.99 s", n.Name, n.Partial)
+		}
+	}
+	within := func(got, want float64) bool { return math.Abs(got-want) <= 0.01/9.99+1e-4 }
 	for s := range 3 {
-		if !approx(b.Busiest[s], 0.4) || !approx(b.CPU[s], 8) || b.EventCount != 0 || len(b.Events) != 0 {
+		if !within(b.Busiest[s], 0.4) || !approx(b.CPU[s], 8) || b.EventCount != 0 || len(b.Events) != 0 {
 			t.Errorf("node-b step %d: %+v", s, b)
 		}
-		if !approx(c.Busiest[s], 0.1) || c.BusiestCPU[s] != 1 {
+		if !within(c.Busiest[s], 0.1) || c.BusiestCPU[s] != 1 {
 			t.Errorf("node-c step %d: %+v", s, c)
 		}
 	}
@@ -171,8 +180,10 @@ func TestFleetOverview(t *testing.T) {
 	if names(ov) != "node-b" || ov.Hidden != 2 || !approx(ov.Nodes[0].Busiest[0], 0.4) {
 		t.Errorf("kubelet in mem_cgroup_*: %s, hidden %d: %+v", names(ov), ov.Hidden, ov.Nodes)
 	}
-	// A frame only node-a's spinner runs.
-	if ov = getOverview(t, fx, q+"&frame=spinner_work"); names(ov) != "node-a" || !approx(ov.Nodes[0].Busiest[1], 1) {
+	// A frame only node-a's spinner runs, scanned: its samples from 10 s
+	// to 19.99 s stand for the CPU time from 9.99 s to 19.99 s.
+	if ov = getOverview(t, fx, q+"&frame=spinner_work"); names(ov) != "node-a" || !approx(ov.Nodes[0].Busiest[1], 0.999) ||
+		!approx(ov.Nodes[0].Busiest[0], 0.001) {
 		t.Errorf("frame spinner_work: %s %+v", names(ov), ov.Nodes)
 	}
 	// Node label.
