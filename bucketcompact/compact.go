@@ -565,7 +565,10 @@ func (c *Compactor) plan(ctx context.Context, blocks []*blockObj, now time.Time)
 			}
 			// Blocks taken at different sampling periods stay apart: a
 			// block states one period, what each of its samples weighs.
-			k := fmt.Sprintf("%s\x00%s\x00%d\x00%d", b.node, b.meta.Source, start, b.meta.PeriodNs)
+			// So do two instances' blocks of one node (two recorders
+			// given one name): merged, their samples could not be told
+			// apart again.
+			k := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", b.node, b.meta.Instance, b.meta.Source, start, b.meta.PeriodNs)
 			if groups[k] == nil {
 				keys = append(keys, k)
 			}
