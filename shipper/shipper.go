@@ -4,8 +4,11 @@
 //	<node>/blocks/<id>/data        first
 //	<node>/blocks/<id>/meta.json   last: a reader that sees it sees the whole block
 //	<node>/events/<segment>        the event segments, re-uploaded as they grow
+//	<node>/lease.json              the node's lease (Lease): one recorder per node name
 //
-// (all under the bucket config's prefix). Uploads are idempotent: a block
+// (all under the bucket config's prefix). Blocks keep the node they were
+// recorded as: a data directory started under another node name ships
+// only what it records under the new one. Uploads are idempotent: a block
 // whose upload was interrupted (a SIGKILL, the bucket gone) is uploaded
 // again whole. What was shipped is remembered in <data>/shipped.json, so a
 // restarted recorder ships only what is new; the file lost, it ships
@@ -41,6 +44,24 @@ import (
 // StateFile is the file in the data directory that lists what was shipped.
 const StateFile = "shipped.json"
 
+// The objects of a node's directory in the bucket (store/FORMAT.md,
+// "Bucket layout"), relative to the bucket's prefix: the shipper writes
+// them, and builds their names here alone.
+const (
+	blocksDir = "blocks"
+	eventsDir = "events"
+	leaseFile = "lease.json"
+)
+
+// blockObject is a block's file in the bucket: <node>/blocks/<id>/<file>.
+func blockObject(node, id, file string) string { return path.Join(node, blocksDir, id, file) }
+
+// eventObject is an event segment in the bucket: <node>/events/<segment>.
+func eventObject(node, segment string) string { return path.Join(node, eventsDir, segment) }
+
+// LeaseObject is the node's lease in the bucket: <node>/lease.json.
+func LeaseObject(node string) string { return path.Join(node, leaseFile) }
+
 // Options configure a Shipper.
 type Options struct {
 	// Bucket receives the objects (a *bucket.Bucket: its prefix applied).
@@ -62,6 +83,9 @@ type Options struct {
 	// BeforeMeta, when set, is called between a block's data and its meta
 	// (tests: a SIGKILL there leaves a block that must stay invisible).
 	BeforeMeta func(id string)
+	// Lease, when set, is the node's lease: nothing is uploaded while it
+	// is not held (another recorder took the node name over).
+	Lease interface{ Held() error }
 }
 
 // Shipper uploads a data directory's new blocks and events.
@@ -74,9 +98,12 @@ type Shipper struct {
 
 	mu      sync.Mutex
 	state   state
-	ignored map[string]bool // blocks never to ship (compacted, imported, unreadable)
-	pending int             // blocks to ship, as of the last pass
-	stats   Stats
+	ignored map[string]bool // blocks never to ship (compacted, imported, unreadable, another node's)
+	// otherNode counts, by node, the blocks recorded under another node
+	// name than this run's, which stay unshipped (warned about once).
+	otherNode map[string]int
+	pending   int // blocks to ship, as of the last pass
+	stats     Stats
 	// delays observes, for each block shipped, the age of its oldest
 	// sample when its meta.json made it visible: the bucket's freshness.
 	delays prometheus.Histogram
@@ -122,7 +149,7 @@ func New(opts Options) (*Shipper, error) {
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(30*time.Second, opts.MinBackoff)
 	}
-	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{},
+	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{}, otherNode: map[string]int{},
 		delays: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heatscope_shipper_visible_delay_seconds",
 			Help:    "For each block shipped, seconds from its oldest sample to its meta.json's upload, when the bucket's readers see it (the issue's freshness: 60 s by default).",
 			Buckets: []float64{5, 15, 30, 45, 60, 90, 120, 300, 600, 3600}})}
@@ -136,9 +163,16 @@ func New(opts Options) (*Shipper, error) {
 		var st state
 		if err := json.Unmarshal(b, &st); err != nil || st.Version != 1 {
 			s.log.Warn("shipper: state file unreadable; shipping every block again", "file", filepath.Join(opts.Dir, StateFile), "err", err)
-		} else if st.Bucket != opts.BucketName || st.Node != opts.Node {
-			s.log.Info("shipper: another bucket or node than last time; shipping every block", "was", st.Bucket+" "+st.Node)
+		} else if st.Bucket != opts.BucketName {
+			s.log.Info("shipper: another bucket than last time; shipping every block of this node again", "was", st.Bucket, "now", opts.BucketName)
 		} else {
+			if st.Node != opts.Node {
+				// Blocks keep the node they were recorded as: what was
+				// shipped stays under the old name, and only blocks
+				// recorded under the new one go under it.
+				s.log.Warn("shipper: this data directory shipped as another node before; its blocks stay under the node they were recorded as, and only new blocks go under the new name",
+					"was", st.Node, "now", opts.Node)
+			}
 			if st.Blocks != nil {
 				s.state.Blocks = st.Blocks
 			}
@@ -156,7 +190,7 @@ func New(opts Options) (*Shipper, error) {
 // Unshipped reports whether a block is one the shipper will upload and
 // has not yet: the store keeps it from compaction and age retention.
 func (s *Shipper) Unshipped(m *store.Meta) bool {
-	if !shippable(m) {
+	if !shippable(m) || !s.ownNode(m) {
 		return false
 	}
 	s.mu.Lock()
@@ -166,6 +200,13 @@ func (s *Shipper) Unshipped(m *store.Meta) bool {
 }
 
 func shippable(m *store.Meta) bool { return m.Level == 1 && m.ImportedAt == 0 }
+
+// ownNode reports whether a block was recorded under this run's node
+// name (a block that names no node, written before nodes, is taken to
+// be). A block recorded under another name is never shipped under this
+// one: a renamed node would otherwise hold samples from before it
+// existed, which its old name holds too.
+func (s *Shipper) ownNode(m *store.Meta) bool { return m.Node == "" || m.Node == s.opts.Node }
 
 // Notify wakes the shipper: a block was written.
 func (s *Shipper) Notify() {
@@ -222,7 +263,13 @@ func (s *Shipper) Run(ctx context.Context) {
 func (s *Shipper) Sync(ctx context.Context) error {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
-	err := s.syncBlocks(ctx)
+	var err error
+	if s.opts.Lease != nil {
+		err = s.opts.Lease.Held()
+	}
+	if err == nil {
+		err = s.syncBlocks(ctx)
+	}
 	if err == nil {
 		err = s.syncEvents(ctx)
 	}
@@ -236,7 +283,7 @@ func (s *Shipper) Sync(ctx context.Context) error {
 }
 
 func (s *Shipper) syncBlocks(ctx context.Context) error {
-	root := filepath.Join(s.opts.Dir, "blocks")
+	root := filepath.Join(s.opts.Dir, blocksDir)
 	entries, err := os.ReadDir(root)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("shipper: list blocks: %w", err)
@@ -302,6 +349,18 @@ func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
 		s.ignore(id)
 		return nil
 	}
+	if !s.ownNode(&m) {
+		s.ignore(id)
+		s.mu.Lock()
+		s.otherNode[m.Node]++
+		n := s.otherNode[m.Node]
+		s.mu.Unlock()
+		if n == 1 {
+			s.log.Warn("shipper: not shipping blocks recorded under another node name; they stay in the data directory (run once with that --node to ship them there)",
+				"recordedAs", m.Node, "node", s.opts.Node, "firstBlock", id)
+		}
+		return nil
+	}
 	f, err := os.Open(filepath.Join(dir, "data"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // deleted since the listing
@@ -314,14 +373,13 @@ func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
 	if err != nil {
 		return fmt.Errorf("shipper: block %s: %w", id, err)
 	}
-	prefix := path.Join(s.opts.Node, "blocks", id)
-	if err := s.upload(ctx, prefix+"/data", f, st.Size()); err != nil {
+	if err := s.upload(ctx, blockObject(s.opts.Node, id, "data"), f, st.Size()); err != nil {
 		return err
 	}
 	if s.opts.BeforeMeta != nil {
 		s.opts.BeforeMeta(id)
 	}
-	if err := s.upload(ctx, prefix+"/meta.json", bytes.NewReader(metaBytes), int64(len(metaBytes))); err != nil {
+	if err := s.upload(ctx, blockObject(s.opts.Node, id, "meta.json"), bytes.NewReader(metaBytes), int64(len(metaBytes))); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -355,7 +413,7 @@ func (s *Shipper) upload(ctx context.Context, name string, r io.Reader, size int
 // syncEvents uploads each event segment that grew since its last upload,
 // up to its last whole page (the writer may be appending one).
 func (s *Shipper) syncEvents(ctx context.Context) error {
-	root := filepath.Join(s.opts.Dir, "events")
+	root := filepath.Join(s.opts.Dir, eventsDir)
 	entries, err := os.ReadDir(root)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("shipper: list events: %w", err)
@@ -388,7 +446,7 @@ func (s *Shipper) syncEvents(ctx context.Context) error {
 		if int64(len(b)) <= done {
 			continue
 		}
-		if err := s.upload(ctx, path.Join(s.opts.Node, "events", name), bytes.NewReader(b), int64(len(b))); err != nil {
+		if err := s.upload(ctx, eventObject(s.opts.Node, name), bytes.NewReader(b), int64(len(b))); err != nil {
 			return err
 		}
 		s.mu.Lock()

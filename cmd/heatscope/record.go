@@ -235,7 +235,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer db.Close()
 	}
 	if ship != nil {
-		ship.start()
+		if err := ship.start(db); err != nil {
+			return err
+		}
 	}
 
 	// With one P the runtime never wakes a second thread to look for work

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -98,17 +100,22 @@ func (f *shipFlags) nodeLabels() (map[string]string, error) {
 	return labels, nil
 }
 
-// shipping is record's shipper, running beside the recorder.
+// shipping is record's shipper, running beside the recorder, and the
+// node's lease it ships under.
 type shipping struct {
-	bucket *bucket.Bucket
-	sh     *shipper.Shipper
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	bucket  *bucket.Bucket
+	config  string
+	dataDir string
+	node    string
+	lease   *shipper.Lease
+	sh      *shipper.Shipper
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }
 
-// openShipping opens the bucket, checks it answers for this node's
+// openShipping opens the bucket and checks it answers for this node's
 // directory (a wrong credential or a missing bucket fails here, naming
-// the bucket and the operation), and reads what was shipped before.
+// the bucket and the operation).
 func openShipping(configPath, dataDir, node string) (*shipping, error) {
 	cfg, err := bucket.LoadConfig(configPath)
 	if err != nil {
@@ -124,19 +131,21 @@ func openShipping(configPath, dataDir, node string) (*shipping, error) {
 		b.Close()
 		return nil, fmt.Errorf("--objstore-config %s: %w", configPath, err)
 	}
-	sh, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dataDir, Node: node, Logger: slog.Default()})
-	if err != nil {
-		b.Close()
-		return nil, err
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
 	}
-	slog.Info("shipping blocks and events", "bucket", b.Name(), "node", node)
-	return &shipping{bucket: b, sh: sh}, nil
+	return &shipping{bucket: b, config: configPath, dataDir: dataDir, node: node}, nil
 }
 
-// hook wires the store to the shipper.
+// hook wires the store to the shipper, which start creates once the
+// store is open: until then every block counts as unshipped.
 func (s *shipping) hook(opts *store.Options) {
-	opts.Unshipped = s.sh.Unshipped
-	opts.OnBlock = func(store.Meta) { s.sh.Notify() }
+	opts.Unshipped = func(m *store.Meta) bool { return s.sh == nil || s.sh.Unshipped(m) }
+	opts.OnBlock = func(store.Meta) {
+		if s.sh != nil {
+			s.sh.Notify()
+		}
+	}
 }
 
 // collector returns the shipper's metrics, with the store's count of
@@ -145,17 +154,48 @@ func (s *shipping) collector(db *store.DB) prometheus.Collector {
 	return s.sh.Collector(func() uint64 { return db.Stats().UnshippedDropped })
 }
 
-// start runs the shipper until close or finish.
-func (s *shipping) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
-	s.wg.Go(func() { s.sh.Run(ctx) })
+// start takes the node's lease in the bucket, under the data directory's
+// instance id (a live recorder of another instance under this node name
+// refuses the start, naming it), reads what was shipped before, and runs
+// the shipper and the lease's renewals until close or finish.
+func (s *shipping) start(db *store.DB) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+2*shipper.DefaultLeaseRenew)
+	defer cancel()
+	opts := shipper.Options{Bucket: s.bucket, BucketName: s.bucket.Name(), Dir: s.dataDir, Node: s.node, Logger: slog.Default()}
+	lease, err := shipper.AcquireLease(ctx, shipper.LeaseOptions{Bucket: s.bucket, BucketName: s.bucket.Name(), Node: s.node,
+		Instance: db.Identity().Instance, DataDir: s.dataDir, Logger: slog.Default()})
+	switch {
+	case errors.Is(err, bucket.ErrConditionalUnsupported):
+		slog.Warn("this bucket's provider has no conditional writes: shipping without a node lease, so a second recorder under this node name is not detected",
+			"bucket", s.bucket.Name(), "node", s.node)
+	case err != nil:
+		return err
+	default:
+		s.lease, opts.Lease = lease, lease
+	}
+	sh, err := shipper.New(opts)
+	if err != nil {
+		return err
+	}
+	s.sh = sh
+	slog.Info("shipping blocks and events", "bucket", s.bucket.Name(), "node", s.node, "instance", db.Identity().Instance)
+	runCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Go(func() { sh.Run(runCtx) })
+	if s.lease != nil {
+		s.wg.Go(func() { s.lease.Run(runCtx) })
+	}
+	return nil
 }
 
 // finish stops the shipper, then uploads what the store wrote at its
-// close (the last head), within shipFinalTimeout, and says what is left.
+// close (the last head), within shipFinalTimeout, says what is left, and
+// releases the node's lease.
 func (s *shipping) finish(w io.Writer) {
 	s.halt()
+	if s.sh == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), shipFinalTimeout)
 	defer cancel()
 	err := s.sh.Sync(ctx)
@@ -165,9 +205,22 @@ func (s *shipping) finish(w io.Writer) {
 		fmt.Fprintf(w, "; %d blocks not yet shipped (the next start ships them): %v", st.Pending, err)
 	}
 	fmt.Fprintln(w)
+	s.release(ctx)
 }
 
-// halt stops the shipper's loop; closing twice is harmless.
+// release frees the node's lease, so that another recorder may take the
+// node name at once.
+func (s *shipping) release(ctx context.Context) {
+	if s.lease == nil {
+		return
+	}
+	if err := s.lease.Release(ctx); err != nil {
+		slog.Warn("node lease not released: it expires by itself", "node", s.node, "ttl", shipper.DefaultLeaseTTL, "err", err)
+	}
+}
+
+// halt stops the shipper's loop and the lease's renewals; calling it
+// twice is harmless.
 func (s *shipping) halt() {
 	if s.stop != nil {
 		s.stop()
@@ -176,8 +229,12 @@ func (s *shipping) halt() {
 	}
 }
 
-// close stops the shipper and releases the bucket.
+// close stops the shipper, releases the lease (if finish did not) and
+// the bucket.
 func (s *shipping) close() {
 	s.halt()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.release(ctx)
+	cancel()
 	s.bucket.Close()
 }
