@@ -14,6 +14,7 @@ import (
 
 	"github.com/heatscope/heatscope/internal/bpftest"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/shipper"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -160,5 +161,58 @@ func TestRecordObjstoreErrors(t *testing.T) {
 				t.Errorf("%s: a credential appears in the output: %s", c.name, stderr)
 			}
 		}
+	}
+}
+
+// TestOneRecorderPerNodeName starts a recorder as node-a against MinIO,
+// then a second one with its own data directory under the same name: the
+// second is refused before it samples, naming the first (its instance,
+// host, data directory) and --node; once the first stops cleanly the name
+// is free at once.
+func TestOneRecorderPerNodeName(t *testing.T) {
+	bpftest.Require(t)
+	srv := miniotest.Start(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	cfg := srv.WriteConfig("fleet")
+	first := filepath.Join(dir, "a1")
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "record", "--data", first, "--objstore-config", cfg, "--node", "node-a", "--listen", addr, "--progress", "0", "--max-cpu", "0")
+	waitServing(t, d, "http://"+addr+"/healthz")
+	idRaw, err := os.ReadFile(filepath.Join(first, "identity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id store.Identity
+	if err := json.Unmarshal(idRaw, &id); err != nil || !store.ValidInstance(id.Instance) {
+		t.Fatalf("the first recorder's identity.json: %s, %v", idRaw, err)
+	}
+
+	second := filepath.Join(dir, "a2")
+	_, stderr, err := runHeatscope(bin, "record", "--data", second, "--objstore-config", cfg, "--node", "node-a", "--duration", "5s", "--listen", "")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("a second recorder as node-a: %v, want exit status 1\n%s", err, stderr)
+	}
+	abs, _ := filepath.Abs(first)
+	for _, want := range []string{"node node-a is being recorded by another heatscope", "instance " + id.Instance, "data directory " + abs, "--node NAME"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(second, "blocks")); err == nil {
+		if entries, _ := os.ReadDir(filepath.Join(second, "blocks")); len(entries) > 0 {
+			t.Errorf("the refused recorder wrote blocks: %v", entries)
+		}
+	}
+
+	d.stop(t)
+	_, stderr, err = runHeatscope(bin, "record", "--data", second, "--objstore-config", cfg, "--node", "node-a", "--duration", "3s", "--listen", "", "--progress", "0")
+	if err != nil {
+		t.Fatalf("a second recorder after the first stopped: %v\n%s", err, stderr)
+	}
+	raw, _, err := srv.Open("fleet").ReadVersioned(context.Background(), shipper.LeaseObject("node-a"))
+	if err != nil || !strings.Contains(string(raw), `"released":true`) {
+		t.Fatalf("node-a's lease after the second recorder stopped: %s, %v; want released", raw, err)
 	}
 }
