@@ -41,8 +41,9 @@ test:
 bench: build
 	bash bench/run.sh
 
+# LISTEN=ADDR serves the UI elsewhere than 127.0.0.1:7070 while it records.
 run: build
-	$(BIN) record --duration 30s --data ./heatscope-data --output profile.pb.gz --top 20
+	$(BIN) record --duration 30s --data ./heatscope-data --output profile.pb.gz --top 20 $(if $(LISTEN),--listen $(LISTEN))
 
 # Short fuzzing runs of every fuzz target (FUZZTIME each).
 FUZZTIME ?= 20s

@@ -411,16 +411,6 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// ListenAndServe listens on addr (host:port) and serves until ctx is
-// done; see Serve.
-func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("web server: %w", err)
-	}
-	return s.Serve(ctx, ln)
-}
-
 // Serve serves HTTP on ln until ctx is done, then shuts down: requests
 // under way get a few seconds to finish, then are cancelled. It returns
 // once every request has returned, so the store can then be closed.

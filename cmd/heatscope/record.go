@@ -389,7 +389,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 		st := db.Stats()
 		fmt.Fprintf(stderr, "data directory %s: %d blocks, %d bytes, %d samples lost\n", *data, st.Blocks, st.BlockBytes, st.Lost)
-		fmt.Fprintf(stderr, "look at it: heatscope serve --data %s   (then open http://%s/)\n", shellQuote(*data), defaultListen)
+		serveCmd, addr := "heatscope serve --data "+shellQuote(*data), defaultListen
+		if *wf.listen != "" && *wf.listen != defaultListen {
+			serveCmd, addr = serveCmd+" --listen "+shellQuote(*wf.listen), *wf.listen
+		}
+		fmt.Fprintf(stderr, "look at it: %s   (then open http://%s/)\n", serveCmd, addr)
 	}
 	if ship != nil {
 		ship.finish(stderr)

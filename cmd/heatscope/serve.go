@@ -148,7 +148,26 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	go refreshEvery(ctx, db, every, warm)
 	defer stop()
-	return srv.ListenAndServe(ctx, *wf.listen)
+	ln, err := listen(*wf.listen)
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx, ln)
+}
+
+// listen listens on addr for the UI and API. An address another program
+// holds is an error that says so and names the flag that moves it (and
+// make run's LISTEN=, which passes it on).
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("--listen %s: the address is in use (another heatscope record or serve?): "+
+			"choose a free one with --listen, e.g. --listen 127.0.0.1:7071 (make run LISTEN=127.0.0.1:7071)", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	return ln, nil
 }
 
 // serveWhileRecording serves db on the --listen address until the returned
@@ -163,12 +182,12 @@ func serveWhileRecording(db *store.DB, wf webFlags, explicit bool, opts web.Opti
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", *wf.listen)
+	ln, err := listen(*wf.listen)
 	if err != nil {
 		if explicit {
-			return nil, fmt.Errorf("--listen: %w", err)
+			return nil, err
 		}
-		slog.Warn("not serving the UI and API; choose another address with --listen", "err", err)
+		slog.Warn("not serving the UI and API, recording anyway", "err", err)
 		return func() {}, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())

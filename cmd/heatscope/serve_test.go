@@ -300,3 +300,20 @@ func TestRecordServes(t *testing.T) {
 		t.Fatal("still serving after recording stopped")
 	}
 }
+
+// TestServeAddressTaken serves on an address another program holds: the
+// error says the address is in use and names the flag that moves it.
+func TestServeAddressTaken(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	addr := held.Addr().String()
+	code, _, stderr := runIn("serve", "--data", t.TempDir(), "--listen", addr)
+	for _, want := range []string{"--listen " + addr + ": the address is in use", "choose a free one with --listen", "make run LISTEN="} {
+		if code != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("serve on a taken address: exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+		}
+	}
+}
