@@ -103,9 +103,10 @@ func TestTopLeavesIdleOut(t *testing.T) {
 	}
 	kept, left := withoutIdle(b.Profile())
 	var out bytes.Buffer
-	printTop(&out, profileio.TopFunctions(kept, nil), 5)
+	printTop(&out, profileio.TopFunctions(kept, nil), 5, left)
 	if left != 37 || strings.Contains(out.String(), "halt") || !strings.Contains(out.String(), " 95.24% ") ||
-		!strings.Contains(out.String(), "e1000_intr") {
+		!strings.Contains(out.String(), "e1000_intr") ||
+		!strings.HasPrefix(out.String(), "self% is each function's share of the 0.636s of CPU time sampled, CPU idle excluded (37 idle samples left out") {
 		t.Fatalf("%d idle samples left out; top:\n%s", left, out.String())
 	}
 }
@@ -126,9 +127,10 @@ func TestTopWeighsPeriods(t *testing.T) {
 	b.SetPeriod(4 * p99)
 	add("slow", 30)
 	var out bytes.Buffer
-	printTop(&out, profileio.TopFunctions(b.Profile(), nil), 5)
+	printTop(&out, profileio.TopFunctions(b.Profile(), nil), 5, 0)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
+		"self% is each function's share of the 1.818s of CPU time sampled, CPU idle excluded (no idle samples)",
 		" self CPU   self% total CPU  samples  function",
 		"   1.212s  66.67%    1.212s       30  slow",
 		"   0.606s  33.33%    0.606s       60  fast",
@@ -173,6 +175,7 @@ func TestTopGroupsUnresolvedFrames(t *testing.T) {
 	printRunTop(&out, b.Profile(), 5)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
+		"self% is each function's share of the 0.101s of CPU time sampled, CPU idle excluded (no idle samples)",
 		" self CPU   self% total CPU  samples  function",
 		"   0.101s 100.00%    0.101s       10  [anon]",
 		"   0.000s   0.00%    0.101s        0  main",

@@ -570,16 +570,14 @@ func withoutIdle(p *profile.Profile) (*profile.Profile, int64) {
 // count them: idle left out, unresolved frames counted per module.
 func printRunTop(w io.Writer, prof *profile.Profile, n int) {
 	busy, idle := withoutIdle(prof)
-	printTop(w, profileio.TopFunctions(busy, query.GroupAddresses.Name), n)
-	if idle > 0 {
-		fmt.Fprintf(w, "(%d CPU idle samples left out, as export and the UI do)\n", idle)
-	}
+	printTop(w, profileio.TopFunctions(busy, query.GroupAddresses.Name), n, idle)
 }
 
 // printTop prints the first n functions of top by self CPU time, with
 // their share of all the self CPU time, their total CPU time and their
-// self samples.
-func printTop(w io.Writer, top []profileio.FunctionCount, n int) {
+// self samples, under a line that says what the share is of: the CPU time
+// sampled, without the idle samples (idle of them) left out before.
+func printTop(w io.Writer, top []profileio.FunctionCount, n int, idle int64) {
 	var total int64
 	for _, fc := range top {
 		total += fc.SelfNs
@@ -589,6 +587,11 @@ func printTop(w io.Writer, top []profileio.FunctionCount, n int) {
 		return
 	}
 	secs := func(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns)/1e9) }
+	left := "no idle samples"
+	if idle > 0 {
+		left = fmt.Sprintf("%d idle samples left out, as export and the UI do", idle)
+	}
+	fmt.Fprintf(w, "self%% is each function's share of the %s of CPU time sampled, CPU idle excluded (%s)\n", secs(total), left)
 	fmt.Fprintf(w, "%9s %7s %9s %8s  %s\n", "self CPU", "self%", "total CPU", "samples", "function")
 	for _, fc := range top[:min(n, len(top))] {
 		fmt.Fprintf(w, "%9s %6.2f%% %9s %8d  %s\n", secs(fc.SelfNs), 100*float64(fc.SelfNs)/float64(total), secs(fc.TotalNs), fc.Self, fc.Name)
