@@ -302,9 +302,9 @@ type Error struct {
 	Bucket string // Config.Name()
 	Op     string // upload, get, list, …
 	Object string // relative to the prefix; "" for the bucket itself
-	// NotFound and AccessDenied classify the cause.
-	NotFound, AccessDenied bool
-	err                    error
+	// NotFound, AccessDenied and NoBucket classify the cause.
+	NotFound, AccessDenied, NoBucket bool
+	err                              error
 }
 
 func (e *Error) Error() string {
@@ -334,6 +334,7 @@ func (b *Bucket) wrap(op, name string, err error) error {
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
 		e.AccessDenied = true
 	}
+	e.NoBucket = s3Code(err) == "NoSuchBucket"
 	if msg := err.Error(); b.scrub(msg) != msg {
 		e.err = errors.New(b.scrub(msg))
 	}

@@ -105,6 +105,9 @@ func TestMinIOWrongCredentials(t *testing.T) {
 		if b.IsAccessDeniedErr(err) != c.denied {
 			t.Errorf("%s: IsAccessDeniedErr = %v, want %v", c.name, !c.denied, c.denied)
 		}
+		if !bucket.Permanent(err) {
+			t.Errorf("%s: not a permanent error: a query service would wait for it forever", c.name)
+		}
 		upErr := b.Upload(ctx, "node-a/x", strings.NewReader("x"))
 		if upErr == nil || !strings.Contains(upErr.Error(), "upload node-a/x") {
 			t.Errorf("%s: Upload: %v, want an error naming the upload", c.name, upErr)
@@ -143,6 +146,9 @@ func TestMinIOStopped(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("the upload took the whole 20 s: %v", err)
+	}
+	if bucket.Permanent(err) {
+		t.Fatalf("a stopped MinIO is a permanent error: %v", err)
 	}
 	srv.Restart()
 	if err := b.Upload(context.Background(), "a/x", strings.NewReader("x")); err != nil {

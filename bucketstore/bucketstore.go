@@ -25,6 +25,10 @@
 // store.ErrUnavailable, so that a query fails (HTTP 503 naming the
 // bucket) instead of skipping data it could not read. Damaged objects
 // are the store's to find (CRCs, bounds): it skips them with a warning.
+// Outage says since when the bucket has not answered and when it was
+// last listed, so that answers from what was read before can say how
+// stale they may be; Events answers from the segments read before while
+// the bucket fails.
 package bucketstore
 
 import (
@@ -34,6 +38,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -51,8 +56,9 @@ import (
 
 // Options tune a Source.
 type Options struct {
-	// Timeout bounds each request to the bucket (default 10 s): a bucket
-	// that does not answer fails the query that waits on it, never hangs it.
+	// Timeout bounds each request to the bucket, its retries included
+	// (default 10 s): a bucket that does not answer fails the query that
+	// waits on it within about this, never hangs it.
 	Timeout time.Duration
 	// TailBytes is how much of a block's data the first read of its tail
 	// fetches (default 256 KiB): enough, for most blocks, to hold the
@@ -128,7 +134,15 @@ type Source struct {
 	ixReadAt   time.Time
 	ixMetas    map[string]store.Meta
 	usingIndex *bool // nil before the first List
-	stats      struct {
+
+	// healthMu guards since when the bucket has not answered (zero while
+	// it answers), its last error, and when it was last listed whole.
+	healthMu     sync.Mutex
+	failingSince time.Time
+	lastErr      error
+	listedAt     time.Time
+
+	stats struct {
 		lists, gets, getBytes, tailHits, errors, indexReads, listings atomic.Uint64
 	}
 }
@@ -278,6 +292,7 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 		s.ixMu.Lock()
 		s.ixMetas = metas
 		s.ixMu.Unlock()
+		s.listed()
 		return keys, nil
 	}
 	s.stats.listings.Add(1)
@@ -305,6 +320,7 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
+	s.listed()
 	return keys, nil
 }
 
@@ -314,6 +330,27 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 // every call, or, with the bucket index, when its time in the index
 // changed. A damaged segment gives the events before the damage.
 func (s *Source) Events(ctx context.Context) ([]events.Event, error) {
+	evs, err := s.events(ctx)
+	if err != nil {
+		return s.cachedEvents(), err
+	}
+	return evs, nil
+}
+
+// cachedEvents returns the events of every segment read before, by
+// segment: what Events answers while the bucket fails, rather than none.
+func (s *Source) cachedEvents() []events.Event {
+	s.segMu.Lock()
+	defer s.segMu.Unlock()
+	names := slices.Sorted(maps.Keys(s.segments))
+	var out []events.Event
+	for _, name := range names {
+		out = append(out, s.segments[name].events...)
+	}
+	return out
+}
+
+func (s *Source) events(ctx context.Context) ([]events.Event, error) {
 	type seg struct {
 		node, name string
 		modified   int64
@@ -437,6 +474,7 @@ func (s *Source) iter(ctx context.Context, dir string) ([]string, error) {
 	if err != nil {
 		return nil, s.fail(err)
 	}
+	s.answered()
 	return names, nil
 }
 
@@ -497,6 +535,7 @@ func (s *Source) readMeta(ctx context.Context, name string) ([]byte, error) {
 		return nil, s.fail(err)
 	}
 	s.stats.getBytes.Add(uint64(len(b)))
+	s.answered()
 	if len(b) > maxMetaBytes {
 		return nil, fmt.Errorf("%s: larger than %d bytes", name, maxMetaBytes)
 	}
@@ -545,13 +584,62 @@ func (s *Source) checkSize(ctx context.Context, name string, size int64) error {
 	return nil
 }
 
-// fail classifies a bucket error: not found, or the bucket unavailable.
+// fail classifies a bucket error: not found (an answer), or the bucket
+// unavailable (noted for Outage).
 func (s *Source) fail(err error) error {
 	s.stats.errors.Add(1)
 	if s.bkt.IsObjNotFoundErr(err) {
+		s.answered()
 		return fmt.Errorf("%w: %w", fs.ErrNotExist, err)
 	}
-	return &unavailableError{bucket: s.name, err: err}
+	e := &unavailableError{bucket: s.name, err: err}
+	s.healthMu.Lock()
+	if s.failingSince.IsZero() {
+		s.failingSince = s.opts.Now()
+		s.opts.Logger.Warn("the bucket does not answer: answers come from what was read before", "bucket", s.name, "err", err)
+	}
+	s.lastErr = e
+	s.healthMu.Unlock()
+	return e
+}
+
+// answered notes that the bucket answered a request.
+func (s *Source) answered() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if !s.failingSince.IsZero() {
+		s.opts.Logger.Info("the bucket answers again", "bucket", s.name, "after", s.opts.Now().Sub(s.failingSince).Round(time.Second))
+	}
+	s.failingSince, s.lastErr = time.Time{}, nil
+}
+
+// listed notes a complete listing of the bucket's blocks.
+func (s *Source) listed() {
+	s.answered()
+	s.healthMu.Lock()
+	s.listedAt = s.opts.Now()
+	s.healthMu.Unlock()
+}
+
+// Outage is a bucket that does not answer.
+type Outage struct {
+	// Since is the first failure since the bucket last answered; Err is
+	// the last one (store.ErrUnavailable, naming the bucket).
+	Since time.Time
+	Err   error
+	// Listed is when the bucket's blocks were last listed whole: blocks
+	// uploaded since are not known. Zero: never, nothing was read.
+	Listed time.Time
+}
+
+// Outage returns the bucket's outage, nil while it answers.
+func (s *Source) Outage() *Outage {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.failingSince.IsZero() {
+		return nil
+	}
+	return &Outage{Since: s.failingSince, Err: s.lastErr, Listed: s.listedAt}
 }
 
 // unavailableError is a bucket that failed a request: store.ErrUnavailable.
@@ -672,5 +760,6 @@ func (o *object) fetch(off, n int64) ([]byte, error) {
 	if err != nil {
 		return nil, o.s.fail(err)
 	}
+	o.s.answered()
 	return b, nil
 }

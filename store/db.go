@@ -71,6 +71,11 @@ type Options struct {
 	// when a query first needs them and followed by Refresh. Only a
 	// read-only DB takes them; its directory may then be "" (none).
 	Sources []BlockSource
+	// OpenUnavailable opens the DB even when a source's storage does not
+	// answer (ErrUnavailable): its blocks are listed by the first Refresh
+	// that reaches it, and Health says why meanwhile. A query service
+	// started during its bucket's outage then serves once it is back.
+	OpenUnavailable bool
 	// CallerTicks leaves the periodic work (syncing the WAL every 500 ms,
 	// cutting the head, compaction and retention every minute) to the
 	// caller, who then calls Tick at least every 100 ms or so, instead of
@@ -313,7 +318,8 @@ func Open(dir string, opts Options) (*DB, error) {
 // loadBlocks opens every block of the data directory, removing leftovers
 // of interrupted writes and compactions, and lists the other sources'
 // blocks (opened when first queried). A source that cannot be listed fails
-// the open: its error names it.
+// the open, its error naming it, unless it is unavailable and
+// Options.OpenUnavailable says to go on.
 func (db *DB) loadBlocks() error {
 	var blocks []*Block
 	if db.local != nil {
@@ -347,6 +353,10 @@ func (db *DB) loadBlocks() error {
 			continue
 		}
 		added, err := db.listNew(i, nil)
+		if err != nil && db.opts.OpenUnavailable && errors.Is(err, ErrUnavailable) {
+			db.log.Warn("a source does not answer: its blocks are listed once it does", "err", err)
+			continue
+		}
 		if err != nil {
 			for _, b := range blocks {
 				b.Close()
@@ -410,12 +420,21 @@ func (db *DB) listNew(i int, known map[string]bool) ([]*Block, error) {
 	return added, err
 }
 
+// sourceError names src in err, unless err names it already (a bucket's
+// errors name the bucket).
+func sourceError(src BlockSource, err error) error {
+	if strings.Contains(err.Error(), src.String()) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", src, err)
+}
+
 func (db *DB) listSource(i int, known map[string]bool) (added []*Block, listed map[string]bool, err error) {
 	src := db.sources[i]
 	ctx := context.Background()
 	keys, err := src.List(ctx)
 	if err != nil {
-		err = fmt.Errorf("%s: %w", src, err)
+		err = sourceError(src, err)
 		db.sourceErr[i].Store(&err)
 		return nil, nil, err
 	}
@@ -440,7 +459,7 @@ func (db *DB) listSource(i int, known map[string]bool) (added []*Block, listed m
 		}
 		if err != nil {
 			if errors.Is(err, ErrUnavailable) {
-				err = fmt.Errorf("%s: %w", src, err)
+				err = sourceError(src, err)
 				db.sourceErr[i].Store(&err)
 				for _, b := range added {
 					b.Close()
@@ -1011,7 +1030,7 @@ func (db *DB) refreshSourceEvents() error {
 		found = true
 		evs, err := es.Events(context.Background())
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: events: %w", src, err))
+			errs = append(errs, sourceError(src, fmt.Errorf("events: %w", err)))
 		}
 		all = append(all, evs...)
 	}

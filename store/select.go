@@ -172,11 +172,11 @@ func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
 	blocks := db.blocksLocked(r, f)
 	heads := db.headsLocked(r, f)
 	db.mu.RUnlock()
-	openHeaders(blocks)
+	errs := openHeaders(blocks)
 	var parts []part
 	var warnings Warnings
 	for i, b := range blocks {
-		if err := b.header(); err != nil {
+		if err := errs[i]; err != nil {
 			if errors.Is(err, ErrUnavailable) {
 				for _, p := range parts {
 					p.release()
@@ -214,22 +214,27 @@ const headerReads = 16
 
 // openHeaders reads the headers of the blocks not opened yet, several at a
 // time: a block of a bucket costs two round trips (its size, its tail), and
-// a cold query of a node's 10 minutes meets several such blocks. Errors
-// are kept by each block for the caller's loop.
-func openHeaders(blocks []*Block) {
+// a cold query of a node's 10 minutes meets several such blocks. It
+// returns each block's error (nil for the blocks opened): the caller's
+// loop takes them rather than reading a header again, which for a storage
+// that does not answer (whose errors the blocks do not keep) would wait
+// its timeout once more.
+func openHeaders(blocks []*Block) []error {
+	errs := make([]error, len(blocks))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, headerReads)
-	for _, b := range blocks {
+	for i, b := range blocks {
 		if b.opened.Load() {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			b.header()
+			errs[i] = b.header()
 		})
 	}
 	wg.Wait()
+	return errs
 }
 
 // blocksLocked returns the blocks that may hold samples in r that pass f,

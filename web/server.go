@@ -62,6 +62,44 @@ type Options struct {
 	// ObserveQuery, when not nil, is called after every API request with
 	// its path, HTTP status and duration.
 	ObserveQuery func(endpoint string, status int, elapsed time.Duration)
+	// Outage, when not nil, says whether the storage (a bucket) answers:
+	// nil while it does. While it does not, every API answer carries a
+	// Warning saying since when, and from what listing on, its data may
+	// be stale; while nothing was ever read from it, the API answers 503
+	// and /healthz is not ready.
+	Outage func() *Outage
+}
+
+// Outage is a storage that does not answer.
+type Outage struct {
+	// Storage names it ("bucket s3://fleet").
+	Storage string
+	// Since is when it stopped answering; Err is its last error.
+	Since time.Time
+	Err   error
+	// Listed is its last complete listing: what was uploaded since is not
+	// known. Zero when it was never listed: nothing can be answered.
+	Listed time.Time
+}
+
+// stale says what an answer from what was read before may lack.
+func (o *Outage) stale() string {
+	return fmt.Sprintf("%s has not answered since %s: data uploaded after %s (its last listing) may be missing",
+		o.Storage, o.Since.UTC().Format(time.RFC3339), o.Listed.UTC().Format(time.RFC3339))
+}
+
+// unread says why there is nothing to answer (the error names the
+// storage).
+func (o *Outage) unread() string {
+	return fmt.Sprintf("%v (no answer since %s; nothing was read from it yet)", o.Err, o.Since.UTC().Format(time.RFC3339))
+}
+
+// outage returns the storage's outage, nil while it answers.
+func (s *Server) outage() *Outage {
+	if s.opts.Outage == nil {
+		return nil
+	}
+	return s.opts.Outage()
 }
 
 // Defaults and limits.
@@ -261,12 +299,25 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if err := s.opts.Health(); err != nil {
+	err := s.opts.Health()
+	o := s.outage()
+	if o != nil && errors.Is(err, store.ErrUnavailable) {
+		err = nil // the outage, said below
+	}
+	switch {
+	case err != nil:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "unhealthy: %v\n", err)
-		return
+	case o != nil && o.Listed.IsZero():
+		// Not ready: nothing to serve until the storage answers.
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %s\n", o.unread())
+	case o != nil:
+		// Ready: it serves what it read before, each answer saying so.
+		fmt.Fprintf(w, "ok, degraded: %s; answers come from what was read before\n", o.stale())
+	default:
+		w.Write([]byte("ok\n"))
 	}
-	w.Write([]byte("ok\n"))
 }
 
 // setSecurityHeaders sets the headers every response carries.
@@ -333,6 +384,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	rep := &reply{limit: int(s.opts.MaxResponseBytes)}
 	var warnings store.Warnings
 	p, err := parseParams(r, ep.params, time.Now())
+	o := s.outage()
+	if err == nil && o != nil && o.Listed.IsZero() {
+		writeError(w, http.StatusServiceUnavailable, o.unread(), "")
+		return
+	}
 	if err == nil {
 		warnings, err = ep.run(ctx, p, rep)
 	}
@@ -346,6 +402,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	h.Set("Cache-Control", "no-store")
 	if rep.filename != "" {
 		h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", rep.filename))
+	}
+	if o := s.outage(); o != nil {
+		h.Add("Warning", warningValue(o.stale()))
 	}
 	for i, warning := range warnings {
 		if i == maxWarnings {

@@ -48,7 +48,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	db, _, closeBucket, err := qf.open("export")
+	db, _, closeBucket, err := qf.open("export", false)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func exportPrediff(pf prediffFlags, qf queryFlags, filters map[string]*string, f
 	if err != nil {
 		return err
 	}
-	db, _, closeBucket, err := qf.open("export")
+	db, _, closeBucket, err := qf.open("export", false)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 type queryFlags struct {
 	data, objstore      *string
 	cacheDir, cacheSize *string
+	timeout             *time.Duration
 	fs                  *flag.FlagSet
 }
 
@@ -31,6 +32,8 @@ func addQueryFlags(fs *flag.FlagSet, dataHelp string) queryFlags {
 		cacheDir: fs.String("objstore-cache-dir", "", "with --objstore-config, keep the block data and metas read from the bucket in this local directory too "+
 			"(blocks never change: a restarted query service reads them again without a GET); '' for none"),
 		cacheSize: fs.String("objstore-cache-size", "1GiB", "bound of --objstore-cache-dir: the least recently used files are deleted beyond it"),
+		timeout: fs.Duration("objstore-timeout", defaultBucketTimeout, "with --objstore-config, how long one request to the bucket may take, its retries included: "+
+			"a query that needs what a bucket that does not answer holds fails (503) within about this"),
 	}
 }
 
@@ -41,13 +44,19 @@ func addQueryFlags(fs *flag.FlagSet, dataHelp string) queryFlags {
 // samples) still fits.
 const bucketChunkCacheSamples = 1 << 20
 
-// bucketTimeout bounds each request of a query service to its bucket.
-const bucketTimeout = 10 * time.Second
+// defaultBucketTimeout bounds each request of a query service to its
+// bucket by default: an uncached query under a bucket that does not answer
+// fails within about this.
+const defaultBucketTimeout = 5 * time.Second
 
 // open opens the store the flags name, read-only. With a bucket it checks
 // at once that the bucket answers and the credentials may list it, so a
 // wrong config fails at start with the bucket and the operation named.
-func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func(), error) {
+// With waitForBucket, a bucket that does not answer (bucket.Permanent says
+// which errors are not that) does not stop it: the store opens without
+// its blocks and lists them once it answers (serve); without, it fails
+// (export).
+func (q queryFlags) open(component string, waitForBucket bool) (*store.DB, *bucketstore.Source, func(), error) {
 	dataGiven := false
 	q.fs.Visit(func(f *flag.Flag) { dataGiven = dataGiven || f.Name == "data" })
 	dir := *q.data
@@ -65,15 +74,24 @@ func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func
 	if err != nil {
 		return nil, nil, nil, usageError{fmt.Errorf("--objstore-config: %w", err)}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*bucketTimeout)
+	timeout := *q.timeout
+	if timeout <= 0 {
+		return nil, nil, nil, usageError{errors.New("--objstore-timeout must be positive")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	bkt, err := bucket.Open(ctx, cfg, bucket.Options{Component: component, ResponseTimeout: bucketTimeout, Logger: slog.Default()})
+	bkt, err := bucket.Open(ctx, cfg, bucket.Options{Component: component, ResponseTimeout: timeout, Logger: slog.Default()})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	unavailable := false
 	if err := bkt.Check(ctx, ""); err != nil {
-		bkt.Close()
-		return nil, nil, nil, err
+		if !waitForBucket || bucket.Permanent(err) {
+			bkt.Close()
+			return nil, nil, nil, err
+		}
+		slog.Warn("the bucket does not answer: serving 503 until it does (/healthz not ready)", "err", err)
+		unavailable = true
 	}
 	var disk *bucketstore.DiskCache
 	if *q.cacheDir != "" {
@@ -90,9 +108,9 @@ func (q queryFlags) open(component string) (*store.DB, *bucketstore.Source, func
 			return nil, nil, nil, fmt.Errorf("--objstore-cache-dir: %w", err)
 		}
 	}
-	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: bucketTimeout, DiskCache: disk})
+	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: timeout, DiskCache: disk})
 	db, err := store.Open(dir, store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.Default(),
-		ChunkCacheSamples: bucketChunkCacheSamples})
+		ChunkCacheSamples: bucketChunkCacheSamples, OpenUnavailable: unavailable})
 	if err != nil {
 		bkt.Close()
 		return nil, nil, nil, err

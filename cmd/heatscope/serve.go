@@ -119,7 +119,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		defer hp.stop()
 	}
-	db, src, closeBucket, err := qf.open("serve")
+	db, src, closeBucket, err := qf.open("serve", true)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,17 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	srv, err := wf.server(db, web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery})
+	opts := web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery}
+	if src != nil {
+		opts.Outage = func() *web.Outage {
+			o := src.Outage()
+			if o == nil {
+				return nil
+			}
+			return &web.Outage{Storage: src.String(), Since: o.Since, Err: o.Err, Listed: o.Listed}
+		}
+	}
+	srv, err := wf.server(db, opts)
 	if err != nil {
 		return err
 	}

@@ -349,6 +349,22 @@ func (s *Server) awaitServing() error {
 	}
 }
 
+// Pause stops the server's processes (SIGSTOP): the kernel still accepts
+// connections on its port, but nothing answers, as a hung or black-holed
+// store. Resume continues them.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		syscall.Kill(-s.cmd.Process.Pid, sig)
+	}
+}
+
 // Stop stops the server (SIGTERM, then SIGKILL after 10 s) and waits for
 // it; the data stays for Restart. Stopping a stopped server does nothing.
 func (s *Server) Stop() {
@@ -367,6 +383,7 @@ func (s *Server) stopLocked() {
 		return
 	default:
 	}
+	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT) // if paused
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-s.exited:
