@@ -2,8 +2,8 @@
 # Every heatscope benchmark; `make bench` runs it as root. Results go to
 # bench/results/ (markdown), from which docs/benchmarks.md is updated.
 #
-#   bench/run.sh            everything (about an hour: the sampler runs 5 x 30 s and 10 minutes, the soak 30 minutes)
-#   QUICK=1 bench/run.sh    skip the 10-minute size run, use a 2-hour synthetic store, soak 3 minutes
+#   bench/run.sh            everything (about an hour and a half: the sampler runs 5 x 30 s and 10 minutes, the churn cases 4 x 5 x 30 s and 10 minutes, the soak 30 minutes)
+#   QUICK=1 bench/run.sh    skip the 10-minute runs, use a 2-hour synthetic store, soak 3 minutes
 #   SOAK=10m bench/run.sh   the always-on soak's length (default 30m)
 #   (bench/fleet needs the MinIO binary: see internal/miniotest)
 set -euo pipefail
@@ -25,6 +25,13 @@ echo "== Unwinding: heatscope --unwind fp and dwarf vs perf -g and --call-graph 
 if [ -z "${QUICK:-}" ]; then
   echo "== Sampler vs perf, 10 minutes (steady state, bytes per sample on disk)"
   { machine; go run ./bench/sampler -duration 10m -runs 1; } | tee "$out/sampler-10m.md"
+fi
+
+echo "== Churn: heatscope (default flags) beside perf record -F 99 -a -g, 5 runs of 30 s per case (quiet, 100 and 500 new processes/s, a Go build)"
+{ machine; go run ./bench/churn -runs 5 -duration 30s; } | tee "$out/churn.md"
+if [ -z "${QUICK:-}" ]; then
+  echo "== Churn: 100 new processes a second for 10 minutes (the rate held, no guard change)"
+  { machine; go run ./bench/churn -cases b -runs 1 -duration 10m; } | tee "$out/churn-10m.md"
 fi
 
 soak=${SOAK:-30m}; [ -n "${QUICK:-}" ] && soak=${SOAK:-3m}

@@ -41,6 +41,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/bench/internal/profrun"
 )
 
 func main() {
@@ -63,20 +65,6 @@ func main() {
 	}
 }
 
-// usage is what a finished process cost.
-type usage struct {
-	cpu    time.Duration
-	maxRSS int64 // bytes
-}
-
-func usageOf(ps *os.ProcessState) usage {
-	ru := ps.SysUsage().(*syscall.Rusage)
-	return usage{
-		cpu:    time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		maxRSS: ru.Maxrss * 1024,
-	}
-}
-
 func must(cmd *exec.Cmd) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		log.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
@@ -95,7 +83,7 @@ type result struct {
 	recorded             float64 // seconds
 	bpfRuns              int64
 	bpfTime              float64 // seconds
-	hs, perf, perfScript usage
+	hs, perf, perfScript profrun.Usage
 	hsCPU                float64 // agent + BPF, seconds
 	// snapshots is whether the agent loaded its exit snapshot program
 	// (after process churn or a missed process), whose load costs CPU.
@@ -132,7 +120,7 @@ func run(duration time.Duration, hz, runs int, throughput time.Duration) error {
 	must(exec.Command("gcc", "-O1", "-fno-omit-frame-pointer", "-o", b.mixed, "bench/sampler/testdata/mixed.c"))
 
 	cpus := runtime.NumCPU()
-	fmt.Printf("## Sampler: heatscope vs perf, %d runs of %v at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, kernelRelease())
+	fmt.Printf("## Sampler: heatscope vs perf, %d runs of %v at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, profrun.KernelRelease())
 	fmt.Printf("Workload: one `bench/sampler/testdata/mixed.c` per CPU, pinned. Run 1 starts with a cold kernel symbol cache.\n\n")
 	fmt.Printf("| run | samples / expected | drops | heatscope agent CPU | BPF | heatscope incl. BPF, %% of one CPU | peak RSS | perf record CPU | ratio | perf record + perf script CPU | ratio | worst leaf difference: all samples, workload | exit program loaded |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -149,10 +137,10 @@ func run(duration time.Duration, hz, runs int, throughput time.Duration) error {
 		}
 		results = append(results, r)
 		fmt.Printf("| %d | %d / %.0f = %.1f%% | %d | %.3f s | %.3f s (%.1f µs/run) | %.3f%% | %.1f MB | %.3f s | %.2f | %.3f s | %.2f | %.2f pp, %.2f pp | %v |\n",
-			i+1, r.received, r.expected, 100*float64(r.received)/r.expected, r.dropped, r.hs.cpu.Seconds(),
-			r.bpfTime, 1e6*r.bpfTime/math.Max(1, float64(r.bpfRuns)), 100*r.hsCPU/r.recorded, float64(r.hs.maxRSS)/1e6,
-			r.perf.cpu.Seconds(), r.hsCPU/r.perf.cpu.Seconds(), (r.perf.cpu + r.perfScript.cpu).Seconds(),
-			r.hsCPU/(r.perf.cpu+r.perfScript.cpu).Seconds(), r.worstLeaf, r.worstWorkloadLeaf, r.snapshots)
+			i+1, r.received, r.expected, 100*float64(r.received)/r.expected, r.dropped, r.hs.CPU.Seconds(),
+			r.bpfTime, 1e6*r.bpfTime/math.Max(1, float64(r.bpfRuns)), 100*r.hsCPU/r.recorded, float64(r.hs.MaxRSS)/1e6,
+			r.perf.CPU.Seconds(), r.hsCPU/r.perf.CPU.Seconds(), (r.perf.CPU + r.perfScript.CPU).Seconds(),
+			r.hsCPU/(r.perf.CPU+r.perfScript.CPU).Seconds(), r.worstLeaf, r.worstWorkloadLeaf, r.snapshots)
 	}
 	printSummary(results, throughput)
 	return nil
@@ -166,17 +154,17 @@ func printSummary(results []result, throughput time.Duration) {
 		for _, r := range results {
 			v = append(v, f(r))
 		}
-		return medianRange(v, "%.3f")
+		return profrun.MedianRange(v, "%.3f")
 	}
 	fmt.Printf("\n### Medians over %d runs (range)\n\n| metric | median (min-max) | target |\n|---|---|---|\n", len(results))
 	fmt.Printf("| samples received / expected, %% | %s | >= 97%% |\n", stat(func(r result) float64 { return 100 * float64(r.received) / r.expected }))
 	fmt.Printf("| ring-buffer drops | %s | 0 |\n", stat(func(r result) float64 { return float64(r.dropped) }))
 	fmt.Printf("| BPF program, %% of one CPU | %s | |\n", stat(func(r result) float64 { return 100 * r.bpfTime / r.recorded }))
 	fmt.Printf("| heatscope CPU incl. BPF, %% of one CPU | %s | <= 0.5%% |\n", stat(func(r result) float64 { return 100 * r.hsCPU / r.recorded }))
-	fmt.Printf("| heatscope peak RSS, MB | %s | <= 60 MB |\n", stat(func(r result) float64 { return float64(r.hs.maxRSS) / 1e6 }))
-	fmt.Printf("| perf record CPU, %% of one CPU | %s | |\n", stat(func(r result) float64 { return 100 * r.perf.cpu.Seconds() / r.recorded }))
-	fmt.Printf("| ratio heatscope / perf record | %s | <= 0.5 |\n", stat(func(r result) float64 { return r.hsCPU / r.perf.cpu.Seconds() }))
-	fmt.Printf("| ratio heatscope / (perf record + perf script) | %s | |\n", stat(func(r result) float64 { return r.hsCPU / (r.perf.cpu + r.perfScript.cpu).Seconds() }))
+	fmt.Printf("| heatscope peak RSS, MB | %s | <= 60 MB |\n", stat(func(r result) float64 { return float64(r.hs.MaxRSS) / 1e6 }))
+	fmt.Printf("| perf record CPU, %% of one CPU | %s | |\n", stat(func(r result) float64 { return 100 * r.perf.CPU.Seconds() / r.recorded }))
+	fmt.Printf("| ratio heatscope / perf record | %s | <= 0.5 |\n", stat(func(r result) float64 { return r.hsCPU / r.perf.CPU.Seconds() }))
+	fmt.Printf("| ratio heatscope / (perf record + perf script) | %s | |\n", stat(func(r result) float64 { return r.hsCPU / (r.perf.CPU + r.perfScript.CPU).Seconds() }))
 	fmt.Printf("| bytes per sample, heatscope data directory | %s | |\n", stat(func(r result) float64 { return float64(r.storeBytes) / float64(r.received) }))
 	fmt.Printf("| bytes per sample, perf.data | %s | |\n", stat(func(r result) float64 { return float64(r.perfBytes) / float64(max(1, r.perfSamples)) }))
 	fmt.Printf("| worst top-10 leaf difference, all samples, pp | %s | <= 2 |\n", stat(func(r result) float64 { return r.worstLeaf }))
@@ -209,7 +197,7 @@ func printLeaves(of string, results []result, top []leaf, leaves func(result) (h
 		slices.Sort(hs)
 		slices.Sort(pf)
 		slices.Sort(diff)
-		fmt.Printf("| `%s` | %.2f%% | %.2f%% | %+.2f pp | %.2f pp |\n", l.name, median(hs), median(pf), median(diff), worst)
+		fmt.Printf("| `%s` | %.2f%% | %.2f%% | %+.2f pp | %.2f pp |\n", l.name, profrun.Median(hs), profrun.Median(pf), profrun.Median(diff), worst)
 	}
 	fmt.Println()
 }
@@ -226,7 +214,7 @@ func printThroughput(results []result, throughput time.Duration, stat func(func(
 				slow = append(slow, 100*(1-r.throughput[i]/r.throughput[0]))
 			}
 			slices.Sort(slow)
-			fmt.Printf("| %s | %s | %.2f%% |\n", name, stat(func(r result) float64 { return r.throughput[i] }), median(slow))
+			fmt.Printf("| %s | %s | %.2f%% |\n", name, stat(func(r result) float64 { return r.throughput[i] }), profrun.Median(slow))
 		}
 	}
 }
@@ -239,14 +227,6 @@ func worstDifference(hs, perf []leaf) float64 {
 		worst = math.Max(worst, math.Abs(l.pct-leafShare(perf, l.name)))
 	}
 	return worst
-}
-
-func median(sorted []float64) float64 {
-	n := len(sorted)
-	if n%2 == 1 {
-		return sorted[n/2]
-	}
-	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 // startWorkload starts one mixed.c per CPU, pinned to it.
@@ -300,37 +280,6 @@ func heatscopeCmd(b binaries, duration time.Duration, hz int, data string, extra
 	return exec.Command(b.heatscope, append(args, extra...)...)
 }
 
-// perfCmd is perf record on the whole machine for duration, into out,
-// with call graphs of the kind given (["-g"] for frame pointers).
-func perfCmd(duration time.Duration, hz int, out string, callGraph ...string) *exec.Cmd {
-	args := append([]string{"record", "-F", strconv.Itoa(hz), "-a"}, callGraph...)
-	args = append(args, "-o", out, "--", "sleep", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
-	return exec.Command("perf", args...)
-}
-
-// summary is what heatscope record's summary on stderr says.
-type summary struct {
-	received, dropped, bpfRuns int64
-	bpfTime, recorded          float64 // seconds
-}
-
-func parseSummary(s string) summary {
-	return summary{
-		received: intAfter(s, `recorded [0-9.]+s: (\d+) samples`),
-		dropped:  intAfter(s, `(\d+) dropped`),
-		bpfRuns:  intAfter(s, `BPF program: (\d+) runs`),
-		bpfTime:  floatAfter(s, `runs, ([0-9.]+)s`),
-		recorded: floatAfter(s, `recorded ([0-9.]+)s`),
-	}
-}
-
-// medianRange formats the median and range of v as "median (min-max)",
-// each with format.
-func medianRange(v []float64, format string) string {
-	v = slices.Sorted(slices.Values(v))
-	return fmt.Sprintf(format+" ("+format+"-"+format+")", median(v), v[0], v[len(v)-1])
-}
-
 // measure runs both profilers at once on the workload.
 func measure(b binaries, duration time.Duration, hz int, dir string) (result, error) {
 	var r result
@@ -348,7 +297,7 @@ func measure(b binaries, duration time.Duration, hz int, dir string) (result, er
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
 	perfData := filepath.Join(dir, "perf.data")
-	perf := perfCmd(duration, hz, perfData, "-g")
+	perf := profrun.PerfCmd(duration, hz, perfData, "-g")
 	var perfErr bytes.Buffer
 	perf.Stderr = &perfErr
 	if err := hs.Start(); err != nil {
@@ -364,14 +313,17 @@ func measure(b binaries, duration time.Duration, hz int, dir string) (result, er
 		return r, fmt.Errorf("perf record: %v\n%s", err, perfErr.String())
 	}
 	stopWorkload(workload)
-	r.hs, r.perf = usageOf(hs.ProcessState), usageOf(perf.ProcessState)
+	r.hs, r.perf = profrun.UsageOf(hs.ProcessState), profrun.UsageOf(perf.ProcessState)
 	must(exec.Command(b.heatscope, "export", "--data", hsData, "--idle", "include", "-o", hsOut))
 
-	sum := parseSummary(hsErr.String())
-	r.received, r.dropped, r.bpfRuns, r.bpfTime, r.recorded = sum.received, sum.dropped, sum.bpfRuns, sum.bpfTime, sum.recorded
+	sum, err := profrun.ParseSummary(hsErr.String())
+	if err != nil {
+		return r, err
+	}
+	r.received, r.dropped, r.bpfRuns, r.bpfTime, r.recorded = sum.Received, sum.Dropped, sum.BPFRuns, sum.BPFTime, sum.Recorded
 	r.snapshots = strings.Contains(hsErr.String(), "snapshotted as they exit") // the switch is logged
 	r.expected = duration.Seconds() * float64(hz) * float64(runtime.NumCPU())
-	r.hsCPU = r.hs.cpu.Seconds() + r.bpfTime
+	r.hsCPU = r.hs.CPU.Seconds() + r.bpfTime
 
 	if r.hsLeaves, err = heatscopeLeaves(hsOut, ""); err != nil {
 		return r, err
@@ -413,7 +365,7 @@ func measureThroughput(b binaries, d time.Duration, hz int, dir string) ([3]floa
 		var prof *exec.Cmd
 		switch i {
 		case 1:
-			prof = perfCmd(d, hz, filepath.Join(dir, "perf.data"), "-g")
+			prof = profrun.PerfCmd(d, hz, filepath.Join(dir, "perf.data"), "-g")
 		case 2:
 			prof = heatscopeCmd(b, d, hz, filepath.Join(dir, "data"))
 		}
@@ -459,15 +411,15 @@ func dirSize(dir string) (int64, error) {
 // perfScript symbolizes every sample of a perf.data file with perf script
 // (stacks included, as heatscope keeps them) and returns the sample count
 // and what perf script cost.
-func perfScript(path string) (int, usage, error) {
+func perfScript(path string) (int, profrun.Usage, error) {
 	cmd := exec.Command("perf", "script", "-i", path, "-F", "comm,pid,tid,cpu,time,ip,sym,dso")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	if err := cmd.Run(); err != nil {
-		return 0, usage{}, fmt.Errorf("perf script: %w", err)
+		return 0, profrun.Usage{}, fmt.Errorf("perf script: %w", err)
 	}
 	// Each sample is a header line, its frames and a blank line.
-	return bytes.Count(out.Bytes(), []byte("\n\n")), usageOf(cmd.ProcessState), nil
+	return bytes.Count(out.Bytes(), []byte("\n\n")), profrun.UsageOf(cmd.ProcessState), nil
 }
 
 type leaf struct {
@@ -544,37 +496,4 @@ func sortLeaves(counts map[string]int64, total int64) []leaf {
 	}
 	slices.SortFunc(out, func(a, b leaf) int { return cmp.Or(cmp.Compare(b.pct, a.pct), cmp.Compare(a.name, b.name)) })
 	return out
-}
-
-func intAfter(s, re string) int64 {
-	m := regexp.MustCompile(re).FindStringSubmatch(s)
-	if m == nil {
-		log.Fatalf("no %q in heatscope's summary:\n%s", re, s)
-	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
-	return n
-}
-
-func floatAfter(s, re string) float64 {
-	m := regexp.MustCompile(re).FindStringSubmatch(s)
-	if m == nil {
-		log.Fatalf("no %q in heatscope's summary:\n%s", re, s)
-	}
-	f, _ := strconv.ParseFloat(m[1], 64)
-	return f
-}
-
-func kernelRelease() string {
-	var u syscall.Utsname
-	if syscall.Uname(&u) != nil {
-		return "unknown"
-	}
-	var b []byte
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return string(b)
 }

@@ -8,7 +8,6 @@ package main
 // 8 KB of stack per sample).
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math"
@@ -16,13 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
+	"github.com/heatscope/heatscope/bench/internal/profrun"
 )
 
 // unwindResult is one sampler's measurements in one run.
@@ -60,7 +57,7 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 	must(exec.Command("go", "build", "-o", b.heatscope, "./cmd/heatscope"))
 	must(exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", b.mixed, "bench/sampler/testdata/nofp.c"))
 	cpus := runtime.NumCPU()
-	fmt.Printf("## Unwinding: frame pointers vs tables, %d runs of %v each at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, kernelRelease())
+	fmt.Printf("## Unwinding: frame pointers vs tables, %d runs of %v each at %d Hz on %d busy CPUs (kernel %s)\n\n", runs, duration, hz, cpus, profrun.KernelRelease())
 	fmt.Printf("Workload: one `bench/sampler/testdata/nofp.c` (gcc -O2 -fomit-frame-pointer) per CPU, pinned; each sampler records alone, one after the other. " +
 		"Run 1 of heatscope --unwind dwarf starts with no cached table (it builds them), later runs read them from --cache-dir. " +
 		"\"reach main\": the workload's samples whose user stack has `main`; \"tables in\": the longest time over the workload's processes from a process's first sample to its first one that reaches main.\n\n")
@@ -105,7 +102,7 @@ func runUnwind(duration time.Duration, hz, runs int, profiles string) error {
 			for _, r := range rs {
 				v = append(v, f(r))
 			}
-			return medianRange(v, "%.2f")
+			return profrun.MedianRange(v, "%.2f")
 		}
 		bpf, steady := "-", "-"
 		if strings.HasPrefix(s, "heatscope") {
@@ -133,7 +130,7 @@ func steadyMedian(rs []unwindResult) string {
 	if len(measured) == 0 {
 		return "-"
 	}
-	return medianRange(measured, "%.2f") + "%"
+	return profrun.MedianRange(measured, "%.2f") + "%"
 }
 
 // measureUnwind runs one sampler on the workload for d.
@@ -150,9 +147,9 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 	data := filepath.Join(dir, "data")
 	switch sampler {
 	case "perf record -g":
-		cmd = perfCmd(d, hz, data, "-g")
+		cmd = profrun.PerfCmd(d, hz, data, "-g")
 	case "perf record --call-graph dwarf":
-		cmd = perfCmd(d, hz, data, "--call-graph", "dwarf")
+		cmd = profrun.PerfCmd(d, hz, data, "--call-graph", "dwarf")
 	default:
 		args := []string{"--listen", "", "--unwind", strings.TrimPrefix(sampler, "heatscope --unwind ")}
 		if profile != "" {
@@ -173,32 +170,35 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 	if d > steadyFrom {
 		start := time.Now()
 		time.Sleep(steadyFrom)
-		from, errFrom = processCPU(cmd.Process.Pid)
+		from, errFrom = profrun.ProcessCPU(cmd.Process.Pid)
 		time.Sleep(d - time.Since(start))
-		to, errTo = processCPU(cmd.Process.Pid)
+		to, errTo = profrun.ProcessCPU(cmd.Process.Pid)
 	}
 	if err := cmd.Wait(); err != nil {
 		return r, fmt.Errorf("%v\n%s", err, stderr.String())
 	}
-	u := usageOf(cmd.ProcessState)
-	r.rss = float64(u.maxRSS) / 1e6
+	u := profrun.UsageOf(cmd.ProcessState)
+	r.rss = float64(u.MaxRSS) / 1e6
 	if strings.HasPrefix(sampler, "perf") {
-		r.cpu = 100 * u.cpu.Seconds() / d.Seconds()
-		r.workload, r.main, r.received, err = perfReachMain(data, "nofp")
+		r.cpu = 100 * u.CPU.Seconds() / d.Seconds()
+		r.workload, r.main, r.received, err = profrun.PerfReachMain(data, "nofp")
 		return r, err
 	}
-	sum := parseSummary(stderr.String())
-	r.received = float64(sum.received)
-	r.bpfUs = 1e6 * sum.bpfTime / math.Max(1, float64(sum.bpfRuns))
-	r.cpu = 100 * (u.cpu.Seconds() + sum.bpfTime) / d.Seconds()
+	sum, err := profrun.ParseSummary(stderr.String())
+	if err != nil {
+		return r, err
+	}
+	r.received = float64(sum.Received)
+	r.bpfUs = 1e6 * sum.BPFTime / math.Max(1, float64(sum.BPFRuns))
+	r.cpu = 100 * (u.CPU.Seconds() + sum.BPFTime) / d.Seconds()
 	if d > steadyFrom && errFrom == nil && errTo == nil {
-		r.steady = 100 * ((to - from).Seconds() + sum.bpfTime*(d-steadyFrom).Seconds()/d.Seconds()) / (d - steadyFrom).Seconds()
+		r.steady = 100 * ((to - from).Seconds() + sum.BPFTime*(d-steadyFrom).Seconds()/d.Seconds()) / (d - steadyFrom).Seconds()
 	}
 	out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "perf-script", "-o", "-").Output()
 	if err != nil {
 		return r, fmt.Errorf("heatscope export: %w", err)
 	}
-	r.workload, r.main, r.tablesIn = scriptReachMain(out)
+	r.workload, r.main, r.tablesIn = profrun.ScriptReachMain(out)
 	return r, nil
 }
 
@@ -206,133 +206,3 @@ func measureUnwind(b binaries, sampler string, d time.Duration, hz int, dir, pro
 // measured from: its set-up (the BPF programs' loads, the kernel symbols,
 // the first tables) takes about 0.3 s of CPU on the test machine.
 const steadyFrom = 5 * time.Second
-
-// processCPU returns the time process pid has spent on a CPU (user and
-// system), its threads that exited included, to the nanosecond: the
-// process's CPU-time clock (clock_getcpuclockid(3)), which the kernel
-// keeps as the exited threads' sum plus each live thread's. Summing
-// /proc/PID/task/*/schedstat instead loses a thread that exits between
-// two reads (the figure comes out low, even negative), and /proc/PID/stat
-// counts in clock ticks (10 ms).
-func processCPU(pid int) (time.Duration, error) {
-	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's and
-	// glibc's headers: the whole process, not one thread.
-	const cpuClockSched = 2
-	clock := int32(^uint32(pid)<<3) | cpuClockSched
-	var ts unix.Timespec
-	if err := unix.ClockGettime(clock, &ts); err != nil {
-		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
-	}
-	return time.Duration(ts.Nano()), nil
-}
-
-// scriptReachMain reads heatscope's perf script export of the workload's
-// samples and returns their number, the share whose stack has main, and
-// the longest time over the processes from a process's first sample to
-// its first that has main (-1 if one never had it).
-func scriptReachMain(script []byte) (int, float64, time.Duration) {
-	type proc struct{ first, whole float64 }
-	procs := map[string]*proc{}
-	n, main := 0, 0
-	var cur *proc
-	var at float64
-	hasMain := false
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		n++
-		if hasMain {
-			main++
-			if cur.whole < 0 {
-				cur.whole = at
-			}
-		}
-		cur, hasMain = nil, false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(script))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.TrimSpace(line) == "":
-			flush()
-		case line[0] != '\t':
-			// "comm pid/tid [cpu] seconds.micros: period cpu-clock:"
-			flush()
-			f := strings.Fields(line)
-			if len(f) < 4 {
-				continue
-			}
-			t, err := strconv.ParseFloat(strings.TrimSuffix(f[3], ":"), 64)
-			if err != nil {
-				continue
-			}
-			pid, _, _ := strings.Cut(f[1], "/")
-			if procs[pid] == nil {
-				procs[pid] = &proc{first: t, whole: -1}
-			}
-			cur, at = procs[pid], t
-		default:
-			if f := strings.Fields(line); len(f) >= 2 && f[1] == "main" {
-				hasMain = true
-			}
-		}
-	}
-	flush()
-	if n == 0 {
-		return 0, 0, -1
-	}
-	var longest time.Duration
-	for _, p := range procs {
-		if p.whole < 0 {
-			return n, float64(main) / float64(n), -1
-		}
-		longest = max(longest, time.Duration((p.whole-p.first)*1e9))
-	}
-	return n, float64(main) / float64(n), longest
-}
-
-// perfReachMain runs perf script and counts the samples, those of comm,
-// and the share of those whose stack has main.
-func perfReachMain(data, comm string) (int, float64, float64, error) {
-	cmd := exec.Command("perf", "script", "-i", data, "-F", "comm,ip,sym")
-	out, err := cmd.Output()
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("perf script: %w", err)
-	}
-	var total, n, main int
-	inSample, mine, hasMain := false, false, false
-	flush := func() {
-		if inSample && mine {
-			n++
-			if hasMain {
-				main++
-			}
-		}
-		inSample, mine, hasMain = false, false, false
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.TrimSpace(line) == "":
-			flush()
-		case !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, " "):
-			flush()
-			inSample, mine = true, strings.TrimSpace(line) == comm
-			total++
-		default:
-			f := strings.Fields(line)
-			if len(f) >= 2 && (f[1] == "main" || strings.HasPrefix(f[1], "main+")) {
-				hasMain = true
-			}
-		}
-	}
-	flush()
-	if n == 0 {
-		return 0, 0, float64(total), nil
-	}
-	return n, float64(main) / float64(n), float64(total), nil
-}

@@ -43,8 +43,6 @@ import (
 	"log"
 	"math"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,9 +54,7 @@ import (
 	"syscall"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/heatscope/heatscope/bench/internal/profrun"
 )
 
 func main() {
@@ -116,7 +112,7 @@ func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU, hea
 	if out, err := exec.Command("gcc", "-O0", "-fno-omit-frame-pointer", "-o", fixture, "cmd/heatscope/testdata/hotc.c").CombinedOutput(); err != nil {
 		return fmt.Errorf("build fixture: %v\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := profrun.FreePort()
 	if err != nil {
 		return err
 	}
@@ -142,7 +138,7 @@ func run(duration time.Duration, hz, churn int, every time.Duration, maxCPU, hea
 	recDone := make(chan error, 1)
 	go func() { recDone <- rec.Wait() }()
 	metricsURL := "http://127.0.0.1:" + port + "/metrics"
-	if err := waitHTTP(metricsURL, 30*time.Second); err != nil {
+	if err := profrun.WaitHTTP(metricsURL, 30*time.Second); err != nil {
 		rec.Process.Kill()
 		return fmt.Errorf("%v\n%s", err, recErr.String())
 	}
@@ -290,27 +286,21 @@ func read(pid int, url string) (point, error) {
 	utime, _ := strconv.Atoi(f[11])
 	stime, _ := strconv.Atoi(f[12])
 	p.cpu = time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ = 100
-	resp, err := http.Get(url)
+	m, err := profrun.ReadMetrics(url)
 	if err != nil {
 		return p, err
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return p, err
-	}
-	p.bpf = sum(fams, "heatscope_bpf_program_seconds_total") + sum(fams, "heatscope_bpf_exit_program_seconds_total")
-	p.received = sum(fams, "heatscope_samples_received_total")
-	p.dropped = sum(fams, "heatscope_samples_dropped_total")
-	p.hz = sum(fams, "heatscope_sampling_frequency_hertz")
-	p.mapsReads = sum(fams, "heatscope_symbolizer_maps_reads_total")
-	p.snapshots = sum(fams, "heatscope_symbolizer_snapshots_total")
-	p.wakeups = sum(fams, "heatscope_sampler_wakeups_total")
-	p.heapMB = sum(fams, "go_memstats_heap_inuse_bytes") / (1 << 20)
-	p.binHits = sum(fams, "heatscope_symbolizer_binary_cache_hits_total")
-	p.binMisses = sum(fams, "heatscope_symbolizer_binary_cache_misses_total")
-	p.symMB = sum(fams, "heatscope_symbol_cache_bytes") / (1 << 20)
+	p.bpf = m["heatscope_bpf_program_seconds_total"] + m["heatscope_bpf_exit_program_seconds_total"]
+	p.received = m["heatscope_samples_received_total"]
+	p.dropped = m["heatscope_samples_dropped_total"]
+	p.hz = m["heatscope_sampling_frequency_hertz"]
+	p.mapsReads = m["heatscope_symbolizer_maps_reads_total"]
+	p.snapshots = m["heatscope_symbolizer_snapshots_total"]
+	p.wakeups = m["heatscope_sampler_wakeups_total"]
+	p.heapMB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
+	p.binHits = m["heatscope_symbolizer_binary_cache_hits_total"]
+	p.binMisses = m["heatscope_symbolizer_binary_cache_misses_total"]
+	p.symMB = m["heatscope_symbol_cache_bytes"] / (1 << 20)
 	return p, nil
 }
 
@@ -328,14 +318,6 @@ func steadyOf(points []point, from time.Duration, of func(point) float64) (media
 	}
 	sort.Float64s(window)
 	return window[len(window)/2], window[len(window)-1]
-}
-
-func sum(fams map[string]*dto.MetricFamily, name string) float64 {
-	s := 0.0
-	for _, m := range fams[name].GetMetric() {
-		s += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return s
 }
 
 // churnFrames exports the churn processes' samples as folded stacks and
@@ -524,26 +506,4 @@ func steadyCPU(points []point) float64 {
 		}
 	}
 	return math.NaN()
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port, nil
-}
-
-func waitHTTP(url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("%s does not answer", url)
 }

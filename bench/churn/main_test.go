@@ -1,0 +1,40 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+// TestGuardChanges: every change the guard logged is read, with its rates
+// and reason; other lines are not.
+func TestGuardChanges(t *testing.T) {
+	log := `time=2026-11-27T16:16:03.899Z level=INFO msg="new processes are now symbolized from the mappings snapshotted as they exit" why="x"
+time=2026-11-27T16:16:16.834Z level=INFO msg="sampling frequency changed" from_hz=99 to_hz=49 reason="agent CPU 1.552% of one CPU is over the 1% budget"
+recording    20s: 4190 samples, 0 dropped, 0 stack errors, 49 Hz
+time=2026-11-27T16:16:26.832Z level=INFO msg="sampling frequency changed" from_hz=49 to_hz=24 reason="agent CPU 1.452% of one CPU is over the 1% budget"
+`
+	want := []string{
+		"99 → 49 Hz: agent CPU 1.552% of one CPU is over the 1% budget",
+		"49 → 24 Hz: agent CPU 1.452% of one CPU is over the 1% budget",
+	}
+	if got := guardChanges(log); !slices.Equal(got, want) {
+		t.Errorf("guardChanges = %q, want %q", got, want)
+	}
+	if got := guardChanges("recorded 30.0s: 100 samples"); got != nil {
+		t.Errorf("guardChanges of a log without changes = %q, want none", got)
+	}
+}
+
+// TestMarginalMicros: the agent's CPU over case a's, per new process over
+// case a's; none where the machine started no more processes.
+func TestMarginalMicros(t *testing.T) {
+	a := result{steadySecs: 20, steadyAgent: 0.2, forks: 200}   // 10 ms/s, 10 processes/s
+	b := result{steadySecs: 10, steadyAgent: 0.15, forks: 1100} // 15 ms/s, 110 processes/s
+	if got, want := marginalMicros(b, a), 50.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("marginalMicros = %v µs, want %v", got, want)
+	}
+	if got := marginalMicros(a, a); !math.IsNaN(got) {
+		t.Errorf("marginalMicros with no more processes = %v, want NaN", got)
+	}
+}
