@@ -171,6 +171,10 @@ type Stats struct {
 	// what it holds (both 0 without one).
 	DiskHits       uint64
 	DiskCacheBytes int64
+	// Unanswered is how long the bucket has not answered (0 while it
+	// does); Listed when its blocks were last listed whole (zero: never).
+	Unanswered time.Duration
+	Listed     time.Time
 }
 
 // New returns the blocks of bkt as a BlockSource. name names the bucket in
@@ -206,10 +210,17 @@ func (s *Source) String() string { return "bucket " + s.name }
 
 // Stats returns the source's counters.
 func (s *Source) Stats() Stats {
-	return Stats{Lists: s.stats.lists.Load(), Gets: s.stats.gets.Load(), GetBytes: s.stats.getBytes.Load(),
+	st := Stats{Lists: s.stats.lists.Load(), Gets: s.stats.gets.Load(), GetBytes: s.stats.getBytes.Load(),
 		TailHits: s.stats.tailHits.Load(), Errors: s.stats.errors.Load(), TailCacheBytes: s.tails.Weight(),
 		IndexReads: s.stats.indexReads.Load(), Listings: s.stats.listings.Load(),
 		DiskHits: s.disk.hitCount(), DiskCacheBytes: s.disk.size()}
+	s.healthMu.Lock()
+	if !s.failingSince.IsZero() {
+		st.Unanswered = s.opts.Now().Sub(s.failingSince)
+	}
+	st.Listed = s.listedAt
+	s.healthMu.Unlock()
+	return st
 }
 
 // index returns the bucket index when it may be trusted, nil when the

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heatscope/heatscope/bucketstore"
@@ -18,9 +20,19 @@ var (
 	descBucketListings = desc("bucket_read_listings_total", "Refreshes that listed every node's prefix instead of reading the bucket index (none, stale or unreadable).")
 	descBucketDiskHits = desc("bucket_read_disk_cache_hits_total", "Reads of block data and metas answered by the query service's disk cache (--objstore-cache-dir) instead of a GET.")
 	descBucketDiskSize = desc("bucket_read_disk_cache_bytes", "Bytes in the query service's disk cache (--objstore-cache-dir; 0 without one).")
+	descBucketSilent   = desc("bucket_read_unanswered_seconds", "How long the query service's bucket has not answered (0 while it answers): its answers meanwhile come from what it read before, each with a Warning.")
+	descBucketListed   = desc("bucket_read_last_listing_timestamp_seconds", "When the query service last listed its bucket's blocks whole (Unix seconds; 0: never): blocks uploaded since are not known.")
 	bucketDescriptions = []*prometheus.Desc{descBucketLists, descBucketGets, descBucketGetBytes, descBucketTailHits, descBucketErrors, descBucketTailMem,
-		descBucketIndex, descBucketListings, descBucketDiskHits, descBucketDiskSize}
+		descBucketIndex, descBucketListings, descBucketDiskHits, descBucketDiskSize, descBucketSilent, descBucketListed}
 )
+
+// unixSeconds is t in Unix seconds, 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMilli()) / 1000
+}
 
 // RegisterBucketReads adds the counters of a query service's reads of its
 // bucket, read from stats at scrape time. They name no bucket and no
@@ -39,6 +51,8 @@ func (m *Metrics) RegisterBucketReads(stats func() bucketstore.Stats) error {
 			{descBucketListings, prometheus.CounterValue, float64(st.Listings)},
 			{descBucketDiskHits, prometheus.CounterValue, float64(st.DiskHits)},
 			{descBucketDiskSize, prometheus.GaugeValue, float64(st.DiskCacheBytes)},
+			{descBucketSilent, prometheus.GaugeValue, st.Unanswered.Seconds()},
+			{descBucketListed, prometheus.GaugeValue, unixSeconds(st.Listed)},
 		}
 	}})
 }

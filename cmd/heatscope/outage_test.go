@@ -139,6 +139,9 @@ func TestServeBucketOutage(t *testing.T) {
 	if h.code != http.StatusOK || !strings.Contains(h.body, "has not answered since") {
 		t.Fatalf("/healthz during the outage: %d %q, want 200 (ready: it serves what it read) saying since when", h.code, h.body)
 	}
+	if v := metricSum(scrape(t, url+"/metrics"), "heatscope_bucket_read_unanswered_seconds"); v <= 0 {
+		t.Fatalf("heatscope_bucket_read_unanswered_seconds %v during the outage, want how long", v)
+	}
 	cached := ask(t, nodeA)
 	if cached.code != http.StatusOK || cached.body != before.body {
 		t.Fatalf("node-a's heatmap, read before, during the outage: %d, want 200 and the same answer", cached.code)
@@ -177,6 +180,10 @@ func TestServeBucketOutage(t *testing.T) {
 	}
 	if a := ask(t, nodeA); a.code != http.StatusOK || len(a.warnings) != 0 {
 		t.Fatalf("node-a's heatmap after the outage: %d %v", a.code, a.warnings)
+	}
+	families := scrape(t, url+"/metrics")
+	if v, listed := metricSum(families, "heatscope_bucket_read_unanswered_seconds"), metricSum(families, "heatscope_bucket_read_last_listing_timestamp_seconds"); v != 0 || listed < float64(paused.Unix()) {
+		t.Fatalf("after the outage: unanswered %v s, last listing at %v; want 0 and after the outage began (%d)", v, listed, paused.Unix())
 	}
 }
 
