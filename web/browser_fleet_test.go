@@ -126,6 +126,56 @@ func TestBrowserFleetOverview(t *testing.T) {
 	if l := legend(); !strings.Contains(l, "busiest single CPU") || !strings.Contains(l, "100%") {
 		t.Errorf("legend %q names no unit", l)
 	}
+	// Readable rows: node-a's saturated cell is a band of at least 18 px
+	// of its colour (10 px looked like a barcode).
+	if sat := cell("node-a", 15*time.Second, 1); true {
+		band := 0
+		for y := sat.Y - 15; y <= sat.Y+15; y++ {
+			// 30 px left of the column's middle, where the event mark is
+			if b.pixel("fleet-map", sat.X-30, y) == sat.Colour {
+				band++
+			}
+		}
+		if band < 18 {
+			t.Errorf("node-a's row is %d px of colour, want at least 18 (readable)", band)
+		}
+	}
+	// The legend labels both ends of its scale, with the unit.
+	legendEnds := func() [2]string {
+		return eval[[2]string](t, b.ctx, `['fleet-legend-lo', 'fleet-legend-hi'].map((id) => { const e = document.getElementById(id); return e ? e.textContent : '(none)'; })`)
+	}
+	if got := legendEnds(); got != [2]string{"0% busy", "100% busy"} {
+		t.Errorf("legend ends %q, want 0%% busy and 100%% busy", got)
+	}
+	// The newest column, 20 s to the last sample at 29.99 s, is covered
+	// in part: listed so, and hatched (white stripes over its colour).
+	type partial struct {
+		Column  int
+		Seconds float64
+	}
+	if got := eval[[]partial](t, b.ctx, `window.heatscopeFleet.partial('node-b')`); len(got) != 1 || got[0] != (partial{2, 9.99}) {
+		t.Errorf("node-b's partial columns %+v, want column 2 covering 9.99 s", got)
+	}
+	for _, c := range []struct {
+		off     time.Duration
+		hatched bool
+	}{{25 * time.Second, true}, {5 * time.Second, false}} {
+		mid, next := cell("node-b", c.off, 0.4), cell("node-b", c.off-10*time.Second, 0.4)
+		stripes, plain := 0, 0
+		for x := mid.X - (mid.X-next.X)/2 + 2; x < mid.X+(mid.X-next.X)/2-2; x++ {
+			for y := mid.Y - 6; y <= mid.Y+6; y += 3 {
+				switch px := b.pixel("fleet-map", x, y); {
+				case px == mid.Colour:
+					plain++
+				case px[0] > mid.Colour[0] || px[1] > mid.Colour[1] || px[2] > mid.Colour[2]:
+					stripes++
+				}
+			}
+		}
+		if hatched := stripes > 0 && plain > 0; hatched != c.hatched {
+			t.Errorf("node-b at +%v: %d pixels lighter than its colour, %d of it: hatched %v, want %v", c.off, stripes, plain, hatched, c.hatched)
+		}
+	}
 	b.screenshot("fleet-overview.png")
 	// The page reads the compact encoding; read through a DataView (a
 	// big-endian machine's path) it gives the same overview.
@@ -166,6 +216,9 @@ func TestBrowserFleetOverview(t *testing.T) {
 	lit("total, kubelet", "node-b", 5*time.Second, 0.8)
 	if l := legend(); !strings.Contains(l, "CPU-seconds") {
 		t.Errorf("total legend %q", l)
+	}
+	if got := legendEnds(); got[0] != "0 CPU-s" || !strings.HasSuffix(got[1], " CPU-s") {
+		t.Errorf("total legend ends %q, want 0 CPU-s and the highest cell's CPU-s", got)
 	}
 
 	// Filters: kubelet in mem_cgroup_* is one filter, answered by node-b.

@@ -12,7 +12,8 @@ import { getBinary, sizeCanvas, showTooltip, hideTooltip, formatTime } from './u
 import { MARKER_COLOUR } from './events.js';
 
 const $ = (id) => document.getElementById(id);
-const ROW = 16; // px per node row
+const ROW = 24; // px per node row: BAND px of colour, the rest a gap
+const BAND = ROW - 4;
 const GUTTER = 180; // px for the node names
 const AXIS = 18; // px for the time axis under the rows
 const MIN_COLUMN = 3; // px: the fewest pixels a column gets
@@ -35,6 +36,26 @@ function rgb(v) {
 // these steps (0.1%).
 const LEVELS = 1000;
 const LUT = Array.from({ length: LEVELS + 1 }, (_, i) => rgb(i / LEVELS));
+
+// hatch is the pattern drawn over a column a node's data cover in part
+// (the newest one, up to its last sample): white diagonal stripes, the
+// cell's colour between them.
+function hatch(ctx) {
+  const tile = document.createElement('canvas');
+  tile.width = tile.height = 6;
+  const t = tile.getContext('2d');
+  t.strokeStyle = 'rgba(255,255,255,0.85)';
+  t.lineWidth = 1.5;
+  t.beginPath();
+  t.moveTo(-1, 7);
+  t.lineTo(7, -1);
+  t.moveTo(5, 7);
+  t.lineTo(7, 5);
+  t.moveTo(-1, 1);
+  t.lineTo(1, -1);
+  t.stroke();
+  return ctx.createPattern(tile, 'repeat');
+}
 
 // colour is the CSS colour of a share, as the cells are drawn.
 export function colour(v) {
@@ -295,14 +316,22 @@ export class Fleet {
     cells.height = this.rows.length * 2;
     cells.getContext('2d').putImageData(img, 0, 0);
     ctx.imageSmoothingEnabled = false;
-    // each row is ROW - 2 px of colour and 2 px of gap: scale the pairs
+    // each row is BAND px of colour and a gap: scale the pairs
     for (let r = 0; r < this.rows.length; r++) {
-      ctx.drawImage(cells, 0, 2 * r, d.columns, 1, GUTTER, r * ROW + 1, w - GUTTER, ROW - 2);
+      ctx.drawImage(cells, 0, 2 * r, d.columns, 1, GUTTER, r * ROW + 2, w - GUTTER, BAND);
     }
-    ctx.font = '12px system-ui, sans-serif';
+    // columns the node's data cover in part (their share is over that
+    // part): hatched
+    const stripes = hatch(ctx);
+    ctx.font = '13px system-ui, sans-serif';
     ctx.textBaseline = 'middle';
     this.rows.forEach((n, r) => {
       const y = r * ROW;
+      for (const p of n.partial || []) {
+        if (n.busiestCpu[p.column] < 0) continue;
+        ctx.fillStyle = stripes;
+        ctx.fillRect(GUTTER + p.column * cw, y + 2, Math.max(cw, 1), BAND);
+      }
       ctx.fillStyle = '#222';
       ctx.fillText(n.name, 4, y + ROW / 2, GUTTER - 8);
       // events: a mark at the top of the cell they fall in
@@ -310,9 +339,9 @@ export class Fleet {
       for (const e of n.events) {
         const x = GUTTER + ((e.time - d.start) / d.step) * cw;
         ctx.beginPath();
-        ctx.moveTo(x - 4, y + 1);
-        ctx.lineTo(x + 4, y + 1);
-        ctx.lineTo(x, y + 8);
+        ctx.moveTo(x - 5, y + 2);
+        ctx.lineTo(x + 5, y + 2);
+        ctx.lineTo(x, y + 11);
         ctx.fill();
       }
     });
@@ -332,25 +361,36 @@ export class Fleet {
     const d = this.data;
     const label = $('fleet-legend-label');
     const canvas = $('fleet-legend');
+    const lo = $('fleet-legend-lo');
+    const hi = $('fleet-legend-hi');
+    const partial = $('fleet-legend-partial');
     if (!d || !d.nodes.length) {
-      label.textContent = '';
+      label.textContent = lo.textContent = hi.textContent = '';
       sizeCanvas(canvas, 1, 1);
+      sizeCanvas(partial, 1, 1);
       return;
     }
     const total = this.state.value === 'total';
-    label.textContent = total
+    const partly = ' Hatched: a column the node\'s data cover in part (the newest, up to its last sample): its figure is over that part.';
+    label.textContent = (total
       ? `colour: total CPU time of the node per ${stepLabel(d.step)} column, in CPU-seconds (0 to ${this.maxTotal.toFixed(1)} CPU-s, the fleet's highest cell)`
-      : `colour: busy share of the node's busiest single CPU per ${stepLabel(d.step)} column (its CPU time ÷ ${stepLabel(d.step)}), 0 to 100%; white: no busy sample`;
+      : `colour: busy share of the node's busiest single CPU per ${stepLabel(d.step)} column (its CPU time ÷ the column's time), 0 to 100%; white: no busy sample.`) + partly;
+    lo.textContent = total ? '0 CPU-s' : '0% busy';
+    hi.textContent = total ? `${this.maxTotal.toFixed(1)} CPU-s` : '100% busy';
     const w = 240;
-    const ctx = sizeCanvas(canvas, w + 80, 16);
+    const ctx = sizeCanvas(canvas, w, 16);
     for (let x = 0; x < w; x++) {
       ctx.fillStyle = colour(x / (w - 1));
       ctx.fillRect(x, 0, 1, 16);
     }
-    ctx.fillStyle = '#222';
-    ctx.font = '11px system-ui, sans-serif';
-    ctx.textBaseline = 'middle';
-    ctx.fillText(total ? `${this.maxTotal.toFixed(1)} CPU-s` : '100%', w + 6, 8);
+    ctx.strokeStyle = '#bbb';
+    ctx.strokeRect(0.5, 0.5, w - 1, 15);
+    // a hatched swatch, as partial columns are drawn
+    const pc = sizeCanvas(partial, 24, 16);
+    pc.fillStyle = colour(0.6);
+    pc.fillRect(0, 0, 24, 16);
+    pc.fillStyle = hatch(pc);
+    pc.fillRect(0, 0, 24, 16);
   }
 
   // at returns the node row and column under a mouse event, or null.
@@ -376,10 +416,13 @@ export class Fleet {
     const n = c.node;
     const t0 = d.start + c.column * d.step;
     const lines = [`${n.name}  ${formatTime(t0)} + ${stepLabel(d.step)}`];
+    const part = (n.partial || []).find((p) => p.column === c.column);
+    const covered = part ? part.seconds : d.step;
     if (n.busiestCpu[c.column] < 0) lines.push('no sample');
     else {
       lines.push(`busiest CPU: ${n.busiestCpu[c.column]}, ${(100 * n.busiest[c.column]).toFixed(1)}% busy`);
-      lines.push(`all CPUs: ${n.cpu[c.column].toFixed(2)} CPU-s (${(n.cpu[c.column] / d.step).toFixed(2)} CPUs busy on average)`);
+      lines.push(`all CPUs: ${n.cpu[c.column].toFixed(2)} CPU-s (${(n.cpu[c.column] / covered).toFixed(2)} CPUs busy on average)`);
+      if (part) lines.push(`partial column: the node's data cover ${part.seconds.toFixed(1)} s of its ${stepLabel(d.step)}; the figures are over those`);
     }
     const evs = n.events.filter((e) => e.column === c.column);
     for (const e of evs.slice(0, 5)) lines.push(`event ${formatTime(e.time)} ${e.kind || e.source}: ${e.text}`);
@@ -430,6 +473,8 @@ export function exposeFleet(fleet) {
     rows: () => fleet.rows.map((n) => n.name),
     cell: (name, t, share) => fleet.cell(name, t, share),
     marks: (name) => (fleet.rows.find((n) => n.name === name) || { events: [] }).events.length,
+    partial: (name) => (fleet.rows.find((n) => n.name === name) || { partial: [] }).partial,
+    rowHeight: () => ROW,
     data: () => fleet.data,
     // reload as Apply does (the benchmark times it)
     load: () => fleet.load(),
