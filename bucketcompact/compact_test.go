@@ -571,8 +571,8 @@ func TestLockNotRenewedStopsWrites(t *testing.T) {
 	}
 	clk.add(DefaultLockTTL)
 	var rep Report
-	if err := c.writeIndex(context.Background(), nil, nil, clk.now(), &rep); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("index write with a lock not renewed for its time to live: %v, want ErrLockLost", err)
+	if err := c.writeIndex(context.Background(), nil, nil, clk.now(), &rep); !errors.Is(err, ErrLockStale) {
+		t.Fatalf("index write with a lock not renewed for its time to live: %v, want ErrLockStale", err)
 	}
 	if ok, _ := bkt.Exists(context.Background(), bucketindex.Name); ok {
 		t.Fatal("the index was written")

@@ -133,6 +133,11 @@ func (e *LockHeldError) Error() string {
 // the lock's time to live.
 var ErrLockLost = errors.New("lost the compactor lock")
 
+// ErrLockStale is the error of a write by a compactor that could not
+// renew its lock for most of its time to live (its bucket away): another
+// compactor may take over, so it writes nothing until it renews the lock.
+var ErrLockStale = errors.New("the compactor lock is not renewed")
+
 // lock takes the lock, or renews it when this compactor holds it. Another
 // compactor's live lock is a *LockHeldError.
 func (c *Compactor) lock(ctx context.Context) error {
@@ -247,7 +252,7 @@ func (c *Compactor) checkLock() error {
 		return fmt.Errorf("bucket %s: %w", c.name, ErrLockLost)
 	}
 	if age := c.opts.Now().Sub(c.lockRenewed); age > c.opts.LockTTL*3/4 {
-		return fmt.Errorf("bucket %s: %w: not renewed for %s (the lock's time to live is %s)", c.name, ErrLockLost, age.Round(time.Second), c.opts.LockTTL)
+		return fmt.Errorf("bucket %s: %w: not for %s (its time to live is %s): writing nothing until it is", c.name, ErrLockStale, age.Round(time.Second), c.opts.LockTTL)
 	}
 	return nil
 }
