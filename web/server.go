@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heatscope/heatscope/docs"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
@@ -135,6 +136,10 @@ func mustReadUI(name string) []byte {
 	}
 	return b
 }
+
+// apiDocPath serves docs/api.md, the API reference the UI links to, from
+// the binary (browsers show text/markdown as text).
+const apiDocPath = "/docs/api.md"
 
 // uiTypes are the Content-Types of the static files under /ui/; other
 // files are not served. ES modules must be text/javascript.
@@ -256,10 +261,13 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	if page, ok := uiPages[path]; ok {
 		static, staticType, isStatic = page, "text/html; charset=utf-8", true
 	}
+	if path == apiDocPath {
+		static, staticType, isStatic = docs.API, "text/markdown; charset=utf-8", true
+	}
 	isMetrics := path == "/metrics" && s.opts.Metrics != nil
 	switch {
 	case strings.HasPrefix(path, "/api/") && !isAPI:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %q (see docs/api.md)", path), "")
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no API endpoint %q (see "+apiDocPath+")", path), "")
 	case !isAPI && !isStatic && !isMetrics && path != "/":
 		writeError(w, http.StatusNotFound, fmt.Sprintf("not found: %q", path), "")
 	case path == eventsPath && r.Method == http.MethodPost:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heatscope/heatscope/docs"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/sample"
@@ -686,5 +687,25 @@ func TestServeTellsBusyOfQueriesOnly(t *testing.T) {
 	}
 	if e, l := busy.enters.Load(), busy.leaves.Load(); e != 1 || l != 1 {
 		t.Fatalf("Busy heard of %d requests starting and %d ending, want the one API request", e, l)
+	}
+}
+
+// TestAPIReference serves docs/api.md from the binary at /docs/api.md,
+// where the UI's footers link, and a wrong API path points there.
+func TestAPIReference(t *testing.T) {
+	fx := newFixture(t, testStore(t), Options{})
+	resp, body := fx.get(t, "/docs/api.md")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/markdown; charset=utf-8" || !bytes.Equal(body, docs.API) ||
+		!bytes.HasPrefix(body, []byte("# heatscope HTTP API\n")) {
+		t.Fatalf("GET /docs/api.md: %d %q, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+	}
+	wantSecurityHeaders(t, "/docs/api.md", resp)
+	for _, page := range []string{"/", "/fleet/events", "/fleet/prediff"} {
+		if _, body := fx.get(t, page); !bytes.Contains(body, []byte(`href="/docs/api.md"`)) || bytes.Contains(body, []byte("github.com/heatscope")) {
+			t.Errorf("%s does not link the served /docs/api.md", page)
+		}
+	}
+	if _, body := fx.get(t, "/api/nope"); !bytes.Contains(body, []byte("see /docs/api.md")) {
+		t.Errorf("a wrong API path: %s, want it to point at /docs/api.md", body)
 	}
 }

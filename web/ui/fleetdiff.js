@@ -10,7 +10,9 @@ import { getJSON, formatTime, pct } from './util.js';
 import { FlameGraph, fetchTree } from './flame.js';
 import { $, el, readHash, writeHash, nodeViewLink, track, setReady, setStatus, showParamError, nodeSources, cpu, signed } from './fleetcommon.js';
 
-const state = { kind: '', window: '5', node: '', label: '', comm: '', frame: '', stack: '', fn: '', fnKind: '', passthru: '' };
+// rootBottom '1' draws the flame graph with its root at the bottom; by
+// default the root is at the top, in view however deep the stacks.
+const state = { kind: '', window: '5', node: '', label: '', comm: '', frame: '', stack: '', fn: '', fnKind: '', passthru: '', rootBottom: '' };
 const FILTERS = { node: 'pd-node', label: 'pd-label', comm: 'pd-comm', frame: 'pd-frame' };
 const INPUTS = { kind: 'pd-kind', window: 'pd-window', ...FILTERS, stack: 'pd-stack' };
 const ROWS = 100; // rows of the functions table
@@ -220,6 +222,14 @@ async function main() {
     apply();
   });
   $('pd-flame-reset').addEventListener('click', () => flame.reset());
+  flame.icicle = !state.rootBottom;
+  $('pd-icicle').checked = flame.icicle;
+  $('pd-icicle').addEventListener('change', () => {
+    flame.icicle = $('pd-icicle').checked;
+    state.rootBottom = flame.icicle ? '' : '1';
+    writeHash(state);
+    flame.draw();
+  });
   $('pd-collapse').checked = !state.passthru;
   $('pd-collapse').addEventListener('change', () => {
     state.passthru = $('pd-collapse').checked ? '' : '1';
@@ -257,6 +267,12 @@ window.heatscopeFleetDiff = {
     name: tr.dataset.name, kind: tr.dataset.kind, grewBefore: tr.querySelector('.grew-before').textContent })),
   flameNames: () => [...$('pd-flame-names').children].map((li) => li.textContent),
   flameTree: () => flame.tree,
+  // the root frame's box, in page coordinates
+  flameRoot: () => {
+    const r = flame.rects.find((b) => b.node === 0);
+    const c = $('pd-flame').getBoundingClientRect();
+    return r ? { top: c.top + window.scrollY + r.y, left: c.left + r.x, width: r.w } : null;
+  },
 };
 
 main();

@@ -70,10 +70,10 @@ function render(data) {
     }
     const tr = el('tr', {},
       el('td', { className: 'when', textContent: formatTime(e.time) }),
-      el('td', { className: 'mono', textContent: e.node }),
-      el('td', { className: 'mono', textContent: e.kind }),
+      el('td', { className: 'mono ident', textContent: e.node }),
+      el('td', { className: 'mono ident', textContent: e.kind }),
       el('td', { className: 'sev-' + sev, textContent: e.severity }),
-      el('td', { className: 'mono', textContent: e.text }),
+      el('td', { className: 'mono prose', textContent: e.text }),
       links);
     tr.dataset.node = e.node;
     tr.dataset.kind = e.kind;
