@@ -744,3 +744,34 @@ func TestMarksReportedOnce(t *testing.T) {
 		t.Fatalf("the new compactor counts %v deletion marks, want 0", got)
 	}
 }
+
+// TestLockOwnWriteRetried: a renewal whose write succeeded but whose
+// answer was lost is retried by the client, and that retry's condition
+// fails on the compactor's own new version; reading the lock, it finds
+// its own token and keeps the lock instead of giving it up.
+func TestLockOwnWriteRetried(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := &faultyBucket{Bucket: srv.Open("retried")}
+	c := newCompactor(t, bkt, newClock(time.Now()), Options{})
+	if err := c.Lock(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	// The write whose answer was lost: the lock replaced by c's own record.
+	if err := bkt.Upload(context.Background(), LockName, bytes.NewReader(c.record(c.opts.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.lock(context.Background()); err != nil {
+		t.Fatalf("renewal after its own write was retried: %v, want the lock kept", err)
+	}
+	if err := c.checkLock(); err != nil {
+		t.Fatal(err)
+	}
+	// Another compactor's record is a loss.
+	other := newCompactor(t, bkt, newClock(time.Now()), Options{Holder: "other"})
+	if err := bkt.Upload(context.Background(), LockName, bytes.NewReader(other.record(other.opts.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.lock(context.Background()); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "(other)") {
+		t.Fatalf("renewal after another compactor wrote the lock: %v, want ErrLockLost naming it", err)
+	}
+}

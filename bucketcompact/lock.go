@@ -207,14 +207,20 @@ func (c *Compactor) parseLock(raw []byte) (lockRecord, time.Time) {
 	return l, time.UnixMilli(l.Renewed).Add(c.opts.LockTTL)
 }
 
-// heldBy returns the refusal naming the lock's holder, after a write that
-// another compactor's beat.
+// heldBy returns the refusal naming the lock's holder, after a write whose
+// condition failed; nil when the lock is this compactor's after all (a
+// write that succeeded, its answer lost, then retried by the client),
+// which it then holds.
 func (c *Compactor) heldBy(ctx context.Context) error {
-	raw, _, err := c.locks.ReadVersioned(ctx, LockName)
+	raw, version, err := c.locks.ReadVersioned(ctx, LockName)
 	if err != nil {
 		return fmt.Errorf("bucket %s: another compactor took the lock at the same time (reading who: %w)", c.name, err)
 	}
 	l, expires := c.parseLock(raw)
+	if l.Token == c.lockToken && l.Holder == c.opts.Holder {
+		c.held(version, time.UnixMilli(l.Renewed))
+		return nil
+	}
 	return &LockHeldError{Bucket: c.name, Holder: l.Holder, Renewed: time.UnixMilli(l.Renewed), Expires: expires, now: c.opts.Now()}
 }
 
@@ -230,9 +236,12 @@ func (c *Compactor) renewLocked(ctx context.Context) error {
 	c.stats.puts.Add(1)
 	v, err := c.locks.ReplaceIfVersion(ctx, LockName, c.record(now), c.lockVersion)
 	if errors.Is(err, bucket.ErrConditionFailed) {
+		held := c.heldBy(ctx)
+		if held == nil {
+			return nil // this compactor's own write, retried
+		}
 		c.lockVersion = ""
 		c.stats.lockHeld.Store(0)
-		held := c.heldBy(ctx)
 		return fmt.Errorf("%w: %w", ErrLockLost, held)
 	}
 	if err != nil {
