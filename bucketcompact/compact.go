@@ -567,8 +567,8 @@ func (c *Compactor) plan(ctx context.Context, blocks []*blockObj, now time.Time)
 			// block states one period, what each of its samples weighs.
 			// So do two instances' blocks of one node (two recorders
 			// given one name): merged, their samples could not be told
-			// apart again.
-			k := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", b.node, b.meta.Instance, b.meta.Source, start, b.meta.PeriodNs)
+			// apart again; and imports placed by different clock shifts.
+			k := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%d", b.node, b.meta.Instance, b.meta.Source, start, b.meta.PeriodNs, b.meta.ClockShift)
 			if groups[k] == nil {
 				keys = append(keys, k)
 			}

@@ -175,3 +175,34 @@ func PeriodFromSpacing(r io.Reader, n int) (int64, error) {
 	slices.Sort(gaps)
 	return gaps[len(gaps)/2], nil
 }
+
+// WallClockShift is how far to move a capture's times (perf's clock, ns)
+// to place it at wall time from its header: the last sample is put within
+// half a second of "captured on" (when perf record finished writing, to
+// the second), by a whole number of seconds, so that every sample keeps
+// its offset within its second (ShiftBySeconds). ok is false when the
+// header lacks "captured on" or the samples' times.
+func (h PerfScriptHeader) WallClockShift() (shift int64, ok bool) {
+	if h.CapturedOn.IsZero() || !h.HasSampleTimes {
+		return 0, false
+	}
+	return ShiftBySeconds(h.CapturedOn.UnixNano() - h.LastSample), true
+}
+
+// ShiftBySeconds rounds a shift of a capture's times (ns) to the nearest
+// whole second. A perf capture's clock has its own phase: FlameScope's
+// heatmap of a file has a column per second of that clock and a row per
+// slice of the second, so only a whole-second shift leaves every sample
+// in its row, and the heatmap of an import FlameScope's, cell for cell.
+// Placement from a header is good to a second or two anyway.
+func ShiftBySeconds(ns int64) int64 {
+	const second = int64(time.Second)
+	q, r := ns/second, ns%second
+	switch {
+	case r >= second/2:
+		q++
+	case r < -second/2:
+		q--
+	}
+	return q * second
+}

@@ -94,3 +94,38 @@ func FuzzReadPerfScriptHeader(f *testing.F) {
 		}
 	})
 }
+
+// TestWallClockShift: a header places a capture by whole seconds, its last
+// sample within half a second of "captured on", each sample keeping its
+// offset within its second; without "captured on" or the sample times it
+// does not place it.
+func TestWallClockShift(t *testing.T) {
+	captured := time.Date(2026, 11, 24, 21, 41, 23, 0, time.UTC)
+	for _, c := range []struct {
+		last int64 // perf's clock, ns
+		want int64 // the last sample's place, ns after captured
+	}{
+		{3272_521358000, -478_642000},
+		{3272_499999000, 499_999000},
+		{3272_500000000, 500_000000},
+		{3272_000000000, 0},
+		{3272_999999000, -1000},
+	} {
+		shift, ok := PerfScriptHeader{CapturedOn: captured, HasSampleTimes: true, LastSample: c.last}.WallClockShift()
+		if !ok || shift%int64(time.Second) != 0 || c.last+shift-captured.UnixNano() != c.want {
+			t.Errorf("last sample %d: shift %d (%v); want a whole number of seconds putting it %d ns after captured on", c.last, shift, ok, c.want)
+		}
+	}
+	if _, ok := (PerfScriptHeader{CapturedOn: captured}).WallClockShift(); ok {
+		t.Error("placed without the samples' times")
+	}
+	if _, ok := (PerfScriptHeader{HasSampleTimes: true, LastSample: 5}).WallClockShift(); ok {
+		t.Error("placed without captured on")
+	}
+	for _, c := range [][2]int64{{1_795_237_380_637_000_000, 1_795_237_381e9}, {1_795_237_380_499_999_999, 1_795_237_380e9},
+		{-1_400_000_000, -1e9}, {-1_500_000_000, -1e9}, {-1_600_000_000, -2e9}, {0, 0}} {
+		if got := ShiftBySeconds(c[0]); got != c[1] {
+			t.Errorf("ShiftBySeconds(%d) = %d, want %d", c[0], got, c[1])
+		}
+	}
+}

@@ -57,7 +57,11 @@ const (
 // columns = ceil(end) - floor(start), a sample at t goes to column
 // floor(t - floor(start)) and row rows - floor(rows*(t mod 1)) - 1. For
 // perf's microsecond timestamps float64(ns)/1e9 is the same float Python
-// parses from the text.
+// parses from the text. An import placed at wall time was moved by whole
+// seconds (Batch.ClockShift): its samples are placed on its own clock, t
+// less the shift, whose floats are the file's (at wall time's magnitude a
+// float has 2^-22 s steps, and a sample on a row's edge could fall on
+// either side).
 func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, rows int) (*Heatmap, store.Warnings, error) {
 	if rows < 1 || rows > MaxRows {
 		return nil, nil, fmt.Errorf("heatmap: %d rows, want 1 to %d", rows, MaxRows)
@@ -84,12 +88,15 @@ func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter
 	var last store.LastSample // each CPU's last sample, for store.Since
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
+		// The batch's clock: start is a whole second on it too.
+		shift := b.ClockShift
+		origin := start - float64(shift/int64(time.Second))
 		for _, i := range b.Rows {
 			ns := b.T.Time[i]
 			prev := last.Swap(b.T.CPU[i], ns)
 			sp.add(store.Since(ns, w, prev), ns)
-			t := seconds(ns)
-			col := int(math.Floor(t - start))
+			t := seconds(ns - shift)
+			col := int(math.Floor(t - origin))
 			// t - floor(t) is exactly Python's t % 1 for t >= 1 (the
 			// subtraction is exact), and far cheaper than math.Mod.
 			row := rows - int(math.Floor(fr*(t-math.Floor(t)))) - 1

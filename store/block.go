@@ -116,6 +116,12 @@ type Meta struct {
 	// Relative is true when the times are an import's own clock, not
 	// wall time.
 	Relative bool `json:"relative,omitempty"`
+	// ClockShift is, for an import placed at wall time, what was added
+	// to the capture's own clock (ns, a whole number of seconds): the
+	// heatmap places each sample in its row on that clock, so that it is
+	// FlameScope's of the file, cell for cell. Blocks of different shifts
+	// do not merge.
+	ClockShift int64 `json:"clockShift,omitempty"`
 }
 
 // chunkRef locates one chunk in the data file.

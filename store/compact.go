@@ -106,7 +106,7 @@ func (db *DB) planCompaction(now time.Time) []*Block {
 			// Blocks taken at different periods stay apart: a block
 			// states one period, what each of its samples weighs. So do
 			// blocks of different instances (a block states one).
-			key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", b.Meta.Node, b.Meta.Instance, b.Meta.Source, start, b.Meta.PeriodNs)
+			key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%d", b.Meta.Node, b.Meta.Instance, b.Meta.Source, start, b.Meta.PeriodNs, b.Meta.ClockShift)
 			if db.unshipped(b) {
 				waiting[key] = true // merged once shipped: the bucket gets every block cut
 			}

@@ -28,12 +28,18 @@ func (e *BlockError) Unwrap() error { return e.Err }
 // (before its times, counts and id are known). Blocks taken at different
 // sampling periods cannot merge: a block states one period, what each of
 // its samples weighs, and any one period would weigh some samples wrong.
+// Nor can imports placed by different clock shifts (Meta.ClockShift).
 func mergedMeta(metas []Meta) (Meta, error) {
-	meta := Meta{Source: metas[0].Source, Node: metas[0].Node, Instance: metas[0].Instance, NodeLabels: metas[0].NodeLabels, PeriodNs: metas[0].PeriodNs}
+	meta := Meta{Source: metas[0].Source, Node: metas[0].Node, Instance: metas[0].Instance, NodeLabels: metas[0].NodeLabels, PeriodNs: metas[0].PeriodNs,
+		ClockShift: metas[0].ClockShift}
 	for _, m := range metas {
 		if m.PeriodNs != meta.PeriodNs {
 			return Meta{}, fmt.Errorf("merge: block %s was sampled every %d ns, block %s every %d ns: "+
 				"blocks of different sampling periods stay apart", metas[0].ID, meta.PeriodNs, m.ID, m.PeriodNs)
+		}
+		if m.ClockShift != meta.ClockShift {
+			return Meta{}, fmt.Errorf("merge: block %s was placed at wall time by %d ns, block %s by %d ns: "+
+				"imports of different clock shifts stay apart", metas[0].ID, meta.ClockShift, m.ID, m.ClockShift)
 		}
 		meta.Level = max(meta.Level, m.Level+1)
 		meta.Parents = append(meta.Parents, m.ID)

@@ -195,3 +195,42 @@ func TestMergeBlocksKeepsPeriodsApart(t *testing.T) {
 		t.Fatalf("merge of two 99 Hz blocks: period %d, %v", m.PeriodNs, err)
 	}
 }
+
+// TestMergeBlocksKeepsClockShiftsApart: two imports into one source placed
+// at wall time by different whole-second shifts do not merge (a block
+// states one shift, by which the heatmap finds each sample's capture
+// time); two of one shift do, and keep it.
+func TestMergeBlocksKeepsClockShiftsApart(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	for i, shift := range []int64{1_795_237_000e9, 1_795_237_000e9, 1_795_237_001e9} {
+		_, err := db.ImportWith("capture", ImportOptions{PeriodNs: period99, File: fmt.Sprint("file", i), ClockShift: shift},
+			func(fn func(*sample.Sample) error) error {
+				return fn(&sample.Sample{Time: base + int64(i)*int64(time.Minute), CPU: 0, PID: 7, TID: 7, Comm: "x"})
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	byShift := map[int64][]string{}
+	for _, b := range db.blocks {
+		byShift[b.Meta.ClockShift] = append(byShift[b.Meta.ClockShift], b.Meta.ID)
+	}
+	db.Close()
+	if len(byShift[1_795_237_000e9]) != 2 || len(byShift[1_795_237_001e9]) != 1 {
+		t.Fatalf("blocks by clock shift: %v", byShift)
+	}
+	src := DirSource(dir)
+	mixed := []string{byShift[1_795_237_000e9][0], byShift[1_795_237_001e9][0]}
+	if _, err := MergeBlocks(context.Background(), src, mixed, t.TempDir()); err == nil || !strings.Contains(err.Error(), "clock shifts stay apart") {
+		t.Fatalf("merge of two shifts: %v, want a refusal", err)
+	}
+	m, err := MergeBlocks(context.Background(), src, byShift[1_795_237_000e9], t.TempDir())
+	if err != nil || m.ClockShift != 1_795_237_000e9 {
+		t.Fatalf("merge of one shift: %+v, %v", m, err)
+	}
+}

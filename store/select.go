@@ -32,6 +32,10 @@ type Batch struct {
 	// KeepFrame, when not nil, says which frames (by id) the filter's
 	// stack part keeps; the others must be left out of stacks.
 	KeepFrame []bool
+	// ClockShift is what was added to an import's own clock to place it
+	// at wall time (Meta.ClockShift; 0 for recorded data): T.Time less
+	// ClockShift is the capture's time.
+	ClockShift int64
 }
 
 // DefaultPeriodNs is what a sample weighs when its data states no period
@@ -291,8 +295,9 @@ func (mc *maskCache) get(b *Block, ix *blockIndex) *compiled {
 // runPart reads one part and returns its matching rows.
 func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 	t, mask, period := p.head, p.mask, p.periodNs
+	var shift int64
 	if p.block != nil {
-		period = p.block.Meta.PeriodNs
+		period, shift = p.block.Meta.PeriodNs, p.block.Meta.ClockShift
 		ix, err := db.blockIndex(p.block)
 		if err != nil {
 			return nil, err
@@ -302,7 +307,7 @@ func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 		}
 		mask = masks.get(p.block, ix)
 	}
-	b := &Batch{Source: p.source, Node: p.node, T: t, KeepFrame: mask.keepFrame, PeriodNs: period}
+	b := &Batch{Source: p.source, Node: p.node, T: t, KeepFrame: mask.keepFrame, PeriodNs: period, ClockShift: shift}
 	for i, ts := range t.Time {
 		if ts >= r.From && ts < r.To && mask.keeps(t, i) {
 			b.Rows = append(b.Rows, int32(i))

@@ -104,6 +104,9 @@ type ImportOptions struct {
 	// Relative marks times that are the capture's own clock, not wall
 	// time (SourceInfo.Relative).
 	Relative bool
+	// ClockShift is what was added to the capture's own clock to place
+	// it at wall time (Meta.ClockShift).
+	ClockShift int64
 }
 
 // ErrAlreadyImported is returned (wrapped) by ImportWith when the source
@@ -165,7 +168,7 @@ func (db *DB) ImportWith(source string, opts ImportOptions, read func(fn func(*s
 		first, last := slices.Min(t.Time), slices.Max(t.Time)
 		db.writeMu.Lock()
 		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: source, Node: db.opts.Node, NodeLabels: db.opts.NodeLabels,
-			ImportedAt: importedAt, PeriodNs: periodNs, Files: files, Relative: opts.Relative}, t)
+			ImportedAt: importedAt, PeriodNs: periodNs, Files: files, Relative: opts.Relative, ClockShift: opts.ClockShift}, t)
 		if err == nil {
 			written = append(written, meta.ID)
 			err = db.addBlock(meta, nil, nil)

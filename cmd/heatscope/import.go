@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,7 +115,7 @@ func (in *importInput) run(db *store.DB, stderr io.Writer) (store.ImportStats, p
 		if shift, opts.PeriodNs, err = in.perfScript(stderr); err != nil {
 			return fail(err)
 		}
-		opts.Relative = in.relative
+		opts.Relative, opts.ClockShift = in.relative, shift
 	}
 	f, err := os.Open(in.path)
 	if err != nil {
@@ -149,15 +150,20 @@ func (in *importInput) perfScript(stderr io.Writer) (shift, periodNs int64, err 
 	if err != nil {
 		return 0, 0, err
 	}
+	wall, fromHeader := h.WallClockShift()
 	switch {
 	case in.offset != nil:
-		shift = *in.offset
-	case !h.CapturedOn.IsZero() && h.HasSampleTimes:
+		shift = profileio.ShiftBySeconds(*in.offset)
+		if shift != *in.offset {
+			fmt.Fprintf(stderr, "%s: --time-offset %s rounded to %d whole seconds, keeping each sample's offset within its second (its heatmap row, as FlameScope shows the file)\n",
+				in.path, strconv.FormatFloat(float64(*in.offset)/1e9, 'f', -1, 64), shift/int64(time.Second))
+		}
+	case fromHeader:
 		// "captured on" is when perf record finished writing: the last
 		// sample, within a few seconds.
-		shift = h.CapturedOn.UnixNano() - h.LastSample
-		fmt.Fprintf(stderr, "%s: placed at wall time from its header: the last sample at \"captured on\" %s (read as %s time; --time-offset to correct)\n",
-			in.path, h.CapturedOn.Format(time.RFC3339), h.CapturedOn.Location())
+		shift = wall
+		fmt.Fprintf(stderr, "%s: placed at wall time from its header, by whole seconds: the last sample within half a second of \"captured on\" %s "+
+			"(read as %s time; --time-offset to correct)\n", in.path, h.CapturedOn.Format(time.RFC3339), h.CapturedOn.Location())
 	default:
 		in.relative = true
 		fmt.Fprintf(stderr, "%s: no \"captured on\" and \"time of last sample\" header (perf script --header) nor --time-offset: "+

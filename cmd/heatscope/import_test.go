@@ -92,10 +92,11 @@ func TestImportPerfScriptTimes(t *testing.T) {
 		t.Errorf("--time-offset 1795237000: %+v; want first at 1795242000 s, not relative", shifted)
 	}
 	// The capture finished (captured on, local time) at 21:41:23 on
-	// 2026-11-24: its last sample is placed there.
+	// 2026-11-24: its last sample (3272.521358 on perf's clock) is placed
+	// within half a second of it, by whole seconds: 21:41:22.521358.
 	captured := time.Date(2026, 11, 24, 21, 41, 23, 0, time.Local).UnixNano()
-	if real.Relative || real.Last != captured || real.First != captured-(3272_521358000-3269_555182000) || real.PeriodNs != int64(time.Second)/99 {
-		t.Errorf("real capture: %+v; want last at %d (captured on), period 1/99 s", real, captured)
+	if real.Relative || real.Last != captured-478_642000 || real.First != real.Last-(3272_521358000-3269_555182000) || real.PeriodNs != int64(time.Second)/99 {
+		t.Errorf("real capture: %+v; want last at %d (captured on less 0.478642 s), period 1/99 s", real, captured-478_642000)
 	}
 }
 
@@ -134,5 +135,17 @@ func TestImportLivePerfRecord(t *testing.T) {
 	// "captured on" has whole seconds and comes after perf finished.
 	if live.First < before.Add(-2*time.Second).UnixNano() || live.Last > after.Add(time.Second).UnixNano() {
 		t.Errorf("live capture placed at %s to %s; it was recorded from %s to %s", time.Unix(0, live.First), time.Unix(0, live.Last), before, after)
+	}
+	// Placed by whole seconds: its heatmap is FlameScope's, cell for cell.
+	start, end, offsets := flameScopeOffsets(t, script)
+	db, err := store.Open(data, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, rows := range []int{50, 1000} {
+		if differ, first := cellsApart(t, db, live, rows, flameScopeHeatmap(start, end, offsets, rows)); differ > 0 {
+			t.Errorf("live capture, %d rows: %d cells differ from FlameScope's (first: %s)", rows, differ, first)
+		}
 	}
 }
