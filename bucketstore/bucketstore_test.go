@@ -222,8 +222,8 @@ func TestBucketStopped(t *testing.T) {
 	if err := db.Refresh(); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("refresh with the bucket stopped: %v, want ErrUnavailable", err)
 	}
-	if err := db.Health(); err == nil {
-		t.Error("healthy with the bucket stopped")
+	if err := db.Health(); err == nil || strings.Count(err.Error(), bkt.Name()) != 1 {
+		t.Errorf("health with the bucket stopped: %v, want an error naming the bucket once", err)
 	}
 	m.Restart()
 	if err := db.Refresh(); err != nil {
