@@ -317,3 +317,19 @@ func TestServeAddressTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordAddressTaken records with a --listen address another program
+// holds: an error that says so and names the flag, as serve's.
+func TestRecordAddressTaken(t *testing.T) {
+	bpftest.Require(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	addr := held.Addr().String()
+	code, _, stderr := runIn("record", "--data", t.TempDir(), "--duration", "2s", "--listen", addr, "--progress", "0", "--top", "0")
+	if want := "--listen " + addr + ": the address is in use"; code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "make run LISTEN=") {
+		t.Errorf("record on a taken address: exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+	}
+}
