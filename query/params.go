@@ -276,8 +276,10 @@ func parseNames(param, v string) ([]string, error) {
 			return nil, paramErr(param, "a name of %d characters, at most %d", len(n), maxNameLen)
 		}
 		for _, c := range n {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-				return nil, paramErr(param, "%q: names hold only letters, digits, '-', '.' and '_'", n)
+			// '@' joins a node and an instance: a second recorder of one
+			// node name, shown apart (store.InstanceNodeName).
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '@' && param == "node") {
+				return nil, paramErr(param, "%q: names hold only letters, digits, '-', '.' and '_' (and a node '@')", n)
 			}
 		}
 	}

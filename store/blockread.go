@@ -28,6 +28,10 @@ type Block struct {
 
 	src BlockSource
 	key string
+	// recordedNode is the node the samples were recorded as when Meta.Node
+	// shows them under another name (an instance shown apart:
+	// instances.go); "" otherwise.
+	recordedNode string
 
 	// opened is set once data, tocOffset, sections and chunks are read
 	// (under loading); they never change after.

@@ -150,6 +150,9 @@ type DB struct {
 	// its previous run recorded as, which the samples of its WAL keep.
 	identity Identity
 	walNode  string
+	// notices are the nodes two instances recorded at once, guarded by
+	// mu (separateInstancesLocked).
+	notices []*InstanceNotice
 
 	mu      sync.RWMutex
 	blocks  []*Block // sorted by MinTime
@@ -369,7 +372,7 @@ func (db *DB) loadBlocks() error {
 	// its parents leaves both: the parents go.
 	replaced := replacedBy(blocks)
 	for _, b := range blocks {
-		if replaced[parentKey{b.src, b.Meta.Node, b.Meta.ID}] {
+		if replaced[parentKey{b.src, b.recorded(), b.Meta.ID}] {
 			b.Close()
 			if !db.opts.ReadOnly && b.Dir != "" {
 				os.RemoveAll(b.Dir)
@@ -377,6 +380,9 @@ func (db *DB) loadBlocks() error {
 			continue
 		}
 		db.blocks = append(db.blocks, b)
+	}
+	for _, b := range db.separateInstancesLocked() {
+		b.Close()
 	}
 	db.sortBlocks()
 	return nil
@@ -404,7 +410,7 @@ func replacedBy(blocks []*Block) map[parentKey]bool {
 	replaced := map[parentKey]bool{}
 	for _, b := range blocks {
 		for _, p := range b.Meta.Parents {
-			replaced[parentKey{b.src, b.Meta.Node, p}] = true
+			replaced[parentKey{b.src, b.recorded(), p}] = true
 		}
 	}
 	return replaced
@@ -997,7 +1003,7 @@ func (db *DB) Refresh() error {
 		db.blocks = append(db.blocks, added...)
 		var gone []*Block
 		db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
-			if b.src == src && (!listed[b.key] || replaced[parentKey{b.src, b.Meta.Node, b.Meta.ID}]) {
+			if b.src == src && (!listed[b.key] || replaced[parentKey{b.src, b.recorded(), b.Meta.ID}]) {
 				gone = append(gone, b)
 				return true
 			}
@@ -1008,6 +1014,12 @@ func (db *DB) Refresh() error {
 		for _, b := range gone {
 			db.retire(b)
 		}
+	}
+	db.mu.Lock()
+	retired := db.separateInstancesLocked()
+	db.mu.Unlock()
+	for _, b := range retired {
+		db.retire(b)
 	}
 	if err := db.refreshSourceEvents(); err != nil {
 		errs = append(errs, err)

@@ -414,8 +414,14 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	if o := s.outage(); o != nil {
 		h.Add("Warning", warningValue(o.stale()))
 	}
+	// Two recorders under one node name, shown apart: said on every
+	// answer, since every figure of that node depends on it.
+	notices := s.db.InstanceNotices()
+	for _, n := range notices {
+		h.Add("Warning", warningValue(n.Error()))
+	}
 	for i, warning := range warnings {
-		if i == maxWarnings {
+		if i+len(notices) >= maxWarnings {
 			h.Add("Warning", warningValue(fmt.Sprintf("and %d more data skipped", len(warnings)-i)))
 			break
 		}

@@ -153,6 +153,9 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: skipped: %v\n", w)
 	}
+	for _, w := range db.InstanceNotices() {
+		fmt.Fprintf(stderr, "warning: %v\n", w)
+	}
 	clock := ""
 	if relative {
 		clock = " on the capture's own clock"
