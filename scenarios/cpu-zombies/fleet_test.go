@@ -22,16 +22,20 @@ import (
 type fleetNode struct {
 	name, zone string
 	bursts     int
+	// cloned: while it records, a second recorder with a data directory
+	// of its own starts under its name (a cloned VM keeps its hostname)
+	// and must be refused.
+	cloned bool
 }
 
 // fleetNodes are recorded one after the other on this machine, each under
 // its own --node name into its own data directory, shipping to one MinIO
 // bucket: two with the zombie pattern and its resets, two healthy.
 var fleetNodes = []fleetNode{
-	{"zombie-a", "zone-1", 3},
-	{"healthy-b", "zone-1", 0},
-	{"zombie-c", "zone-2", 2},
-	{"healthy-d", "zone-2", 0},
+	{"zombie-a", "zone-1", 3, false},
+	{"healthy-b", "zone-1", 0, true},
+	{"zombie-c", "zone-2", 2, false},
+	{"healthy-d", "zone-2", 0, false},
 }
 
 // TestFleetScenario extends the scenario into a fleet: four nodes'
@@ -82,6 +86,46 @@ func TestFleetScenario(t *testing.T) {
 		}
 	}
 	walkFleet(t, url, resets)
+	renameNode(t, heatscope, cfg, m, url, filepath.Join(dir, "healthy-d"))
+}
+
+// renameNode starts healthy-d's data directory again as healthy-d2 for a
+// few seconds: healthy-d2 holds only what was recorded under its name,
+// and healthy-d's samples are neither doubled nor moved.
+func renameNode(t *testing.T, heatscope, cfg string, m *miniotest.Server, url, data string) {
+	t.Helper()
+	type node struct {
+		Name        string
+		Samples     int
+		First, Last float64
+	}
+	nodes := func() map[string]node {
+		var list []node
+		getJSONInto(t, url+"/api/nodes", &list)
+		out := map[string]node{}
+		for _, n := range list {
+			out[n.Name] = n
+		}
+		return out
+	}
+	before := nodes()["healthy-d"]
+	out, err := exec.Command(heatscope, "record", "--data", data, "--node", "healthy-d2", "--objstore-config", cfg,
+		"--duration", "5s", "--listen", "", "--progress", "0", "--max-cpu", "0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "renamed") {
+		t.Fatalf("healthy-d restarted as healthy-d2: %v; want it recorded, warning of the rename:\n%s", err, out)
+	}
+	waitNodes(t, url, len(fleetNodes)+1)
+	after := nodes()
+	if after["healthy-d"].Samples != before.Samples {
+		t.Errorf("healthy-d holds %d samples after the rename, %d before", after["healthy-d"].Samples, before.Samples)
+	}
+	d2 := after["healthy-d2"]
+	if d2.Samples == 0 || d2.First <= before.Last || d2.Samples >= before.Samples {
+		t.Errorf("healthy-d2: %+v; want only the 5 s recorded under its name, after healthy-d's last sample (%v, %d samples)", d2, before.Last, before.Samples)
+	}
+	if objs := m.Objects("fleet/healthy-d2/blocks/"); len(objs) == 0 || len(objs) >= len(m.Objects("fleet/healthy-d/blocks/")) {
+		t.Errorf("healthy-d2's prefix holds %d objects, healthy-d's %d: want only the new blocks under healthy-d2", len(objs), len(m.Objects("fleet/healthy-d/blocks/")))
+	}
 }
 
 // recordFleetNode records one node under its own name, shipping to the
@@ -96,6 +140,14 @@ func recordFleetNode(t *testing.T, heatscope, scenario, cfg, data string, n flee
 		runBursts(t, scenario, tag+" "+n.name, n.bursts)
 	} else {
 		time.Sleep(8 * time.Second)
+	}
+	if n.cloned {
+		out, err := exec.Command(heatscope, "record", "--data", data+"-clone", "--node", n.name, "--objstore-config", cfg,
+			"--duration", "5s", "--listen", "", "--progress", "0").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "node "+n.name+" is being recorded by another heatscope") || !strings.Contains(string(out), "--node NAME") {
+			t.Fatalf("a second recorder under %s's name: %v; want it refused, naming the first and --node:\n%s", n.name, err, out)
+		}
+		t.Logf("a second recorder under %s's name was refused", n.name)
 	}
 	time.Sleep(time.Second) // the recorder reads its ring every 100 ms, the kernel log as it comes
 	if err := stop(); err != nil {
