@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +25,8 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 	span := fs.Duration("span", time.Minute, "folded stacks carry no times: spread them over this long, ending at import time")
 	foldedComm := fs.Bool("folded-comm", true, "the first frame of folded stacks is the command, as heatscope export and stackcollapse-perf.pl write them")
 	replace := fs.Bool("replace", false, "replace the source's samples (by default a file the source already holds is refused)")
-	timeOffset := fs.String("time-offset", "", "perf script: Unix seconds to add to perf's timestamps, i.e. the capture machine's boot time "+
+	timeOffset := fs.String("time-offset", "", "perf script: Unix seconds to add to perf's timestamps, i.e. the capture machine's boot time, "+
+		"rounded to whole seconds so that each sample keeps its offset within its second "+
 		"(date -d \"$(uptime -s)\" +%s there); default: from the header's \"captured on\", else the source keeps relative times")
 	if err := parseQuietly(fs, args); err != nil {
 		return err
@@ -57,7 +57,7 @@ func runImport(args []string, stdout, stderr io.Writer) error {
 		if name == "" {
 			name = sourceName(file)
 		}
-		in := importInput{path: file, source: name, replace: *replace && !replaced[name], offset: offset,
+		in := importInput{path: file, source: name, replace: *replace && !replaced[name], offset: offset, offsetText: *timeOffset,
 			opts: profileio.AnyOptions{FoldedStart: time.Now().Add(-*span), FoldedSpan: *span,
 				Folded: profileio.FoldedOptions{FirstFrameIsComm: *foldedComm}}}
 		replaced[name] = true
@@ -88,6 +88,7 @@ type importInput struct {
 	path, source string
 	replace      bool
 	offset       *int64 // --time-offset, for perf scripts
+	offsetText   string // as given
 	opts         profileio.AnyOptions
 	// relative is set by run when a perf script's times stay its own.
 	relative bool
@@ -156,7 +157,7 @@ func (in *importInput) perfScript(stderr io.Writer) (shift, periodNs int64, err 
 		shift = profileio.ShiftBySeconds(*in.offset)
 		if shift != *in.offset {
 			fmt.Fprintf(stderr, "%s: --time-offset %s rounded to %d whole seconds, keeping each sample's offset within its second (its heatmap row, as FlameScope shows the file)\n",
-				in.path, strconv.FormatFloat(float64(*in.offset)/1e9, 'f', -1, 64), shift/int64(time.Second))
+				in.path, in.offsetText, shift/int64(time.Second))
 		}
 	case fromHeader:
 		// "captured on" is when perf record finished writing: the last
