@@ -23,7 +23,7 @@ import (
 
 // Options configures a DB.
 type Options struct {
-	// Source names the data this process records (usually the hostname).
+	// Source names the data this process records (default: Node).
 	Source string
 	// Node names this machine in the blocks it writes and for the blocks
 	// of its directory that name none (default: the hostname).
@@ -236,11 +236,13 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Source == "" {
-		opts.Source, _ = os.Hostname()
-	}
 	if opts.Node == "" {
 		opts.Node, _, _ = SystemNodeNameSource.DefaultNodeName()
+	}
+	if opts.Source == "" {
+		// A node's recording is the source named after it: two nodes
+		// cloned from one image share a hostname, never a node name.
+		opts.Source = opts.Node
 	}
 	if opts.ChunkCacheSamples <= 0 {
 		opts.ChunkCacheSamples = defaultChunkCacheSamples

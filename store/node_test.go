@@ -13,6 +13,7 @@ import (
 
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
 )
 
 // nodeDir records cfg into a new data directory as node, with labels, and
@@ -298,5 +299,25 @@ func TestNodeEvents(t *testing.T) {
 		if g := got(c.ef, c.f); g != c.want {
 			t.Errorf("kinds %v, filter %+v: %q, want %q", c.ef.Kinds, c.f, g, c.want)
 		}
+	}
+}
+
+// TestSourceDefaultsToTheNode: without a source name, a recording is the
+// source named after its node, not the hostname: two nodes cloned from
+// one image (one hostname) recorded as one source, which a node's view
+// then counted twice.
+func TestSourceDefaultsToTheNode(t *testing.T) {
+	db, err := Open(t.TempDir(), Options{Node: "node-a", PeriodNs: int64(10 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := sample.Sample{Time: time.Now().UnixNano(), CPU: 0, PID: 1, TID: 1, Comm: "x",
+		Stack: []sample.Frame{{Function: "f", Module: "/bin/x", Kind: sample.KindUser}}}
+	if err := db.Append(&s); err != nil {
+		t.Fatal(err)
+	}
+	if got := db.Sources(); len(got) != 1 || got[0].Name != "node-a" || got[0].Samples != 1 {
+		t.Errorf("sources %+v, want node-a's one sample as source node-a", got)
 	}
 }

@@ -31,7 +31,14 @@ type SourceInfo struct {
 }
 
 // Sources lists the sources in the store, by name.
-func (db *DB) Sources() []SourceInfo {
+func (db *DB) Sources() []SourceInfo { return db.SourcesOf(&Filter{}) }
+
+// SourcesOf lists, by name, the sources of the nodes f keeps (its node,
+// node regexp and label filters; the rest of f is not looked at), each
+// with those nodes' samples only: two nodes whose recordings share a
+// source name (their hostname) are one source of both in Sources, and of
+// one node each here.
+func (db *DB) SourcesOf(f *Filter) []SourceInfo {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
 	bySource := map[string]*SourceInfo{}
@@ -46,12 +53,17 @@ func (db *DB) Sources() []SourceInfo {
 		return s
 	}
 	for _, b := range db.blocks {
+		if !f.KeepsNode(b.Meta.Node, b.Meta.NodeLabels) {
+			continue
+		}
 		s := add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0, b.Meta.PeriodNs)
 		s.Relative = s.Relative || b.Meta.Relative
 	}
-	db.headSpans(func(first, last int64, n int) {
-		add(db.opts.Source, first, last, n, false, db.opts.PeriodNs)
-	})
+	if f.KeepsNode(db.opts.Node, db.opts.NodeLabels) {
+		db.headSpans(func(first, last int64, n int) {
+			add(db.opts.Source, first, last, n, false, db.opts.PeriodNs)
+		})
+	}
 	out := make([]SourceInfo, 0, len(bySource))
 	for _, s := range bySource {
 		out = append(out, *s)

@@ -43,7 +43,7 @@ const (
 func (s *Server) endpoints() map[string]endpoint {
 	with := func(names ...string) []string { return append(names, query.FilterParams...) }
 	m := map[string]endpoint{
-		"/api/sources":    {nil, s.sources},
+		"/api/sources":    {[]string{"node", "label"}, s.sources},
 		"/api/nodes":      {nil, s.nodes},
 		"/api/timeline":   {with("from", "to", "step"), s.timeline},
 		"/api/heatmap":    {with("from", "to", "rows"), s.heatmap},
@@ -75,7 +75,7 @@ func (s *Server) parseSelection(p *params, optional bool) (*selection, error) {
 	if err != nil {
 		return nil, err
 	}
-	whole, ok := span(sources, nodes, &f)
+	whole, ok := span(s.db, &f)
 	r, err := p.timeRange("from", "to", whole, ok, optional)
 	if err != nil {
 		return nil, err
@@ -101,8 +101,15 @@ type sourceJSON struct {
 	Relative bool `json:"relative"`
 }
 
-func (s *Server) sources(_ context.Context, _ *params, rep *reply) (store.Warnings, error) {
-	list := s.db.Sources()
+// sources answers /api/sources: every source, or with node or label
+// filters the sources of the nodes they keep, with those nodes' samples
+// only (a node's view lists its own).
+func (s *Server) sources(_ context.Context, p *params, rep *reply) (store.Warnings, error) {
+	f, err := p.filter(s.db.Sources(), s.db.Nodes())
+	if err != nil {
+		return nil, err
+	}
+	list := s.db.SourcesOf(&f)
 	out := make([]sourceJSON, len(list))
 	for i, src := range list {
 		out[i] = sourceJSON{Name: src.Name, First: seconds(src.First), Last: seconds(src.Last), Samples: src.Samples,

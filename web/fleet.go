@@ -63,7 +63,7 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 			sampleFilter = true
 		}
 	}
-	whole, ok := span(sources, nodes, &f)
+	whole, ok := span(s.db, &f)
 	r, err := p.timeRange("from", "to", whole, ok, true)
 	var pe *query.ParamError
 	if err != nil && !ok && p.get("from") == "" && errors.As(err, &pe) {
@@ -162,7 +162,7 @@ func (s *Server) WarmFleetOverview(ctx context.Context, columns int) (store.Warm
 		return store.WarmResult{}, fmt.Errorf("warm fleet overview: %d columns, want 1 to %d", columns, maxFleetColumns)
 	}
 	var all store.Filter
-	r, ok := span(s.db.Sources(), s.db.Nodes(), &all)
+	r, ok := span(s.db, &all)
 	if !ok {
 		return store.WarmResult{}, nil
 	}

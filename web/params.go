@@ -234,27 +234,13 @@ func checkCgroups(v string) error {
 	return nil
 }
 
-// span is the time range of the sources and nodes f selects, from the
-// first sample to just after the last (within the times parameters may
-// name); ok is false when they hold no samples. With both a source and a
-// node filter it is the overlap of the two spans.
-func span(sources []store.SourceInfo, nodes []store.NodeInfo, f *store.Filter) (r store.Range, ok bool) {
-	r, ok = query.Span(sources, f.Sources)
-	if len(f.Nodes) > 0 || f.NodeRegex != nil || len(f.NodeLabels) > 0 {
-		var nr store.Range
-		found := false
-		for _, n := range nodes {
-			if !f.KeepsNode(n.Name, n.Labels) {
-				continue
-			}
-			if !found {
-				nr, found = store.Range{From: n.First, To: n.Last + 1}, true
-			}
-			nr.From, nr.To = min(nr.From, n.First), max(nr.To, n.Last+1)
-		}
-		r.From, r.To = max(r.From, nr.From), min(r.To, nr.To)
-		ok = ok && found && r.From < r.To
-	}
+// span is the time range of the samples of the sources f selects on the
+// nodes it keeps, from the first sample to just after the last (within
+// the times parameters may name); ok is false when they hold none. A
+// source is spanned on those nodes only: two nodes' recordings may share
+// a source name (their hostname), and one node's range is its own.
+func span(db *store.DB, f *store.Filter) (r store.Range, ok bool) {
+	r, ok = query.Span(db.SourcesOf(f), f.Sources)
 	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
 	return r, ok
 }

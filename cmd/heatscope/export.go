@@ -147,7 +147,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		if file != nil {
 			os.Remove(*output)
 		}
-		data, found := query.Span(db.Sources(), f.Sources)
+		data, found := query.Span(db.SourcesOf(&f), f.Sources)
 		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
 	}
 	for _, w := range warnings {
@@ -168,7 +168,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 // selected sources' first or last sample. A range that cannot hold a
 // sample says where the data is.
 func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, error) {
-	data, found := query.Span(db.Sources(), f.Sources)
+	data, found := query.Span(db.SourcesOf(f), f.Sources)
 	open, err := timeFlags(from, to, store.Range{From: math.MinInt64, To: math.MaxInt64})
 	if err != nil || from != "" && to != "" {
 		return open, err

@@ -57,7 +57,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("record", "record [flags]", stderr)
 	duration := fs.Duration("duration", 0, "how long to record; 0 records until SIGINT or SIGTERM")
 	data := fs.String("data", "./heatscope-data", "data directory to record into ('' for none)")
-	source := fs.String("source", "", "source name of the recorded samples (default: the hostname)")
+	source := fs.String("source", "", "source name of the recorded samples (default: the node's name, --node)")
 	retention := fs.String("retention", "7d", "drop data older than this (0 keeps everything)")
 	retentionSize := fs.String("retention-size", "10GB", "drop the oldest data while the blocks take more than this (0: no limit)")
 	blockDuration := fs.Duration("block-duration", 2*time.Minute, "how much time the in-memory head covers before it is written as a block")

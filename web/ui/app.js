@@ -34,7 +34,8 @@ const state = {
   norm: 'total', // how the differential flame graph scales B: by 'total' CPU time or window 'length'
   growthOrder: 'total', passThrough: false, // the growth table's order, and whether it shows pass-throughs
 };
-let sources = [];
+let sources = []; // /api/sources: of the node picked (sourcesNode), else of all
+let sourcesNode = null;
 let nodes = []; // /api/nodes: the nodes whose samples the server holds
 let allEvents = []; // every event (up to the API's default limit), by time
 let lastGrowth = null; // the growth table's data, null without a baseline
@@ -674,6 +675,7 @@ function markInvalid(bad) {
 // were just checked (checkFilters) and need not be again.
 async function loadAll(checked = false) {
   setStatus('loading…');
+  if (sourcesNode !== state.node && !(await loadSources())) return;
   if (!currentSource() && sources.length) {
     // the recording host if there is one, else the newest import
     const withSamples = sources.filter((s) => s.samples > 0);
@@ -829,16 +831,7 @@ async function main() {
   document.body.dataset.busy = '0';
   readURL();
   wire();
-  setBusy(1);
-  try {
-    sources = await getJSON('/api/sources');
-  } catch (e) {
-    setStatus('/api/sources: ' + e.message, true);
-    return;
-  } finally {
-    setBusy(-1);
-  }
-  $('f-source').replaceChildren(...sources.map((s) => new Option(`${s.name} (${s.samples} samples)`, s.name)));
+  if (!(await loadSources())) return;
   await loadNodes();
   // several nodes: the fleet overview (fleet.js) is the first page
   fleet = new Fleet(nodes);
@@ -856,6 +849,41 @@ async function main() {
   } finally {
     document.body.dataset.ready = '1';
   }
+}
+
+// loadSources fills the source picker from /api/sources: with a node
+// picked, that node's sources with its own samples only (two nodes'
+// recordings may share a source name, their hostname: node a's view read
+// "vm (46586 samples)", a's and b's together), so that its counts and
+// default span are the node's. It reports whether the sources loaded.
+async function loadSources() {
+  const node = state.node;
+  // a node filter the server refuses lists every source (the views say
+  // what is wrong with the filter)
+  const asks = node ? [new URLSearchParams({ node }), null] : [null];
+  let failure = null;
+  setBusy(1);
+  try {
+    for (const params of asks) {
+      try {
+        sources = await getJSON('/api/sources', params);
+        failure = null;
+        break;
+      } catch (e) {
+        failure = e;
+      }
+    }
+  } finally {
+    setBusy(-1);
+  }
+  if (failure) {
+    setStatus('/api/sources: ' + failure.message, true);
+    return false;
+  }
+  sourcesNode = node;
+  $('f-source').replaceChildren(...sources.map((s) => new Option(`${s.name} (${s.samples} samples)`, s.name)));
+  $('f-source').value = state.source;
+  return true;
 }
 
 // loadNodes fills the node picker from /api/nodes: every node, with its
@@ -895,6 +923,8 @@ window.heatscope = {
   events: () => eventList.events,
   // the node picker's choices: [value, text]
   nodeChoices: () => [...$('f-node').options].map((o) => [o.value, o.textContent]),
+  // the source picker's choices: [value, text]
+  sourceChoices: () => [...$('f-source').options].map((o) => [o.value, o.textContent]),
   // the functions in the growth table, as ranked
   growth: () => [...$('growth').tBodies[0].rows].map((r) => r.dataset.name),
   // the differential flame graph's root CPU times (ns) and totals, null

@@ -1,0 +1,158 @@
+package web
+
+import (
+	"fmt"
+	"net/url"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/internal/apitest"
+	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+// sharedSource is a recording of one node under one source name.
+type sharedSource struct {
+	node, source string
+	from         time.Duration // after synthStart
+	seconds      float64
+	samples      int
+	first, last  int64 // Unix ns
+}
+
+// sharedSourceFleet uploads to a real MinIO bucket two nodes whose
+// recordings share the source name "vm" (their hostname, as cloned VMs
+// have): node-a from 0 to 30 s, node-b from 10 to 50 s; and node-a's
+// later recording under its own name, "node-a", from 60 to 90 s (the
+// default source once it follows the node). It returns a query service
+// over the bucket and the recordings with their samples.
+func sharedSourceFleet(t *testing.T) (*fixture, []*sharedSource) {
+	m := miniotest.Start(t)
+	bkt := m.Open("fleet")
+	recs := []*sharedSource{
+		{node: "node-a", source: "vm", from: 0, seconds: 30},
+		{node: "node-b", source: "vm", from: 10 * time.Second, seconds: 40},
+		{node: "node-a", source: "node-a", from: 60 * time.Second, seconds: 30},
+	}
+	for i, r := range recs {
+		dir := t.TempDir()
+		db, err := store.Open(dir, store.Options{Source: r.source, Node: r.node, PeriodNs: hostPeriod, BlockDuration: 20 * time.Second,
+			Logger: discard()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := synth.New(synth.Config{CPUs: 2, Hz: 49, Start: synthStart + int64(r.from), Seconds: r.seconds, Stacks: 50, Seed: uint64(i + 1)})
+		var s sample.Sample
+		for g.Next(&s) {
+			s.Time = s.Time / 1000 * 1000
+			if err := db.Append(&s); err != nil {
+				t.Fatal(err)
+			}
+			if r.samples == 0 {
+				r.first = s.Time
+			}
+			r.first, r.last = min(r.first, s.Time), max(r.last, s.Time)
+			r.samples++
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Each recording is its own data directory; node-a's two go to
+		// its one bucket directory, as its shipper would put them.
+		uploadDir(t, bkt, r.node, dir)
+	}
+	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})},
+		Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return newFixture(t, db, Options{}), recs
+}
+
+// TestNodeViewHoldsThatNodeOnly: over a bucket where node-a and node-b
+// both recorded as source "vm", node-a's view lists its own sources with
+// its own samples and spans (/api/sources?node=node-a), and its views
+// default to its own span of the source: node-a's "vm" is 0 to 30 s, not
+// the 0 to 50 s of "vm" on both nodes cut to node-a's whole span (0 to 90 s). Without
+// a node, "vm" is both nodes' (the fleet's source list).
+func TestNodeViewHoldsThatNodeOnly(t *testing.T) {
+	fx, recs := sharedSourceFleet(t)
+	aVM, bVM, aOwn := recs[0], recs[1], recs[2]
+	type src struct {
+		Name    string  `json:"name"`
+		First   float64 `json:"first"`
+		Last    float64 `json:"last"`
+		Samples int     `json:"samples"`
+	}
+	want := func(rs ...*sharedSource) []src {
+		var out []src
+		for _, r := range rs {
+			out = append(out, src{r.source, float64(r.first) / 1e9, float64(r.last) / 1e9, r.samples})
+		}
+		return out
+	}
+	// node-a's views of "vm" default to node-a's span of it.
+	var tl struct {
+		Start  float64 `json:"start"`
+		Step   float64 `json:"step"`
+		Counts []int   `json:"counts"`
+	}
+	apitest.GetJSON(t, fx.url+"/api/timeline?source=vm&node=node-a&step=1s&idle=include", &tl)
+	total := 0
+	for _, c := range tl.Counts {
+		total += c
+	}
+	end := tl.Start + float64(len(tl.Counts))*tl.Step
+	if total != aVM.samples || tl.Start > float64(aVM.first)/1e9 || end > float64(aVM.last)/1e9+1+tl.Step {
+		t.Errorf("node-a's vm timeline: %d samples from %.3f to %.3f, want %d from %.3f to %.3f (node-a's span of vm)", total, tl.Start, end,
+			aVM.samples, float64(aVM.first)/1e9, float64(aVM.last)/1e9)
+	}
+
+	var got []src
+	apitest.GetJSON(t, fx.url+"/api/sources?node=node-a", &got)
+	if !reflect.DeepEqual(got, want(aOwn, aVM)) {
+		t.Errorf("node-a's sources %+v, want %+v (its own samples only)", got, want(aOwn, aVM))
+	}
+	apitest.GetJSON(t, fx.url+"/api/sources?node=node-b", &got)
+	if !reflect.DeepEqual(got, want(bVM)) {
+		t.Errorf("node-b's sources %+v, want %+v", got, want(bVM))
+	}
+	apitest.GetJSON(t, fx.url+"/api/sources", &got)
+	both := src{"vm", float64(aVM.first) / 1e9, float64(bVM.last) / 1e9, aVM.samples + bVM.samples}
+	if len(got) != 2 || got[1] != both {
+		t.Errorf("every source %+v, want node-a then vm of both nodes %+v", got, both)
+	}
+
+}
+
+// TestBrowserNodeViewSourceCounts: node-a's view, opened as a click on
+// its row of the fleet overview opens it, lists node-a's samples of
+// source "vm" in the source picker, not node-a's and node-b's together
+// (the issue's "vm (46586 samples)").
+func TestBrowserNodeViewSourceCounts(t *testing.T) {
+	fx, recs := sharedSourceFleet(t)
+	aVM, bVM, aOwn := recs[0], recs[1], recs[2]
+	b := newBrowser(t)
+	q := url.Values{"source": {"vm"}, "node": {"node-a"}}
+	b.run("open node-a's view", chromedp.Navigate(fx.url+"/#"+q.Encode()), settled)
+	choices := eval[[][]string](t, b.ctx, `window.heatscope.sourceChoices()`)
+	want := [][]string{{"node-a", fmt.Sprintf("node-a (%d samples)", aOwn.samples)}, {"vm", fmt.Sprintf("vm (%d samples)", aVM.samples)}}
+	if !reflect.DeepEqual(choices, want) {
+		t.Errorf("node-a's source picker %q, want %q (not vm's %d samples of both nodes)", choices, want, aVM.samples+bVM.samples)
+	}
+	// Picking every node lists the fleet's sources again.
+	b.run("pick every node", chromedp.Evaluate[chromedp.Void](`(() => { const e = document.getElementById('f-node');
+		e.value = ''; e.dispatchEvent(new Event('change')); })()`), settled)
+	choices = eval[[][]string](t, b.ctx, `window.heatscope.sourceChoices()`)
+	if len(choices) != 2 || choices[1][1] != fmt.Sprintf("vm (%d samples)", aVM.samples+bVM.samples) {
+		t.Errorf("every node's source picker %q, want vm with %d samples", choices, aVM.samples+bVM.samples)
+	}
+	b.screenshot("node-view-sources.png")
+}
