@@ -59,6 +59,24 @@ type LeaseRecord struct {
 	Released bool `json:"released,omitempty"`
 }
 
+// ParseLease decodes a lease object: version 1, an instance id, times
+// and a time to live that are not negative.
+func ParseLease(raw []byte) (LeaseRecord, error) {
+	var r LeaseRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return LeaseRecord{}, err
+	}
+	switch {
+	case r.Version != 1:
+		return LeaseRecord{}, fmt.Errorf("version %d, this heatscope reads 1", r.Version)
+	case r.Instance == "":
+		return LeaseRecord{}, errors.New("no instance")
+	case r.Started < 0 || r.Renewed < 0 || r.TTLMs < 0 || r.RenewMs < 0:
+		return LeaseRecord{}, errors.New("a negative time")
+	}
+	return r, nil
+}
+
 // live reports whether the holder counts as recording at now.
 func (r *LeaseRecord) live(now time.Time) bool {
 	return !r.Released && now.Sub(time.UnixMilli(r.Renewed)) < time.Duration(r.TTLMs)*time.Millisecond
@@ -227,8 +245,8 @@ func (l *Lease) takeOnce(ctx context.Context, atStart bool) error {
 	if err != nil {
 		return fmt.Errorf("read node %s's lease: %w", l.opts.Node, err)
 	}
-	var cur LeaseRecord
-	if err := json.Unmarshal(raw, &cur); err != nil || cur.Version != 1 {
+	cur, err := ParseLease(raw)
+	if err != nil {
 		// Not a lease this heatscope knows: a newer version's, or damage.
 		// Do not overwrite what may be a live holder's.
 		return fmt.Errorf("bucket %s: node %s's lease %s is unreadable (%v): a newer heatscope may hold it; delete it if no recorder runs as %s",

@@ -244,3 +244,18 @@ func sumPrefix(t *testing.T, srv *miniotest.Server, b *bucket.Bucket, prefix str
 	}
 	return n
 }
+
+// FuzzParseLease: any lease object is decoded or refused, and a decoded
+// one names an instance and has no negative time.
+func FuzzParseLease(f *testing.F) {
+	f.Add([]byte(`{"version":1,"node":"a","instance":"3f9c21d04e5b6a78","session":"00","started":1,"renewed":2,"ttlMs":90000,"renewMs":15000}`))
+	f.Add([]byte(`{"version":2,"instance":"x"}`))
+	f.Add([]byte(`{"version":1,"instance":"x","ttlMs":-1}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		r, err := shipper.ParseLease(raw)
+		if err == nil && (r.Version != 1 || r.Instance == "" || r.TTLMs < 0 || r.Renewed < 0) {
+			t.Fatalf("accepted %+v", r)
+		}
+	})
+}

@@ -109,3 +109,27 @@ func metasOf(db *DB) []Meta {
 	}
 	return out
 }
+
+// FuzzReadIdentity: any identity.json is read or refused with an error
+// naming it, never taken with a malformed instance id.
+func FuzzReadIdentity(f *testing.F) {
+	f.Add([]byte(`{"version":1,"instance":"3f9c21d04e5b6a78","created":1764021600000,"node":"a"}`))
+	f.Add([]byte(`{"version":2,"instance":"3f9c21d04e5b6a78"}`))
+	f.Add([]byte(`{"version":1,"instance":"3F9C21D04E5B6A78"}`))
+	f.Add([]byte(`{"version":1`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, identityFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id, ok, err := readIdentity(dir)
+		switch {
+		case err != nil:
+			if ok || !strings.Contains(err.Error(), filepath.Join(dir, identityFile)) {
+				t.Fatalf("refused without naming the file: %v", err)
+			}
+		case !ok || !ValidInstance(id.Instance) || id.Version != 1:
+			t.Fatalf("taken: %+v, ok %v", id, ok)
+		}
+	})
+}
