@@ -136,11 +136,13 @@ type Source struct {
 	usingIndex *bool // nil before the first List
 
 	// healthMu guards since when the bucket has not answered (zero while
-	// it answers), its last error, and when it was last listed whole.
+	// it answers), its last error, when it was last listed whole, and
+	// whether its events were ever read.
 	healthMu     sync.Mutex
 	failingSince time.Time
 	lastErr      error
 	listedAt     time.Time
+	eventsRead   bool
 
 	stats struct {
 		lists, gets, getBytes, tailHits, errors, indexReads, listings atomic.Uint64
@@ -345,6 +347,10 @@ func (s *Source) Events(ctx context.Context) ([]events.Event, error) {
 	if err != nil {
 		return s.cachedEvents(), err
 	}
+	s.healthMu.Lock()
+	s.eventsRead = true
+	s.healthMu.Unlock()
+	s.answered()
 	return evs, nil
 }
 
@@ -614,10 +620,15 @@ func (s *Source) fail(err error) error {
 	return e
 }
 
-// answered notes that the bucket answered a request.
+// answered notes that the bucket answered a request. An outage since
+// before the bucket was first read whole (its blocks listed, its events
+// read) lasts until it is: until then there is nothing complete to answer.
 func (s *Source) answered() {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
+	if s.listedAt.IsZero() || !s.eventsRead {
+		return
+	}
 	if !s.failingSince.IsZero() {
 		s.opts.Logger.Info("the bucket answers again", "bucket", s.name, "after", s.opts.Now().Sub(s.failingSince).Round(time.Second))
 	}
@@ -626,10 +637,10 @@ func (s *Source) answered() {
 
 // listed notes a complete listing of the bucket's blocks.
 func (s *Source) listed() {
-	s.answered()
 	s.healthMu.Lock()
 	s.listedAt = s.opts.Now()
 	s.healthMu.Unlock()
+	s.answered()
 }
 
 // Outage is a bucket that does not answer.
