@@ -278,8 +278,8 @@ func parseNames(param, v string) ([]string, error) {
 		for _, c := range n {
 			// '@' joins a node and an instance: a second recorder of one
 			// node name, shown apart (store.InstanceNodeName).
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '@' && param == "node") {
-				return nil, paramErr(param, "%q: names hold only letters, digits, '-', '.' and '_' (and a node '@')", n)
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '@' && (param == "node" || param == "source")) {
+				return nil, paramErr(param, "%q: names hold only letters, digits, '-', '.' and '_' (and a node's or source's '@')", n)
 			}
 		}
 	}

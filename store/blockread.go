@@ -32,6 +32,8 @@ type Block struct {
 	// shows them under another name (an instance shown apart:
 	// instances.go); "" otherwise.
 	recordedNode string
+	// recordedSource is, likewise, the source of a recording shown apart.
+	recordedSource string
 
 	// opened is set once data, tocOffset, sections and chunks are read
 	// (under loading); they never change after.

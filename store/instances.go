@@ -158,8 +158,20 @@ func (db *DB) separateInstancesLocked() (retired []*Block) {
 				}
 				m := b.Meta
 				m.Node = want
+				if b.recordedSource != "" {
+					m.Source = b.recordedSource
+				}
+				src := m.Source
+				if want != node && m.ImportedAt == 0 {
+					// Its recording is a source of its own too: a source
+					// view never adds the two instances either.
+					m.Source = InstanceNodeName(src, in.id)
+				}
 				nb := newBlock(b.src, b.key, m)
 				nb.Dir, nb.recordedNode = b.Dir, node
+				if m.Source != src {
+					nb.recordedSource = src
+				}
 				if at == nil {
 					at = make(map[*Block]int, len(db.blocks))
 					for i, x := range db.blocks {

@@ -50,6 +50,16 @@ func TestInstancesShownApart(t *testing.T) {
 			t.Errorf("notice %q does not say %q", msg, want)
 		}
 	}
+	sources := map[string]int{}
+	for _, src := range db.Sources() {
+		sources[src.Name] = src.Samples
+	}
+	if len(sources) != 2 || sources["a"] != n1+n3 || sources[cloneName] != n2 {
+		t.Errorf("sources: %v; the clone's recording is a source of its own, %s", sources, cloneName)
+	}
+	if got := perNode(t, db, Filter{Sources: []string{"a"}}); got["a"] != n1+n3 || len(got) != 1 {
+		t.Errorf("source=a selects %v, want the first and later instances' %d samples only", got, n1+n3)
+	}
 	names := map[string]int{}
 	for _, n := range db.Nodes() {
 		names[n.Name] = n.Samples

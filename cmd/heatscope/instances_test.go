@@ -112,6 +112,19 @@ func TestServeTwoInstancesOfOneNode(t *testing.T) {
 		t.Fatalf("nodes %v with %d samples; want a and %s, %d samples", names, samples, apart, total)
 	}
 	warned(resp, "/api/nodes")
+	// The second instance's recording is a source of its own.
+	var sources []struct {
+		Name    string `json:"name"`
+		Samples int    `json:"samples"`
+	}
+	getJSON(t, url+"/api/sources", &sources)
+	if len(sources) != 2 || sources[1].Name != apart {
+		t.Errorf("sources: %+v, want a and %s", sources, apart)
+	}
+	if code, body := getBody(t, url+"/api/percpu?idle=include&step=1s&source="+apart+"&"+window); code != http.StatusOK {
+		t.Errorf("/api/percpu?source=%s: %d %s", apart, code, body)
+	}
+
 	out := filepath.Join(t.TempDir(), "a.folded")
 	_, stderr, err := runHeatscope(bin, "export", "--objstore-config", conf, "--format", "folded", "--idle", "include", "-o", out)
 	if err != nil || !strings.Contains(stderr, "warning: node a was recorded by 2 recorders at once") {
