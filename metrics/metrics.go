@@ -120,6 +120,7 @@ var (
 	descFreqChanges     = desc("sampling_frequency_changes_total", "Changes of the sampling frequency by the overhead guard.")
 	descBinaryHits      = desc("symbolizer_binary_cache_hits_total", "Mapped files found in the symbolizer's binary cache.")
 	descBinaryMisses    = desc("symbolizer_binary_cache_misses_total", "Binaries whose symbol tables were loaded into the cache.")
+	descBinaryDiskHits  = desc("symbolizer_binary_disk_cache_hits_total", "Binaries whose symbol tables were loaded into the cache from the disk cache (--cache-dir), not from their ELF files.")
 	descBinaryErrors    = desc("symbolizer_binary_errors_total", "Mapped files that could not be read as ELF.")
 	descMapsReads       = desc("symbolizer_maps_reads_total", "Reads of /proc/PID/maps.")
 	descMapsErrors      = desc("symbolizer_maps_errors_total", "Failed reads of /proc/PID/maps (mostly processes that had exited).")
@@ -154,7 +155,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSamples, descDropped, descFiltered, descStackErrors, descReceived,
 		descDecodeErrors, descRingSize, descRingUsed, descRingFill, descBPFSeconds, descBPFRuns, descFrequency,
 		descExitSeconds, descExitRuns, descWakeups, descSnapshots, descSnapshotUnnamed,
-		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryErrors, descMapsReads, descMapsErrors,
+		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryDiskHits, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
 		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
 		descUnwindDeferred, descUnwindFrames, descUnwindPruned, descUnwindPrunedB, descUnwindRefused, descUnwindFallback} {
@@ -220,6 +221,7 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	sy := c.rec.SymbolizerStats()
 	counter(descBinaryHits, float64(sy.BinaryHits))
 	counter(descBinaryMisses, float64(sy.BinaryMisses))
+	counter(descBinaryDiskHits, float64(sy.BinaryDiskHits))
 	counter(descBinaryErrors, float64(sy.BinaryErrors))
 	counter(descMapsReads, float64(sy.MapsReads))
 	counter(descMapsErrors, float64(sy.MapsErrors))

@@ -76,6 +76,9 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 	if cfg.Logger == nil {
 		cfg.Logger = log
 	}
+	if symOpts.Logger == nil {
+		symOpts.Logger = log
+	}
 	sym := symbolize.New(kernel, symOpts)
 	if cfg.RecentMaps == nil {
 		// The symbolizer reads the maps of every process at its first

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // binKey identifies a binary in the cache: by build id, so that the same
@@ -135,9 +136,23 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binEntry {
 		return e
 	}
 	s.stats.binaryMisses.Add(1)
+	if key.buildID != "" {
+		if bin, ok := s.cachedSymbols(key.buildID); ok {
+			s.stats.binaryDiskHits.Add(1)
+			s.account(key, e, bin)
+			close(e.done)
+			return e
+		}
+	}
+	started := time.Now()
 	bin, err := loadBinary(ef, key.buildID, s.opts.DebugDir)
 	if err != nil {
 		fail(err)
+	} else {
+		s.opts.Logger.Debug("symbolize: loaded a binary's symbols", "pid", pid, "path", m.path, "build_id", key.buildID, "bytes", bin.bytes(), "took", time.Since(started))
+		if key.buildID != "" {
+			s.saveSymbols(bin)
+		}
 	}
 	s.account(key, e, bin)
 	close(e.done)

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/diskcache"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -43,7 +45,18 @@ type Options struct {
 	// between runs of the agent (see KernelCache). The Symbolizer itself
 	// does not use it: it is for whoever loads the Kernel it is given.
 	KernelCacheDir string
+	// SymbolCacheDir, when set, keeps the symbol tables of binaries with a
+	// build id on disk, in SymbolCacheDir/symbols (symcache.go): a binary
+	// the memory bound evicted is read back from its file, not parsed
+	// again. SymbolCacheMaxBytes bounds the files (0: 256 MiB), the least
+	// recently used removed first.
+	SymbolCacheDir      string
+	SymbolCacheMaxBytes int64
 }
+
+// DefaultSymbolCacheMaxBytes bounds the symbol table files on disk
+// without Options.SymbolCacheMaxBytes.
+const DefaultSymbolCacheMaxBytes = 256 << 20
 
 // Symbolizer turns the raw addresses of samples into frames. It is safe for
 // concurrent use.
@@ -65,9 +78,12 @@ type Symbolizer struct {
 	// files names the files whose mappings were read from /proc, by the
 	// device, inode and change time a snapshot gives, for SetMaps.
 	files *lru[fileKey, knownFile]
+	// symbolFiles is the disk cache of symbol tables (no Path: none).
+	symbolFiles diskcache.Dir
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
+		binaryDiskHits                         atomic.Uint64
 		mapsReads, mapsErrors                  atomic.Uint64
 		snapshots, snapshotUnknownFiles        atomic.Uint64
 		framesResolved, framesUnknown          atomic.Uint64
@@ -112,6 +128,10 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 		files:  newLRU[fileKey, knownFile](4 * opts.MaxBinaries),
 	}
 	s.bins.evicted = func(_ binKey, e *binEntry) { s.evict(e) }
+	if opts.SymbolCacheDir != "" {
+		s.symbolFiles = diskcache.Dir{Path: filepath.Join(opts.SymbolCacheDir, "symbols"), Ext: ".symbols",
+			MaxBytes: cmp.Or(opts.SymbolCacheMaxBytes, DefaultSymbolCacheMaxBytes), What: "symbol cache", Log: opts.Logger}
+	}
 	return s
 }
 
@@ -290,8 +310,10 @@ func (s *Symbolizer) ForgetExited(idle time.Duration) int {
 type Stats struct {
 	// BinaryHits counts mapped files found in the binary cache.
 	BinaryHits uint64
-	// BinaryMisses counts binaries loaded into the cache.
-	BinaryMisses uint64
+	// BinaryMisses counts binaries loaded into the cache, BinaryDiskHits
+	// those of them read from the disk cache (Options.SymbolCacheDir)
+	// rather than from their ELF files.
+	BinaryMisses, BinaryDiskHits uint64
 	// BinaryErrors counts mapped files that could not be opened or read as
 	// ELF; their frames are named "[file+0xoffset]".
 	BinaryErrors uint64
@@ -328,6 +350,7 @@ func (s *Symbolizer) Stats() Stats {
 	return Stats{
 		BinaryHits:           s.stats.binaryHits.Load(),
 		BinaryMisses:         s.stats.binaryMisses.Load(),
+		BinaryDiskHits:       s.stats.binaryDiskHits.Load(),
 		BinaryErrors:         s.stats.binaryErrors.Load(),
 		MapsReads:            s.stats.mapsReads.Load(),
 		MapsErrors:           s.stats.mapsErrors.Load(),

@@ -7,13 +7,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"strings"
-	"sync/atomic"
-	"time"
+
+	"github.com/heatscope/heatscope/internal/diskcache"
 )
 
 // Cache keeps compiled tables on disk between runs, one file per build id,
@@ -44,9 +40,7 @@ const DefaultCacheMaxBytes = 256 << 20
 
 // PruneStats counts the cache files removed to stay within the bound, and
 // their bytes. Safe for concurrent use.
-type PruneStats struct {
-	Files, Bytes atomic.Uint64
-}
+type PruneStats = diskcache.PruneStats
 
 // cacheMagic starts every cache file.
 const cacheMagic = "heatscope unwind table 1\n"
@@ -55,8 +49,17 @@ const cacheMagic = "heatscope unwind table 1\n"
 // the rows, and the Stats (five 32-bit numbers).
 const cacheHeader = 4 + 4 + 5*4
 
-// buildIDPattern is what a build id may be to name a file.
-var buildIDPattern = regexp.MustCompile(`^[0-9a-f]{8,128}$`)
+// disk is the directory of the table files, Dir/unwind.
+func (c Cache) disk() diskcache.Dir {
+	d := diskcache.Dir{Ext: ".table", MaxBytes: c.MaxBytes, What: "unwind cache", Log: c.Log, Pruned: c.Pruned}
+	if c.Dir != "" {
+		d.Path = filepath.Join(c.Dir, "unwind")
+	}
+	if d.MaxBytes <= 0 {
+		d.MaxBytes = DefaultCacheMaxBytes
+	}
+	return d
+}
 
 // Load returns the table of the ELF binary at path: from the cache when it
 // holds one for the binary's build id, else compiled and then saved (best
@@ -69,11 +72,10 @@ func (c Cache) Load(path string) (t *Table, hit bool, err error) {
 	}
 	defer f.Close()
 	id := BuildID(f)
-	file := c.file(id)
-	if file != "" {
-		if t, err := readCache(file); err == nil {
+	disk := c.disk()
+	if b, err := disk.Read(id); err == nil {
+		if t, err := DecodeTable(b); err == nil {
 			t.BuildID = id
-			c.touch(file)
 			return t, true, nil
 		}
 	}
@@ -81,152 +83,22 @@ func (c Cache) Load(path string) (t *Table, hit bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", path, err)
 	}
-	if file != "" {
+	if disk.File(id) != "" {
 		// Best effort: a table not saved is compiled again next time.
-		if writeCache(file, t) == nil {
-			c.Prune()
-		}
+		_ = disk.Write(id, t.Encode())
 	}
 	return t, false, nil
-}
-
-// touch marks a file as just used, for the least-recently-used order.
-func (c Cache) touch(file string) {
-	now := time.Now()
-	if err := os.Chtimes(file, now, now); err != nil {
-		c.log().Warn("unwind cache: cannot mark a table as used", "file", file, "err", err)
-	}
-}
-
-func (c Cache) log() *slog.Logger {
-	if c.Log != nil {
-		return c.Log
-	}
-	return slog.Default()
 }
 
 // Prune removes the least recently used table files until the rest fit
 // within MaxBytes, and returns how many files and bytes it removed. It
 // does nothing while they fit. Errors are logged, never returned: a file
 // that cannot be removed stays, and the next prune tries again.
-func (c Cache) Prune() (files int, bytes int64) {
-	if c.Dir == "" {
-		return 0, 0
-	}
-	bound := c.MaxBytes
-	if bound <= 0 {
-		bound = DefaultCacheMaxBytes
-	}
-	dir := filepath.Join(c.Dir, "unwind")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			c.log().Warn("unwind cache: cannot list tables to prune", "dir", dir, "err", err)
-		}
-		return 0, 0
-	}
-	type cached struct {
-		name  string
-		size  int64
-		mtime time.Time
-	}
-	var all []cached
-	var total int64
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		table := strings.HasSuffix(e.Name(), ".table")
-		if !table && !strings.HasPrefix(e.Name(), ".table-") {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		if !table {
-			// A temporary file writeCache left behind when the agent
-			// died between writing and renaming it.
-			if time.Since(info.ModTime()) > staleTemp {
-				c.remove(filepath.Join(dir, e.Name()))
-			}
-			continue
-		}
-		all = append(all, cached{e.Name(), info.Size(), info.ModTime()})
-		total += info.Size()
-	}
-	if total <= bound {
-		return 0, 0
-	}
-	// Oldest first; the name orders files of the same time, so that two
-	// agents sharing a directory agree.
-	slices.SortFunc(all, func(a, b cached) int {
-		if d := a.mtime.Compare(b.mtime); d != 0 {
-			return d
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	for _, f := range all {
-		if total <= bound {
-			break
-		}
-		removed, gone := c.remove(filepath.Join(dir, f.name))
-		if gone {
-			total -= f.size
-		}
-		if removed {
-			files++
-			bytes += f.size
-		}
-	}
-	if c.Pruned != nil {
-		c.Pruned.Files.Add(uint64(files))
-		c.Pruned.Bytes.Add(uint64(bytes))
-	}
-	if files > 0 {
-		c.log().Debug("unwind cache: removed the least recently used tables", "files", files, "bytes", bytes, "bound", bound)
-	}
-	return files, bytes
-}
+func (c Cache) Prune() (files int, bytes int64) { return c.disk().Prune() }
 
 // Has reports whether the cache holds a table for a build id: loading it
 // then costs a file read, not a compilation.
-func (c Cache) Has(buildID string) bool {
-	file := c.file(buildID)
-	if file == "" {
-		return false
-	}
-	_, err := os.Stat(file)
-	return err == nil
-}
-
-// file names the cache file of a build id, or "" when there is none.
-func (c Cache) file(buildID string) string {
-	if c.Dir == "" || !buildIDPattern.MatchString(buildID) {
-		return ""
-	}
-	return filepath.Join(c.Dir, "unwind", buildID+".table")
-}
-
-// staleTemp is the age beyond which a temporary file of writeCache is
-// taken for the leftover of an agent that died while writing it.
-const staleTemp = time.Hour
-
-// remove removes a cache file: removed says this call removed it, gone
-// that it is not there any more (removed by another agent sharing the
-// directory). An error is logged.
-func (c Cache) remove(file string) (removed, gone bool) {
-	err := os.Remove(file)
-	switch {
-	case err == nil:
-		return true, true
-	case errors.Is(err, os.ErrNotExist):
-		return false, true
-	default:
-		c.log().Warn("unwind cache: cannot remove a file", "file", file, "err", err)
-		return false, false
-	}
-}
+func (c Cache) Has(buildID string) bool { return c.disk().Has(buildID) }
 
 // Encode returns t in the cache's file format.
 func (t *Table) Encode() []byte {
@@ -278,34 +150,4 @@ func DecodeTable(b []byte) (*Table, error) {
 		t.Rows[i] = r
 	}
 	return t, nil
-}
-
-func readCache(file string) (*Table, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	return DecodeTable(b)
-}
-
-// writeCache writes the file whole or not at all (a temporary file renamed).
-func writeCache(file string, t *Table) error {
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".table-*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.Write(t.Encode())
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
 }

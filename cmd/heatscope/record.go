@@ -76,7 +76,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	hostRoot := fs.String("host-root", "/", "where the host's /var/log/pods, /var/log/containers and /var/lib/kubelet/pods are mounted (for --containers; e.g. /host in a container)")
 	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
 	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols and unwind tables are cached between runs ('' for no cache)")
-	cacheSize := fs.String("cache-size", "256MiB", "disk bound of the unwind tables cached in --cache-dir: the least recently used are removed beyond it")
+	cacheSize := fs.String("cache-size", "256MiB", "disk bound of the unwind tables, and apart of the symbol tables, cached in --cache-dir: the least recently used are removed beyond it")
 	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
 	symCache := fs.String("symbol-cache", defaultSymbolCache, "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
 	memLimit := fs.String("memory-limit", defaultRecordMemoryLimit, "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
@@ -246,7 +246,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
 	}
-	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *cacheDir, MaxBinaryBytes: symCacheBytes}, slog.Default())
+	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *cacheDir, MaxBinaryBytes: symCacheBytes,
+		SymbolCacheDir: *cacheDir, SymbolCacheMaxBytes: cfg.UnwindCacheMaxBytes}, slog.Default())
 	if err != nil {
 		return err
 	}
