@@ -2,9 +2,7 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"math"
-	"net/url"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -13,94 +11,27 @@ import (
 
 	"github.com/heatscope/heatscope/internal/bpftest"
 	cfixture "github.com/heatscope/heatscope/internal/fixture"
+	"github.com/heatscope/heatscope/internal/sharecheck"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/profiler"
-	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/recorder"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/symbolize"
 )
 
-// shareSteps are the steps the overview's shares are checked at: steps
-// that are not whole 10 s (the samples are scanned, from any phase) and
-// steps that are (read from the blocks' per-CPU summaries).
-var shareSteps = []time.Duration{time.Second, 7 * time.Second, 10 * time.Second, 13 * time.Second, 20 * time.Second}
-
-// checkOverviewShares asks the overview of node over [from, to) (whole
-// milliseconds) at every step of shareSteps and /api/percpu over the
-// same columns, and checks each cell: the busiest CPU's share is at most
-// 1; it is that CPU's CPU time in /api/percpu over the wall time the
-// column covers (the step, or the partial column's seconds), to the
-// share's rounding where the samples are scanned; and no CPU's share in
-// /api/percpu is above it. Where the summaries answer (whole 10 s steps)
-// each sample is whole in its 10 s, so the cell may differ from
-// /api/percpu's by a sampling period (maxPeriod) at its edges plus the
-// time /api/percpu trims from samples closer than their period to the
-// CPU's previous one (a late timer interrupt then one on time; the first
-// samples after the rate is raised), which trimmedTime counts. It returns
-// the highest share seen.
-func checkOverviewShares(t *testing.T, fx *fixture, node string, from, to time.Time, maxPeriod time.Duration) float64 {
-	t.Helper()
-	highest := 0.0
-	for _, step := range shareSteps {
-		q := url.Values{"node": {node}, "step": {step.String()}, "from": {from.Format(time.RFC3339Nano)}, "to": {to.Format(time.RFC3339Nano)}}
-		ov := getOverview(t, fx, q.Encode())
-		if len(ov.Nodes) != 1 {
-			t.Fatalf("step %v: %d nodes, want %s alone", step, len(ov.Nodes), node)
-		}
-		n := ov.Nodes[0]
-		start := time.UnixMilli(int64(math.Round(ov.Start * 1e3)))
-		end := start.Add(time.Duration(ov.Columns) * step)
-		q.Set("from", start.Format(time.RFC3339Nano))
-		q.Set("to", end.Format(time.RFC3339Nano))
-		var pc query.PerCPU
-		resp, body := fx.get(t, "/api/percpu?"+q.Encode())
-		mustOK(t, "percpu", resp, body)
-		if err := json.Unmarshal(body, &pc); err != nil {
-			t.Fatal(err)
-		}
-		trimmed := trimmedTime(t, fx.db, node, start, step, ov.Columns)
-		covers := map[int]float64{}
-		for _, p := range n.Partial {
-			covers[p.Column] = p.Seconds
-		}
-		summary := step%(10*time.Second) == 0
-		for i := range ov.Columns {
-			secs, partial := covers[i]
-			if !partial {
-				secs = step.Seconds()
-			}
-			tol := 1e-4 + 1e-9
-			if summary && n.BusiestCPU[i] >= 0 {
-				tol += (maxPeriod.Seconds() + trimmed[uint32(n.BusiestCPU[i])][i]) / secs
-			}
-			highest = max(highest, n.Busiest[i])
-			if n.Busiest[i] > 1 {
-				t.Errorf("step %v column %d (%s): busiest CPU %d %.4f busy, more than the whole column (%.3f s of %v covered)",
-					step, i, start.Add(time.Duration(i)*step).UTC().Format(time.RFC3339), n.BusiestCPU[i], n.Busiest[i], secs, step)
-			}
-			for j, cpu := range pc.CPUs {
-				share := pc.CPU[j][i] / secs
-				if share > n.Busiest[i]+tol {
-					t.Errorf("step %v column %d: /api/percpu has CPU %d %.5f busy (%.6f s over %.3f s), above the overview's busiest %.4f (CPU %d)",
-						step, i, cpu, share, pc.CPU[j][i], secs, n.Busiest[i], n.BusiestCPU[i])
-				}
-				if int32(cpu) == n.BusiestCPU[i] && math.Abs(share-n.Busiest[i]) > tol {
-					t.Errorf("step %v column %d: busiest CPU %d %.4f busy in the overview, %.5f in /api/percpu (%.6f s over %.3f s; tolerance %.5f)",
-						step, i, cpu, n.Busiest[i], share, pc.CPU[j][i], secs, tol)
-				}
-			}
-		}
+// trimmedTime is sharecheck.Trimmed for node's samples in db: per CPU
+// and column, the CPU time (seconds) that spreading trims from the samples
+// in the column, as a sample weighs its period but stands for no time
+// before the same CPU's previous sample (store.Since).
+func trimmedTime(t *testing.T, db *store.DB, node string) sharecheck.Trimmed {
+	return func(start time.Time, step time.Duration, columns int) map[uint32][]float64 {
+		return trimmedIn(t, db, node, start, step, columns)
 	}
-	return highest
 }
 
-// trimmedTime is, per CPU and column of step from start, the CPU time
-// (seconds) that spreading trims from the samples of node in the column:
-// a sample weighs its period but stands for no time before the same
-// CPU's previous sample (store.Since).
-func trimmedTime(t *testing.T, db *store.DB, node string, start time.Time, step time.Duration, columns int) map[uint32][]float64 {
+// trimmedIn is trimmedTime's answer for columns of step from start.
+func trimmedIn(t *testing.T, db *store.DB, node string, start time.Time, step time.Duration, columns int) map[uint32][]float64 {
 	t.Helper()
 	out := map[uint32][]float64{}
 	var last store.LastSample
@@ -160,7 +91,7 @@ func TestFleetOverviewShareAtMostOne(t *testing.T) {
 	db := pinnedSynth(t, "node-a", start, 90)
 	fx := newFixture(t, db, Options{})
 	from, to := start.Add(-1700*time.Millisecond), start.Add(91*time.Second)
-	highest := checkOverviewShares(t, fx, "node-a", from, to, time.Second/24)
+	highest := sharecheck.Shares(t, fx.url, "node-a", from, to, time.Second/24, trimmedTime(t, db, "node-a"))
 	if highest < 0.99 {
 		t.Errorf("highest busiest share %.4f: the CPUs never idle, want about 1", highest)
 	}
@@ -287,7 +218,7 @@ func TestFleetOverviewShareOfARealRecording(t *testing.T) {
 	fx := newFixture(t, db, Options{})
 	from := time.UnixMilli(first/1e6 - 300)
 	to := time.UnixMilli(last/1e6 + 500)
-	highest := checkOverviewShares(t, fx, "real", from, to, time.Second/24)
+	highest := sharecheck.Shares(t, fx.url, "real", from, to, time.Second/24, trimmedTime(t, db, "real"))
 	t.Logf("%d samples from %s to %s; highest busiest share %.4f", samples, time.Unix(0, first).UTC().Format(time.RFC3339Nano),
 		time.Unix(0, last).UTC().Format(time.RFC3339Nano), highest)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/sharecheck"
 )
 
 // fleetNode is one node of the fleet scenario: its name, zone, and how
@@ -47,7 +48,9 @@ var fleetNodes = []fleetNode{
 // the two zombie nodes' rows only, those two rows alone left by a filter
 // on kubelet-sim in the memcg stats functions, lit on the CPU it was
 // pinned to; the resets on the two zombie nodes only in the event list;
-// the memcg stats functions among the functions that grew before the
+// the overview's cells at most 1 and agreeing with /api/percpu on every
+// node (checkOverviewShares); the memcg stats functions among the
+// functions that grew before the
 // resets, "5 of 5 ena-reset events, on 2 of 2 nodes", per node and per
 // event; and one event's node view with the two windows compared. It saves
 // the screenshots of docs/walkthrough.md's second part
@@ -85,8 +88,36 @@ func TestFleetScenario(t *testing.T) {
 			t.Fatalf("a reset not written by this run: %q (another scenario ran at the same time?)", e.Text)
 		}
 	}
+	checkOverviewShares(t, url)
 	walkFleet(t, url, resets)
 	renameNode(t, heatscope, cfg, m, url, filepath.Join(dir, "healthy-d"))
+}
+
+// checkOverviewShares runs the overview's property test on every node of
+// the fleet, real recordings with the overhead guard on: at steps of 1, 7,
+// 10, 13 and 20 s from a start off every step, no cell is above 1 and
+// every cell agrees with /api/percpu for its node (sharecheck.Shares).
+func checkOverviewShares(t *testing.T, base string) {
+	var nodes []struct {
+		Name        string
+		First, Last float64
+	}
+	getJSONInto(t, base+"/api/nodes", &nodes)
+	for _, n := range nodes {
+		// the longest period the node recorded at (the guard may have
+		// lowered the rate)
+		var sources []struct {
+			PeriodNs int64 `json:"periodNs"`
+		}
+		getJSONInto(t, base+"/api/sources?node="+n.Name, &sources)
+		period := time.Second / 99
+		for _, s := range sources {
+			period = max(period, time.Duration(s.PeriodNs))
+		}
+		from, to := time.UnixMilli(int64(n.First*1e3)-300), time.UnixMilli(int64(n.Last*1e3)+500)
+		highest := sharecheck.Shares(t, base, n.Name, from, to, period, nil)
+		t.Logf("%s: overview cells checked from %s to %s, highest busiest share %.4f", n.Name, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), highest)
+	}
 }
 
 // renameNode starts healthy-d's data directory again as healthy-d2 for a
