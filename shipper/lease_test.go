@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/shipper"
@@ -118,7 +120,34 @@ func TestNodeLease(t *testing.T) {
 	if got := srv.Objects("fleet/a/blocks/"); len(got) != 0 {
 		t.Fatalf("a shipper without the lease uploaded %q", got)
 	}
-	_ = third
+	if v := leaseHeld(t, sh); v != 0 {
+		t.Errorf("heatscope_shipper_node_lease_held = %v without the lease, want 0", v)
+	}
+	holder, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "a", Lease: third, Logger: slog.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := leaseHeld(t, holder); v != 1 {
+		t.Errorf("heatscope_shipper_node_lease_held = %v with the lease, want 1", v)
+	}
+}
+
+// leaseHeld reads heatscope_shipper_node_lease_held from sh's metrics.
+func leaseHeld(t *testing.T, sh *shipper.Shipper) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(sh.Collector(nil))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "heatscope_shipper_node_lease_held" {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no heatscope_shipper_node_lease_held")
+	return -1
 }
 
 // TestLeaseCopiedDirectory: a holder with this directory's instance id on

@@ -26,10 +26,11 @@ var (
 	descPending  = prometheus.NewDesc("heatscope_shipper_pending_blocks", "Blocks written locally and not yet in the bucket.", nil, nil)
 	descLag      = prometheus.NewDesc("heatscope_shipper_lag_seconds", "Seconds from the newest sample in the bucket to now (no sample shipped yet: not reported).", nil, nil)
 	descLost     = prometheus.NewDesc("heatscope_shipper_blocks_lost_total", "Blocks the local size limit or a full disk deleted before they were shipped.", nil, nil)
+	descLease    = prometheus.NewDesc("heatscope_shipper_node_lease_held", "1 while this recorder holds its node name's lease in the bucket, 0 while it does not (another recorder took the name, or the bucket did not answer for the lease's TTL): nothing is shipped then. Absent without a lease.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUploads, descFailures, descBlocks, descBytes, descPending, descLag, descLost} {
+	for _, d := range []*prometheus.Desc{descUploads, descFailures, descBlocks, descBytes, descPending, descLag, descLost, descLease} {
 		ch <- d
 	}
 	c.s.delays.Describe(ch)
@@ -47,6 +48,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.lost != nil {
 		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(c.lost()))
+	}
+	if l := c.s.opts.Lease; l != nil {
+		held := 0.0
+		if l.Held() == nil {
+			held = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLease, prometheus.GaugeValue, held)
 	}
 	c.s.delays.Collect(ch)
 }
