@@ -205,6 +205,9 @@ func (r *Recorder) SetFrequency(hz int) error {
 	if err := r.prof.SetFrequency(hz); err != nil {
 		return err
 	}
+	// After the ioctls: a sample taken before then closes an old-period
+	// interval, and the first at the new period comes a new period after
+	// its CPU's ioctl, long after this.
 	r.changeMu.Lock()
 	r.change = periodChange{at: time.Now().UnixNano(), from: from, to: r.PeriodNs()}
 	r.changeMu.Unlock()
@@ -213,16 +216,22 @@ func (r *Recorder) SetFrequency(hz int) error {
 
 // PeriodAt is the sampling period, in nanoseconds of CPU time, of a
 // sample taken at wall time t (Unix ns), as far as the last frequency
-// change goes: the new period takes effect at each CPU's next overflow,
-// so a sample taken up to one old period after the change still closes an
-// interval of the old period. Samples read from the ring after a change
-// were often taken before it: what they weigh follows their own time, not
-// the time they are read.
+// change goes: the old period before the change, the new one from it.
+// Changing an event's period (PERF_EVENT_IOC_PERIOD) restarts its timer
+// at the new period: after a raise from 2 to 99 Hz each CPU's next sample
+// came 10 ms later, not at the old 500 ms schedule, and weighing the
+// samples of one old period after the change at the old period made a
+// CPU's 400 ms hold 19.5 s of CPU time (TestPeriodAfterARaise; the
+// guard's 24 to 99 Hz: four samples of 41.7 ms in 40 ms). The first
+// sample after the change closes the new period and what was left of the
+// old: weighed at the new, it is counted short, never over. Samples read
+// from the ring after a change were often taken before it: what they
+// weigh follows their own time, not the time they are read.
 func (r *Recorder) PeriodAt(t int64) int64 {
 	r.changeMu.Lock()
 	c := r.change
 	r.changeMu.Unlock()
-	if c.at != 0 && t < c.at+c.from {
+	if c.at != 0 && t < c.at {
 		return c.from
 	}
 	return r.PeriodNs()
