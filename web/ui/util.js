@@ -8,6 +8,7 @@
 export async function getJSON(path, params, signal) {
   const url = params ? path + '?' + params.toString() : path;
   const resp = await fetch(url, { signal, headers: { Accept: 'application/json' } });
+  noteWarnings(path, resp);
   let body;
   try {
     const text = await resp.text();
@@ -32,6 +33,7 @@ export async function getJSON(path, params, signal) {
 // before it is decoded, it sets the performance mark "received PATH".
 export async function getBinary(path, params, signal) {
   const resp = await fetch(path + '?' + params.toString(), { signal, headers: { Accept: 'application/octet-stream' } });
+  noteWarnings(path, resp);
   let buf;
   try {
     buf = await resp.arrayBuffer();
@@ -53,6 +55,53 @@ export async function getBinary(path, params, signal) {
     throw e;
   }
   return buf;
+}
+
+// apiWarnings holds, per API path, the Warning headers of its last answer
+// (data skipped as unreadable, a bucket that does not answer, so the data
+// may be stale): the banner #api-warnings at the top of the page shows
+// them, so that no gap is silent in the UI either.
+const apiWarnings = new Map();
+
+// noteWarnings keeps the Warning headers of path's answer and shows them.
+function noteWarnings(path, resp) {
+  const texts = parseWarnings(resp.headers.get('Warning') || '');
+  if (texts.length) apiWarnings.set(path, texts);
+  else apiWarnings.delete(path);
+  showWarnings();
+}
+
+// parseWarnings returns the texts of a Warning header, its values joined
+// by ", " as fetch joins them: each is 199 heatscope "text" (RFC 7234),
+// the text's quotes and backslashes escaped.
+function parseWarnings(header) {
+  const out = [];
+  const re = /\d{3} \S+ "((?:[^"\\]|\\.)*)"/g;
+  let m;
+  while ((m = re.exec(header)) !== null) out.push(m[1].replace(/\\(.)/g, '$1'));
+  return out;
+}
+
+// maxShownWarnings bounds the banner's lines.
+const maxShownWarnings = 5;
+
+// showWarnings shows every path's warnings, each once, in the banner,
+// and hides it when there are none.
+function showWarnings() {
+  const texts = [...new Set([...apiWarnings.values()].flat())];
+  let el = document.getElementById('api-warnings');
+  if (!el) {
+    if (!texts.length) return;
+    el = document.createElement('div');
+    el.id = 'api-warnings';
+    el.setAttribute('role', 'status');
+    Object.assign(el.style, { background: '#fff3cd', color: '#664d03', borderBottom: '1px solid #e0c36c',
+      padding: '4px 8px', font: '13px sans-serif', whiteSpace: 'pre-line' });
+    document.body.prepend(el);
+  }
+  el.hidden = !texts.length;
+  const more = texts.length > maxShownWarnings ? `\n… and ${texts.length - maxShownWarnings} more` : '';
+  el.textContent = texts.length ? 'Warning: ' + texts.slice(0, maxShownWarnings).join('\nWarning: ') + more : '';
 }
 
 // sizeCanvas gives a canvas a size in CSS pixels, backed by device pixels,
