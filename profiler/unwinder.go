@@ -132,6 +132,23 @@ type fileKey struct {
 	mtimeNs  int64
 }
 
+// mappedID is a mapped file as /proc/PID/maps names it: device and inode.
+type mappedID struct{ dev, ino uint64 }
+
+// identity is what a stat(2) of a mapped file said, and when.
+type identity struct {
+	key fileKey
+	at  time.Time
+}
+
+// identityTTL is how long a stat of a mapped file stands for every
+// mapping of the same device and inode: under churn each new process
+// maps the same few files, and a stat of each through /proc/PID/root was
+// a fifth of the unwinder's CPU (bench/churn, 500 new processes a
+// second). A file rewritten in place (its size or modification time
+// changed, the same inode) is seen within this long.
+const identityTTL = 10 * time.Second
+
 // execSegment is an executable PT_LOAD of a binary.
 type execSegment struct{ off, vaddr, filesz uint64 }
 
@@ -233,7 +250,9 @@ type unwinder struct {
 	wg   sync.WaitGroup
 
 	// Owned by the worker goroutine.
-	files  map[fileKey]*mappedFile
+	files map[fileKey]*mappedFile
+	// idents holds the recent stats of mapped files (identityTTL).
+	idents map[mappedID]identity
 	loaded map[string]*loadedTable
 	failed map[string]bool
 	// deferred holds the tables there was no room for, and when: they
@@ -619,6 +638,12 @@ func (u *unwinder) takeEach(now time.Time, byReader bool) error {
 // process's heat, so that the build order follows what is sampled now.
 func (u *unwinder) sweep() {
 	u.forgetExited()
+	now := time.Now()
+	for id, ident := range u.idents {
+		if now.Sub(ident.at) >= identityTTL {
+			delete(u.idents, id)
+		}
+	}
 	for pid, n := range u.heat {
 		_, known := u.procList[pid]
 		_, asked := u.asks[pid]
@@ -675,11 +700,13 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 	if u.recentMaps != nil {
 		maps, shared = u.recentMaps(nil, pid, since)
 	}
+	usage := shared
 	if !shared {
 		var err error
 		if maps, err = symbolize.ReadExecMappings(root + "/maps"); err != nil {
 			return err // gone, most often
 		}
+		usage = u.takeUse(pid, maps)
 	}
 	u.mu.Lock()
 	u.stats.MapsReads++
@@ -687,12 +714,53 @@ func (u *unwinder) process(pid uint32, a ask, now time.Time) error {
 		u.stats.MapsShared++
 	}
 	u.mu.Unlock()
-	st := &procState{mm: a.mm, read: now, asked: a.since, root: root, maps: maps, usage: shared}
+	st := &procState{mm: a.mm, read: now, asked: a.since, root: root, maps: maps, usage: usage}
 	if old != nil && old.mm == a.mm {
 		st.asked, st.ready = old.asked, old.ready
 	}
 	u.procList[pid] = st
 	return u.writeEntry(pid, st, now)
+}
+
+// takeUse marks the mappings of maps, just read from /proc, that the
+// symbolizer's earlier read of the process's mappings says its stacks
+// passed through (symbolize.ExecMapping.Used), and reports whether the
+// symbolizer had read the same image (its mappings all among these). A process whose mappings the unwinder read
+// itself (the symbolizer's read was older than its request) used to get
+// the tables of all its mappings: a browser's hundred libraries, though
+// its stacks passed through a few; now, like one whose read it was handed,
+// only of those the stacks passed through (checkUse queues the others
+// once a stack does).
+func (u *unwinder) takeUse(pid uint32, maps []symbolize.ExecMapping) bool {
+	if u.recentMaps == nil {
+		return false
+	}
+	theirs, ok := u.recentMaps(u.useBuf[:0], pid, time.Time{})
+	u.useBuf = theirs[:0]
+	if !ok {
+		return false
+	}
+	// Only a read of the same image says anything: each of its mappings
+	// must be among these (a dlopen since adds some; an exec replaces
+	// them, and then every mapping may get its table, as before).
+	for _, m := range theirs {
+		if !slices.ContainsFunc(maps, func(e symbolize.ExecMapping) bool { return sameMapping(e, m) }) {
+			return false
+		}
+	}
+	for i := range maps {
+		m := &maps[i]
+		j, found := slices.BinarySearchFunc(theirs, m.Start, func(e symbolize.ExecMapping, start uint64) int { return cmp.Compare(e.Start, start) })
+		if found && theirs[j].Used && sameMapping(theirs[j], *m) {
+			m.Used = true
+		}
+	}
+	return true
+}
+
+// sameMapping reports whether two reads show the same mapping.
+func sameMapping(a, b symbolize.ExecMapping) bool {
+	return a.Start == b.Start && a.End == b.End && a.Offset == b.Offset && a.Path == b.Path
 }
 
 // checkUse looks, for a process just sampled whose entry leaves out
@@ -752,7 +820,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 			// A table already loaded serves any mapping of its file;
 			// one to build, only a mapping the stacks pass through.
 			build := !st.usage || m.Used
-			t, bias, state := u.tableFor(pid, st.root+"/root"+m.Path, m.Offset, m.Start, build, now)
+			t, bias, state := u.tableFor(pid, st.root+"/root"+m.Path, mappedID{m.Dev, m.Inode}, m.Offset, m.Start, build, now)
 			switch state {
 			case tableLoaded:
 				um.Table, um.Rows, um.Bias = t.id, t.rows, bias
@@ -1011,16 +1079,16 @@ const (
 	tableUnused          // queued, not to be built for this process: no stack passed through it
 )
 
-// tableFor returns the loaded table of the file at path and the load bias
-// of its mapping at file offset off, address start; or queues the table
-// for build, process pid waiting for it, to be built only once a waiter
-// has build set (its stacks passed through the mapping).
-func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, build bool, now time.Time) (*loadedTable, uint64, int) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+// tableFor returns the loaded table of the file at path (the mapping's
+// file id, from the maps) and the load bias of its mapping at file offset
+// off, address start; or queues the table for build, process pid waiting
+// for it, to be built only once a waiter has build set (its stacks passed
+// through the mapping).
+func (u *unwinder) tableFor(pid uint32, path string, id mappedID, off, start uint64, build bool, now time.Time) (*loadedTable, uint64, int) {
+	fk, ok := u.fileKeyOf(path, id, now)
+	if !ok {
 		return nil, 0, tableNone
 	}
-	fk := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}
 	b, ok := u.files[fk]
 	if !ok {
 		b = u.readBinary(path, fk)
@@ -1069,6 +1137,26 @@ func (u *unwinder) tableFor(pid uint32, path string, off, start uint64, build bo
 	}
 	t.lastUsed = now
 	return t, start - off + seg.off - seg.vaddr, tableLoaded
+}
+
+// fileKeyOf names the file at path, mapped as id: from a stat of it within
+// identityTTL of any mapping of the same file, else from a stat now.
+func (u *unwinder) fileKeyOf(path string, id mappedID, now time.Time) (fileKey, bool) {
+	if ident, ok := u.idents[id]; ok && id.ino != 0 && now.Sub(ident.at) < identityTTL {
+		return ident.key, true
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileKey{}, false
+	}
+	fk := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}
+	if id.ino != 0 {
+		if u.idents == nil {
+			u.idents = map[mappedID]identity{}
+		}
+		u.idents[id] = identity{key: fk, at: now}
+	}
+	return fk, true
 }
 
 // readBinary reads a file's executable segments and names its table.

@@ -207,9 +207,9 @@ func TestRecentExecMappings(t *testing.T) {
 	}
 	s.Observe(pid, "dbus-daemon")
 	want := []ExecMapping{
-		{Start: 0x400000, End: 0x452000, Path: "/usr/bin/dbus-daemon"},
+		{Start: 0x400000, End: 0x452000, Dev: 0x802, Inode: 173521, Path: "/usr/bin/dbus-daemon"},
 		{Start: 0x7f2c56000000, End: 0x7f2c56021000},
-		{Start: 0x7f2c5a000000, End: 0x7f2c5a020000, Offset: 0x2000, Path: "/usr/lib/libgone.so", Deleted: true},
+		{Start: 0x7f2c5a000000, End: 0x7f2c5a020000, Offset: 0x2000, Dev: 0x802, Inode: 99, Path: "/usr/lib/libgone.so", Deleted: true},
 		{Start: 0x7ffe0c5f6000, End: 0x7ffe0c5f8000, Path: "[vdso]"},
 	}
 	dst := []ExecMapping{{Start: 1}} // appended to

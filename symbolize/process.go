@@ -109,6 +109,9 @@ type ExecMapping struct {
 	Start, End uint64
 	// Offset is the file offset mapped at Start.
 	Offset uint64
+	// Dev and Inode identify the mapped file (Dev encoded as stat(2)'s
+	// st_dev); 0 for anonymous memory.
+	Dev, Inode uint64
 	// Path is the mapped file's path, empty for anonymous memory, or a
 	// name such as "[vdso]".
 	Path string
@@ -135,7 +138,7 @@ func ReadExecMappings(path string) ([]ExecMapping, error) {
 	}
 	out := make([]ExecMapping, len(maps))
 	for i, m := range maps {
-		out[i] = ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Path: m.path, Deleted: m.deleted}
+		out[i] = ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Dev: m.dev, Inode: m.inode, Path: m.path, Deleted: m.deleted}
 	}
 	return out, nil
 }
@@ -161,7 +164,7 @@ func (s *Symbolizer) RecentExecMappings(dst []ExecMapping, pid uint32, since tim
 	}
 	for i := range p.maps {
 		m := &p.maps[i]
-		dst = append(dst, ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Path: m.path, Deleted: m.deleted, Used: m.loaded})
+		dst = append(dst, ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Dev: m.dev, Inode: m.inode, Path: m.path, Deleted: m.deleted, Used: m.loaded})
 	}
 	return dst, true
 }

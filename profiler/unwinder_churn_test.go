@@ -1,0 +1,89 @@
+package profiler
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/symbolize"
+)
+
+// TestMappedFileStatShared: within identityTTL a mapped file's stat serves
+// every mapping of the same device and inode (the path is not looked at
+// again); after it, the file is looked at again; a mapping without an
+// inode is always looked at.
+func TestMappedFileStatShared(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lib.so")
+	if err := os.WriteFile(path, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	id := mappedID{dev: st.Dev, ino: st.Ino}
+	u := &unwinder{}
+	now := time.Now()
+	first, ok := u.fileKeyOf(path, id, now)
+	if !ok || first.ino != st.Ino || first.size != st.Size {
+		t.Fatalf("fileKeyOf = %+v, %v; want the file's", first, ok)
+	}
+	gone := filepath.Join(t.TempDir(), "another-process-root", "lib.so")
+	if got, ok := u.fileKeyOf(gone, id, now.Add(identityTTL/2)); !ok || got != first {
+		t.Errorf("within identityTTL, another path to the same file: %+v, %v; want the first stat's %+v", got, ok, first)
+	}
+	if _, ok := u.fileKeyOf(gone, id, now.Add(identityTTL)); ok {
+		t.Error("after identityTTL the missing path was not looked at")
+	}
+	if _, ok := u.fileKeyOf(gone, mappedID{}, now); ok {
+		t.Error("a mapping without an inode took another file's stat")
+	}
+}
+
+// TestOwnReadTakesSymbolizersUse: a process whose mappings the unwinder
+// read itself (the symbolizer's read was older than its request) gets the
+// tables of the mappings its stacks passed through, as the symbolizer's
+// older read says, not of all of them.
+func TestOwnReadTakesSymbolizersUse(t *testing.T) {
+	bpftest.Require(t)
+	procs := newProcsMap(t, 4)
+	pid, maps := sleepWithLibc(t)
+	exe := slices.IndexFunc(maps, func(m symbolize.ExecMapping) bool { return strings.HasSuffix(m.Path, "/sleep") })
+	if exe < 0 {
+		t.Fatalf("no sleep among the mappings %+v", maps)
+	}
+	theirs := slices.Clone(maps)
+	theirs[exe].Used = true
+	u := &unwinder{
+		procs: procs, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
+		procList: map[uint32]*procState{}, files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{},
+		failed: map[string]bool{}, deferred: map[string]time.Time{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{},
+		recentMaps: func(dst []symbolize.ExecMapping, _ uint32, since time.Time) ([]symbolize.ExecMapping, bool) {
+			if !since.IsZero() {
+				return dst, false // read before the request: the unwinder reads /proc
+			}
+			return append(dst, theirs...), true
+		},
+	}
+	if err := u.process(pid, ask{mm: 1, since: time.Now()}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if u.stats.MapsShared != 0 {
+		t.Fatalf("the symbolizer's read was handed on (%d), want the unwinder's own", u.stats.MapsShared)
+	}
+	var queued []string
+	for _, job := range u.queue {
+		if p, ok := job.waiters[pid]; ok && !job.unusedBy[pid] {
+			queued = append(queued, filepath.Base(p))
+		}
+	}
+	if len(queued) != 1 || queued[0] != "sleep" {
+		t.Errorf("tables queued for %v, want sleep's alone", queued)
+	}
+}
