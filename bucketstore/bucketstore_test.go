@@ -244,31 +244,11 @@ func TestEventsAcrossNodes(t *testing.T) {
 	m := miniotest.Start(t)
 	bkt := m.Open("")
 	for i, node := range []string{"node-a", "node-b"} {
-		dir := t.TempDir()
-		db, err := store.Open(dir, store.Options{Source: node, Node: node, Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		var evs []events.Event
 		for j := range 3 {
-			e := events.Event{Time: start + int64(i*10+j)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"}
-			if err := db.AppendEvent(e); err != nil {
-				t.Fatal(err)
-			}
+			evs = append(evs, events.Event{Time: start + int64(i*10+j)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"})
 		}
-		db.Close()
-		segs, err := os.ReadDir(filepath.Join(dir, "events"))
-		if err != nil || len(segs) == 0 {
-			t.Fatalf("no event segment written: %v", err)
-		}
-		for _, s := range segs {
-			b, err := os.ReadFile(filepath.Join(dir, "events", s.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bkt.Upload(context.Background(), node+"/events/"+s.Name(), bytes.NewReader(b)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		miniotest.UploadEvents(t, bkt, node, evs)
 	}
 	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
 	if err != nil {

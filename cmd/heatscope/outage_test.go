@@ -2,13 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,38 +13,16 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
-	"github.com/heatscope/heatscope/store"
 )
 
-// uploadEvents writes n kernel-log events of node into a data directory
-// and uploads its event segments as the shipper does.
+// uploadEvents uploads n kernel-log events of node, as its shipper does.
 func uploadEvents(t *testing.T, bkt *bucket.Bucket, node string, n int) {
 	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var evs []events.Event
 	for i := range n {
-		e := events.Event{Time: fleetStart + int64(i)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"}
-		if err := db.AppendEvent(e); err != nil {
-			t.Fatal(err)
-		}
+		evs = append(evs, events.Event{Time: fleetStart + int64(i)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"})
 	}
-	db.Close()
-	segs, err := os.ReadDir(filepath.Join(dir, "events"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no event segment written: %v", err)
-	}
-	for _, s := range segs {
-		b, err := os.ReadFile(filepath.Join(dir, "events", s.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bkt.Upload(context.Background(), node+"/events/"+s.Name(), bytes.NewReader(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	miniotest.UploadEvents(t, bkt, node, evs)
 }
 
 // answer is one HTTP answer: its status, Warning headers and body.

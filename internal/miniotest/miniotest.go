@@ -43,6 +43,7 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -582,4 +583,36 @@ func UploadBlocks(t testing.TB, bkt objstore.Bucket, node, dir string) []string 
 		ids = append(ids, e.Name())
 	}
 	return ids
+}
+
+// UploadEvents appends evs to a new data directory of node and puts its
+// event segments into bkt under node, as the recorder's shipper does.
+func UploadEvents(t testing.TB, bkt objstore.Bucket, node string, evs []events.Event) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{Source: node, Node: node, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if err := db.AppendEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, err := os.ReadDir(filepath.Join(dir, "events"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no event segment written: %v", err)
+	}
+	for _, s := range segs {
+		b, err := os.ReadFile(filepath.Join(dir, "events", s.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bkt.Upload(context.Background(), node+"/events/"+s.Name(), bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
