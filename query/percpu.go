@@ -1,9 +1,11 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/heatscope/heatscope/store"
@@ -16,10 +18,15 @@ type PerCPU struct {
 	// is each step's length in seconds.
 	Start float64 `json:"start"`
 	Step  float64 `json:"step"`
-	// CPUs lists the CPU numbers that have samples, ascending.
-	CPUs []uint32 `json:"cpus"`
-	// Counts holds the counts, Counts[cpu index][step index], the CPU
-	// index being the position in CPUs. Step i covers
+	// CPUs lists the CPU numbers that have samples, ascending, one row
+	// each; Nodes the node of each row. Samples of several nodes are
+	// never added into one CPU: each node's CPU is a row of its own, by
+	// node then CPU (CPU 0 of two nodes, each busy, is two rows 100%
+	// busy, not one 200%).
+	CPUs  []uint32 `json:"cpus"`
+	Nodes []string `json:"nodes"`
+	// Counts holds the counts, Counts[row][step index], the row being
+	// the position in CPUs and Nodes. Step i covers
 	// [Start + i·Step, Start + (i+1)·Step); the last may be partial.
 	// Counts depend on the sampling rate: show CPU instead.
 	Counts [][]int `json:"counts"`
@@ -42,8 +49,9 @@ const (
 // from more than MaxPerCPUs CPUs: filter on fewer.
 var ErrTooManyCPUs = errors.New("too many CPUs")
 
-// PerCPUOf counts the samples in r that pass f per CPU and per step of
-// step nanoseconds, from r.From, and sums the CPU time they stand for.
+// PerCPUOf counts the samples in r that pass f per node and CPU and per
+// step of step nanoseconds, from r.From, and sums the CPU time they stand
+// for.
 func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, step int64) (*PerCPU, store.Warnings, error) {
 	if step < 1 {
 		return nil, nil, fmt.Errorf("per-CPU: step %d ns, want at least 1", step)
@@ -65,18 +73,22 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 		cpuNs  []int64
 		last   int64 // the time of the CPU's last sample
 	}
-	rows := map[uint32]*row{}
+	type nodeCPU struct {
+		node string
+		cpu  uint32
+	}
+	rows := map[nodeCPU]*row{}
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		w := b.Weight()
 		for _, i := range b.Rows {
-			cpu := b.T.CPU[i]
-			rw, ok := rows[cpu]
+			key := nodeCPU{b.Node, b.T.CPU[i]}
+			rw, ok := rows[key]
 			if !ok {
 				if len(rows) == MaxPerCPUs {
 					return fmt.Errorf("per-CPU: %w: samples from more than %d CPUs", ErrTooManyCPUs, MaxPerCPUs)
 				}
 				rw = &row{counts: make([]int, steps), cpuNs: make([]int64, steps)}
-				rows[cpu] = rw
+				rows[key] = rw
 			}
 			t := b.T.Time[i]
 			if s := (t - r.From) / step; s >= 0 && s < n {
@@ -90,14 +102,13 @@ func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter,
 	if err != nil {
 		return nil, warnings, err
 	}
-	p := &PerCPU{Start: seconds(r.From), Step: float64(step) / 1e9, CPUs: make([]uint32, 0, len(rows)), Counts: make([][]int, 0, len(rows)),
-		Unit: UnitCPUSeconds, CPU: make([][]float64, 0, len(rows))}
-	for cpu := range rows {
-		p.CPUs = append(p.CPUs, cpu)
-	}
-	slices.Sort(p.CPUs)
-	for _, cpu := range p.CPUs {
-		rw := rows[cpu]
+	p := &PerCPU{Start: seconds(r.From), Step: float64(step) / 1e9, CPUs: make([]uint32, 0, len(rows)), Nodes: make([]string, 0, len(rows)),
+		Counts: make([][]int, 0, len(rows)), Unit: UnitCPUSeconds, CPU: make([][]float64, 0, len(rows))}
+	keys := slices.SortedFunc(maps.Keys(rows), func(a, b nodeCPU) int { return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.cpu, b.cpu)) })
+	for _, key := range keys {
+		p.CPUs = append(p.CPUs, key.cpu)
+		p.Nodes = append(p.Nodes, key.node)
+		rw := rows[key]
 		p.Counts = append(p.Counts, rw.counts)
 		secs := make([]float64, steps)
 		for i, ns := range rw.cpuNs {

@@ -154,5 +154,37 @@ func TestBrowserNodeViewSourceCounts(t *testing.T) {
 	if len(choices) != 2 || choices[1][1] != fmt.Sprintf("vm (%d samples)", aVM.samples+bVM.samples) {
 		t.Errorf("every node's source picker %q, want vm with %d samples", choices, aVM.samples+bVM.samples)
 	}
+	// Its per-CPU view keeps the nodes' CPUs apart, each row named with
+	// its node.
+	rows := eval[[]string](t, b.ctx, `(() => { const d = window.heatscope.percpu(); return d.nodes.map((n, i) => n + ' CPU ' + d.cpus[i]); })()`)
+	if want := []string{"node-a CPU 0", "node-a CPU 1", "node-b CPU 0", "node-b CPU 1"}; !reflect.DeepEqual(rows, want) {
+		t.Errorf("every node's per-CPU rows %q, want %q", rows, want)
+	}
 	b.screenshot("node-view-sources.png")
+}
+
+// TestPerCPUKeepsNodesApart: /api/percpu of source "vm", which node-a and
+// node-b both recorded, from 10 to 30 s where both did, has a row per
+// node and CPU: CPU 0 of two nodes busy all the time is two rows of 100%,
+// not one of 200%.
+func TestPerCPUKeepsNodesApart(t *testing.T) {
+	fx, recs := sharedSourceFleet(t)
+	from := float64(recs[1].first)/1e9 + 1
+	var pc struct {
+		Step  float64     `json:"step"`
+		CPUs  []uint32    `json:"cpus"`
+		Nodes []string    `json:"nodes"`
+		CPU   [][]float64 `json:"cpu"`
+	}
+	apitest.GetJSON(t, fmt.Sprintf("%s/api/percpu?source=vm&idle=include&step=1s&from=%.3f&to=%.3f", fx.url, from, from+15), &pc)
+	if want := []string{"node-a", "node-a", "node-b", "node-b"}; !reflect.DeepEqual(pc.Nodes, want) || !reflect.DeepEqual(pc.CPUs, []uint32{0, 1, 0, 1}) {
+		t.Fatalf("rows: nodes %q, CPUs %v; want %q and CPUs 0, 1, 0, 1", pc.Nodes, pc.CPUs, want)
+	}
+	for i, row := range pc.CPU {
+		for j, sec := range row {
+			if sec > pc.Step+1e-9 || sec < 0.9*pc.Step {
+				t.Errorf("%s CPU %d step %d: %.6f s of CPU time in %g s, want the whole step (never idle) and no more", pc.Nodes[i], pc.CPUs[i], j, sec, pc.Step)
+			}
+		}
+	}
 }
