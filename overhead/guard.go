@@ -75,6 +75,15 @@ type Config struct {
 	MaxEpisode time.Duration
 	// Logger receives every change (default slog.Default()).
 	Logger *slog.Logger
+	// Shedder, when not nil, is work the Guard gives up the first time
+	// the cost is over the budget, instead of halving the frequency (it
+	// halves it at the next window over the budget), and takes up again
+	// once the cost has stayed low at the target frequency (shed.go).
+	Shedder Shedder
+	// OnShed, when not nil, is called each time the Guard gives the
+	// Shedder's work up or takes it up again (e.g. to record it as an
+	// event).
+	OnShed func(Shedding)
 }
 
 // Defaults.
@@ -103,7 +112,14 @@ type Guard struct {
 	now     func() time.Time
 
 	changes atomic.Uint64
-	judged  atomic.Uint64 // windows judged
+	judged  atomic.Uint64
+	// shed is whether the Shedder's work is given up now (shedNow for
+	// other goroutines), shedWhat what it is, sheds how many times it
+	// was given up.
+	shed     bool
+	shedNow  atomic.Bool
+	shedWhat string
+	sheds    atomic.Uint64 // windows judged
 	// lastShare is the last window's cost in percent of one CPU (as
 	// float64 bits).
 	lastShare atomic.Uint64
@@ -218,6 +234,11 @@ func (g *Guard) Observe(share float64) {
 	now := g.now()
 	g.cutEpisode(now)
 	cur := g.sampler.Frequency()
+	acted := g.shedFirst(now, cur, share)
+	g.shedNow.Store(g.shed)
+	if acted {
+		return
+	}
 	next, reason := g.decide(cur, share)
 	if next == cur {
 		return

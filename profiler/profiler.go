@@ -660,6 +660,28 @@ func (p *Profiler) fallBack(check string, err error) error {
 // Frequency returns the sampling frequency in Hz now.
 func (p *Profiler) Frequency() int { return int(p.frequency.Load()) }
 
+// ShedTables stops loading the unwind tables of binaries that have none
+// loaded yet, and says what was given up: the work worth least when the
+// agent is over its budget (overhead.Shedder), since their processes'
+// stacks are walked with frame pointers meanwhile (whole where the code
+// keeps them) while the tables loaded keep serving every process that
+// maps their binaries. False when user stacks are not walked with tables.
+func (p *Profiler) ShedTables() (string, bool) {
+	if p.unwinder == nil {
+		return "", false
+	}
+	p.unwinder.shed.Store(true)
+	return "unwind tables not loaded yet (their processes' stacks walked with frame pointers)", true
+}
+
+// RestoreTables loads unwind tables again after ShedTables.
+func (p *Profiler) RestoreTables() {
+	if p.unwinder != nil {
+		p.unwinder.shed.Store(false)
+		p.unwinder.kick()
+	}
+}
+
 // LastRead returns when the ring was last read: a Run loop that stopped
 // reading (stuck sink, dead goroutine) shows as an old time.
 func (p *Profiler) LastRead() time.Time { return time.Unix(0, p.lastDrain.Load()) }

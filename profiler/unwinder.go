@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -248,6 +249,9 @@ type unwinder struct {
 	wake chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
+	// shed is set while no table is to be built or read
+	// (Profiler.ShedTables): the queue waits.
+	shed atomic.Bool
 
 	// Owned by the worker goroutine.
 	files map[fileKey]*mappedFile
@@ -1009,7 +1013,7 @@ func (j *buildJob) cost() uint64 {
 // buildBudget (at least one), and rewrites the entries of the processes
 // that waited for each as soon as it is in.
 func (u *unwinder) build(now time.Time) {
-	if len(u.queue) == 0 {
+	if len(u.queue) == 0 || u.shed.Load() {
 		return
 	}
 	start := time.Now()

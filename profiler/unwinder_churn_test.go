@@ -87,3 +87,27 @@ func TestOwnReadTakesSymbolizersUse(t *testing.T) {
 		t.Errorf("tables queued for %v, want sleep's alone", queued)
 	}
 }
+
+// TestShedTablesHoldsTheQueue: while tables are shed (the overhead guard
+// gave them up) the build queue is left alone; restored, it is worked
+// through again (here: a job whose waiters are gone is dropped).
+func TestShedTablesHoldsTheQueue(t *testing.T) {
+	u := &unwinder{procList: map[uint32]*procState{}, heat: map[uint32]uint64{},
+		queue: map[string]*buildJob{"build-id:0123456789abcdef": {waiters: map[uint32]string{42: "/gone"}, unusedBy: map[uint32]bool{}}}}
+	p := &Profiler{unwinder: u}
+	if what, ok := p.ShedTables(); !ok || what == "" {
+		t.Fatalf("ShedTables = %q, %v; want the work named", what, ok)
+	}
+	u.build(time.Now())
+	if len(u.queue) != 1 {
+		t.Fatalf("the queue was worked through while shed: %d jobs left, want 1", len(u.queue))
+	}
+	u.shed.Store(false) // RestoreTables, without a worker to kick
+	u.build(time.Now())
+	if len(u.queue) != 0 {
+		t.Errorf("restored: %d jobs left, want the one without waiters dropped", len(u.queue))
+	}
+	if _, ok := (&Profiler{}).ShedTables(); ok {
+		t.Error("ShedTables without the table walk said it gave up work")
+	}
+}

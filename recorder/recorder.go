@@ -196,6 +196,14 @@ func (r *Recorder) Counters() (profiler.Stats, error) { return r.prof.Counters()
 // PeriodNs is the sampling period now, in nanoseconds of CPU time.
 func (r *Recorder) PeriodNs() int64 { return int64(1e9) / int64(r.prof.Frequency()) }
 
+// Shed gives up loading unwind tables not loaded yet, the work the
+// overhead guard gives up before it halves the sampling rate
+// (overhead.Shedder, Profiler.ShedTables).
+func (r *Recorder) Shed() (string, bool) { return r.prof.ShedTables() }
+
+// Restore loads unwind tables again after Shed.
+func (r *Recorder) Restore() { r.prof.RestoreTables() }
+
 // Frequency is the sampling frequency now, in Hz per CPU.
 func (r *Recorder) Frequency() int { return r.prof.Frequency() }
 

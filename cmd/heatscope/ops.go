@@ -69,7 +69,8 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 		return cpu + st.BPFRunTime + st.ExitRunTime, nil
 	}
 	g.busy = overhead.NewBusy(meter)
-	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnEpisode: episodeEvents(db), Busy: g.busy, Warmup: guardWarmup}, rec, meter)
+	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnEpisode: episodeEvents(db), Busy: g.busy, Warmup: guardWarmup,
+		Shedder: rec, OnShed: shedEvents(db)}, rec, meter)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("--max-cpu: %w", err)
@@ -88,6 +89,20 @@ func episodeEvents(db *store.DB) func(overhead.Episode) {
 	return func(ep overhead.Episode) {
 		if err := db.AppendEvent(ep.Event()); err != nil {
 			slog.Warn("store the overhead guard's episode of frequency changes as an event", "err", err)
+		}
+	}
+}
+
+// shedEvents returns the guard's callback that records each time it gave
+// up work (or took it up again) as a system event in db, or nil without a
+// db.
+func shedEvents(db *store.DB) func(overhead.Shedding) {
+	if db == nil {
+		return nil
+	}
+	return func(s overhead.Shedding) {
+		if err := db.AppendEvent(s.Event()); err != nil {
+			slog.Warn("store the overhead guard's shedding of work as an event", "err", err)
 		}
 	}
 }
@@ -135,7 +150,13 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 		share := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatscope_guard_agent_cpu_percent",
 			Help: "The agent's CPU in the overhead guard's last judged window, queries left out, in percent of one CPU (the BPF program's run time included when the kernel keeps it)."},
 			g.LastShare)
-		for _, c := range []prometheus.Collector{collections, judged, share} {
+		shedding := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatscope_guard_work_shed",
+			Help: "1 while the overhead guard has given up work to stay within --max-cpu before lowering the sampling rate (unwind tables not loaded yet: their processes' stacks walked with frame pointers), else 0."},
+			func() float64 { return map[bool]float64{true: 1}[g.Shedding()] })
+		sheds := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_work_sheds_total",
+			Help: "Times the overhead guard gave up work to stay within --max-cpu before lowering the sampling rate."},
+			func() float64 { return float64(g.Sheds()) })
+		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds} {
 			if err := m.Register(c); err != nil {
 				return nil, err
 			}

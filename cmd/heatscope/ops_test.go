@@ -182,28 +182,44 @@ func TestOverheadGuard(t *testing.T) {
 	if v := metricSum(scrape(t, url+"/metrics"), "heatscope_sampling_frequency_hertz"); v != 400 {
 		t.Fatalf("frequency at start = %v, want 400", v)
 	}
-	// The guard decides every 10 s.
-	deadline := time.Now().Add(25 * time.Second)
-	var hz, changes float64
+	// The guard decides every 10 s. With the table walk on, its first
+	// window over the budget gives up loading new unwind tables and keeps
+	// the rate; the next one halves it.
+	deadline := time.Now().Add(45 * time.Second)
+	var hz, changes, sheds float64
 	for time.Now().Before(deadline) {
 		m := scrape(t, url+"/metrics")
 		hz, changes = metricSum(m, "heatscope_sampling_frequency_hertz"), metricSum(m, "heatscope_sampling_frequency_changes_total")
+		sheds = metricSum(m, "heatscope_guard_work_sheds_total")
 		if hz < 400 {
+			if shedNow := metricSum(m, "heatscope_guard_work_shed"); shedNow != sheds {
+				t.Errorf("heatscope_guard_work_shed = %v with %v sheds, want them equal", shedNow, sheds)
+			}
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	if hz != 200 || changes != 1 {
-		t.Fatalf("after the first window: %v Hz, %v changes; want 200 Hz, 1 change\n%s", hz, changes, d.log())
+		t.Fatalf("after the first windows: %v Hz, %v changes; want 200 Hz, 1 change\n%s", hz, changes, d.log())
+	}
+	tableWalk := !strings.Contains(d.log(), "user stacks are walked with frame pointers")
+	if want := map[bool]float64{true: 1}[tableWalk]; sheds != want {
+		t.Errorf("the guard gave up work %v times before halving, want %v (table walk %v)\n%s", sheds, want, tableWalk, d.log())
 	}
 	// The episode of changes is one system event, written when it ends:
-	// here when the recording stops, the rate still lowered.
+	// here when the recording stops, the rate still lowered. The work
+	// given up is one at once.
 	var evs struct {
 		Events []struct{ Text string }
 	}
 	getJSON(t, url+"/api/events?source=heatscope&kind=overhead-guard", &evs)
-	if len(evs.Events) != 0 {
-		t.Errorf("an episode still under way was written as events: %+v", evs.Events)
+	for _, e := range evs.Events {
+		if !strings.HasPrefix(e.Text, "overhead guard: gave up unwind tables") {
+			t.Errorf("an episode still under way was written as an event: %+v", e)
+		}
+	}
+	if len(evs.Events) != int(sheds) {
+		t.Errorf("%d events of the guard before its episode ended, want %v for the work given up: %+v", len(evs.Events), sheds, evs.Events)
 	}
 	time.Sleep(1500 * time.Millisecond) // a progress line at the new frequency
 	// A second change (the budget cannot be met): the episode has two.
@@ -223,8 +239,14 @@ func TestOverheadGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guardEvents, _ := db.Events(store.Range{From: 0, To: math.MaxInt64}, store.EventFilter{Kinds: []string{"overhead-guard"}}, 100)
+	stored, _ := db.Events(store.Range{From: 0, To: math.MaxInt64}, store.EventFilter{Kinds: []string{"overhead-guard"}}, 100)
 	db.Close()
+	var guardEvents []events.Event
+	for _, e := range stored {
+		if e.Labels["shed"] == "" {
+			guardEvents = append(guardEvents, e)
+		}
+	}
 	if len(guardEvents) != 1 {
 		t.Fatalf("%d changes logged, %d overhead-guard events, want one for the episode: %+v", logged, len(guardEvents), guardEvents)
 	}
