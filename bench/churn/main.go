@@ -150,7 +150,7 @@ type result struct {
 	steadyAgent, steadyBPF float64
 	perfSamples            int64
 	expected               float64
-	guard                  []string // the guard's changes, "99 → 49 Hz: reason"
+	guard                  []string // the guard's changes, "99 → 49 Hz: reason", and work given up
 	// workload is the number of the CPU-bound processes' samples, main
 	// the share of them that reach main (-1: no such workload).
 	workload int
@@ -435,14 +435,24 @@ func machineForks() (float64, error) {
 	return 0, fmt.Errorf("/proc/stat: no processes line")
 }
 
-var guardLine = regexp.MustCompile(`msg="sampling frequency changed" from_hz=(\d+) to_hz=(\d+) reason="([^"]*)"`)
+var (
+	guardLine = regexp.MustCompile(`msg="sampling frequency changed" from_hz=(\d+) to_hz=(\d+) reason="([^"]*)"`)
+	shedLine  = regexp.MustCompile(`msg="overhead guard: (gave up work before lowering the sampling rate|took up work again)" work="([^"]*)" reason="([^"]*)"`)
+)
 
-// guardChanges reads the overhead guard's changes in the agent's log.
+// guardChanges reads the overhead guard's changes in the agent's log: of
+// the frequency, and the work it gave up before lowering it.
 func guardChanges(log string) []string {
 	var changes []string
 	for _, line := range strings.Split(log, "\n") {
 		if m := guardLine.FindStringSubmatch(line); m != nil {
 			changes = append(changes, fmt.Sprintf("%s → %s Hz: %s", m[1], m[2], m[3]))
+		} else if m := shedLine.FindStringSubmatch(line); m != nil {
+			verb := "gave up"
+			if strings.HasPrefix(m[1], "took") {
+				verb = "took up again"
+			}
+			changes = append(changes, fmt.Sprintf("%s %s: %s", verb, m[2], m[3]))
 		}
 	}
 	return changes

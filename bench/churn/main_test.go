@@ -13,10 +13,14 @@ func TestGuardChanges(t *testing.T) {
 time=2026-11-27T16:16:16.834Z level=INFO msg="sampling frequency changed" from_hz=99 to_hz=49 reason="agent CPU 1.552% of one CPU is over the 1% budget"
 recording    20s: 4190 samples, 0 dropped, 0 stack errors, 49 Hz
 time=2026-11-27T16:16:26.832Z level=INFO msg="sampling frequency changed" from_hz=49 to_hz=24 reason="agent CPU 1.452% of one CPU is over the 1% budget"
+time=2026-11-27T16:16:36.832Z level=INFO msg="overhead guard: gave up work before lowering the sampling rate" work="unwind tables not loaded yet" reason="agent CPU 1.2% of one CPU is over the 1% budget"
+time=2026-11-27T16:17:36.832Z level=INFO msg="overhead guard: took up work again" work="unwind tables not loaded yet" reason="agent CPU 0.2% of one CPU has stayed under 60% of the 1% budget"
 `
 	want := []string{
 		"99 → 49 Hz: agent CPU 1.552% of one CPU is over the 1% budget",
 		"49 → 24 Hz: agent CPU 1.452% of one CPU is over the 1% budget",
+		"gave up unwind tables not loaded yet: agent CPU 1.2% of one CPU is over the 1% budget",
+		"took up again unwind tables not loaded yet: agent CPU 0.2% of one CPU has stayed under 60% of the 1% budget",
 	}
 	if got := guardChanges(log); !slices.Equal(got, want) {
 		t.Errorf("guardChanges = %q, want %q", got, want)
