@@ -93,7 +93,7 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer bkt.Close()
-	if err := bkt.Check(ctx, ""); err != nil {
+	if err := awaitBucket(ctx, bkt, !*once); err != nil {
 		return err
 	}
 	c, err := bucketcompact.New(bkt, bkt.Name(), opts)
@@ -175,6 +175,40 @@ func runCompact(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			return nil
+		}
+	}
+}
+
+// bucketRetry is how often a long-running compactor started while its
+// bucket does not answer tries it again; bucketCheckTimeout bounds each
+// try.
+const (
+	bucketRetry        = 10 * time.Second
+	bucketCheckTimeout = 10 * time.Second
+)
+
+// awaitBucket checks that the bucket answers and may be listed. A refusal
+// (bucket.Permanent) is an error at once; a bucket that does not answer
+// is one too unless wait is set, when it is tried again every bucketRetry
+// until it answers or ctx is done (nil then: the compactor stops).
+func awaitBucket(ctx context.Context, bkt *bucket.Bucket, wait bool) error {
+	for logged := false; ; logged = true {
+		checkCtx, cancel := context.WithTimeout(ctx, bucketCheckTimeout)
+		err := bkt.Check(checkCtx, "")
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil || !wait || bucket.Permanent(err) {
+			return err
+		}
+		if !logged {
+			slog.Warn("the bucket does not answer: waiting for it", "bucket", bkt.Name(), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(bucketRetry):
 		}
 	}
 }

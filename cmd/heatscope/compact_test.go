@@ -142,3 +142,37 @@ func TestCompactorLockProcesses(t *testing.T) {
 		t.Fatalf("the take-over is not logged:\n%s", standby.log())
 	}
 }
+
+// TestCompactorWaitsForTheBucket starts a long-running compactor while its
+// MinIO does not answer: it waits (a Deployment's pod need not crash in a
+// loop) and takes the lock once MinIO is back; a single pass fails.
+func TestCompactorWaitsForTheBucket(t *testing.T) {
+	srv := miniotest.Start(t)
+	cfg := srv.WriteConfig("waiting")
+	bin := buildHeatscope(t, t.TempDir())
+	srv.Pause()
+	var out, errb bytes.Buffer
+	if code := run([]string{"compact", "--once", "--work-dir", t.TempDir(), "--objstore-config", cfg}, &out, &errb); code != 1 {
+		t.Fatalf("compact --once with the bucket stopped: exit %d, %q; want 1", code, errb.String())
+	}
+	d := startDaemon(t, bin, "compact", "--objstore-config", cfg, "--work-dir", t.TempDir(), "--listen", "")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.log(), "the bucket does not answer: waiting for it") {
+		select {
+		case err := <-d.done:
+			t.Fatalf("the compactor exited while its bucket did not answer: %v\n%s", err, d.log())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the compactor does not say it waits for its bucket:\n%s", d.log())
+		}
+	}
+	srv.Resume()
+	deadline = time.Now().Add(60 * time.Second)
+	for !strings.Contains(d.log(), "holding the bucket's compactor lock") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the compactor did not start once its bucket answered:\n%s", d.log())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
