@@ -42,11 +42,10 @@ type lockRecord struct {
 	Expires int64 `json:"expires,omitempty"`
 }
 
-// versionedBucket is a bucket with conditional writes (package bucket).
+// versionedBucket is a bucket with conditional writes (package bucket),
+// when its provider has them.
 type versionedBucket interface {
-	ReadVersioned(ctx context.Context, name string) ([]byte, string, error)
-	CreateIfAbsent(ctx context.Context, name string, data []byte) (string, error)
-	ReplaceIfVersion(ctx context.Context, name string, data []byte, version string) (string, error)
+	lockObjects
 	ConditionalWrites() bool
 }
 
