@@ -22,7 +22,8 @@
 //
 // For each it prints the agent's CPU (user + system, from its rusage)
 // and the BPF programs' (the sampler's and the exit snapshots', from
-// kernel.bpf_stats_enabled through --bpf-stats), the rate held (samples
+// kernel.bpf_stats_enabled through --bpf-stats; the exit snapshot
+// program's run time per exit apart), the rate held (samples
 // received over those expected: seconds x Hz x CPUs), every change the
 // overhead guard made, the agent's CPU per new process, peak RSS, the
 // share of the CPU-bound processes' samples whose stack reaches main, and
@@ -257,8 +258,8 @@ func (b *bench) printRow(run int, c churnCase, r result, us float64) {
 
 func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess map[string][]float64) {
 	fmt.Printf("\n### Medians (range) per case\n\n")
-	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | agent µs per new process | reach main, %% |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | agent µs per new process | reach main, %% |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cs {
 		rs := all[c.name]
 		stat := func(format string, f func(result) float64) string {
@@ -283,11 +284,17 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 		if v := perProcess[c.name]; len(v) > 0 {
 			perProc = profrun.MedianRange(v, "%.1f")
 		}
-		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s |\n", c.name, c.what,
+		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s |\n", c.name, c.what,
 			stat("%.1f", func(r result) float64 { v, _ := strconv.ParseFloat(r.loadBefore, 64); return v }),
 			stat("%.3f", func(r result) float64 { return 100 * r.agentBPF() / r.sum.Recorded }),
 			stat("%.3f", func(r result) float64 { return 100 * (r.steadyAgent + r.steadyBPF) / r.steadySecs }),
 			stat("%.3f", func(r result) float64 { return 100 * (r.sum.BPFTime + r.sum.ExitTime) / r.sum.Recorded }),
+			stat("%.2f", func(r result) float64 {
+				if r.sum.ExitRuns == 0 {
+					return math.NaN()
+				}
+				return 1e6 * r.sum.ExitTime / float64(r.sum.ExitRuns)
+			}),
 			stat("%.1f", func(r result) float64 { return 100 * float64(r.sum.Received) / r.expected }),
 			changed, len(rs),
 			stat("%.1f", func(r result) float64 { return float64(r.hs.MaxRSS) / 1e6 }),

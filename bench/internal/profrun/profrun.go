@@ -50,6 +50,9 @@ func PerfCmd(duration time.Duration, hz int, out string, callGraph ...string) *e
 // Summary is what heatscope record's summary on stderr says.
 type Summary struct {
 	Received, Dropped, BPFRuns int64
+	// ExitRuns counts the exit snapshot program's runs (0 when it was not
+	// loaded).
+	ExitRuns int64
 	// BPFTime is the sampler program's run time, ExitTime the exit
 	// snapshot program's (0 when it was not loaded), Recorded how long
 	// it recorded; in seconds.
@@ -83,6 +86,9 @@ func ParseSummary(s string) (Summary, error) {
 		{&sum.BPFTime, `BPF program: \d+ runs, ([0-9.]+)s`, false},
 		{&sum.Recorded, `recorded ([0-9.]+)s`, false},
 		{&sum.ExitTime, `exit snapshots: \d+ runs, ([0-9.]+)s`, true},
+	}
+	if m := regexp.MustCompile(`exit snapshots: (\d+) runs`).FindStringSubmatch(s); m != nil {
+		sum.ExitRuns, _ = strconv.ParseInt(m[1], 10, 64)
 	}
 	for _, f := range floats {
 		m := regexp.MustCompile(f.re).FindStringSubmatch(s)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,25 @@ func TestProcessCPUKeepsExitedThreads(t *testing.T) {
 	}
 	if from < 300*time.Millisecond || to < from {
 		t.Fatalf("process CPU %v with the spinning thread, %v after it exited: want at least 300ms, then no less", from, to)
+	}
+}
+
+// TestParseSummary reads heatscope record's summary, with and without the
+// exit snapshot program, and says what is missing.
+func TestParseSummary(t *testing.T) {
+	with := "recorded 30.2s: 4190 samples on 2 CPUs, 3 dropped, 0 kernel and 0 user stack errors\n" +
+		"agent: 0.631s CPU (2.090% of one CPU), peak RSS 69.0 MB; BPF program: 4190 runs, 0.075s (17.9 µs/run, 0.248% of one CPU); exit snapshots: 1017 runs, 0.005s (0.016% of one CPU)\n"
+	got, err := ParseSummary(with)
+	want := Summary{Received: 4190, Dropped: 3, BPFRuns: 4190, ExitRuns: 1017, BPFTime: 0.075, ExitTime: 0.005, Recorded: 30.2}
+	if err != nil || got != want {
+		t.Errorf("ParseSummary = %+v, %v; want %+v", got, err, want)
+	}
+	without := strings.Replace(with, "; exit snapshots: 1017 runs, 0.005s (0.016% of one CPU)", "", 1)
+	want.ExitRuns, want.ExitTime = 0, 0
+	if got, err := ParseSummary(without); err != nil || got != want {
+		t.Errorf("without exit snapshots: %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := ParseSummary("recorded 30.2s: 4190 samples on 2 CPUs, 3 dropped"); err == nil {
+		t.Error("a summary without the BPF program's line: no error")
 	}
 }
