@@ -4,6 +4,7 @@ package browsertest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -62,4 +63,40 @@ func Start(t testing.TB, width, height int, timeout time.Duration) context.Conte
 		t.Fatalf("start chromium: %v", err)
 	}
 	return ctx
+}
+
+// Until is an action that waits, up to timeout, until the JavaScript
+// expression is true in the document the page shows now, testing it on
+// every animation frame. Use it, not chromedp.Poll, after anything that
+// loads a new document (Navigate, Reload, a followed link).
+//
+// chromedp.Poll runs in the execution context chromedp last recorded for
+// the page, and chromedp records a new document's context on a goroutine
+// of its own that can lag behind the load event Navigate waits for: under
+// load Poll then names the previous document's context, which is gone,
+// and fails with "Cannot find context with specified id". Until sends
+// its wait with no context, so the browser runs it in the current
+// document's.
+func Until(expression string, timeout time.Duration) chromedp.Action[chromedp.Void] {
+	wait := fmt.Sprintf(`new Promise((resolve, reject) => {
+		const deadline = performance.now() + %d;
+		const test = () => {
+			try {
+				if (%s) { resolve(true); return; }
+			} catch (e) { reject(e); return; }
+			if (performance.now() >= deadline) { resolve(false); return; }
+			requestAnimationFrame(test);
+		};
+		test();
+	})`, timeout.Milliseconds(), expression)
+	evaluate := chromedp.Evaluate[bool](wait, chromedp.EvalAwaitPromise)
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		switch met, err := evaluate(ctx, t); {
+		case err != nil:
+			return chromedp.Void{}, fmt.Errorf("wait until %s: %w", expression, err)
+		case !met:
+			return chromedp.Void{}, fmt.Errorf("wait until %s: still false after %v", expression, timeout)
+		}
+		return chromedp.Void{}, nil
+	}
 }
