@@ -19,6 +19,7 @@ import (
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/apitest"
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/store"
 )
@@ -91,7 +92,7 @@ func TestBrowserFleetOverview(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	fx := newFixture(t, db, Options{})
 	b := newBrowser(t)
-	fleetReady := chromedp.Poll[chromedp.Void](`document.body.dataset.fleetReady === '1'`, chromedp.WithPollingTimeout(30*time.Second))
+	fleetReady := browsertest.Until(`document.body.dataset.fleetReady === '1'`, 30*time.Second)
 	b.run("open the UI", chromedp.Navigate(fx.url+"/"), settled, fleetReady)
 
 	if page := eval[string](t, b.ctx, `document.body.dataset.page || ''`); page != "fleet" || b.visible("main") {
@@ -264,8 +265,7 @@ func TestBrowserFleetOverview(t *testing.T) {
 	// A click on node-a's saturated cell opens node-a's views there.
 	c := cell("node-a", 15*time.Second, 1)
 	b.run("click node-a's saturated cell", chromedp.MouseClickXY(c.PageX, c.PageY),
-		chromedp.Poll[chromedp.Void](`location.hash.includes('node=node-a') && window.heatscope.heatmap() !== null`,
-			chromedp.WithPollingTimeout(30*time.Second)), settled)
+		browsertest.Until(`location.hash.includes('node=node-a') && window.heatscope.heatmap() !== null`, 30*time.Second), settled)
 	if b.visible("#fleet-section") || !b.visible("main") {
 		t.Fatalf("after the click the fleet overview is still shown")
 	}

@@ -136,8 +136,7 @@ func TestBrowserUI(t *testing.T) {
 		}
 	}
 	// settled waits until the page has loaded and no request is under way.
-	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-		chromedp.WithPollingTimeout(30*time.Second))
+	settled := browsertest.Until(`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`, 30*time.Second)
 	shotDir := t.TempDir()
 	if dir := os.Getenv("HEATSCOPE_SCREENSHOT_DIR"); dir != "" {
 		shotDir = dir

@@ -117,8 +117,7 @@ func newBrowser(t *testing.T) *browser {
 }
 
 // settled waits until the page has loaded and no request is under way.
-var settled = chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-	chromedp.WithPollingTimeout(30*time.Second))
+var settled = browsertest.Until(`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`, 30*time.Second)
 
 func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
