@@ -59,6 +59,7 @@ import (
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
@@ -181,7 +182,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNod
 		return err
 	}
 	defer done()
-	ready := chromedp.Poll[chromedp.Void](`document.body.dataset.fleetReady === '1'`, chromedp.WithPollingTimeout(5*time.Minute))
+	ready := browsertest.Until(`document.body.dataset.fleetReady === '1'`, 5*time.Minute)
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/#fleet"), ready); err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/heatscope/heatscope/bench/internal/benchweb"
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
@@ -258,8 +259,7 @@ func measureDecode(ctx context.Context, query string, runs int) (decoding, error
 // promise), reading the performance measures name+":draw" and
 // name+":paint" and the response time of the view's last request.
 func measure(ctx context.Context, url, name, load string, runs int) (result, error) {
-	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-		chromedp.WithPollingTimeout(10*time.Minute))
+	settled := browsertest.Until(`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`, 10*time.Minute)
 	if err := chromedp.Do(ctx, chromedp.Navigate(url), settled); err != nil {
 		return result{}, fmt.Errorf("open %s: %w", url, err)
 	}

@@ -70,8 +70,7 @@ func TestBrowsingDoesNotLowerTheRate(t *testing.T) {
 	waitServing(t, d, url+"/healthz")
 	time.Sleep(3 * time.Second) // a few seconds of samples to look at
 
-	settled := chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-		chromedp.WithPollingTimeout(30*time.Second))
+	settled := browsertest.Until(`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`, 30*time.Second)
 	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/#source=synthetic"), settled); err != nil {
 		t.Fatalf("open the UI: %v\n%s", err, d.log())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/sharecheck"
 )
@@ -248,7 +249,7 @@ func getJSONInto(t *testing.T, url string, v any) {
 func walkFleet(t *testing.T, url string, resets int) {
 	w := newWalker(t, 1300, 1000, 60*time.Second, 150*time.Second)
 	do, eval, shoot, settled := w.do, w.eval, w.shoot, w.settled
-	overviewDrawn := chromedp.Poll[chromedp.Void](`document.body.dataset.fleetReady === '1'`, chromedp.WithPollingTimeout(60*time.Second))
+	overviewDrawn := browsertest.Until(`document.body.dataset.fleetReady === '1'`, 60*time.Second)
 	// follow clicks a link to another page and waits until that page has
 	// drawn what it asked for.
 	follow := func(what, sel string) {

@@ -44,8 +44,7 @@ type walker struct {
 // timeout.
 func newWalker(t *testing.T, width, height int, wait, timeout time.Duration) *walker {
 	w := &walker{t: t, ctx: browsertest.Start(t, width, height, timeout), shotDir: t.TempDir(),
-		settled: chromedp.Poll[chromedp.Void](`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`,
-			chromedp.WithPollingTimeout(wait))}
+		settled: browsertest.Until(`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`, wait)}
 	w.jsErrors.Store("")
 	chromedp.Listen(w.ctx, func(ev any) {
 		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
