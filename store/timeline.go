@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Steps is a timeline: per step, the samples and the CPU time they stand
@@ -14,8 +15,11 @@ type Steps struct {
 	// CPUNs is the CPU time of each step in nanoseconds: every sample
 	// weighs its own block's (or head's) sampling period, so a rate
 	// change does not change it. Scanned, a sample's period is spread
-	// over the time before it (Spread); from the 10 s summaries it is
-	// its step's whole.
+	// over the time before it (Spread), as /api/percpu spreads it; from
+	// the 10 s summaries, which give each sample whole to its step, it
+	// is cut at the CPU time of every thread of the nodes kept in the
+	// step (NodeCPU.TotalNs), so that it never exceeds the CPUs' wall
+	// time in the step either.
 	CPUNs []int64
 }
 
@@ -24,7 +28,8 @@ type Steps struct {
 // the last step may be partial.
 //
 // When the filter looks only at threads (process, thread, command, cgroup,
-// container metadata, idleness) and r and step are whole multiples of 10 s, blocks answer from
+// container metadata, idleness), step is a whole multiple of 10 s and r
+// whole steps from a multiple of 10 s, blocks answer from
 // their per-thread 10-second summaries without reading any chunk: that is
 // what makes a day-long overview cheap. Otherwise samples are scanned. A
 // filter that keeps every thread is answered from each block's totals per
@@ -51,10 +56,44 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 		return nil
 	}
 	bucket := int64(summaryBucket) * 1000 // ns
-	if !f.threadOnly() || step%bucket != 0 || r.From%bucket != 0 || r.To%bucket != 0 {
+	if !f.threadOnly() || step%bucket != 0 || r.From%bucket != 0 || (r.To-r.From)%step != 0 {
 		warnings, err := db.Select(ctx, r, f, scan)
 		return tl, warnings, err
 	}
+	warnings, err := db.timelineSummaries(ctx, tl, r, step, f, scan)
+	if err != nil {
+		return nil, warnings, err
+	}
+	// A summary gives each sample whole to its 10 s, so a step could
+	// hold a period from the step before (its first sample's) on top of
+	// its own wall time: 20.06 CPU-seconds in 10 s on 2 CPUs never idle.
+	// Cut it at what every thread of the nodes kept had in the step,
+	// each CPU at most the wall time the node's data cover in it.
+	all := Filter{Sources: f.Sources, Nodes: f.Nodes, NodeRegex: f.NodeRegex, NodeLabels: f.NodeLabels, IncludeIdle: f.IncludeIdle}
+	nodes, more, err := db.NodeCPUSteps(ctx, r, step, &all)
+	for _, w := range more {
+		if !slices.Contains(warnings, w) {
+			warnings = append(warnings, w)
+		}
+	}
+	if err != nil {
+		return nil, warnings, err
+	}
+	for s := range tl.CPUNs {
+		var capNs int64
+		for _, n := range nodes {
+			capNs += n.TotalNs[s]
+		}
+		tl.CPUNs[s] = min(tl.CPUNs[s], capNs)
+	}
+	return tl, warnings, nil
+}
+
+// timelineSummaries adds to tl the samples in r that pass f (which looks
+// only at threads) and their CPU time, from the blocks' 10 s summaries,
+// and from the heads by scanning them.
+func (db *DB) timelineSummaries(ctx context.Context, tl *Steps, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
+	bucket := int64(summaryBucket) * 1000 // ns
 	// Blocks and heads under one lock: a head sealed in between would be
 	// in neither list, or in both.
 	db.mu.RLock()
@@ -81,7 +120,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 			for _, rest := range blocks[i:] {
 				rest.Close()
 			}
-			return nil, warnings, err
+			return warnings, err
 		}
 		weight := weightOf(b.Meta.PeriodNs)
 		if totals := b.totals.Load(); allThreads && totals != nil {
@@ -97,7 +136,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 			for _, rest := range blocks[i+1:] {
 				rest.Close()
 			}
-			return nil, warnings, err
+			return warnings, err
 		}
 		if err != nil {
 			warnings = db.skipped(warnings, err)
@@ -116,5 +155,5 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 	}
 	// Heads have no summaries: scan them.
 	headWarnings, err := db.selectParts(ctx, heads, r, f, scan)
-	return tl, append(warnings, headWarnings...), err
+	return append(warnings, headWarnings...), err
 }
