@@ -660,18 +660,19 @@ func (p *Profiler) fallBack(check string, err error) error {
 // Frequency returns the sampling frequency in Hz now.
 func (p *Profiler) Frequency() int { return int(p.frequency.Load()) }
 
-// ShedTables stops loading the unwind tables of binaries that have none
-// loaded yet, and says what was given up: the work worth least when the
-// agent is over its budget (overhead.Shedder), since their processes'
-// stacks are walked with frame pointers meanwhile (whole where the code
-// keeps them) while the tables loaded keep serving every process that
-// maps their binaries. False when user stacks are not walked with tables.
+// ShedTables stops loading the unwind tables of processes seen for less
+// than shedMinAge (5 s), and says what was given up: the work worth least
+// when the agent is over its budget (overhead.Shedder), since under churn
+// most of them exit within a second, and their stacks are walked with
+// frame pointers meanwhile; the tables loaded keep serving every process
+// that maps their binaries, and a process that keeps running gets its
+// tables. False when user stacks are not walked with tables.
 func (p *Profiler) ShedTables() (string, bool) {
 	if p.unwinder == nil {
 		return "", false
 	}
 	p.unwinder.shed.Store(true)
-	return "unwind tables not loaded yet (their processes' stacks walked with frame pointers)", true
+	return "unwind tables of processes younger than 5 s (walked with frame pointers)", true
 }
 
 // RestoreTables loads unwind tables again after ShedTables.

@@ -249,8 +249,8 @@ type unwinder struct {
 	wake chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
-	// shed is set while no table is to be built or read
-	// (Profiler.ShedTables): the queue waits.
+	// shed is set while only the tables of processes seen for
+	// shedMinAge are built or read (Profiler.ShedTables): the others wait.
 	shed atomic.Bool
 
 	// Owned by the worker goroutine.
@@ -1013,9 +1013,10 @@ func (j *buildJob) cost() uint64 {
 // buildBudget (at least one), and rewrites the entries of the processes
 // that waited for each as soon as it is in.
 func (u *unwinder) build(now time.Time) {
-	if len(u.queue) == 0 || u.shed.Load() {
+	if len(u.queue) == 0 {
 		return
 	}
+	shed := u.shed.Load()
 	start := time.Now()
 	built := 0
 	blocked := false // a table waits for the credit: only cached ones go now
@@ -1026,6 +1027,9 @@ func (u *unwinder) build(now time.Time) {
 		job := u.queue[k]
 		if len(job.unusedBy) == len(job.waiters) {
 			continue // no stack passed through it yet
+		}
+		if shed && !u.longLived(job, now) {
+			continue // given up for processes that may not live long (Profiler.ShedTables)
 		}
 		if !u.worthIt(job, now) || blocked && !job.cached {
 			continue // its processes' samples have not paid for it yet, or it waits its turn
@@ -1069,6 +1073,23 @@ func (u *unwinder) build(now time.Time) {
 			}
 		}
 	}
+}
+
+// shedMinAge is how long a process must have been seen for its tables to
+// be built while tables are shed (Profiler.ShedTables): under churn most
+// processes live less than a second, and their tables are the work worth
+// least; a process that keeps running past it is worth its table.
+const shedMinAge = 5 * time.Second
+
+// longLived reports whether a process waiting for job was first seen
+// shedMinAge ago or more.
+func (u *unwinder) longLived(job *buildJob, now time.Time) bool {
+	for pid := range job.waiters {
+		if st := u.procList[pid]; st != nil && now.Sub(st.asked) >= shedMinAge {
+			return true
+		}
+	}
+	return false
 }
 
 // noTable is HS_NO_TABLE.

@@ -89,23 +89,37 @@ func TestOwnReadTakesSymbolizersUse(t *testing.T) {
 }
 
 // TestShedTablesHoldsTheQueue: while tables are shed (the overhead guard
-// gave them up) the build queue is left alone; restored, it is worked
-// through again (here: a job whose waiters are gone is dropped).
+// gave them up) the tables of processes seen for less than shedMinAge wait
+// in the queue; a process seen for longer still gets its table; restored,
+// the queue is worked through again.
 func TestShedTablesHoldsTheQueue(t *testing.T) {
-	u := &unwinder{procList: map[uint32]*procState{}, heat: map[uint32]uint64{},
-		queue: map[string]*buildJob{"build-id:0123456789abcdef": {waiters: map[uint32]string{42: "/gone"}, unusedBy: map[uint32]bool{}}}}
+	now := time.Now()
+	young := &buildJob{cfi: 1 << 30, waiters: map[uint32]string{42: "/young"}, unusedBy: map[uint32]bool{}}
+	old := &buildJob{cfi: 1 << 30, waiters: map[uint32]string{43: "/gone/old"}, unusedBy: map[uint32]bool{}}
+	u := &unwinder{
+		procList: map[uint32]*procState{42: {asked: now.Add(-time.Second), complete: true}, 43: {asked: now.Add(-time.Minute), complete: true}},
+		heat:     map[uint32]uint64{}, failed: map[string]bool{}, log: slog.New(slog.DiscardHandler),
+		queue:    map[string]*buildJob{"young": young, "old": old},
+		periodNs: func() int64 { return 1e7 },
+	}
+	for _, j := range []*buildJob{young, old} { // their samples have paid for them
+		j.waited, j.later, j.queued = 1<<40, 1<<40, now.Add(-time.Hour)
+	}
 	p := &Profiler{unwinder: u}
 	if what, ok := p.ShedTables(); !ok || what == "" {
 		t.Fatalf("ShedTables = %q, %v; want the work named", what, ok)
 	}
-	u.build(time.Now())
-	if len(u.queue) != 1 {
-		t.Fatalf("the queue was worked through while shed: %d jobs left, want 1", len(u.queue))
+	u.build(now)
+	if _, ok := u.queue["young"]; !ok {
+		t.Error("a process seen for a second had its table built while tables were shed")
+	}
+	if _, ok := u.queue["old"]; ok {
+		t.Error("a process seen for a minute did not get its table while tables were shed")
 	}
 	u.shed.Store(false) // RestoreTables, without a worker to kick
-	u.build(time.Now())
-	if len(u.queue) != 0 {
-		t.Errorf("restored: %d jobs left, want the one without waiters dropped", len(u.queue))
+	u.build(now)
+	if _, ok := u.queue["young"]; ok {
+		t.Error("restored: the young process's table was not built")
 	}
 	if _, ok := (&Profiler{}).ShedTables(); ok {
 		t.Error("ShedTables without the table walk said it gave up work")
