@@ -69,3 +69,6 @@ go run ./bench/store perfscript-make -in "$tmp/one.perf" -out "$tmp/ten.perf" -c
 
 echo "== Web UI drawing in headless chromium (heatmap of 10 minutes, flame graph of 50k stacks)"
 { machine; go run ./bench/ui; } | tee "$out/ui.md"
+
+echo "== Fleet check (issue 20): a fresh clone, README's fleet, a loop pinned to CPU 1 against /usr/bin/time, the bucket stopped and killed"
+{ machine; REPO=$PWD BRANCH=$(git rev-parse --abbrev-ref HEAD) bash bench/fleetcheck/run.sh; } | tee "$out/fleetcheck.md"
