@@ -228,8 +228,10 @@ func TestBrowserUI(t *testing.T) {
 	}
 
 	// A command filter changes the heatmap and the flame graph.
-	run("filter on the command", chromedp.SetValue(chromedp.CSS("#f-comm"), "hotapp"),
-		chromedp.Click(chromedp.CSS("#f-apply")), chromedp.Sleep(100*time.Millisecond), settled)
+	// The page writes the filter into the URL as it starts the views'
+	// requests: wait for that, then for them to finish.
+	run("filter on the command", chromedp.SetValue(chromedp.CSS("#f-comm"), "hotapp"), chromedp.Click(chromedp.CSS("#f-apply")),
+		browsertest.Until(`new URLSearchParams(location.hash.slice(1)).get('comm') === 'hotapp'`, 30*time.Second), settled)
 	after := eval[heatmapJSON](t, ctx, `window.heatscope.heatmap()`)
 	names = eval[[]string](t, ctx, `window.heatscope.flameNames()`)
 	sum := func(h heatmapJSON) (n float64) {

@@ -590,7 +590,9 @@ func TestBrowserFilterBar(t *testing.T) {
 	// xssapp runs its one function, xssName, only in the first half of
 	// each second: 150 of the capture's 600 samples.
 	b.run("filter", chromedp.SetValue(chromedp.CSS("#f-comm"), "xssapp"), chromedp.SetValue(chromedp.CSS("#f-frame"), "^<img"),
-		chromedp.Click(chromedp.CSS("#f-apply")), chromedp.Sleep(100*time.Millisecond), settled)
+		chromedp.Click(chromedp.CSS("#f-apply")),
+		// the page writes the filters into the URL as it starts the views' requests
+		browsertest.Until(`new URLSearchParams(location.hash.slice(1)).get('frame') === '^<img'`, 30*time.Second), settled)
 	if b.hashParam("comm") != "xssapp" || b.hashParam("frame") != "^<img" {
 		t.Fatalf("URL hash: comm %q, frame %q", b.hashParam("comm"), b.hashParam("frame"))
 	}
