@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -87,7 +86,7 @@ func openEventLog(dir string, readOnly bool, maxEvents int, log *slog.Logger) (*
 }
 
 func (l *eventLog) segPath(seq uint64) string {
-	return filepath.Join(l.dir, fmt.Sprintf("%016d", seq))
+	return filepath.Join(l.dir, EventSegmentName(seq))
 }
 
 // refresh reads the segments that are new or have grown since the last
@@ -106,8 +105,8 @@ func (l *eventLog) refresh() error {
 	}
 	onDisk := map[uint64]int64{}
 	for _, e := range entries {
-		seq, err := strconv.ParseUint(e.Name(), 10, 64)
-		if err != nil || !e.Type().IsRegular() {
+		seq, ok := ParseEventSegmentName(e.Name())
+		if !ok || !e.Type().IsRegular() {
 			continue
 		}
 		if info, err := e.Info(); err == nil {
