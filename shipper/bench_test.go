@@ -48,7 +48,7 @@ func BenchmarkShipBlock(b *testing.B) {
 	var cpu time.Duration
 	for b.Loop() {
 		os.Remove(filepath.Join(dir, shipper.StateFile))
-		sh, err = shipper.New(shipper.Options{Bucket: bkt, BucketName: bkt.Name(), Dir: dir, Node: "node-a"})
+		sh, err = shipper.New(shipper.Options{Bucket: bkt, BucketName: bkt.Name(), Dir: dir, Node: "node-a", Instance: testInstance})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func benchShipperMemory(b *testing.B, srv *miniotest.Server) {
 			b.Skipf("cannot reset the peak RSS (/proc/self/clear_refs): %v", err)
 		}
 		bkt := srv.Open(fmt.Sprintf("mem-%d", i))
-		sh, err := shipper.New(shipper.Options{Bucket: bkt, BucketName: bkt.Name(), Dir: dir, Node: "node-a"})
+		sh, err := shipper.New(shipper.Options{Bucket: bkt, BucketName: bkt.Name(), Dir: dir, Node: "node-a", Instance: testInstance})
 		if err != nil {
 			b.Fatal(err)
 		}

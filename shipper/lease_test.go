@@ -110,7 +110,7 @@ func TestNodeLease(t *testing.T) {
 	}
 	record(t, db, time.Now().Add(-time.Hour).UnixNano(), 25)
 	db.Close()
-	sh, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "a", Lease: second, Logger: slog.Default()})
+	sh, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "a", Instance: testInstance, Lease: second, Logger: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestNodeLease(t *testing.T) {
 	if v := leaseHeld(t, sh); v != 0 {
 		t.Errorf("heatscope_shipper_node_lease_held = %v without the lease, want 0", v)
 	}
-	holder, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "a", Lease: third, Logger: slog.Default()})
+	holder, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "a", Instance: testInstance, Lease: third, Logger: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestRenamedNodeShipsOnlyNew(t *testing.T) {
 		return db
 	}
 	ship := func(node string) *shipper.Shipper {
-		sh, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: node})
+		sh, err := shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: node, Instance: testInstance})
 		if err != nil {
 			t.Fatal(err)
 		}

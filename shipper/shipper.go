@@ -3,7 +3,7 @@
 //
 //	<node>/blocks/<id>/data        first
 //	<node>/blocks/<id>/meta.json   last: a reader that sees it sees the whole block
-//	<node>/events/<segment>        the event segments, re-uploaded as they grow
+//	<node>/events/<instance>-<segment>  the event segments, re-uploaded as they grow
 //	<node>/lease.json              the node's lease (Lease): one recorder per node name
 //
 // (all under the bucket config's prefix). Blocks keep the node they were
@@ -46,7 +46,8 @@ const StateFile = "shipped.json"
 
 // The objects of a node's directory in the bucket (store/FORMAT.md,
 // "Bucket layout"), relative to the bucket's prefix: the shipper writes
-// them, and builds their names here alone.
+// them, and builds their names here alone, but for the event segments'
+// (store.EventSegmentObject).
 const (
 	blocksDir = "blocks"
 	eventsDir = "events"
@@ -55,9 +56,6 @@ const (
 
 // blockObject is a block's file in the bucket: <node>/blocks/<id>/<file>.
 func blockObject(node, id, file string) string { return path.Join(node, blocksDir, id, file) }
-
-// eventObject is an event segment in the bucket: <node>/events/<segment>.
-func eventObject(node, segment string) string { return path.Join(node, eventsDir, segment) }
 
 // LeaseObject is the node's lease in the bucket: <node>/lease.json.
 func LeaseObject(node string) string { return path.Join(node, leaseFile) }
@@ -72,8 +70,12 @@ type Options struct {
 	// Dir is the data directory.
 	Dir string
 	// Node is the directory the node's objects go under.
-	Node   string
-	Logger *slog.Logger
+	Node string
+	// Instance is the data directory's instance id (store.Identity): it
+	// names the event segment objects, so that no other data directory
+	// shipping under Node replaces them.
+	Instance string
+	Logger   *slog.Logger
 	// EventsEvery is how often event segments are looked at (default 15 s);
 	// blocks are shipped as soon as Notify says one was written.
 	EventsEvery time.Duration
@@ -130,12 +132,21 @@ type state struct {
 	Blocks map[string]int64 `json:"blocks"`
 	// Events maps each event segment to the bytes of it uploaded.
 	Events map[string]int64 `json:"events"`
+	// EventObjects maps each event segment in Events to the object it was
+	// uploaded to. A segment missing from it (a state file written before
+	// objects were named by instance) was uploaded to its old name
+	// (store.EventObject with no instance), and grows there: the same
+	// events are never in two objects.
+	EventObjects map[string]string `json:"eventObjects,omitempty"`
 }
 
 // New returns a shipper for dir, reading what it shipped before.
 func New(opts Options) (*Shipper, error) {
 	if opts.Bucket == nil || opts.Dir == "" || opts.Node == "" {
 		return nil, errors.New("shipper: a bucket, a data directory and a node are needed")
+	}
+	if !store.ValidInstance(opts.Instance) {
+		return nil, fmt.Errorf("shipper: instance id %q is not 16 hex digits (the data directory's identity)", opts.Instance)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -153,7 +164,7 @@ func New(opts Options) (*Shipper, error) {
 		delays: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heatscope_shipper_visible_delay_seconds",
 			Help:    "For each block shipped, seconds from its oldest sample to its meta.json's upload, when the bucket's readers see it (the issue's freshness: 60 s by default).",
 			Buckets: []float64{5, 15, 30, 45, 60, 90, 120, 300, 600, 3600}})}
-	s.state = state{Version: 1, Bucket: opts.BucketName, Node: opts.Node, Blocks: map[string]int64{}, Events: map[string]int64{}}
+	s.state = state{Version: 1, Bucket: opts.BucketName, Node: opts.Node, Blocks: map[string]int64{}, Events: map[string]int64{}, EventObjects: map[string]string{}}
 	b, err := os.ReadFile(filepath.Join(opts.Dir, StateFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -178,6 +189,17 @@ func New(opts Options) (*Shipper, error) {
 			}
 			if st.Events != nil {
 				s.state.Events = st.Events
+			}
+			if st.Node == opts.Node {
+				// A renamed node uploads a segment that grows under its
+				// new name; this one's go on to the objects they were in.
+				for name := range st.Events {
+					if key, ok := st.EventObjects[name]; ok {
+						s.state.EventObjects[name] = key
+					} else if seq, ok := store.ParseEventSegmentName(name); ok {
+						s.state.EventObjects[name] = store.EventObject{Node: opts.Node, Seq: seq}.Key()
+					}
+				}
 			}
 		}
 	}
@@ -446,10 +468,20 @@ func (s *Shipper) syncEvents(ctx context.Context) error {
 		if int64(len(b)) <= done {
 			continue
 		}
-		if err := s.upload(ctx, eventObject(s.opts.Node, name), bytes.NewReader(b), int64(len(b))); err != nil {
+		s.mu.Lock()
+		key, ok := s.state.EventObjects[name]
+		s.mu.Unlock()
+		if !ok {
+			if key, err = store.EventSegmentObject(s.opts.Node, s.opts.Instance, name); err != nil {
+				s.log.Warn("shipper: not an event segment; not shipped", "file", filepath.Join(root, name), "err", err)
+				continue
+			}
+		}
+		if err := s.upload(ctx, key, bytes.NewReader(b), int64(len(b))); err != nil {
 			return err
 		}
 		s.mu.Lock()
+		s.state.EventObjects[name] = key
 		s.state.Events[name] = int64(len(b))
 		s.stats.EventUploads++
 		s.mu.Unlock()
@@ -462,6 +494,7 @@ func (s *Shipper) syncEvents(ctx context.Context) error {
 	for name := range s.state.Events {
 		if !onDisk[name] {
 			delete(s.state.Events, name)
+			delete(s.state.EventObjects, name)
 			forgot = true
 		}
 	}

@@ -2,7 +2,9 @@ package shipper_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -65,9 +67,14 @@ func openDB(t *testing.T, dir string, sh **shipper.Shipper, opts store.Options) 
 	return db
 }
 
+// testInstance is the instance id the tests' shippers name their event
+// segment objects with.
+const testInstance = "0123456789abcdef"
+
 func newShipper(t *testing.T, b *bucket.Bucket, dir string, opts shipper.Options) *shipper.Shipper {
 	t.Helper()
 	opts.Bucket, opts.BucketName, opts.Dir, opts.Node = b, b.Name(), dir, "node-a"
+	opts.Instance = cmp.Or(opts.Instance, testInstance)
 	sh, err := shipper.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +166,11 @@ func TestShipsBlocksAndEvents(t *testing.T) {
 	if len(evs) != 1 {
 		t.Fatalf("event objects: %q, want one segment", evs)
 	}
-	local, _ := os.ReadFile(filepath.Join(dir, "events", filepath.Base(evs[0])))
+	obj, err := store.ParseEventObject(strings.TrimPrefix(evs[0], "fleet/"))
+	if err != nil || obj.Instance != testInstance {
+		t.Fatalf("event object %q: %+v, %v; want one named by instance %s", evs[0], obj, err, testInstance)
+	}
+	local, _ := os.ReadFile(filepath.Join(dir, "events", store.EventSegmentName(obj.Seq)))
 	rc, err := b.Get(ctx, strings.TrimPrefix(evs[0], "fleet/"))
 	if err != nil {
 		t.Fatal(err)
@@ -364,7 +375,7 @@ func TestRevokedCredentials(t *testing.T) {
 	db := openDB(t, dir, &sh, store.Options{})
 	record(t, db, time.Now().Add(-time.Hour).UnixNano(), 15)
 	db.Close()
-	sh, err = shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "node-a", Logger: logger,
+	sh, err = shipper.New(shipper.Options{Bucket: b, BucketName: b.Name(), Dir: dir, Node: "node-a", Instance: testInstance, Logger: logger,
 		MinBackoff: 100 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -396,5 +407,84 @@ func TestRevokedCredentials(t *testing.T) {
 		if strings.Contains(text, wrong) || strings.Contains(text, srv.SecretKey) {
 			t.Errorf("a secret appears in the %s", what)
 		}
+	}
+}
+
+// TestEventSegmentObjects: a data directory's event segments go to objects
+// named by its instance, so a second data directory under the node name
+// (a reinstalled machine) replaces none of the first's; a segment a state
+// file from before instance names lists as shipped grows in its old
+// object, never copied to a second one.
+func TestEventSegmentObjects(t *testing.T) {
+	srv := miniotest.Start(t)
+	b := srv.Open("")
+	ctx := context.Background()
+	ship := func(dir, instance string, texts ...string) {
+		t.Helper()
+		var sh *shipper.Shipper
+		db := openDB(t, dir, &sh, store.Options{})
+		for _, text := range texts {
+			if err := db.AppendEvent(events.Event{Time: time.Now().UnixNano(), Source: "api", Severity: events.Warning, Text: text}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		sh = newShipper(t, b, dir, shipper.Options{Instance: instance})
+		if err := sh.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, reinstalled := t.TempDir(), t.TempDir()
+	ship(old, "00000000000000aa", "first machine")
+	ship(reinstalled, "00000000000000bb", "reinstalled")
+	objs := srv.Objects("node-a/events/")
+	want := []string{"node-a/events/00000000000000aa-0000000000000001", "node-a/events/00000000000000bb-0000000000000001"}
+	if !slices.Equal(objs, want) {
+		t.Fatalf("event objects %q, want %q", objs, want)
+	}
+
+	// A state file written before objects were named by instance, when
+	// the first of the segment's two events was shipped.
+	legacy := t.TempDir()
+	ship(legacy, "00000000000000cc", "shipped before the upgrade", "after it")
+	legacyKey := "node-a/events/0000000000000001"
+	seg, err := os.ReadFile(filepath.Join(legacy, "events", store.EventSegmentName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstPage := 8 + int(binary.LittleEndian.Uint32(seg))
+	if err := b.Upload(ctx, legacyKey, bytes.NewReader(seg[:firstPage])); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, "node-a/events/00000000000000cc-0000000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	stateFile := filepath.Join(legacy, shipper.StateFile)
+	st, err := os.ReadFile(stateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(st, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "eventObjects")
+	m["events"] = map[string]int{store.EventSegmentName(1): firstPage}
+	st, _ = json.Marshal(m)
+	if err := os.WriteFile(stateFile, st, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ship(legacy, "00000000000000cc")
+	rc, err := b.Get(ctx, legacyKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := store.ReadEventSegment(rc, legacyKey)
+	rc.Close()
+	if err != nil || len(evs) != 2 || evs[1].Text != "after it" {
+		t.Fatalf("the old object holds %d events (%v), want both", len(evs), err)
+	}
+	if objs := srv.Objects("node-a/events/00000000000000cc"); len(objs) != 0 {
+		t.Fatalf("the grown segment was copied to %q too", objs)
 	}
 }

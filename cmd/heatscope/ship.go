@@ -161,7 +161,7 @@ func (s *shipping) collector(db *store.DB) prometheus.Collector {
 func (s *shipping) start(db *store.DB) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+2*shipper.DefaultLeaseRenew)
 	defer cancel()
-	opts := shipper.Options{Bucket: s.bucket, BucketName: s.bucket.Name(), Dir: s.dataDir, Node: s.node, Logger: slog.Default()}
+	opts := shipper.Options{Bucket: s.bucket, BucketName: s.bucket.Name(), Dir: s.dataDir, Node: s.node, Instance: db.Identity().Instance, Logger: slog.Default()}
 	lease, err := shipper.AcquireLease(ctx, shipper.LeaseOptions{Bucket: s.bucket, BucketName: s.bucket.Name(), Node: s.node,
 		Instance: db.Identity().Instance, DataDir: s.dataDir, Logger: slog.Default()})
 	switch {
