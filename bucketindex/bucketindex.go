@@ -56,7 +56,8 @@ type Index struct {
 	Corrupt []CorruptBlock `json:"corrupt"`
 	// DeletionMarks lists the blocks marked for deletion.
 	DeletionMarks []DeletionMark `json:"deletionMarks"`
-	// Segments lists every node's event segments (<node>/events/<name>),
+	// Segments lists every node's event segments (<node>/events/<name>:
+	// store.ParseEventObject; readers leave other names alone),
 	// by node then name.
 	Segments []Segment `json:"segments"`
 }

@@ -32,6 +32,7 @@
 package bucketstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +127,9 @@ type Source struct {
 	// again; with the index, a segment is read again when its time changed.
 	segMu    sync.Mutex
 	segments map[string]segment
+	// badSegments holds the object names under a node's events/ that are
+	// not event segments, each logged once.
+	badSegments sync.Map
 
 	// ixMu guards the last index read (ix, nil while listing), when it
 	// was read, and the metas of its blocks not yet asked for (Meta).
@@ -338,10 +342,13 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 }
 
 // Events returns the events every node shipped (<node>/events/<segment>),
-// each labelled with its node. A node's segments other than its newest are
-// read once; its newest, which its recorder uploads again as it grows, at
-// every call, or, with the bucket index, when its time in the index
-// changed. A damaged segment gives the events before the damage.
+// each labelled with its node and the instance that recorded them
+// (<node>/events/<instance>-<segment>; objects named before instances
+// named them are read too, with no instance label). An instance's
+// segments other than its newest are read once; its newest, which its
+// recorder uploads again as it grows, at every call, or, with the bucket
+// index, when its time in the index changed. A damaged segment gives the
+// events before the damage.
 func (s *Source) Events(ctx context.Context) ([]events.Event, error) {
 	evs, err := s.events(ctx)
 	if err != nil {
@@ -368,19 +375,12 @@ func (s *Source) cachedEvents() []events.Event {
 }
 
 func (s *Source) events(ctx context.Context) ([]events.Event, error) {
-	type seg struct {
-		node, name string
-		modified   int64
-		newest     bool
-	}
 	var segs []seg
 	if ix := s.index(ctx); ix != nil {
-		for i, sg := range ix.Segments {
-			if strings.HasSuffix(sg.Name, "/") || !bucketindex.ValidName(sg.Node) {
-				continue
+		for _, sg := range ix.Segments {
+			if bucketindex.ValidName(sg.Node) {
+				segs = append(segs, seg{node: sg.Node, name: sg.Name, modified: sg.Modified})
 			}
-			newest := i == len(ix.Segments)-1 || ix.Segments[i+1].Node != sg.Node
-			segs = append(segs, seg{sg.Node, sg.Name, sg.Modified, newest})
 		}
 	} else {
 		nodes, err := s.iter(ctx, "")
@@ -392,17 +392,16 @@ func (s *Source) events(ctx context.Context) ([]events.Event, error) {
 			if !ok || !bucketindex.ValidName(node) {
 				continue
 			}
-			names, err := s.iter(ctx, node+"/events/")
+			names, err := s.iter(ctx, store.EventObjectsPrefix(node))
 			if err != nil {
 				return nil, err
 			}
-			names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "/") })
-			slices.Sort(names)
-			for i, name := range names {
-				segs = append(segs, seg{node, name, 0, i == len(names)-1})
+			for _, name := range names {
+				segs = append(segs, seg{node: node, name: name})
 			}
 		}
 	}
+	segs = s.markNewest(segs)
 	var out []events.Event
 	seen := map[string]bool{}
 	for _, sg := range segs {
@@ -412,7 +411,7 @@ func (s *Source) events(ctx context.Context) ([]events.Event, error) {
 		s.segMu.Unlock()
 		stale := !ok || (sg.modified == 0 && sg.newest) || (sg.modified != 0 && cached.modified != sg.modified)
 		if stale {
-			evs, whole, err := s.readSegment(ctx, sg.node, sg.name)
+			evs, whole, err := s.readSegment(ctx, sg.node, sg.instance, sg.name)
 			if err != nil {
 				return nil, err
 			}
@@ -435,10 +434,51 @@ func (s *Source) events(ctx context.Context) ([]events.Event, error) {
 	return out, nil
 }
 
+// seg is an event segment object as listed.
+type seg struct {
+	node, name string
+	// instance is the recorder's instance id its name holds ("" for an
+	// object named before instances named them).
+	instance string
+	seq      uint64
+	modified int64
+	// newest is true for the last segment of its node's instance, the one
+	// its recorder may still be uploading again as it grows.
+	newest bool
+}
+
+// markNewest keeps the event segment objects (store.ParseEventObject,
+// logging any other name under events/ once) and marks each instance's
+// newest: a node's data directories number their segments each from 1,
+// so no order of names across instances says which one grows.
+func (s *Source) markNewest(segs []seg) []seg {
+	kept := segs[:0]
+	for _, sg := range segs {
+		o, err := store.ParseEventObject(sg.name)
+		if err != nil || o.Node != sg.node {
+			if _, warned := s.badSegments.LoadOrStore(sg.name, true); !warned {
+				s.opts.Logger.Warn("bucket: an object under a node's events/ is not an event segment; not read", "object", sg.name, "err", err)
+			}
+			continue
+		}
+		sg.instance, sg.seq = o.Instance, o.Seq
+		kept = append(kept, sg)
+	}
+	slices.SortFunc(kept, func(a, b seg) int {
+		return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.instance, b.instance), cmp.Compare(a.seq, b.seq))
+	})
+	for i := range kept {
+		next := i + 1
+		kept[i].newest = next == len(kept) || kept[next].node != kept[i].node || kept[next].instance != kept[i].instance
+	}
+	return kept
+}
+
 // readSegment reads one event segment object and labels its events with
-// node; whole is false when it stopped at a torn or damaged page (or a
-// failed read), so that it is read again next time.
-func (s *Source) readSegment(ctx context.Context, node, name string) (evs []events.Event, whole bool, err error) {
+// node and, when its name holds one, the instance that recorded them;
+// whole is false when it stopped at a torn or damaged page (or a failed
+// read), so that it is read again next time.
+func (s *Source) readSegment(ctx context.Context, node, instance, name string) (evs []events.Event, whole bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	s.stats.gets.Add(1)
@@ -463,6 +503,9 @@ func (s *Source) readSegment(ctx context.Context, node, name string) (evs []even
 			labels[k] = v
 		}
 		labels["node"] = node
+		if instance != "" {
+			labels[store.InstanceLabel] = instance
+		}
 		evs[i].Labels = labels
 	}
 	return evs, err == nil, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -408,5 +409,66 @@ func uploadEvents(t testing.TB, bkt *bucket.Bucket, node string, n int) {
 	}
 	if err := bkt.Upload(context.Background(), node+"/events/"+segs[0].Name(), bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEventsOfEachInstanceGrow: a node's newest segment is each of its
+// instances' newest, not the last by name: the segment of instance aa…
+// that its recorder uploads again as it grows is read again although
+// instance bb…'s segment (and an old-style object, and an object that is
+// no segment at all) sit beside it.
+func TestEventsOfEachInstanceGrow(t *testing.T) {
+	srv := miniotest.Start(t)
+	bkt := srv.Open("")
+	ctx := context.Background()
+	segment := func(n int) []byte {
+		t.Helper()
+		dir := t.TempDir()
+		db, err := store.Open(dir, store.Options{Source: "a", Node: "a", Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range n {
+			if err := db.AppendEvent(events.Event{Time: start + int64(j)*1e9, Source: "kmsg", Severity: events.Warning, Text: fmt.Sprint("event ", j)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		b, err := os.ReadFile(filepath.Join(dir, "events", store.EventSegmentName(1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	put := func(key string, b []byte) {
+		t.Helper()
+		if err := bkt.Upload(ctx, key, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	growing := store.EventObject{Node: "a", Instance: "00000000000000aa", Seq: 1}.Key()
+	put(growing, segment(1))
+	put(store.EventObject{Node: "a", Instance: "00000000000000bb", Seq: 1}.Key(), segment(2))
+	put(store.EventObject{Node: "a", Seq: 3}.Key(), segment(1))
+	put("a/events/notes.txt", []byte("not a segment"))
+	src := New(bkt, "test bucket", Options{Logger: quiet()})
+	count := func() map[string]int {
+		t.Helper()
+		evs, err := src.Events(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := map[string]int{}
+		for _, e := range evs {
+			n[e.Labels[store.InstanceLabel]]++
+		}
+		return n
+	}
+	if got := count(); got["00000000000000aa"] != 1 || got["00000000000000bb"] != 2 || got[""] != 1 {
+		t.Fatalf("events by instance %v, want aa… 1, bb… 2, the old-style object's 1", got)
+	}
+	put(growing, segment(3))
+	if got := count(); got["00000000000000aa"] != 3 || got["00000000000000bb"] != 2 || got[""] != 1 {
+		t.Fatalf("after instance aa…'s segment grew: events by instance %v, want aa… 3, bb… 2, the old-style object's 1", got)
 	}
 }

@@ -153,6 +153,10 @@ type DB struct {
 	// notices are the nodes two instances recorded at once, guarded by
 	// mu (separateInstancesLocked).
 	notices []*InstanceNotice
+	// eventNotices are the nodes two instances shipped events of at once
+	// while their blocks do not say so (separateEventInstances), guarded
+	// by mu.
+	eventNotices []*InstanceNotice
 
 	mu      sync.RWMutex
 	blocks  []*Block // sorted by MinTime
@@ -1055,6 +1059,13 @@ func (db *DB) refreshSourceEvents() error {
 	if limit := db.events.maxEvents; len(all) > limit {
 		all = all[len(all)-limit:]
 	}
+	db.mu.RLock()
+	blockNotices := slices.Clone(db.notices)
+	db.mu.RUnlock()
+	notices := separateEventInstances(all, blockNotices)
+	db.mu.Lock()
+	db.eventNotices = notices
+	db.mu.Unlock()
 	db.sourceEvents.Store(&all)
 	return errors.Join(errs...)
 }

@@ -106,3 +106,7 @@ func ParseEventObject(key string) (EventObject, error) {
 	o.Seq = seq
 	return o, nil
 }
+
+// InstanceLabel is the event label a bucket's reader sets to the instance
+// id an event segment object's name holds (the recorder that shipped it).
+const InstanceLabel = "instance"

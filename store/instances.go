@@ -63,13 +63,17 @@ func (n *InstanceNotice) Error() string {
 }
 
 // InstanceNotices returns a notice for each node that two recorders
-// recorded over the same time (see InstanceNotice), by node name.
+// recorded over the same time (see InstanceNotice), by node name: the
+// nodes whose blocks overlap, then those whose events alone do.
 func (db *DB) InstanceNotices() Warnings {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
-	out := make(Warnings, len(db.notices))
-	for i, n := range db.notices {
-		out[i] = n
+	out := make(Warnings, 0, len(db.notices)+len(db.eventNotices))
+	for _, n := range db.notices {
+		out = append(out, n)
+	}
+	for _, n := range db.eventNotices {
+		out = append(out, n)
 	}
 	return out
 }

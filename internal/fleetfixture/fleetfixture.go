@@ -113,7 +113,8 @@ func Write(t testing.TB, dir string, n Node) string {
 
 // Upload copies a node's data directory into bkt as its shipper would:
 // each block's data then meta.json under <node>/blocks/, its event
-// segments under <node>/events/.
+// segments under <node>/events/ by their old names (no instance), which
+// readers still read.
 func Upload(t testing.TB, bkt *bucket.Bucket, node, path string) {
 	t.Helper()
 	put := func(name, file string) {
@@ -139,7 +140,7 @@ func Upload(t testing.TB, bkt *bucket.Bucket, node, path string) {
 		t.Fatal(err)
 	}
 	for _, e := range segs {
-		put(node+"/events/"+e.Name(), filepath.Join(path, "events", e.Name()))
+		put(store.EventObjectsPrefix(node)+e.Name(), filepath.Join(path, "events", e.Name()))
 	}
 }
 

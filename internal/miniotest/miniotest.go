@@ -586,7 +586,9 @@ func UploadBlocks(t testing.TB, bkt objstore.Bucket, node, dir string) []string 
 }
 
 // UploadEvents appends evs to a new data directory of node and puts its
-// event segments into bkt under node, as the recorder's shipper does.
+// event segments into bkt under node, named as shippers named them before
+// instance ids named them (<node>/events/<segment>, which readers still
+// read).
 func UploadEvents(t testing.TB, bkt objstore.Bucket, node string, evs []events.Event) {
 	t.Helper()
 	dir := t.TempDir()
@@ -611,7 +613,7 @@ func UploadEvents(t testing.TB, bkt objstore.Bucket, node string, evs []events.E
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bkt.Upload(context.Background(), node+"/events/"+s.Name(), bytes.NewReader(b)); err != nil {
+		if err := bkt.Upload(context.Background(), store.EventObjectsPrefix(node)+s.Name(), bytes.NewReader(b)); err != nil {
 			t.Fatal(err)
 		}
 	}
