@@ -1,5 +1,6 @@
 // Package browsertest starts headless Chromium, as this project's machines
-// allow it, for the browser tests of the web UI and the UI benchmark.
+// allow it, for the browser tests of the web UI and the UI benchmarks, and
+// waits for what a page shows.
 package browsertest
 
 import (
