@@ -17,9 +17,13 @@ import (
 )
 
 // crashCopy flushes db's log and opens a copy of its directory as an
-// agent that crashed at that moment would find it: the WAL replayed.
+// agent that crashed at that moment would find it: the WAL replayed. It
+// waits for the blocks being written first: a copy taken file by file
+// while one is renamed into place and its WAL segments removed is a state
+// no crash leaves (the block's directory missed, the WAL already gone).
 func crashCopy(t *testing.T, db *DB, dir string) *DB {
 	t.Helper()
+	waitSealed(t, db)
 	db.Flush()
 	crashed := t.TempDir()
 	copyDir(t, dir, crashed)
