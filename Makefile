@@ -17,7 +17,7 @@ LDFLAGS := -X github.com/heatscope/heatscope/internal/buildinfo.version=$(VERSIO
 # Where make install puts bin/heatscope (DESTDIR for staged installs).
 PREFIX ?= /usr/local
 
-.PHONY: build generate test bench run fuzz clean install
+.PHONY: build generate test test-kernels bench run fuzz clean install
 
 build:
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/heatscope
@@ -36,6 +36,14 @@ test:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) test $(TESTFLAGS) ./...
 	$(GO) test $(TESTFLAGS) -tags gcs,azure ./bucket/
+
+# The kernel matrix (test/kernels/): boots Debian's kernels in qemu (TCG)
+# with a static heatscope and runs the BPF-facing checks on each, a table
+# per kernel (about 4 minutes on 2 CPUs; needs qemu-system-x86,
+# busybox-static, gcc and Debian's archive).
+test-kernels:
+	$(GO) vet -tags kernels ./test/kernels/
+	$(GO) test -tags kernels -count=1 -v -timeout 40m -run TestKernelMatrix ./test/kernels/
 
 # Every benchmark (as root, ~20 minutes); figures land in bench/results/.
 bench: build
