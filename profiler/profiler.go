@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -107,6 +109,9 @@ type Config struct {
 	// the kernel a table unlike the template, which it refuses, as
 	// Debian 12's 6.1 refused every table: tests see the fallback.
 	refuseTables bool
+	// refuseProgram offers the verifier a table-walking program it
+	// refuses, as a kernel might the real one: tests see the fallback.
+	refuseProgram bool
 	// snapshotLoadDelay delays the load of the exit snapshot program, as
 	// a starved machine does, so that tests see the ring reader go on.
 	snapshotLoadDelay time.Duration
@@ -269,6 +274,11 @@ func Open(cfg Config) (*Profiler, error) {
 		return nil, err
 	}
 	_ = rlimit.RemoveMemlock() // needed only before Linux 5.11; fails harmlessly after
+	// Probed, not assumed from the version: a kernel without the ring
+	// buffer fails here with its name, not at the program's load.
+	if err := features.HaveMapType(ebpf.RingBuf); errors.Is(err, ebpf.ErrNotSupported) {
+		return nil, fmt.Errorf("the kernel lacks the BPF ring buffer the sampler writes to (Linux 5.8): %w", err)
+	}
 
 	p := &Profiler{cfg: cfg, clock: wallclock.New(), auto: cfg.Unwind == UnwindAuto}
 	if cfg.Unwind != UnwindFP {
@@ -389,6 +399,11 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		// The sampler is the table-walking program; walk_frames holds
 		// each CPU's walk in progress, walk_cache the rows it found last.
 		spec.Programs[bpf.ProfileProgProfile] = spec.Programs[bpf.ProfileProgProfileDwarf]
+		if p.cfg.refuseProgram {
+			// Reads a register never written: the verifier refuses it.
+			spec.Programs[bpf.ProfileProgProfile] = spec.Programs[bpf.ProfileProgProfileDwarf].Copy()
+			spec.Programs[bpf.ProfileProgProfile].Instructions = asm.Instructions{asm.Mov.Reg(asm.R0, asm.R2), asm.Return()}
+		}
 		cpus, err := ebpf.PossibleCPU()
 		if err != nil {
 			return fmt.Errorf("count possible CPUs: %w", err)
@@ -414,7 +429,17 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 	var sampler sampleObjects
 	if err := spec.LoadAndAssign(&sampler, opts); err != nil {
 		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
+		if (errors.As(err, &verr) || errors.Is(err, ebpf.ErrNotSupported)) && p.cfg.Unwind == UnwindDWARF && p.auto {
+			// The table-walking program is the larger, and the one
+			// that needs more of the kernel: the sampler may still
+			// load (a missing privilege fails both alike). The
+			// error's short form (%v: the verifier's last lines).
+			if err := p.fallBack(CheckProgram, fmt.Errorf("the kernel refuses the table-walking program: %v", err)); err != nil {
+				return err
+			}
+			return p.load(kernelTypes)
+		}
+		if verr != nil {
 			return fmt.Errorf("load BPF program: verifier: %+v", verr)
 		}
 		return permissionError("load BPF program", err)

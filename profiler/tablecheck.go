@@ -27,9 +27,9 @@ const (
 	// CheckTableMaps: the kernel refuses an unwind table, made as the
 	// unwinder makes them, in the unwind_tables map of maps.
 	CheckTableMaps = "table-maps"
-	// CheckWalkResults: tables were loaded and the processes using them
-	// sampled, but the walk found no frame with them.
-	CheckWalkResults = "walk-results"
+	// CheckProgram: the kernel refuses the table-walking program itself
+	// (the verifier, or a CO-RE relocation this kernel cannot satisfy).
+	CheckProgram = "program"
 )
 
 // tableMapSpec returns the spec every unwind table map is made from: the

@@ -71,3 +71,32 @@ func TestTableWalkFallsBack(t *testing.T) {
 		t.Errorf("--unwind dwarf: error %q, want it to name the refused table", err)
 	}
 }
+
+// TestTableWalkFallsBackWhenTheProgramIsRefused offers the verifier a
+// table-walking program it refuses: with --unwind auto the sampler loads
+// the frame-pointer program instead, warns naming the check and the
+// verifier's words, and samples; with --unwind dwarf Open fails.
+func TestTableWalkFallsBackWhenTheProgramIsRefused(t *testing.T) {
+	bpftest.Require(t)
+	var logs bytes.Buffer
+	cfg := Config{Frequency: 199, Unwind: UnwindAuto, refuseProgram: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	startSpinner(t, "spin-refused")
+	got, st := record(t, cfg, 700*time.Millisecond)
+	if f := st.Unwind.Fallback; f.Check != CheckProgram || !strings.Contains(f.Reason, "refuses the table-walking program") {
+		t.Errorf("fallback %+v, want check %q and the verifier's refusal", f, CheckProgram)
+	}
+	if w := logs.String(); !strings.Contains(w, "level=WARN") || !strings.Contains(w, "check="+CheckProgram) {
+		t.Errorf("no warning naming the check; logs:\n%s", w)
+	}
+	if len(got) == 0 || st.DWARFWalks != 0 {
+		t.Errorf("%d samples, %d table walks: want samples, by frame pointers", len(got), st.DWARFWalks)
+	}
+	cfg.Unwind, cfg.Logger = UnwindDWARF, nil
+	if p, err := Open(cfg); err == nil {
+		p.Close()
+		t.Fatal("--unwind dwarf opened although the verifier refuses the program")
+	} else if !strings.Contains(err.Error(), "verifier") {
+		t.Errorf("--unwind dwarf: error %q, want the verifier's", err)
+	}
+}
