@@ -141,7 +141,7 @@ var (
 	descUnwindPruned    = desc("unwind_cache_pruned_files_total", "Unwind table files removed from --cache-dir, least recently used first, to stay within --cache-size.")
 	descUnwindPrunedB   = desc("unwind_cache_pruned_bytes_total", "Bytes of the unwind table files removed from --cache-dir to stay within --cache-size.")
 	descUnwindRefused   = desc("unwind_tables_refused_total", "Unwind tables the kernel refused (map creation, fill, or unwind_tables update): their frames are walked with frame pointers.")
-	descUnwindFallback  = desc("unwind_table_walk_fallback", "1 when --unwind auto walks user stacks with frame pointers because a check found the table walk cannot work on this kernel; check names it (helpers, table-maps, program).", "check")
+	descUnwindFallback  = desc("unwind_table_walk_fallback", "1 when --unwind auto walks user stacks with frame pointers because a check found the table walk cannot work on this kernel; check names it (helpers, table-maps, program, walk-results).", "check")
 	descUnwindFrames    = desc("unwind_frames_total", "User frames (the sampled pc aside) found with an unwind table (table) or with frame pointers (fp); --unwind dwarf only.", "method")
 )
 

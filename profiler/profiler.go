@@ -109,6 +109,9 @@ type Config struct {
 	// the kernel a table unlike the template, which it refuses, as
 	// Debian 12's 6.1 refused every table: tests see the fallback.
 	refuseTables bool
+	// skewTables gives every unwind table a wrong load bias: the walk
+	// finds no row, as on a kernel where it cannot work (tests).
+	skewTables bool
 	// refuseProgram offers the verifier a table-walking program it
 	// refuses, as a kernel might the real one: tests see the fallback.
 	refuseProgram bool
@@ -299,6 +302,10 @@ func Open(cfg Config) (*Profiler, error) {
 		periodNs := func() int64 { return int64(time.Second) / p.frequency.Load() }
 		p.unwinder = newUnwinder(&p.objs.ProfileMaps, p.tableSpec,
 			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
+		if cfg.skewTables {
+			p.unwinder.skew = 1 << 40
+		}
+		p.unwinder.start()
 	}
 	if cfg.BPFStats {
 		closer, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -660,7 +667,9 @@ func (p *Profiler) Counters() (Stats, error) {
 	if p.unwinder != nil {
 		s.Unwind = p.unwinder.Stats()
 	}
-	s.Unwind.Fallback = p.fallback
+	if p.fallback.Check != "" {
+		s.Unwind.Fallback = p.fallback
+	}
 	return s, nil
 }
 

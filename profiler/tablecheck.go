@@ -30,6 +30,9 @@ const (
 	// CheckProgram: the kernel refuses the table-walking program itself
 	// (the verifier, or a CO-RE relocation this kernel cannot satisfy).
 	CheckProgram = "program"
+	// CheckWalkResults: while recording, the walk found not one frame
+	// with the tables of the processes sampled (unwinder.checkWalk).
+	CheckWalkResults = "walk-results"
 )
 
 // tableMapSpec returns the spec every unwind table map is made from: the

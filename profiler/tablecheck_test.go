@@ -2,13 +2,17 @@ package profiler
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/bpf"
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/fixture"
 )
 
 // TestTableMapsCheckPasses makes a table as the unwinder makes them and
@@ -98,5 +102,102 @@ func TestTableWalkFallsBackWhenTheProgramIsRefused(t *testing.T) {
 		t.Fatal("--unwind dwarf opened although the verifier refuses the program")
 	} else if !strings.Contains(err.Error(), "verifier") {
 		t.Errorf("--unwind dwarf: error %q, want the verifier's", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer the logger's goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// nofpSource spends its time three calls below main, built without frame
+// pointers: only the table walk finds main.
+const nofpSource = `
+static volatile long sink;
+__attribute__((noinline)) long leaf(long n) { long s = 0; for (long i = 0; i < n; i++) sink = s += i * i; return s; }
+__attribute__((noinline)) long mid(long n) { return leaf(n + (sink & 1)) + 1; }
+__attribute__((noinline)) long top(long n) { return mid(n) * 2; }
+int main(void) { for (;;) sink += top(100000); }
+`
+
+// TestWalkResultsTurnTheWalkOff records a frame-pointer-less program
+// whose table is loaded with a wrong load bias, so that the walk finds no
+// row, as on a kernel where it cannot work although every check at start
+// passed: after walkCheckSamples samples with not one frame found with a
+// table, the unwinder turns the walk off (no entry left: frame pointers),
+// warns with check walk-results, and says so in its stats. The same
+// recording with the right bias finds frames with the table and stays on.
+func TestWalkResultsTurnTheWalkOff(t *testing.T) {
+	bpftest.Require(t)
+	bin := fixture.BuildC(t, "", "gcc", "nofp", nofpSource, "-O2", "-fomit-frame-pointer")
+	for _, skew := range []bool{true, false} {
+		cmd := exec.Command(bin)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var logs lockedBuffer
+		p, err := Open(Config{Frequency: 499, Unwind: UnwindAuto, PIDs: []uint32{uint32(cmd.Process.Pid)}, skewTables: skew,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx, func(*Record, int64) {}) }()
+		var st Stats
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			if st, err = p.Stats(); err != nil {
+				t.Fatal(err)
+			}
+			if st.Unwind.Fallback.Check != "" || !skew && st.Unwind.TableFrames > 0 {
+				break
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		entries := 0
+		var key uint32
+		var val bpf.ProfileHsProc
+		for it := p.objs.UnwindProcs.Iterate(); it.Next(&key, &val); {
+			entries++
+		}
+		p.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		f := st.Unwind.Fallback
+		if !skew {
+			if f.Check != "" || st.Unwind.TableFrames == 0 {
+				t.Errorf("right bias: fallback %+v, %d frames found with tables: want the walk on, finding frames", f, st.Unwind.TableFrames)
+			}
+			continue
+		}
+		if f.Check != CheckWalkResults || !strings.Contains(f.Reason, "not one user frame found with a table") {
+			t.Fatalf("wrong bias: fallback %+v after %d table walks, %d frames found with tables: want check %q", f, st.DWARFWalks, st.Unwind.TableFrames, CheckWalkResults)
+		}
+		if entries != 0 {
+			t.Errorf("%d processes keep entries after the walk was turned off", entries)
+		}
+		if w := logs.String(); !strings.Contains(w, "level=WARN") || !strings.Contains(w, "check="+CheckWalkResults) {
+			t.Errorf("no warning naming the check; logs:\n%s", w)
+		}
 	}
 }
