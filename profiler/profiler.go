@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/bits"
 	"os"
 	"sync"
@@ -575,25 +576,28 @@ func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
 		heat = p.heat
 		clear(heat)
 	}
+	oldest := int64(math.MaxInt64) // the wall time of the drain's oldest sample
 	n := p.ring.read(func(b []byte) {
 		if err := rec.Decode(b); err != nil {
 			p.decodeErrors.Add(1)
 			return
 		}
+		wall := p.clock.Wall(int64(rec.KernelTime))
 		if heat != nil {
 			heat[rec.PID]++
+			oldest = min(oldest, wall)
 			if n := len(rec.User) - 1; n > 0 {
 				t := uint64(tableBits(rec.UserDWARF, n))
 				tableFrames += t
 				fpFrames += uint64(n) - t
 			}
 		}
-		handle(rec, p.clock.Wall(int64(rec.KernelTime)))
+		handle(rec, wall)
 	})
 	if p.unwinder != nil {
 		p.unwinder.drained()
 		if len(heat) > 0 {
-			p.unwinder.sampled(heat, tableFrames, fpFrames)
+			p.unwinder.sampled(heat, tableFrames, fpFrames, time.Unix(0, oldest))
 		}
 	}
 	p.received.Add(uint64(n))

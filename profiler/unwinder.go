@@ -199,7 +199,7 @@ type procState struct {
 	// room for (zero: none).
 	retry time.Time
 	// withTables is when its entry was first written with a table in it
-	// (zero: never): its samples from walkSettle later count for
+	// (zero: never): its samples taken from walkSettle later count for
 	// checkWalk.
 	withTables time.Time
 }
@@ -296,8 +296,10 @@ type unwinder struct {
 	mu    sync.Mutex
 	stats UnwindStats
 	// newHeat is the samples per process counted by the ring reader
-	// since the worker last took them (under mu).
-	newHeat map[uint32]uint64
+	// since the worker last took them, newHeatOldest when the oldest of
+	// them was taken (under mu).
+	newHeat       map[uint32]uint64
+	newHeatOldest time.Time
 
 	// take empties unwind_pending into taken, from the ring reader
 	// (before each drain) and from the worker (when the reader has not
@@ -311,9 +313,9 @@ type unwinder struct {
 	pendKeys []uint32
 	pendVals []uint64
 	// walkable counts the samples of processes whose entries held a
-	// table for walkSettle or longer; walkOK is set once a frame was
-	// found with a table; off once checkWalk found none in
-	// walkCheckSamples of them, and turned the table walk off.
+	// table, taken walkSettle or more after it was written; walkOK is set
+	// once a frame was found with a table; off once checkWalk found none
+	// in walkCheckSamples of them, and turned the table walk off.
 	walkable    uint64
 	walkOK, off bool
 	// skew is added to every mapping's load bias (tests: a walk that
@@ -387,8 +389,11 @@ func (u *unwinder) closing() bool {
 // sampled counts the samples of each process read from the ring since the
 // last call (the worker builds the tables of the most sampled first), and
 // their user frames found with tables and with frame pointers.
-func (u *unwinder) sampled(counts map[uint32]uint64, tableFrames, fpFrames uint64) {
+func (u *unwinder) sampled(counts map[uint32]uint64, tableFrames, fpFrames uint64, oldest time.Time) {
 	u.mu.Lock()
+	if u.newHeatOldest.IsZero() || oldest.Before(u.newHeatOldest) {
+		u.newHeatOldest = oldest
+	}
 	for pid, n := range counts {
 		u.newHeat[pid] += n
 	}
@@ -456,6 +461,8 @@ func (u *unwinder) poll(now time.Time) {
 		}
 	}
 	u.sampledNow = u.sampledNow[:0]
+	oldest := u.newHeatOldest
+	u.newHeatOldest = time.Time{}
 	for pid, n := range u.newHeat {
 		u.heat[pid] += n
 		u.sampledNow = append(u.sampledNow, pid)
@@ -465,7 +472,7 @@ func (u *unwinder) poll(now time.Time) {
 					t.lastUsed = now
 				}
 			}
-			if !st.withTables.IsZero() && now.Sub(st.withTables) >= walkSettle {
+			if !st.withTables.IsZero() && oldest.After(st.withTables.Add(walkSettle)) {
 				u.walkable += n
 			}
 		}
@@ -872,7 +879,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 		return fmt.Errorf("write the mappings of process %d: %w", pid, err)
 	}
 	if len(st.tables) > 0 && st.withTables.IsZero() {
-		st.withTables = now
+		st.withTables = time.Now() // not the poll's now: builds took time since
 	}
 	if st.complete && !st.ready && len(st.tables) > 0 {
 		st.ready = true
@@ -886,12 +893,14 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	return nil
 }
 
-// walkSettle is how long after a process's entry first holds a table its
-// samples count for checkWalk: those drained meanwhile may have been taken
-// before the entry was in.
-const walkSettle = time.Second
+// walkSettle is how long after a process's entry first holds a table the
+// samples it takes count for checkWalk: only those of polls whose samples
+// were all taken that late (a reader held up on a starved machine drains
+// seconds-old samples, taken before the entry was in), with a margin for
+// the conversion of their kernel times to wall time.
+const walkSettle = 100 * time.Millisecond
 
-// walkCheckSamples is how many samples of processes with tables (counted
+// walkCheckSamples is how many samples of processes with tables (taken
 // from walkSettle after their entries were written) may find no frame
 // with a table before checkWalk turns the walk off. A process gets a
 // table only for a binary its sampled stacks pass through, and any stack
