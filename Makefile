@@ -37,10 +37,11 @@ test:
 	$(GO) test $(TESTFLAGS) ./...
 	$(GO) test $(TESTFLAGS) -tags gcs,azure ./bucket/
 
-# The kernel matrix (test/kernels/): boots Debian's kernels in qemu (TCG)
-# with a static heatscope and runs the BPF-facing checks on each, a table
-# per kernel (about 4 minutes on 2 CPUs; needs qemu-system-x86,
-# busybox-static, gcc and Debian's archive).
+# The kernel matrix (test/kernels/): boots Debian's x86-64 and arm64
+# kernels in qemu (TCG) with a static heatscope and runs the BPF-facing
+# checks on each, a table per kernel (about 6 minutes on 2 CPUs; needs
+# qemu-system-x86, qemu-system-arm, gcc, gcc-aarch64-linux-gnu and
+# Debian's archive).
 test-kernels:
 	$(GO) vet -tags kernels ./test/kernels/
 	$(GO) test -tags kernels -count=1 -v -timeout 40m -run TestKernelMatrix ./test/kernels/

@@ -67,6 +67,34 @@ func TestJudgeDebian12(t *testing.T) {
 	}
 }
 
+// TestJudgeDebian11 judges a real run on Debian 11's cloud kernel (5.10):
+// it loads and samples, and the table walk and exit snapshots are not
+// supported, each as heatscope detected and said (bpf_loop; the exit
+// tracepoint). The same fallback on a kernel of 5.17 or later fails.
+func TestJudgeDebian11(t *testing.T) {
+	sec := readConsole(t, "console-5.10.0-46-cloud-amd64.log")
+	got := statuses(Judge(sec))
+	for _, c := range []string{CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckKmsg, CheckSaturation, CheckContainer} {
+		if got[c].Status != Pass {
+			t.Errorf("%s: %s %s, want pass", c, got[c].Status, got[c].Figure)
+		}
+	}
+	if r := got[CheckTableWalk]; r.Status != Unsupported || !strings.Contains(r.Figure, "FnLoop") {
+		t.Errorf("table walk on 5.10: %s %q, want not supported, naming bpf_loop", r.Status, r.Figure)
+	}
+	if r := got[CheckSnapshots]; r.Status != Unsupported {
+		t.Errorf("exit snapshots on 5.10: %s %q, want not supported", r.Status, r.Figure)
+	}
+	newer := map[string]string{}
+	for k, v := range sec {
+		newer[k] = v
+	}
+	newer["uname"] = "5.17.0-1-amd64\n"
+	if r := statuses(Judge(newer))[CheckTableWalk]; r.Status != Fail {
+		t.Errorf("the helpers fallback on 5.17: %s %q, want a failure", r.Status, r.Figure)
+	}
+}
+
 func TestSectionsErrors(t *testing.T) {
 	for _, in := range []string{"==> a\nx\n", "<== a\n", "==> a\n<== b\n"} {
 		if _, err := Sections([]byte(in)); err == nil {
