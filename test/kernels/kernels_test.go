@@ -63,7 +63,7 @@ var archs = map[string]arch{
 
 // bootTimeout bounds one kernel's run (about 40 s under TCG on the 2-CPU
 // test machine, 4 minutes for arm64).
-const bootTimeout = 8 * time.Minute
+const bootTimeout = 10 * time.Minute
 
 // unavailable skips t with the reason, or fails it under
 // HEATSCOPE_REQUIRE_BPF=1 (CI), where the matrix must run.

@@ -95,6 +95,31 @@ func TestJudgeDebian11(t *testing.T) {
 	}
 }
 
+// TestJudgeArm64 judges a real run on Debian 12's arm64 cloud kernel: it
+// loads and samples by frame pointers; the table walk's program (x86-64's
+// registers) is refused at load, which heatscope says, so the walk is not
+// supported there; the same fallback on x86-64 fails.
+func TestJudgeArm64(t *testing.T) {
+	sec := readConsole(t, "console-6.1.0-56-cloud-arm64.log")
+	got := statuses(Judge(sec))
+	for _, c := range []string{CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckKmsg, CheckSaturation, CheckContainer} {
+		if got[c].Status != Pass {
+			t.Errorf("%s: %s %s, want pass", c, got[c].Status, got[c].Figure)
+		}
+	}
+	if r := got[CheckTableWalk]; r.Status != Unsupported || !strings.Contains(r.Figure, "table-walking program") {
+		t.Errorf("table walk on arm64: %s %q, want not supported, naming the refused program", r.Status, r.Figure)
+	}
+	x86 := map[string]string{}
+	for k, v := range sec {
+		x86[k] = v
+	}
+	x86["arch"] = "x86_64\n"
+	if r := statuses(Judge(x86))[CheckTableWalk]; r.Status != Fail {
+		t.Errorf("the program's fallback on x86-64: %s %q, want a failure", r.Status, r.Figure)
+	}
+}
+
 func TestSectionsErrors(t *testing.T) {
 	for _, in := range []string{"==> a\nx\n", "<== a\n", "==> a\n<== b\n"} {
 		if _, err := Sections([]byte(in)); err == nil {

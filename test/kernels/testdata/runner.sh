@@ -20,7 +20,9 @@
 #           (--saturation-node 100: the node's average counts the agent's
 #           CPU; --saturation-cpu 50: an emulated CPU on a busy host gets
 #           its ticks late, and a spinning thread was seen 50% busy)
-# Every wait is bounded; then SIGINT ends the recording. The overhead
+# Every wait is bounded (generously: on the shared machine, at a load of
+# 30, heatscope took 75 s to start sampling under emulation); then SIGINT
+# ends the recording. The overhead
 # guard is off (--max-cpu 0): under emulation the agent costs many times
 # its budget, and the guard would cut the sampling rate.
 /bin/busybox --install -s /bin
@@ -77,18 +79,18 @@ until_or() {
 		sleep 0.1
 	done
 }
-until_or "grep -q '^recording ' /tmp/record.err" 60
+until_or "grep -q '^recording ' /tmp/record.err" 300
 for j in 1 2 3 4; do
 	while [ ! -e /tmp/churned ]; do
 		/bin/busybox true
 	done &
 done
-until_or "grep -q 'snapshot' /tmp/record.err" 20
+until_or "grep -q 'snapshot' /tmp/record.err" 60
 touch /tmp/churned
 kill $SYS
 echo "<3>NETDEV WATCHDOG: eth0 (virtio_net): transmit queue 0 timed out 5120 ms" >/dev/kmsg
-until_or "grep -q 'pattern=netdev-watchdog' /tmp/record.err" 10
-until_or "wget -q -O - http://127.0.0.1:7070/metrics | grep -Eq '^heatscope_unwind_tables [1-9]|^heatscope_unwind_table_walk_fallback'" 30
+until_or "grep -q 'pattern=netdev-watchdog' /tmp/record.err" 30
+until_or "wget -q -O - http://127.0.0.1:7070/metrics | grep -Eq '^heatscope_unwind_tables [1-9]|^heatscope_unwind_table_walk_fallback'" 60
 T1=$(date +%s)
 sleep 4
 kill -INT $REC
