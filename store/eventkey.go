@@ -109,4 +109,6 @@ func ParseEventObject(key string) (EventObject, error) {
 
 // InstanceLabel is the event label a bucket's reader sets to the instance
 // id an event segment object's name holds (the recorder that shipped it).
-const InstanceLabel = "instance"
+// It is not "instance", which events POSTed by automation often carry
+// (Prometheus' label of that name) and which it would replace.
+const InstanceLabel = "recorder_instance"
