@@ -322,7 +322,7 @@ func walkFleet(t *testing.T, url string, resets int) {
 	// 3. The fleet's events (the link at the top), then the resets alone
 	// (a click on their kind): 3 on zombie-a, 2 on zombie-c.
 	follow("follow the fleet events link", `.fleet-nav a[href="/fleet/events"]`)
-	do("pick the resets", chromedp.Click(chromedp.CSS(`#fe-kinds tbody tr[data-name="ena-reset"] td`)), chromedp.Sleep(100*time.Millisecond), settled)
+	do("pick the resets", chromedp.Click(chromedp.CSS(`#fe-kinds tbody tr[data-name="ena-reset"] td`)), w.urlHas("kind", "ena-reset"), settled)
 	var byNode []string
 	eval(`[...document.querySelectorAll('#fe-nodes tbody tr')].map((tr) => tr.cells[0].textContent + ' ' + tr.cells[1].textContent)`, &byNode)
 	var summary, kind string

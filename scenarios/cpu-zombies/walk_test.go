@@ -37,13 +37,14 @@ type walker struct {
 	shotDir  string
 	// settled waits until the node view has drawn everything it asked for.
 	settled chromedp.Action[chromedp.Void]
+	wait    time.Duration // a step's longest wait for the page
 }
 
 // newWalker starts chromium with a window of width × height CSS pixels;
 // each step's wait for the page gives up after wait, the walk after
 // timeout.
 func newWalker(t *testing.T, width, height int, wait, timeout time.Duration) *walker {
-	w := &walker{t: t, ctx: browsertest.Start(t, width, height, timeout), shotDir: t.TempDir(),
+	w := &walker{t: t, ctx: browsertest.Start(t, width, height, timeout), shotDir: t.TempDir(), wait: wait,
 		settled: browsertest.Until(`document.body.dataset.ready === '1' && document.body.dataset.busy === '0'`, wait)}
 	w.jsErrors.Store("")
 	chromedp.Listen(w.ctx, func(ev any) {
@@ -63,6 +64,13 @@ func (w *walker) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	if err := chromedp.Do(w.ctx, actions...); err != nil {
 		w.t.Fatalf("%s: %v (JavaScript errors: %s)", what, err, w.jsErrors.Load())
 	}
+}
+
+// urlHas waits until the page's URL hash sets key to value: the UI writes
+// it as it starts the requests of what a click asked for, so settled after
+// it waits for their answers, not for the view before the click.
+func (w *walker) urlHas(key, value string) chromedp.Action[chromedp.Void] {
+	return browsertest.Until(fmt.Sprintf(`new URLSearchParams(location.hash.slice(1)).get(%q) === %q`, key, value), w.wait)
 }
 
 // eval evaluates a JavaScript expression in the page into v (through
@@ -133,7 +141,7 @@ func walkUI(t *testing.T, r *scenarioRun) {
 	do("set the window", chromedp.SetValue(chromedp.CSS("#event-window"), "2"))
 	do("mark the event", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(
 		`[...document.querySelectorAll('#events button.event')].find((b) => b.textContent.includes(%q)).id = 'picked-event'`, b.Line)))
-	do("click the event", chromedp.Click(chromedp.CSS("#picked-event")), chromedp.Sleep(100*time.Millisecond), settled)
+	do("click the event", chromedp.Click(chromedp.CSS("#picked-event")), w.urlHas("cmp", "1"), settled)
 	var st struct {
 		SelFrom, SelTo, BFrom, BTo float64
 		Compare                    bool
@@ -154,7 +162,7 @@ func walkUI(t *testing.T, r *scenarioRun) {
 
 	// 3. Only kubelet-sim: its kernel time in the memcg stats functions.
 	do("filter kubelet-sim", chromedp.SetValue(chromedp.CSS("#f-comm"), "kubelet-sim"),
-		chromedp.Click(chromedp.CSS("#f-apply")), chromedp.Sleep(100*time.Millisecond), settled)
+		chromedp.Click(chromedp.CSS("#f-apply")), w.urlHas("comm", "kubelet-sim"), settled)
 	var names []string
 	eval(`window.heatscope.flameNames()`, &names)
 	eval(`window.heatscope.growth()`, &growers)
