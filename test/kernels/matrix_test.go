@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -19,6 +20,16 @@ func readConsole(t *testing.T, name string) map[string]string {
 	return sec
 }
 
+// wantPass fails t for each of checks that did not pass.
+func wantPass(t *testing.T, got map[string]Result, checks ...string) {
+	t.Helper()
+	for _, c := range checks {
+		if got[c].Status != Pass {
+			t.Errorf("%s: %s %s, want pass", c, got[c].Status, got[c].Figure)
+		}
+	}
+}
+
 func statuses(results []Result) map[string]Result {
 	m := map[string]Result{}
 	for _, r := range results {
@@ -35,11 +46,7 @@ func statuses(results []Result) map[string]Result {
 func TestJudgeDebian12(t *testing.T) {
 	sec := readConsole(t, "console-6.1.0-47-cloud-amd64.log")
 	got := statuses(Judge(sec))
-	for _, c := range []string{CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckTableWalk, CheckKmsg, CheckSaturation, CheckContainer} {
-		if got[c].Status != Pass {
-			t.Errorf("%s: %s %s, want pass", c, got[c].Status, got[c].Figure)
-		}
-	}
+	wantPass(t, got, CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckTableWalk, CheckKmsg, CheckSaturation, CheckContainer)
 	if r := got[CheckSnapshots]; r.Status != Unsupported || !strings.Contains(r.Figure, "sched_process_exit") {
 		t.Errorf("exit snapshots on 6.1: %s %q, want not supported with the reason", r.Status, r.Figure)
 	}
@@ -47,10 +54,7 @@ func TestJudgeDebian12(t *testing.T) {
 		t.Errorf("table walk figure %q", r.Figure)
 	}
 
-	broken := map[string]string{}
-	for k, v := range sec {
-		broken[k] = v
-	}
+	broken := maps.Clone(sec)
 	broken["walk.folded"] = "zznofp;zz_nofp_leaf 468\nzznofp;[unknown];register_tm_clones;zz_nofp_leaf 27\nexit status 0\n"
 	if r := statuses(Judge(broken))[CheckTableWalk]; r.Status != Fail {
 		t.Errorf("no sample reaching main: table walk %s %q, want a failure", r.Status, r.Figure)
@@ -74,21 +78,14 @@ func TestJudgeDebian12(t *testing.T) {
 func TestJudgeDebian11(t *testing.T) {
 	sec := readConsole(t, "console-5.10.0-46-cloud-amd64.log")
 	got := statuses(Judge(sec))
-	for _, c := range []string{CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckKmsg, CheckSaturation, CheckContainer} {
-		if got[c].Status != Pass {
-			t.Errorf("%s: %s %s, want pass", c, got[c].Status, got[c].Figure)
-		}
-	}
+	wantPass(t, got, CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckKmsg, CheckSaturation, CheckContainer)
 	if r := got[CheckTableWalk]; r.Status != Unsupported || !strings.Contains(r.Figure, "FnLoop") {
 		t.Errorf("table walk on 5.10: %s %q, want not supported, naming bpf_loop", r.Status, r.Figure)
 	}
 	if r := got[CheckSnapshots]; r.Status != Unsupported {
 		t.Errorf("exit snapshots on 5.10: %s %q, want not supported", r.Status, r.Figure)
 	}
-	newer := map[string]string{}
-	for k, v := range sec {
-		newer[k] = v
-	}
+	newer := maps.Clone(sec)
 	newer["uname"] = "5.17.0-1-amd64\n"
 	if r := statuses(Judge(newer))[CheckTableWalk]; r.Status != Fail {
 		t.Errorf("the helpers fallback on 5.17: %s %q, want a failure", r.Status, r.Figure)
@@ -102,18 +99,11 @@ func TestJudgeDebian11(t *testing.T) {
 func TestJudgeArm64(t *testing.T) {
 	sec := readConsole(t, "console-6.1.0-56-cloud-arm64.log")
 	got := statuses(Judge(sec))
-	for _, c := range []string{CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckKmsg, CheckSaturation, CheckContainer} {
-		if got[c].Status != Pass {
-			t.Errorf("%s: %s %s, want pass", c, got[c].Status, got[c].Figure)
-		}
-	}
+	wantPass(t, got, CheckLoad, CheckSampling, CheckKernel, CheckUser, CheckKmsg, CheckSaturation, CheckContainer)
 	if r := got[CheckTableWalk]; r.Status != Unsupported || !strings.Contains(r.Figure, "table-walking program") {
 		t.Errorf("table walk on arm64: %s %q, want not supported, naming the refused program", r.Status, r.Figure)
 	}
-	x86 := map[string]string{}
-	for k, v := range sec {
-		x86[k] = v
-	}
+	x86 := maps.Clone(sec)
 	x86["arch"] = "x86_64\n"
 	if r := statuses(Judge(x86))[CheckTableWalk]; r.Status != Fail {
 		t.Errorf("the program's fallback on x86-64: %s %q, want a failure", r.Status, r.Figure)
