@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"math"
+	"os"
 	"slices"
 	"time"
 )
@@ -73,4 +74,38 @@ func blockAge(b *Block) int64 {
 		return b.Meta.ImportedAt * int64(time.Millisecond)
 	}
 	return b.Meta.MaxTime
+}
+
+// dropOldest deletes the block with the oldest data; false if none is left.
+func (db *DB) dropOldest(why string) bool {
+	db.mu.Lock()
+	if len(db.blocks) == 0 {
+		db.mu.Unlock()
+		return false
+	}
+	oldest := slices.MinFunc(db.blocks, func(a, b *Block) int { return cmp.Compare(a.Meta.MaxTime, b.Meta.MaxTime) })
+	db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool { return b == oldest })
+	db.mu.Unlock()
+	db.removeBlock(oldest, why)
+	return true
+}
+
+func (db *DB) removeBlock(b *Block, why string) {
+	db.retire(b)
+	if err := os.RemoveAll(b.Dir); err != nil {
+		db.log.Warn("delete block", "block", b.Dir, "err", err)
+	}
+	db.dropped.Add(1)
+	if db.unshipped(b) {
+		db.unshippedDropped.Add(1)
+		db.log.Error("block lost before it was shipped to the bucket", "block", b.Meta.ID, "samples", b.Meta.Samples,
+			"minTime", time.Unix(0, b.Meta.MinTime).UTC(), "maxTime", time.Unix(0, b.Meta.MaxTime).UTC(), "why", why)
+		return
+	}
+	db.log.Info("dropped block", "block", b.Meta.ID, "source", b.Meta.Source, "samples", b.Meta.Samples, "why", why)
+}
+
+// unshipped reports whether b waits to be copied elsewhere.
+func (db *DB) unshipped(b *Block) bool {
+	return db.opts.Unshipped != nil && db.opts.Unshipped(&b.Meta)
 }

@@ -1,0 +1,226 @@
+// The writer's head: samples appended to memory and the WAL, cut into
+// blocks when old or large enough.
+
+package store
+
+import (
+	"cmp"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// loadWAL replays the WAL segments not yet in blocks. A writer turns each
+// into a block and starts a new segment; a reader keeps them in memory.
+func (db *DB) loadWAL() error {
+	if db.local == nil {
+		return nil
+	}
+	seqs, err := walSegments(db.dir)
+	if err != nil {
+		return err
+	}
+	var sealed uint64
+	for _, b := range db.blocks {
+		sealed = max(sealed, b.Meta.WALSegment)
+	}
+	next := sealed + 1
+	for _, seq := range seqs {
+		next = max(next, seq+1)
+		path := walPath(db.dir, seq)
+		if seq <= sealed {
+			if !db.opts.ReadOnly {
+				os.Remove(path) // already in a block
+			}
+			continue
+		}
+		b, err := replayWAL(path)
+		if err != nil {
+			db.corrupt.Add(1)
+			db.log.Warn("WAL segment damaged; keeping the samples before the damage", "segment", path, "samples", b.T.Len(), "err", err)
+		}
+		// Segments written before the period record existed take the
+		// period this process was given.
+		period := cmp.Or(b.periodNs, db.opts.PeriodNs)
+		if db.opts.ReadOnly {
+			if b.T.Len() > 0 {
+				db.sealing = append(db.sealing, &sealingHead{table: b.table(), walSeq: seq, periodNs: period})
+			}
+			continue
+		}
+		if b.T.Len() > 0 {
+			if err := db.writeHead(&sealingHead{table: b.table(), walSeq: seq, periodNs: period, node: db.walNode}); err != nil {
+				return err
+			}
+		}
+		os.Remove(path)
+	}
+	if db.opts.ReadOnly {
+		return nil
+	}
+	return db.newHead(next)
+}
+
+// newHead starts an empty head logging to WAL segment seq.
+func (db *DB) newHead(seq uint64) error {
+	w, err := createWAL(db.dir, seq)
+	if err != nil {
+		return err
+	}
+	w.raw = db.opts.CallerTicks
+	if db.opts.PeriodNs > 0 {
+		w.setPeriod(db.opts.PeriodNs)
+	}
+	db.head = NewBuilder()
+	db.head.periodNs = db.opts.PeriodNs
+	db.head.onNew = w
+	db.wal = w
+	return nil
+}
+
+// Append adds a sample to the head.
+func (db *DB) Append(s *sample.Sample) error {
+	if db.opts.ReadOnly {
+		return errors.New("append: data directory opened read-only")
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	// Cut first when this sample would stretch the head past a block's
+	// duration, so that a block never mixes far-apart times.
+	if n := db.head.T.Len(); n >= db.opts.MaxHeadSamples || n > 0 && s.Time-db.head.T.Time[0] >= int64(db.opts.BlockDuration) {
+		db.cutLocked()
+	}
+	h := db.head
+	h.Append(s)
+	n := h.T.Len() - 1
+	db.wal.addSample(h.T.Time[n], h.T.CPU[n], h.T.Thread[n], h.T.Stack[n])
+	db.appended.Add(1)
+	if db.wal.buffered() >= 4<<20 {
+		db.flushWALLocked(false)
+	}
+	return nil
+}
+
+// flushWALLocked writes the WAL's buffer, and syncs the segment if sync,
+// freeing disk space once if the disk is full.
+func (db *DB) flushWALLocked(sync bool) {
+	dropped, err := db.wal.flush(sync)
+	if err == nil {
+		db.walErr.Store(nil)
+		return
+	}
+	db.walErr.Store(&err)
+	db.walDropped.Add(uint64(dropped))
+	if errors.Is(err, syscall.ENOSPC) {
+		db.diskFull.Store(true) // the background loop frees space
+	}
+	db.log.Warn("WAL write failed; samples stay in memory until the head is cut", "samples", dropped, "err", err)
+}
+
+// cutLocked seals the head and starts a new one; the sealed head is written
+// as a block in the background. db.mu must be held.
+func (db *DB) cutLocked() {
+	if db.head == nil || db.head.T.Len() == 0 {
+		return
+	}
+	old := db.wal
+	if err := old.close(); err != nil {
+		db.log.Warn("closing WAL segment", "err", err)
+	}
+	sh := &sealingHead{table: db.head.table(), walSeq: old.seq, periodNs: db.head.periodNs}
+	db.sealing = append(db.sealing, sh)
+	db.cuts.Add(1)
+	if err := db.newHead(old.seq + 1); err != nil {
+		// No WAL: keep recording into memory only, retrying at the next cut.
+		db.log.Warn("cannot start a WAL segment", "err", err)
+		db.head = NewBuilder()
+		db.head.periodNs = db.opts.PeriodNs
+		db.wal = &walWriter{seq: old.seq + 1, f: devNull()}
+	}
+	go db.seal(sh)
+}
+
+func devNull() *os.File {
+	f, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	return f
+}
+
+// seal writes a sealed head as a block, then forgets it and its WAL.
+func (db *DB) seal(sh *sealingHead) {
+	if err := db.writeHead(sh); err != nil {
+		db.mu.Lock()
+		db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == sh })
+		db.mu.Unlock()
+		db.lost.Add(uint64(sh.table.Len()))
+		db.log.Error("head lost: could not write it as a block", "samples", sh.table.Len(), "err", err)
+	}
+	os.Remove(walPath(db.dir, sh.walSeq))
+}
+
+// writeHead writes a head's samples as a block and adds it in place of the
+// head. On a full disk it drops the oldest blocks, one at a time, until the
+// write succeeds or nothing is left to drop.
+func (db *DB) writeHead(sh *sealingHead) error {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	for {
+		meta, err := writeBlock(filepath.Join(db.dir, blocksDir), Meta{Source: db.opts.Source, Node: cmp.Or(sh.node, db.opts.Node),
+			Instance: db.identity.Instance, NodeLabels: db.opts.NodeLabels, WALSegment: sh.walSeq, PeriodNs: sh.periodNs}, sh.table)
+		if err == nil {
+			if err := db.addBlock(meta, sh, nil); err != nil {
+				return err
+			}
+			if db.opts.OnBlock != nil {
+				db.opts.OnBlock(meta)
+			}
+			return nil
+		}
+		if !errors.Is(err, syscall.ENOSPC) || !db.dropOldest("disk full") {
+			return err
+		}
+	}
+}
+
+// SetPeriod changes the sampling period of the samples appended from now on
+// (the recorder's overhead guard changes the frequency). The head is cut
+// first, so that every block states the period its samples were taken at.
+func (db *DB) SetPeriod(periodNs int64) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if periodNs == db.opts.PeriodNs {
+		return
+	}
+	db.opts.PeriodNs = periodNs
+	if db.opts.ReadOnly || db.head == nil {
+		return
+	}
+	if db.head.T.Len() > 0 {
+		db.cutLocked() // the new head and its segment take the new period
+		return
+	}
+	// Nothing taken at the old period: the empty head takes the new one,
+	// and its segment says so (replay keeps the last period record).
+	db.head.periodNs = periodNs
+	db.wal.setPeriod(periodNs)
+}
+
+// addBlock opens a newly written block and adds it to the list. In the
+// same critical section it forgets what the block replaces, the head it
+// was sealed from or the blocks it was merged from (either may be nil), so
+// that no query plans both and counts their samples twice.
+func (db *DB) addBlock(meta Meta, from *sealingHead, parents []*Block) error {
+	b, err := db.openLocal(filepath.Join(db.dir, blocksDir, meta.ID))
+	if err != nil {
+		return err
+	}
+	db.mu.Lock()
+	db.blocks = append(slices.DeleteFunc(db.blocks, func(x *Block) bool { return slices.Contains(parents, x) }), b)
+	db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == from })
+	db.sortBlocks()
+	db.mu.Unlock()
+	return nil
+}
