@@ -318,7 +318,7 @@ func TestCorruptBlocksSkippedAndNamed(t *testing.T) {
 	}
 	look := func(indexMaxAge time.Duration) (view, bucketstore.Stats) {
 		src := bucketstore.New(bkt, "test bucket", bucketstore.Options{IndexMaxAge: indexMaxAge})
-		db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{src}})
+		db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func reader(t *testing.T, bkt objstore.Bucket) *store.DB {
 // sees as newer than the bucket index it read last.
 func readerAt(t *testing.T, bkt objstore.Bucket, now func() time.Time) *store.DB {
 	t.Helper()
-	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{Now: now})}})
+	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{Now: now})}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func BenchmarkCompare(b *testing.B) {
 		fleetfixture.Upload(b, bkt, name, path)
 	}
 	db, err := store.Open("", store.Options{ReadOnly: true, Logger: slog.New(slog.DiscardHandler),
-		Sources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
 	if err != nil {
 		b.Fatal(err)
 	}

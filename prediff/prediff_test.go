@@ -30,7 +30,7 @@ func openFleet(t *testing.T) *store.DB {
 	bkt := m.Open("fleet")
 	fleetfixture.WriteFleet(t, bkt, t.TempDir(), fleetfixture.Fleet())
 	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})
-	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.New(slog.DiscardHandler)})
+	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

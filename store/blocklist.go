@@ -1,5 +1,5 @@
 // Which blocks the DB reads: the listing of its block sources (the data
-// directory's and Options.Sources) at Open and on every Refresh.
+// directory's and Options.BlockSources) at Open and on every Refresh.
 
 package store
 
@@ -24,7 +24,7 @@ import (
 // Options.OpenUnavailable says to go on.
 func (db *DB) loadBlocks() error {
 	var blocks []*Block
-	if db.local != nil {
+	if db.localBlocks != nil {
 		root := filepath.Join(db.dir, blocksDir)
 		entries, err := os.ReadDir(root)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -50,8 +50,8 @@ func (db *DB) loadBlocks() error {
 			blocks = append(blocks, b)
 		}
 	}
-	for i, src := range db.sources {
-		if src == db.local {
+	for i, src := range db.blockSources {
+		if src == db.localBlocks {
 			continue
 		}
 		added, err := db.listNew(i, nil)
@@ -121,36 +121,36 @@ func replacedBy(blocks []*Block) map[parentKey]bool {
 // block still being written (no meta yet) is left for a later listing; a
 // block whose meta cannot be read is skipped with a warning.
 func (db *DB) listNew(i int, known map[string]bool) ([]*Block, error) {
-	added, _, err := db.listSource(i, known)
+	added, _, err := db.listBlockSource(i, known)
 	return added, err
 }
 
-// sourceError names src in err, unless err names it already (a bucket's
+// blockSourceError names src in err, unless err names it already (a bucket's
 // errors name the bucket).
-func sourceError(src BlockSource, err error) error {
+func blockSourceError(src BlockSource, err error) error {
 	if strings.Contains(err.Error(), src.String()) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", src, err)
 }
 
-func (db *DB) listSource(i int, known map[string]bool) (added []*Block, listed map[string]bool, err error) {
-	src := db.sources[i]
+func (db *DB) listBlockSource(i int, known map[string]bool) (added []*Block, listed map[string]bool, err error) {
+	src := db.blockSources[i]
 	ctx := context.Background()
 	keys, err := src.List(ctx)
 	if err != nil {
-		err = sourceError(src, err)
-		db.sourceErr[i].Store(&err)
+		err = blockSourceError(src, err)
+		db.blockSourceErr[i].Store(&err)
 		return nil, nil, err
 	}
-	db.sourceErr[i].Store(nil)
+	db.blockSourceErr[i].Store(nil)
 	listed = make(map[string]bool, len(keys))
 	for _, key := range keys {
 		listed[key] = true
 		if known[key] {
 			continue
 		}
-		if src == db.local {
+		if src == db.localBlocks {
 			b, err := db.openLocal(filepath.Join(db.dir, blocksDir, key))
 			if err != nil {
 				continue // being written or damaged: next time, or never
@@ -164,8 +164,8 @@ func (db *DB) listSource(i int, known map[string]bool) (added []*Block, listed m
 		}
 		if err != nil {
 			if errors.Is(err, ErrUnavailable) {
-				err = sourceError(src, err)
-				db.sourceErr[i].Store(&err)
+				err = blockSourceError(src, err)
+				db.blockSourceErr[i].Store(&err)
 				for _, b := range added {
 					b.Close()
 				}
@@ -206,7 +206,7 @@ func (db *DB) Refresh() error {
 	db.refreshMu.Lock()
 	defer db.refreshMu.Unlock()
 	var errs []error
-	for i, src := range db.sources {
+	for i, src := range db.blockSources {
 		db.mu.RLock()
 		known := map[string]bool{}
 		for _, b := range db.blocks {
@@ -215,7 +215,7 @@ func (db *DB) Refresh() error {
 			}
 		}
 		db.mu.RUnlock()
-		added, listed, err := db.listSource(i, known)
+		added, listed, err := db.listBlockSource(i, known)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -251,20 +251,20 @@ func (db *DB) Refresh() error {
 	for _, b := range retired {
 		db.retire(b)
 	}
-	if err := db.refreshSourceEvents(); err != nil {
+	if err := db.refreshBlockSourceEvents(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// refreshSourceEvents reads the events of the sources that hold some,
+// refreshBlockSourceEvents reads the events of the sources that hold some,
 // keeping the newest MaxEvents. A source that fails keeps its events out
 // until it answers again; the error names it.
-func (db *DB) refreshSourceEvents() error {
+func (db *DB) refreshBlockSourceEvents() error {
 	var all []events.Event
 	var errs []error
 	found := false
-	for _, src := range db.sources {
+	for _, src := range db.blockSources {
 		es, ok := src.(EventSource)
 		if !ok {
 			continue
@@ -272,7 +272,7 @@ func (db *DB) refreshSourceEvents() error {
 		found = true
 		evs, err := es.Events(context.Background())
 		if err != nil {
-			errs = append(errs, sourceError(src, fmt.Errorf("events: %w", err)))
+			errs = append(errs, blockSourceError(src, fmt.Errorf("events: %w", err)))
 		}
 		all = append(all, evs...)
 	}
@@ -290,6 +290,6 @@ func (db *DB) refreshSourceEvents() error {
 	db.mu.Lock()
 	db.eventNotices = notices
 	db.mu.Unlock()
-	db.sourceEvents.Store(&all)
+	db.blockSourceEvents.Store(&all)
 	return errors.Join(errs...)
 }

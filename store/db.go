@@ -16,7 +16,10 @@ import (
 
 // Options configures a DB.
 type Options struct {
-	// Source names the data this process records (default: Node).
+	// Source names the recording this process writes (default: Node):
+	// the source of its blocks' samples (Meta.Source, Sources, a filter's
+	// Filter.Sources). Not to be confused with BlockSources, the places
+	// blocks are read from.
 	Source string
 	// Node names this machine in the blocks it writes and for the blocks
 	// of its directory that name none (default: the hostname).
@@ -59,12 +62,12 @@ type Options struct {
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
 	MaxEvents int
-	// Sources are more places to read sealed blocks from, beside the data
-	// directory (a bucket: package bucketstore). Their blocks are opened
-	// when a query first needs them and followed by Refresh. Only a
-	// read-only DB takes them; its directory may then be "" (none).
-	Sources []BlockSource
-	// OpenUnavailable opens the DB even when a source's storage does not
+	// BlockSources are more places to read sealed blocks from, beside
+	// the data directory (a bucket: package bucketstore). Their blocks
+	// are opened when a query first needs them and followed by Refresh.
+	// Only a read-only DB takes them; its directory may then be "" (none).
+	BlockSources []BlockSource
+	// OpenUnavailable opens the DB even when a block source does not
 	// answer (ErrUnavailable): its blocks are listed by the first Refresh
 	// that reaches it, and Health says why meanwhile. A query service
 	// started during its bucket's outage then serves once it is back.
@@ -90,15 +93,15 @@ type Options struct {
 type DB struct {
 	dir  string
 	opts Options
-	// sources are where blocks are read from: the data directory's
-	// (local, nil without a directory) and Options.Sources.
-	local   BlockSource
-	sources []BlockSource
-	// sourceErr holds, per source, why its last listing failed (nil
+	// blockSources are where blocks are read from: the data directory's
+	// (localBlocks, nil without a directory) and Options.BlockSources.
+	localBlocks  BlockSource
+	blockSources []BlockSource
+	// blockSourceErr holds, per block source, why its last listing failed (nil
 	// after a good one), for Health.
-	sourceErr []atomic.Pointer[error]
-	log       *slog.Logger
-	lock      *os.File
+	blockSourceErr []atomic.Pointer[error]
+	log            *slog.Logger
+	lock           *os.File
 	// identity is the data directory's (identity.go); walNode the node
 	// its previous run recorded as, which the samples of its WAL keep.
 	identity Identity
@@ -119,9 +122,9 @@ type DB struct {
 	events  *eventLog
 
 	writeMu sync.Mutex // serialises block writes, compaction and retention
-	// sourceEvents are the events of the sources that hold some
+	// blockSourceEvents are the events of the block sources that hold some
 	// (EventSource), by time, as their last Refresh read them.
-	sourceEvents atomic.Pointer[[]events.Event]
+	blockSourceEvents atomic.Pointer[[]events.Event]
 	// refreshMu serialises Refresh; badMeta, guarded by it, holds the keys
 	// of blocks whose meta was found unreadable (warned about once).
 	refreshMu sync.Mutex
@@ -210,19 +213,19 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.StepCellsBytes <= 0 {
 		opts.StepCellsBytes = defaultStepCellsBytes
 	}
-	if len(opts.Sources) > 0 && !opts.ReadOnly {
+	if len(opts.BlockSources) > 0 && !opts.ReadOnly {
 		return nil, errors.New("open: block sources other than the data directory need a read-only DB")
 	}
-	if dir == "" && (!opts.ReadOnly || len(opts.Sources) == 0) {
+	if dir == "" && (!opts.ReadOnly || len(opts.BlockSources) == 0) {
 		return nil, errors.New("open: no data directory")
 	}
 	db := &DB{dir: dir, opts: opts, log: opts.Logger, badMeta: map[string]bool{}}
 	if dir != "" {
-		db.local = DirSource(dir)
-		db.sources = append(db.sources, db.local)
+		db.localBlocks = DirSource(dir)
+		db.blockSources = append(db.blockSources, db.localBlocks)
 	}
-	db.sources = append(db.sources, opts.Sources...)
-	db.sourceErr = make([]atomic.Pointer[error], len(db.sources))
+	db.blockSources = append(db.blockSources, opts.BlockSources...)
+	db.blockSourceErr = make([]atomic.Pointer[error], len(db.blockSources))
 	db.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
 	db.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
 	db.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
@@ -266,7 +269,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
-	if err := db.refreshSourceEvents(); err != nil {
+	if err := db.refreshBlockSourceEvents(); err != nil {
 		db.log.Warn("reading events", "err", err)
 	}
 	db.lastTick, db.lastSync, db.lastMaintain = time.Now(), time.Now(), time.Now()

@@ -450,7 +450,7 @@ func (db *DB) AppendEvent(e events.Event) error { return db.events.append(e) }
 // search and stops at limit, so that its cost is the events it returns,
 // not all that are kept (a fleet's 200,000).
 func (db *DB) Events(r Range, f EventFilter, limit int) (evs []events.Event, more bool) {
-	remote := db.sourceEvents.Load()
+	remote := db.blockSourceEvents.Load()
 	local, localMore := db.events.query(r, f, limit)
 	if remote == nil {
 		return local, localMore

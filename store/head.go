@@ -17,7 +17,7 @@ import (
 // loadWAL replays the WAL segments not yet in blocks. A writer turns each
 // into a block and starts a new segment; a reader keeps them in memory.
 func (db *DB) loadWAL() error {
-	if db.local == nil {
+	if db.localBlocks == nil {
 		return nil
 	}
 	seqs, err := walSegments(db.dir)

@@ -11,14 +11,14 @@ const NodeLabel = "node"
 // block (Options.Node when it holds none). The directory's own events,
 // which carry no node label, are this node's.
 func (db *DB) LocalNode() string {
-	if !db.opts.ReadOnly || db.local == nil {
+	if !db.opts.ReadOnly || db.localBlocks == nil {
 		return db.opts.Node
 	}
 	db.mu.RLock()
 	defer db.mu.RUnlock()
 	node, newest, found := db.opts.Node, int64(0), false
 	for _, b := range db.blocks {
-		if b.src == db.local && b.Meta.Node != "" && (!found || b.Meta.MaxTime > newest) {
+		if b.src == db.localBlocks && b.Meta.Node != "" && (!found || b.Meta.MaxTime > newest) {
 			node, newest, found = b.Meta.Node, b.Meta.MaxTime, true
 		}
 	}

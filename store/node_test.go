@@ -55,7 +55,7 @@ func TestBlocksFromSeveralSources(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
 	a, wantA := nodeDir(t, "node-a", map[string]string{"zone": "us-east-1a"}, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 60, Seed: 1})
 	b, wantB := nodeDir(t, "node-b", map[string]string{"zone": "us-east-1b"}, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 60, Seed: 2})
-	db, err := Open("", Options{ReadOnly: true, Sources: []BlockSource{DirSource(a), DirSource(b)}})
+	db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a), DirSource(b)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func mapsEqual(a, b map[string]int) bool {
 func TestSourceRefresh(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
 	a, _ := nodeDir(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 40, Seed: 1})
-	db, err := Open("", Options{ReadOnly: true, Sources: []BlockSource{DirSource(a)}, Logger: slog.New(slog.DiscardHandler)})
+	db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a)}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestSourceRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db, err = Open("", Options{ReadOnly: true, Sources: []BlockSource{DirSource(a)}, Logger: slog.New(slog.DiscardHandler)})
+	db, err = Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a)}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestLocalBlocksTakeTheNodeName(t *testing.T) {
 
 // TestOpenRefusesSourcesOnAWriter: other sources only for readers.
 func TestOpenRefusesSourcesOnAWriter(t *testing.T) {
-	if _, err := Open(t.TempDir(), Options{Sources: []BlockSource{DirSource(t.TempDir())}}); err == nil {
+	if _, err := Open(t.TempDir(), Options{BlockSources: []BlockSource{DirSource(t.TempDir())}}); err == nil {
 		t.Error("a writable DB took another block source")
 	}
 	if _, err := Open("", Options{ReadOnly: true}); err == nil {
@@ -246,7 +246,7 @@ func TestDirectoryBesideSources(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
 	a, nA := nodeDir(t, "node-a", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 1})
 	b, nB := nodeDir(t, "node-b", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 2})
-	db, err := Open(a, Options{ReadOnly: true, Sources: []BlockSource{DirSource(b)}})
+	db, err := Open(a, Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(b)}})
 	if err != nil {
 		t.Fatal(err)
 	}

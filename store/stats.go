@@ -96,12 +96,12 @@ func (db *DB) Health() error {
 	if db.closed.Load() {
 		return errors.New("data directory closed")
 	}
-	for i := range db.sourceErr {
-		if p := db.sourceErr[i].Load(); p != nil {
+	for i := range db.blockSourceErr {
+		if p := db.blockSourceErr[i].Load(); p != nil {
 			return *p
 		}
 	}
-	if db.local == nil {
+	if db.localBlocks == nil {
 		return nil
 	}
 	dir := db.dir

@@ -84,7 +84,7 @@ func TestBrowserFleetOverview(t *testing.T) {
 		}
 		return "", 0, false
 	}))
-	db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})},
+	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})},
 		Logger: discard()})
 	if err != nil {
 		t.Fatal(err)

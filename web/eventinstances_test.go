@@ -59,7 +59,7 @@ func TestEventsOfEveryInstance(t *testing.T) {
 	miniotest.UploadEvents(t, bkt, "b", []events.Event{{Time: t0, Source: "kmsg", Severity: events.Info, Text: "old object"}})
 
 	db, err := store.Open("", store.Options{ReadOnly: true, Logger: discard(),
-		Sources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func BenchmarkFleetEventList(b *testing.B) {
 		fleetfixture.Upload(b, bkt, fmt.Sprintf("node-%03d", n), node)
 	}
 	fleet, err := store.Open("", store.Options{ReadOnly: true, Logger: discard(),
-		Sources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func overviewFleet(t *testing.T) *store.DB {
 	b := recordNode(t, "node-b", "z1", kubeletMemcg)
 	c := recordNode(t, "node-c", "z2", app)
 	db, err := store.Open(a, store.Options{ReadOnly: true, Node: "node-a", Source: "node-a",
-		Sources: []store.BlockSource{store.DirSource(b), store.DirSource(c)}, Logger: discard()})
+		BlockSources: []store.BlockSource{store.DirSource(b), store.DirSource(c)}, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func bucketFleet(t testing.TB) *store.DB {
 	bkt := m.Open("fleet")
 	fleetfixture.WriteFleet(t, bkt, t.TempDir(), fleetfixture.Fleet())
 	db, err := store.Open("", store.Options{ReadOnly: true, Logger: discard(),
-		Sources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func fleetStore(t testing.TB) (*store.DB, map[string]int) {
 		}
 		sources = append(sources, store.DirSource(dir))
 	}
-	db, err := store.Open("", store.Options{ReadOnly: true, Sources: sources, Logger: discard()})
+	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: sources, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -394,7 +394,7 @@ func throughMinIO(dir string, nodes, runs, columns int) error {
 	opened := 0
 	open := func() (*store.DB, func(), error) {
 		src := bucketstore.New(bkt, "minio", bucketstore.Options{Logger: benchweb.Quiet()})
-		db, err := store.Open("", store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: benchweb.Quiet()})
+		db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: benchweb.Quiet()})
 		if err != nil {
 			return nil, nil, err
 		}

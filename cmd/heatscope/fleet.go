@@ -109,7 +109,7 @@ func (q queryFlags) open(component string, waitForBucket bool) (*store.DB, *buck
 		}
 	}
 	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: timeout, DiskCache: disk})
-	db, err := store.Open(dir, store.Options{ReadOnly: true, Sources: []store.BlockSource{src}, Logger: slog.Default(),
+	db, err := store.Open(dir, store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: slog.Default(),
 		ChunkCacheSamples: bucketChunkCacheSamples, OpenUnavailable: unavailable})
 	if err != nil {
 		bkt.Close()
