@@ -17,7 +17,7 @@
 // after the chunks) in one GET of up to TailBytes, kept in a bounded
 // cache, then the chunks before the tail that the query reads. The store
 // keeps decoded indexes and chunks in its own bounded caches above this;
-// all of them are one LRU (internal/lru). An optional DiskCache keeps
+// all of them are one LRU (package lru). An optional DiskCache keeps
 // what was read on local disk as well.
 //
 // Errors: an object that is not there is fs.ErrNotExist (a block being
@@ -51,7 +51,7 @@ import (
 
 	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/events"
-	"github.com/heatscope/heatscope/internal/lru"
+	"github.com/heatscope/heatscope/lru"
 	"github.com/heatscope/heatscope/store"
 )
 

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/heatscope/heatscope/internal/lru"
+	"github.com/heatscope/heatscope/lru"
 )
 
 // DiskCache keeps what a Source read of immutable objects (block data

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/events"
-	"github.com/heatscope/heatscope/internal/lru"
+	"github.com/heatscope/heatscope/lru"
 )
 
 // Options configures a DB.
