@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/heatscope/heatscope/events"
 )
@@ -79,18 +77,13 @@ func (s dirSource) String() string { return "data directory " + filepath.Dir(s.r
 // List returns the block directories, leaving out blocks being written
 // ("<id>.tmp").
 func (s dirSource) List(context.Context) ([]string, error) {
-	entries, err := os.ReadDir(s.root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	blocks, err := LocalBlocks(filepath.Dir(s.root))
 	if err != nil {
-		return nil, fmt.Errorf("list blocks: %w", err)
+		return nil, err
 	}
-	keys := make([]string, 0, len(entries))
-	for _, e := range entries {
-		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
-			keys = append(keys, e.Name())
-		}
+	keys := make([]string, len(blocks))
+	for i, b := range blocks {
+		keys[i] = b.ID
 	}
 	return keys, nil
 }

@@ -96,22 +96,13 @@ func (l *eventLog) refresh() error {
 	if l.dir == "" {
 		return nil // no data directory
 	}
-	entries, err := os.ReadDir(l.dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	files, err := EventSegmentFiles(filepath.Dir(l.dir))
 	if err != nil {
-		return fmt.Errorf("list events: %w", err)
+		return err
 	}
 	onDisk := map[uint64]int64{}
-	for _, e := range entries {
-		seq, ok := ParseEventSegmentName(e.Name())
-		if !ok || !e.Type().IsRegular() {
-			continue
-		}
-		if info, err := e.Info(); err == nil {
-			onDisk[seq] = info.Size()
-		}
+	for _, f := range files {
+		onDisk[f.Seq] = f.Size
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -169,32 +160,61 @@ func readEventSegment(path string) (*eventSegment, error) {
 
 // readEvents reads event pages from r (the file at path) into seg.
 func readEvents(r io.Reader, path string, seg *eventSegment) (*eventSegment, error) {
-	var header [walPageHeader]byte
+	pages := newEventPageReader(r, path)
 	for {
-		if _, err := io.ReadFull(r, header[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return seg, nil
-			}
-			return seg, fmt.Errorf("event segment %s offset %d: %w: torn page header", path, seg.size, errCorrupt)
+		payload, err := pages.next()
+		if errors.Is(err, io.EOF) {
+			return seg, nil
 		}
-		n := binary.LittleEndian.Uint32(header[:])
-		if n > maxEventPage {
-			return seg, fmt.Errorf("event segment %s offset %d: %w: page of %d bytes", path, seg.size, errCorrupt, n)
-		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(r, payload); err != nil {
-			return seg, fmt.Errorf("event segment %s offset %d: %w: torn page", path, seg.size, errCorrupt)
-		}
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(header[4:]) {
-			return seg, fmt.Errorf("event segment %s offset %d: %w: page CRC mismatch", path, seg.size, errCorrupt)
+		if err != nil {
+			return seg, err
 		}
 		e, err := decodeEvent(payload)
 		if err != nil {
 			return seg, fmt.Errorf("event segment %s offset %d: %w", path, seg.size, err)
 		}
 		seg.add(e)
-		seg.size += walPageHeader + int64(n)
+		seg.size = pages.offset
 	}
+}
+
+// eventPageReader reads an event segment's pages (u32 length | u32
+// CRC-32C | payload; FORMAT.md, "Event log"), checking each.
+type eventPageReader struct {
+	r    io.Reader
+	path string
+	// offset is the end of the last whole, intact page read.
+	offset int64
+	header [walPageHeader]byte
+}
+
+func newEventPageReader(r io.Reader, path string) *eventPageReader {
+	return &eventPageReader{r: r, path: path}
+}
+
+// next returns the next page's payload: io.EOF when the segment ends
+// after a whole page, an error wrapping errCorrupt at a torn or damaged
+// page (one being written, or a crash's).
+func (p *eventPageReader) next() ([]byte, error) {
+	if _, err := io.ReadFull(p.r, p.header[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("event segment %s offset %d: %w: torn page header", p.path, p.offset, errCorrupt)
+	}
+	n := binary.LittleEndian.Uint32(p.header[:])
+	if n > maxEventPage {
+		return nil, fmt.Errorf("event segment %s offset %d: %w: page of %d bytes", p.path, p.offset, errCorrupt, n)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(p.r, payload); err != nil {
+		return nil, fmt.Errorf("event segment %s offset %d: %w: torn page", p.path, p.offset, errCorrupt)
+	}
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(p.header[4:]) {
+		return nil, fmt.Errorf("event segment %s offset %d: %w: page CRC mismatch", p.path, p.offset, errCorrupt)
+	}
+	p.offset += walPageHeader + int64(n)
+	return payload, nil
 }
 
 func (s *eventSegment) add(e events.Event) {
