@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 )
 
 // Lease defaults: a holder renews its lease every DefaultLeaseRenew and
@@ -196,7 +197,7 @@ func AcquireLease(ctx context.Context, opts LeaseOptions) (*Lease, error) {
 	}
 	var session [8]byte
 	rand.Read(session[:])
-	l := &Lease{opts: opts, log: opts.Logger, name: LeaseObject(opts.Node), me: LeaseRecord{
+	l := &Lease{opts: opts, log: opts.Logger, name: bucketlayout.LeaseKey(opts.Node), me: LeaseRecord{
 		Version: 1, Node: opts.Node, Instance: opts.Instance, Session: hex.EncodeToString(session[:]),
 		Hostname: opts.Hostname, DataDir: opts.DataDir, BootID: opts.BootID, Pid: os.Getpid(),
 		TTLMs: opts.TTL.Milliseconds(), RenewMs: opts.Renew.Milliseconds()}}

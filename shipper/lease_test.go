@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/shipper"
 	"github.com/heatscope/heatscope/store"
@@ -42,7 +43,7 @@ func TestNodeLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := srv.Objects("fleet/a/"); len(got) != 1 || got[0] != "fleet/"+shipper.LeaseObject("a") {
+	if got := srv.Objects("fleet/a/"); len(got) != 1 || got[0] != "fleet/"+bucketlayout.LeaseKey("a") {
 		t.Fatalf("objects under the node: %q, want its lease alone", got)
 	}
 
@@ -178,7 +179,7 @@ func TestLeaseCopiedDirectory(t *testing.T) {
 	if _, err := shipper.AcquireLease(ctx, opts); err != nil {
 		t.Fatalf("after the holder stopped renewing: %v", err)
 	}
-	raw, _, err := b.ReadVersioned(ctx, shipper.LeaseObject("a"))
+	raw, _, err := b.ReadVersioned(ctx, bucketlayout.LeaseKey("a"))
 	if err != nil || !bytes.Contains(raw, []byte(`"bootId":"boot-of-the-clone"`)) {
 		t.Fatalf("lease after the takeover: %s, %v", raw, err)
 	}

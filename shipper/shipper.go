@@ -1,12 +1,10 @@
 // Package shipper uploads a recorder's sealed blocks and its system events
-// to a bucket, as the Thanos sidecar's shipper uploads Prometheus blocks:
-//
-//	<node>/blocks/<id>/data        first
-//	<node>/blocks/<id>/meta.json   last: a reader that sees it sees the whole block
-//	<node>/events/<instance>-<segment>  the event segments, re-uploaded as they grow
-//	<node>/lease.json              the node's lease (Lease): one recorder per node name
-//
-// (all under the bucket config's prefix). Blocks keep the node they were
+// to a bucket, as the Thanos sidecar's shipper uploads Prometheus blocks,
+// under the names package bucketlayout gives them: a block's data first,
+// its meta.json last (a reader that sees it sees the whole block); the
+// event segments, re-uploaded as they grow; the node's lease (Lease): one
+// recorder per node name. It reads the data directory through package
+// store (store.LocalBlocks, store.EventSegmentFiles). Blocks keep the node they were
 // recorded as: a data directory started under another node name ships
 // only what it records under the new one. Uploads are idempotent: a block
 // whose upload was interrupted (a SIGKILL, the bucket gone) is uploaded
@@ -21,14 +19,12 @@ package shipper
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,27 +34,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/store"
 )
 
 // StateFile is the file in the data directory that lists what was shipped.
 const StateFile = "shipped.json"
-
-// The objects of a node's directory in the bucket (store/FORMAT.md,
-// "Bucket layout"), relative to the bucket's prefix: the shipper writes
-// them, and builds their names here alone, but for the event segments'
-// (store.EventSegmentObject).
-const (
-	blocksDir = "blocks"
-	eventsDir = "events"
-	leaseFile = "lease.json"
-)
-
-// blockObject is a block's file in the bucket: <node>/blocks/<id>/<file>.
-func blockObject(node, id, file string) string { return path.Join(node, blocksDir, id, file) }
-
-// LeaseObject is the node's lease in the bucket: <node>/lease.json.
-func LeaseObject(node string) string { return path.Join(node, leaseFile) }
 
 // Options configure a Shipper.
 type Options struct {
@@ -135,7 +116,7 @@ type state struct {
 	// EventObjects maps each event segment in Events to the object it was
 	// uploaded to. A segment missing from it (a state file written before
 	// objects were named by instance) was uploaded to its old name
-	// (store.EventObject with no instance), and grows there: the same
+	// (bucketlayout.EventSegment with no instance), and grows there: the same
 	// events are never in two objects.
 	EventObjects map[string]string `json:"eventObjects,omitempty"`
 }
@@ -197,7 +178,7 @@ func New(opts Options) (*Shipper, error) {
 					if key, ok := st.EventObjects[name]; ok {
 						s.state.EventObjects[name] = key
 					} else if seq, ok := store.ParseEventSegmentName(name); ok {
-						s.state.EventObjects[name] = store.EventObject{Node: opts.Node, Seq: seq}.Key()
+						s.state.EventObjects[name] = bucketlayout.EventSegment{Node: opts.Node, Seq: seq}.Key()
 					}
 				}
 			}
@@ -305,22 +286,17 @@ func (s *Shipper) Sync(ctx context.Context) error {
 }
 
 func (s *Shipper) syncBlocks(ctx context.Context) error {
-	root := filepath.Join(s.opts.Dir, blocksDir)
-	entries, err := os.ReadDir(root)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("shipper: list blocks: %w", err)
+	blocks, err := store.LocalBlocks(s.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("shipper: %w", err)
 	}
 	onDisk := map[string]bool{}
-	var todo []string
+	var todo []store.LocalBlock
 	s.mu.Lock()
-	for _, e := range entries {
-		id := e.Name()
-		if !e.IsDir() || strings.HasSuffix(id, ".tmp") {
-			continue
-		}
-		onDisk[id] = true
-		if _, done := s.state.Blocks[id]; !done && !s.ignored[id] {
-			todo = append(todo, id)
+	for _, b := range blocks {
+		onDisk[b.ID] = true
+		if _, done := s.state.Blocks[b.ID]; !done && !s.ignored[b.ID] {
+			todo = append(todo, b)
 		}
 	}
 	// Forget what is no longer on disk (compacted or retained away).
@@ -343,9 +319,9 @@ func (s *Shipper) syncBlocks(ctx context.Context) error {
 			return err
 		}
 	}
-	slices.Sort(todo) // ids start with their creation time
-	for _, id := range todo {
-		if err := s.shipBlock(ctx, filepath.Join(root, id), id); err != nil {
+	slices.SortFunc(todo, func(a, b store.LocalBlock) int { return strings.Compare(a.ID, b.ID) }) // ids start with their creation time
+	for _, b := range todo {
+		if err := s.shipBlock(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -353,8 +329,9 @@ func (s *Shipper) syncBlocks(ctx context.Context) error {
 }
 
 // shipBlock uploads one block: data, then meta.json.
-func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
-	metaBytes, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+func (s *Shipper) shipBlock(ctx context.Context, b store.LocalBlock) error {
+	id := b.ID
+	metaBytes, err := os.ReadFile(b.MetaPath())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // deleted since the listing
@@ -363,7 +340,7 @@ func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
 	}
 	var m store.Meta
 	if err := json.Unmarshal(metaBytes, &m); err != nil || m.ID != id {
-		s.log.Warn("shipper: not shipping a block whose meta.json is unreadable", "block", dir, "err", err)
+		s.log.Warn("shipper: not shipping a block whose meta.json is unreadable", "block", b.Dir, "err", err)
 		s.ignore(id)
 		return nil
 	}
@@ -383,7 +360,7 @@ func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
 		}
 		return nil
 	}
-	f, err := os.Open(filepath.Join(dir, "data"))
+	f, err := os.Open(b.DataPath())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // deleted since the listing
 	}
@@ -395,13 +372,14 @@ func (s *Shipper) shipBlock(ctx context.Context, dir, id string) error {
 	if err != nil {
 		return fmt.Errorf("shipper: block %s: %w", id, err)
 	}
-	if err := s.upload(ctx, blockObject(s.opts.Node, id, "data"), f, st.Size()); err != nil {
+	obj := bucketlayout.Block{Node: s.opts.Node, ID: id}
+	if err := s.upload(ctx, obj.Object(bucketlayout.DataFile), f, st.Size()); err != nil {
 		return err
 	}
 	if s.opts.BeforeMeta != nil {
 		s.opts.BeforeMeta(id)
 	}
-	if err := s.upload(ctx, blockObject(s.opts.Node, id, "meta.json"), bytes.NewReader(metaBytes), int64(len(metaBytes))); err != nil {
+	if err := s.upload(ctx, obj.Object(bucketlayout.MetaFile), bytes.NewReader(metaBytes), int64(len(metaBytes))); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -435,36 +413,27 @@ func (s *Shipper) upload(ctx context.Context, name string, r io.Reader, size int
 // syncEvents uploads each event segment that grew since its last upload,
 // up to its last whole page (the writer may be appending one).
 func (s *Shipper) syncEvents(ctx context.Context) error {
-	root := filepath.Join(s.opts.Dir, eventsDir)
-	entries, err := os.ReadDir(root)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("shipper: list events: %w", err)
+	segs, err := store.EventSegmentFiles(s.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("shipper: %w", err)
 	}
 	onDisk := map[string]bool{}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".tmp") {
-			continue
-		}
+	for _, sf := range segs {
+		name := sf.Name
 		onDisk[name] = true
-		info, err := e.Info()
-		if err != nil {
-			continue // deleted since the listing
-		}
 		s.mu.Lock()
 		done := s.state.Events[name]
 		s.mu.Unlock()
-		if info.Size() <= done {
+		if sf.Size <= done {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(root, name))
+		b, err := sf.WholePages()
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			return fmt.Errorf("shipper: read event segment %s: %w", name, err)
+			return fmt.Errorf("shipper: %w", err)
 		}
-		b = b[:wholePages(b)]
 		if int64(len(b)) <= done {
 			continue
 		}
@@ -472,8 +441,8 @@ func (s *Shipper) syncEvents(ctx context.Context) error {
 		key, ok := s.state.EventObjects[name]
 		s.mu.Unlock()
 		if !ok {
-			if key, err = store.EventSegmentObject(s.opts.Node, s.opts.Instance, name); err != nil {
-				s.log.Warn("shipper: not an event segment; not shipped", "file", filepath.Join(root, name), "err", err)
+			if key, err = bucketlayout.ShippedSegment(s.opts.Node, s.opts.Instance, name); err != nil {
+				s.log.Warn("shipper: event segment not shipped", "file", sf.Path, "err", err)
 				continue
 			}
 		}
@@ -503,20 +472,6 @@ func (s *Shipper) syncEvents(ctx context.Context) error {
 		return s.save()
 	}
 	return nil
-}
-
-// wholePages returns the length of b's leading whole pages (u32 length,
-// u32 CRC, payload; store/FORMAT.md), leaving a page still being written.
-func wholePages(b []byte) int {
-	n := 0
-	for len(b)-n >= 8 {
-		size := int(binary.LittleEndian.Uint32(b[n:]))
-		if size > len(b)-n-8 {
-			break
-		}
-		n += 8 + size
-	}
-	return n
 }
 
 // save writes the state file (a temporary file renamed over it).

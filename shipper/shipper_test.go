@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -166,7 +167,7 @@ func TestShipsBlocksAndEvents(t *testing.T) {
 	if len(evs) != 1 {
 		t.Fatalf("event objects: %q, want one segment", evs)
 	}
-	obj, err := store.ParseEventObject(strings.TrimPrefix(evs[0], "fleet/"))
+	obj, err := bucketlayout.ParseEventSegment(strings.TrimPrefix(evs[0], "fleet/"))
 	if err != nil || obj.Instance != testInstance {
 		t.Fatalf("event object %q: %+v, %v; want one named by instance %s", evs[0], obj, err, testInstance)
 	}

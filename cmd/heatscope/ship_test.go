@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/internal/bpftest"
 	"github.com/heatscope/heatscope/internal/miniotest"
-	"github.com/heatscope/heatscope/shipper"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -211,7 +211,7 @@ func TestOneRecorderPerNodeName(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a second recorder after the first stopped: %v\n%s", err, stderr)
 	}
-	raw, _, err := srv.Open("fleet").ReadVersioned(context.Background(), shipper.LeaseObject("node-a"))
+	raw, _, err := srv.Open("fleet").ReadVersioned(context.Background(), bucketlayout.LeaseKey("node-a"))
 	if err != nil || !strings.Contains(string(raw), `"released":true`) {
 		t.Fatalf("node-a's lease after the second recorder stopped: %s, %v; want released", raw, err)
 	}
