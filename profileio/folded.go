@@ -48,7 +48,8 @@ func NewFoldedBuilder() *FoldedBuilder {
 }
 
 // SetPeriod sets the sampling period, in nanoseconds of CPU time, of the
-// samples added from now on.
+// samples added from now on that do not carry their own
+// (sample.Sample.PeriodNs).
 func (b *FoldedBuilder) SetPeriod(periodNs int64) { b.periodNs = max(periodNs, 1) }
 
 // MixedPeriods returns the shortest and longest periods of the samples
@@ -60,7 +61,8 @@ func (b *FoldedBuilder) MixedPeriods() (shortest, longest int64, mixed bool) {
 
 var foldedEscaper = strings.NewReplacer(";", ":", "\n", " ")
 
-// Add adds one sample.
+// Add adds one sample, weighing its own period (s.PeriodNs) when it
+// carries one, else the builder's.
 func (b *FoldedBuilder) Add(s *sample.Sample) {
 	b.line.Reset()
 	if b.node {
@@ -83,11 +85,15 @@ func (b *FoldedBuilder) Add(s *sample.Sample) {
 	}
 	key := b.line.String()
 	b.counts[key]++
-	b.cpuNs[key] += b.periodNs
-	if b.minPeriod == 0 || b.periodNs < b.minPeriod {
-		b.minPeriod = b.periodNs
+	period := b.periodNs
+	if s.PeriodNs > 0 {
+		period = s.PeriodNs
 	}
-	b.maxPeriod = max(b.maxPeriod, b.periodNs)
+	b.cpuNs[key] += period
+	if b.minPeriod == 0 || period < b.minPeriod {
+		b.minPeriod = period
+	}
+	b.maxPeriod = max(b.maxPeriod, period)
 }
 
 // WriteTo writes the stacks, sorted, to w.

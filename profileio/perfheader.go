@@ -139,7 +139,7 @@ func eventPeriod(line []byte) int64 {
 		return 0
 	}
 	if fields["freq"] == "1" {
-		return int64(time.Second) / v
+		return sample.PeriodOf(v)
 	}
 	name := fields["name"]
 	if bytes.HasPrefix([]byte(name), []byte("cpu-clock")) || bytes.HasPrefix([]byte(name), []byte("task-clock")) {

@@ -11,7 +11,7 @@ import (
 
 // defaultPeriodNs is the period PerfScriptWriter writes unless told
 // otherwise: heatscope's default 99 Hz.
-const defaultPeriodNs = 1_000_000_000 / 99
+var defaultPeriodNs = sample.PeriodOf(99)
 
 // PerfScriptWriter writes samples as `perf script` text that ReadPerfScript,
 // FlameScope and FlameGraph's stackcollapse-perf.pl read. Each sample is an
@@ -40,7 +40,7 @@ func NewPerfScriptWriter(w io.Writer) *PerfScriptWriter {
 }
 
 // SetPeriod sets the sampling period, in nanoseconds, written on every
-// event line (perf script's period field); the default is 1e9/99.
+// event line (perf script's period field); the default is sample.PeriodOf(99).
 func (pw *PerfScriptWriter) SetPeriod(ns int64) { pw.periodNs = ns }
 
 // Add writes one sample. Times before the Unix epoch (negative) cannot be

@@ -62,7 +62,7 @@ type locationKey struct {
 }
 
 // NewPprofBuilder returns a builder for samples taken every periodNs
-// nanoseconds of CPU time (1e9 / frequency).
+// nanoseconds of CPU time (sample.PeriodOf the frequency).
 func NewPprofBuilder(periodNs int64) *PprofBuilder {
 	return &PprofBuilder{
 		periodNs: periodNs,
@@ -93,12 +93,14 @@ func NewPprofBuilder(periodNs int64) *PprofBuilder {
 // call it before the first Add.
 func (b *PprofBuilder) KeepTimestamps(on bool) { b.keepTimes = on }
 
-// SetPeriod sets the CPU time each sample added from now on stands for: the
-// overhead guard changes the sampling frequency during a recording. The
-// profile's Period field keeps the first period.
+// SetPeriod sets the CPU time each sample added from now on stands for
+// when it does not carry its own (sample.Sample.PeriodNs): samples read
+// back from a store, whose period is kept per batch. The profile's Period
+// field keeps the first period.
 func (b *PprofBuilder) SetPeriod(periodNs int64) { b.periodNs = periodNs }
 
-// Add adds one sample.
+// Add adds one sample, weighing its own period (s.PeriodNs) when it
+// carries one, else the builder's.
 func (b *PprofBuilder) Add(s *sample.Sample) {
 	locs := make([]*profile.Location, len(s.Stack))
 	for i := range s.Stack {
@@ -116,9 +118,13 @@ func (b *PprofBuilder) Add(s *sample.Sample) {
 func (b *PprofBuilder) AddLocated(s *sample.Sample, locs []*profile.Location) { b.add(s, locs, true) }
 
 func (b *PprofBuilder) add(s *sample.Sample, locs []*profile.Location, shared bool) {
+	period := b.periodNs
+	if s.PeriodNs > 0 {
+		period = s.PeriodNs
+	}
 	b.minTime = min(b.minTime, s.Time)
 	if s.Time >= b.maxTime {
-		b.maxTime, b.lastPeriod = s.Time, b.periodNs
+		b.maxTime, b.lastPeriod = s.Time, period
 	}
 	// The thread's string labels, shared by all its samples.
 	lk := b.labelKey[:0]
@@ -155,13 +161,13 @@ func (b *PprofBuilder) add(s *sample.Sample, locs []*profile.Location, shared bo
 	b.key = key
 	if ps, ok := b.samples[string(key)]; ok {
 		ps.Value[0]++
-		ps.Value[1] += b.periodNs
+		ps.Value[1] += period
 		return
 	}
 	if shared {
 		locs = slices.Clone(locs)
 	}
-	ps := &profile.Sample{Location: locs, Value: []int64{1, b.periodNs}, Label: b.labels[string(lk)]}
+	ps := &profile.Sample{Location: locs, Value: []int64{1, period}, Label: b.labels[string(lk)]}
 	if ps.Label == nil {
 		ps.Label = map[string][]string{
 			"comm": {s.Comm},

@@ -136,3 +136,36 @@ func TestTopFunctionsWeighPeriods(t *testing.T) {
 		t.Fatalf("top:\n%+v\nwant\n%+v", top, want)
 	}
 }
+
+// TestBuildersWeighEachSamplesPeriod: a sample that carries its period
+// (as the recorder stamps them) weighs it in the pprof and folded
+// outputs, whatever the builder's period; one that carries none weighs
+// the builder's.
+func TestBuildersWeighEachSamplesPeriod(t *testing.T) {
+	p99, p24 := sample.PeriodOf(99), sample.PeriodOf(24)
+	pb, fb := NewPprofBuilder(p99), NewFoldedBuilder()
+	fb.SetPeriod(p99)
+	add := func(fn string, period int64, n int) {
+		s := sample.Sample{Comm: "app", PID: 1, TID: 1, PeriodNs: period, Stack: []sample.Frame{{Function: fn, Kind: sample.KindUser}}}
+		for range n {
+			pb.Add(&s)
+			fb.Add(&s)
+		}
+	}
+	add("fast", 0, 10)
+	add("slow", p24, 5)
+	top := TopFunctions(pb.Profile(), nil)
+	want := []FunctionCount{
+		{Name: "slow", Self: 5, Total: 5, SelfNs: 5 * p24, TotalNs: 5 * p24},
+		{Name: "fast", Self: 10, Total: 10, SelfNs: 10 * p99, TotalNs: 10 * p99},
+	}
+	if !slices.Equal(top, want) {
+		t.Errorf("pprof top:\n%+v\nwant\n%+v", top, want)
+	}
+	if short, long, mixed := fb.MixedPeriods(); !mixed || short != p99 || long != p24 {
+		t.Errorf("folded periods: %d to %d (mixed %v), want %d to %d", short, long, mixed, p99, p24)
+	}
+	if got := fb.cpuNs["app;slow"]; got != 5*p24 {
+		t.Errorf("folded CPU time of slow: %d, want %d", got, 5*p24)
+	}
+}

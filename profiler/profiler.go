@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
 	"github.com/heatscope/heatscope/wallclock"
@@ -300,7 +301,7 @@ func Open(cfg Config) (*Profiler, error) {
 		return nil, err
 	}
 	if p.cfg.Unwind == UnwindDWARF {
-		periodNs := func() int64 { return int64(time.Second) / p.frequency.Load() }
+		periodNs := func() int64 { return sample.PeriodOf(p.frequency.Load()) }
 		p.unwinder = newUnwinder(&p.objs.ProfileMaps, p.tableSpec,
 			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
 		if cfg.skewTables {
@@ -478,7 +479,7 @@ func (p *Profiler) openEvents() error {
 	if p.waiter, err = newRingWaiter(p.objs.Events.FD()); err != nil {
 		return err
 	}
-	period := uint64(time.Second) / uint64(p.cfg.Frequency)
+	period := uint64(sample.PeriodOf(int64(p.cfg.Frequency)))
 	p.eventsMu.Lock()
 	defer p.eventsMu.Unlock()
 	for _, cpu := range p.cfg.CPUs {
@@ -737,7 +738,7 @@ func (p *Profiler) SetFrequency(hz int) error {
 	}
 	p.eventsMu.Lock()
 	defer p.eventsMu.Unlock()
-	period := uint64(time.Second) / uint64(hz)
+	period := uint64(sample.PeriodOf(int64(hz)))
 	for _, e := range p.events {
 		if err := e.setPeriod(period); err != nil {
 			return err

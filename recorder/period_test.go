@@ -39,7 +39,7 @@ func TestPeriodAfterARaise(t *testing.T) {
 	}
 	var samples []weighed
 	if err := rec.Run(ctx, func(s *sample.Sample) {
-		samples = append(samples, weighed{s.Time, rec.PeriodAt(s.Time), s.CPU})
+		samples = append(samples, weighed{s.Time, s.PeriodNs, s.CPU})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,8 @@
 // snapshots when it sees many new processes, or as soon as one of them is
 // missed: gone before its maps were read.
 //
-// A saturation.Detector given to DetectSaturation sees every sample, with
-// the period it was taken at, and marks the spans where one thread kept
-// one CPU busy while the node was not.
+// Each sample carries its weight: the sampling period it was taken at
+// (sample.Sample.PeriodNs), which every consumer reads from it.
 package recorder
 
 import (
@@ -30,7 +29,6 @@ import (
 	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
-	"github.com/heatscope/heatscope/saturation"
 	"github.com/heatscope/heatscope/symbolize"
 )
 
@@ -47,7 +45,6 @@ type Recorder struct {
 	prof       *profiler.Profiler
 	sym        *symbolize.Symbolizer
 	containers *container.Resolver
-	saturation *saturation.Detector
 
 	// change is the last frequency change, for PeriodAt.
 	changeMu sync.Mutex
@@ -97,13 +94,6 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 // metadata from res (nil: no labels). Call it before Run; Run then owns res.
 func (r *Recorder) LabelContainers(res *container.Resolver) { r.containers = res }
 
-// DetectSaturation makes Run feed each sample, with the sampling period
-// in force when it is read, to d, and flush d when it stops; d's events
-// are emitted on Run's goroutine. Call it before Run; Run then owns d.
-// The detector needs every CPU's samples, idle ones included: not for a
-// sampler restricted to some processes or a cgroup.
-func (r *Recorder) DetectSaturation(d *saturation.Detector) { r.saturation = d }
-
 // OnPoll makes Run call fn on its goroutine after each read of the
 // sampler's ring, about ten times a second (profiler.Profiler.OnPoll): the
 // place for periodic work such as syncing a store's log, so that the agent
@@ -115,12 +105,17 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 // (its Stack slice may be kept, but is shared with other samples of the
 // same stack: it must not be modified). With unwind tables, each user
 // frame above the sampled pc is marked with how it was found
-// (sample.Frame.Method, from Sample.Unwind).
+// (sample.Frame.Method, from Sample.Unwind). Each sample is stamped with
+// the period it weighs (Sample.PeriodNs, see PeriodAt): once a sample
+// taken at a new period is stamped, the samples after it are too, even
+// one from another CPU a little older than the change, so that the stamps
+// only move forward and a store cuts its head once per change.
 func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 	var s sample.Sample
 	var sweptNs int64
 	var marked markedStacks
 	var snap []symbolize.SnapshotMapping
+	stamp := r.PeriodNs()
 	// With unwind tables, each sample says how its user frames were found.
 	tables := r.prof.Unwind() == profiler.UnwindDWARF
 	r.prof.OnMaps(func(m *profiler.Maps) {
@@ -162,6 +157,12 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			CgroupID: rec.CgroupID,
 			Stack:    stack,
 		}
+		// The guard changed the frequency: the ring may still hold a poll
+		// interval's worth taken at the old period. Only forward.
+		if p := r.PeriodAt(wallNs); p != stamp && p == r.PeriodNs() {
+			stamp = p
+		}
+		s.PeriodNs = stamp
 		if tables {
 			s.Unwind = sample.Unwind{UserFrames: len(rec.User), Table: rec.UserDWARF}
 			// Each user frame says how it was found, for the store and
@@ -172,14 +173,8 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 		if r.containers != nil {
 			s.Container = r.containers.Lookup(rec.CgroupID)
 		}
-		if r.saturation != nil {
-			r.saturation.Add(&s, r.PeriodNs())
-		}
 		sink(&s)
 	})
-	if r.saturation != nil {
-		r.saturation.Flush()
-	}
 	if err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
@@ -194,7 +189,7 @@ func (r *Recorder) Stats() (profiler.Stats, error) { return r.prof.Stats() }
 func (r *Recorder) Counters() (profiler.Stats, error) { return r.prof.Counters() }
 
 // PeriodNs is the sampling period now, in nanoseconds of CPU time.
-func (r *Recorder) PeriodNs() int64 { return int64(1e9) / int64(r.prof.Frequency()) }
+func (r *Recorder) PeriodNs() int64 { return sample.PeriodOf(int64(r.prof.Frequency())) }
 
 // Shed gives up loading unwind tables not loaded yet, the work the
 // overhead guard gives up before it halves the sampling rate

@@ -5,7 +5,10 @@
 // fills in its frames, the store keeps it, and the exporters write it out.
 package sample
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Kind says which part of the address space a frame belongs to.
 type Kind uint8
@@ -86,6 +89,16 @@ func UnknownName(module string, offset uint64) string {
 	return fmt.Sprintf("[%s+0x%x]", module, offset)
 }
 
+// PeriodOf is the sampling period, in nanoseconds of CPU time, of a
+// sampler taking hz samples a second per CPU: the one conversion from a
+// frequency to a period. hz must be positive.
+func PeriodOf(hz int64) int64 { return int64(time.Second) / hz }
+
+// FrequencyOf is the sampling frequency, in Hz per CPU, of a period of
+// periodNs nanoseconds of CPU time: the one conversion back. periodNs
+// must be positive.
+func FrequencyOf(periodNs int64) float64 { return float64(time.Second) / float64(periodNs) }
+
 // Sample is one stack sample taken on one CPU.
 type Sample struct {
 	// Time is the wall-clock time of the sample in Unix nanoseconds.
@@ -109,6 +122,13 @@ type Sample struct {
 	// Node is the machine the sample was taken on, as queries give it
 	// (from the block it was read from); "" when not known.
 	Node string
+	// PeriodNs is what the sample weighs: the sampling period it was
+	// taken at, in nanoseconds of CPU time (PeriodOf its frequency). The
+	// recorder stamps it; every consumer of a recording (the store,
+	// saturation, the pprof and folded outputs, the metrics) reads it
+	// from here. 0 when not known (samples read from files or the store,
+	// whose period is kept per batch or block).
+	PeriodNs int64
 	// Unwind says how each user frame was found, when the sampler walked
 	// user stacks with unwind tables (record --unwind dwarf or auto);
 	// the zero value when not known. The recorder marks each user

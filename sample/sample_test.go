@@ -38,3 +38,19 @@ func TestUnwindMark(t *testing.T) {
 		}
 	}
 }
+
+// TestPeriodOf: a frequency and its period convert both ways, the period
+// in whole nanoseconds of CPU time.
+func TestPeriodOf(t *testing.T) {
+	for _, c := range []struct {
+		hz     int64
+		period int64
+	}{{1, 1e9}, {99, 10101010}, {1000, 1e6}, {4999, 200040}} {
+		if got := PeriodOf(c.hz); got != c.period {
+			t.Errorf("PeriodOf(%d) = %d, want %d", c.hz, got, c.period)
+		}
+		if got := FrequencyOf(c.period); got < float64(c.hz)*0.9999 || got > float64(c.hz)*1.0001 {
+			t.Errorf("FrequencyOf(%d) = %g, want about %d", c.period, got, c.hz)
+		}
+	}
+}

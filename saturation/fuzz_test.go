@@ -47,7 +47,8 @@ func FuzzDetector(f *testing.F) {
 			if cpu >= 250 {
 				s.CPU = 1 << 20
 			}
-			d.Add(&s, p)
+			s.PeriodNs = p
+			d.Add(&s)
 		}
 		d.Flush()
 		if d.Stats().Events != uint64(len(got)) {

@@ -251,11 +251,13 @@ func New(cfg Config) (*Detector, error) {
 // Stats returns the detector's counters.
 func (d *Detector) Stats() Stats { return d.stats }
 
-// Add takes one sample, taken periodNs of CPU time after the previous one
-// on its CPU. Samples should come roughly in time order (those more than
-// a slot late are counted in Stats.Late and left out). The sample is not
-// kept: its strings are (they are immutable).
-func (d *Detector) Add(s *sample.Sample, periodNs int64) {
+// Add takes one sample, which weighs its own period (s.PeriodNs: taken
+// that much CPU time after the previous one on its CPU). Samples should
+// come roughly in time order (those more than a slot late are counted in
+// Stats.Late and left out). The sample is not kept: its strings are (they
+// are immutable).
+func (d *Detector) Add(s *sample.Sample) {
+	periodNs := s.PeriodNs
 	if periodNs <= 0 || s.CPU >= maxCPU || s.Time < 0 {
 		d.stats.Ignored++
 		return

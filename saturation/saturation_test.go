@@ -69,7 +69,8 @@ func (st stream) run(d adder, to int64) {
 		} else {
 			s.Comm, s.Stack = "swapper/"+strconv.Itoa(c), []sample.Frame{{Function: "default_idle", Kind: sample.KindKernel}}
 		}
-		d.Add(&s, p)
+		s.PeriodNs = p
+		d.Add(&s)
 		next[c] = t + p
 		taken[c]++
 	}
@@ -78,7 +79,7 @@ func (st stream) run(d adder, to int64) {
 
 // adder takes samples: a Detector, or one behind a clock step.
 type adder interface {
-	Add(s *sample.Sample, periodNs int64)
+	Add(s *sample.Sample)
 	Flush()
 }
 
@@ -88,9 +89,9 @@ type shifted struct {
 	by int64
 }
 
-func (s *shifted) Add(x *sample.Sample, periodNs int64) {
+func (s *shifted) Add(x *sample.Sample) {
 	x.Time += s.by
-	s.d.Add(x, periodNs)
+	s.d.Add(x)
 }
 
 func (s *shifted) Flush() { s.d.Flush() }
@@ -459,10 +460,10 @@ func TestLateAndBadSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 0, TID: 1}, 1e7)
-	d.Add(&sample.Sample{Time: base + 4*sec, CPU: 0, TID: 1}, 1e7)
-	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 0, TID: 1}, 0)
-	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 1 << 20, TID: 1}, 1e7)
+	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 0, TID: 1, PeriodNs: 1e7})
+	d.Add(&sample.Sample{Time: base + 4*sec, CPU: 0, TID: 1, PeriodNs: 1e7})
+	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 0, TID: 1, PeriodNs: 0})
+	d.Add(&sample.Sample{Time: base + 5*sec, CPU: 1 << 20, TID: 1, PeriodNs: 1e7})
 	if s := d.Stats(); s.Samples != 2 || s.Late != 1 || s.Ignored != 2 {
 		t.Errorf("stats %+v, want 2 samples, 1 late, 2 ignored", s)
 	}
@@ -615,7 +616,8 @@ func benchmarkAdd(b *testing.B, cpus int) {
 		if lap > 0 {
 			s.Time += span // the next lap, later in time
 		}
-		d.Add(s, period)
+		s.PeriodNs = period
+		d.Add(s)
 	}
 	b.StopTimer()
 	if cpus >= 8 && b.N > 8*n && emitted == 0 {
@@ -630,11 +632,11 @@ type dropIdle struct {
 	cpu uint32
 }
 
-func (s *dropIdle) Add(x *sample.Sample, periodNs int64) {
+func (s *dropIdle) Add(x *sample.Sample) {
 	if x.CPU == s.cpu && x.TID == 0 {
 		return
 	}
-	s.d.Add(x, periodNs)
+	s.d.Add(x)
 }
 
 func (s *dropIdle) Flush() { s.d.Flush() }

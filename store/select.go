@@ -6,7 +6,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"time"
+
+	"github.com/heatscope/heatscope/sample"
 )
 
 // Range is a half-open time range [From, To) in Unix nanoseconds.
@@ -41,7 +42,7 @@ type Batch struct {
 // DefaultPeriodNs is what a sample weighs when its data states no period
 // (folded stacks imported without one): 1/99 s, the rate heatscope and
 // perf users sample at by default.
-const DefaultPeriodNs = int64(time.Second) / 99
+var DefaultPeriodNs = sample.PeriodOf(99)
 
 // Weight is the CPU time, in nanoseconds, each sample of b stands for: its
 // period, or DefaultPeriodNs when that is unknown.

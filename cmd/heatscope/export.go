@@ -224,4 +224,4 @@ func selectedNodes(db *store.DB, f *store.Filter) []string {
 }
 
 // hz writes a sampling period as a frequency.
-func hz(periodNs int64) string { return fmt.Sprintf("%.4g Hz", 1e9/float64(periodNs)) }
+func hz(periodNs int64) string { return fmt.Sprintf("%.4g Hz", sample.FrequencyOf(periodNs)) }

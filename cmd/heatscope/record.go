@@ -26,6 +26,7 @@ import (
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/recorder"
 	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/saturation"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/web"
@@ -136,7 +137,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	cfg.BPFStats = *bpfStats
 	// The store's periodic work runs on the sampler's poll goroutine
 	// (rec.OnPoll below), so the agent has no timer of its own to wake for.
-	storeOpts := store.Options{Source: *source, BlockDuration: *blockDuration, PeriodNs: int64(time.Second) / int64(*frequency),
+	storeOpts := store.Options{Source: *source, BlockDuration: *blockDuration, PeriodNs: sample.PeriodOf(int64(*frequency)),
 		Logger: slog.Default(), CallerTicks: true}
 	if storeOpts.Retention, err = parseDays(*retention); err != nil {
 		return usageError{fmt.Errorf("--retention: %w", err)}
@@ -261,8 +262,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			rec.LabelContainers(res)
 		}
 	}
+	var sat *saturation.Detector
 	if db != nil && !satOff {
-		if err := detectSaturation(rec, db, satCfg, cfg); err != nil {
+		if sat, err = detectSaturation(db, satCfg, cfg); err != nil {
 			return err
 		}
 	}
@@ -347,22 +349,16 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	period := rec.PeriodNs()
 	err = rec.Run(ctx, func(s *sample.Sample) {
-		// The overhead guard changed the frequency: what a sample weighs
-		// follows the sample's own time (the ring may still hold a poll
-		// interval's worth taken at the old period). Only forward: a
-		// sample from another CPU a little older than the last does not
-		// switch back.
-		if p := rec.PeriodAt(s.Time); p != period && p == rec.PeriodNs() {
-			period = p
+		// The overhead guard changed the frequency: the store cuts its
+		// head, so that each block states its samples' period.
+		if s.PeriodNs != period {
+			period = s.PeriodNs
 			if db != nil {
-				db.SetPeriod(p)
+				db.SetPeriod(period)
 			}
-			if pprofOut != nil {
-				pprofOut.SetPeriod(p)
-			}
-			if foldedOut != nil {
-				foldedOut.SetPeriod(p)
-			}
+		}
+		if sat != nil {
+			sat.Add(s)
 		}
 		if db != nil {
 			db.Append(s)
@@ -374,6 +370,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			foldedOut.Add(query.GroupAddresses.Sample(s)) // as export does by default
 		}
 	})
+	if sat != nil {
+		sat.Flush()
+	}
 	stopEvents()
 	stopGuard()
 	stopServer()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/profiler"
-	"github.com/heatscope/heatscope/recorder"
 	"github.com/heatscope/heatscope/saturation"
 	"github.com/heatscope/heatscope/store"
 )
@@ -49,13 +48,14 @@ func (sf saturationFlags) config() (cfg saturation.Config, off bool, err error) 
 	return cfg, false, nil
 }
 
-// detectSaturation makes rec mark saturation spans as events in db. It
-// needs every process's samples and the idle ones: with --pid or --cgroup
-// it logs that detection is off.
-func detectSaturation(rec *recorder.Recorder, db *store.DB, cfg saturation.Config, sampler profiler.Config) error {
+// detectSaturation returns a detector that marks saturation spans as
+// events in db, to be given every sample and flushed at the end. It needs
+// every process's samples and the idle ones: with --pid or --cgroup it
+// logs that detection is off and returns nil.
+func detectSaturation(db *store.DB, cfg saturation.Config, sampler profiler.Config) (*saturation.Detector, error) {
 	if len(sampler.PIDs) > 0 || sampler.CgroupID != 0 {
 		slog.Info("cpu saturation events are off: they need every process's samples, and --pid or --cgroup limits them")
-		return nil
+		return nil, nil
 	}
 	cfg.Emit = func(e events.Event) {
 		if err := db.AppendEvent(e); err != nil {
@@ -74,10 +74,5 @@ func detectSaturation(rec *recorder.Recorder, db *store.DB, cfg saturation.Confi
 		}
 		cfg.CPUs = len(online)
 	}
-	d, err := saturation.New(cfg)
-	if err != nil {
-		return err
-	}
-	rec.DetectSaturation(d)
-	return nil
+	return saturation.New(cfg)
 }

@@ -61,7 +61,7 @@ type Node struct {
 func Write(t testing.TB, dir string, n Node) string {
 	t.Helper()
 	path := filepath.Join(dir, n.Name)
-	period := int64(time.Second) / int64(n.Hz)
+	period := sample.PeriodOf(int64(n.Hz))
 	db, err := store.Open(path, store.Options{Source: n.Name, Node: n.Name, NodeLabels: n.Labels, PeriodNs: period,
 		BlockDuration: 2 * time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -541,7 +541,7 @@ func RecordSynth(t testing.TB, node string, labels map[string]string, cfg synth.
 	t.Helper()
 	dir := t.TempDir()
 	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: labels,
-		PeriodNs: int64(time.Second) / int64(cfg.Hz), BlockDuration: blockDuration, Logger: slog.New(slog.DiscardHandler)})
+		PeriodNs: sample.PeriodOf(int64(cfg.Hz)), BlockDuration: blockDuration, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
