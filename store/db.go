@@ -27,7 +27,7 @@ type Options struct {
 	// NodeLabels describe this machine (zone, cluster, instance type) in
 	// the blocks it writes.
 	NodeLabels map[string]string
-	// PeriodNs is the recording's sampling period (1e9 / frequency),
+	// PeriodNs is the recording's sampling period (sample.PeriodOf its frequency),
 	// kept in each block's meta so exports know what a sample weighs.
 	PeriodNs int64
 	// BlockDuration is how much time the head covers before it is cut

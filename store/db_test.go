@@ -538,7 +538,9 @@ func TestImportIsAllOrNothing(t *testing.T) {
 }
 
 // TestDiskFull records into a tiny tmpfs: the recorder must keep going,
-// drop the oldest data to make room, and count what it lost.
+// drop the oldest data to make room, and count what it lost; while the WAL
+// cannot be written, Append says so (ErrNotDurable), and stops saying so
+// once a WAL write succeeds again.
 func TestDiskFull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small tmpfs needs root")
@@ -555,7 +557,19 @@ func TestDiskFull(t *testing.T) {
 	start := time.Now().Add(-2 * time.Hour).UnixNano()
 	// Far more than 3 MB of data, with all-distinct stacks so it does not
 	// compress away.
-	appendSynth(t, db, synth.Config{CPUs: 8, Hz: 99, Start: start, Seconds: 300, Stacks: 20000})
+	g := synth.New(synth.Config{CPUs: 8, Hz: 99, Start: start, Seconds: 300, Stacks: 20000})
+	var s sample.Sample
+	notDurable := 0
+	for g.Next(&s) {
+		if err := db.Append(&s); errors.Is(err, ErrNotDurable) {
+			notDurable++
+		} else if err != nil {
+			t.Fatalf("append on a full disk: %v (want the sample kept, ErrNotDurable)", err)
+		}
+	}
+	if notDurable == 0 {
+		t.Fatal("the WAL could not be written on a full disk, but no Append said so")
+	}
 	db.mu.Lock()
 	db.cutLocked()
 	db.mu.Unlock()
@@ -574,6 +588,7 @@ func TestDiskFull(t *testing.T) {
 	// Space returns: recording carries on normally.
 	db.opts.RetentionSize = 1 << 20
 	db.applyRetention(time.Now())
+	db.Flush() // a WAL write succeeds: appends are durable again
 	more := appendSynth(t, db, synth.Config{CPUs: 1, Hz: 99, Start: time.Now().UnixNano(), Seconds: 5, Stacks: 10})
 	db.Flush()
 	got = all(t, db, Filter{})

@@ -6,6 +6,7 @@ package store
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,7 +83,15 @@ func (db *DB) newHead(seq uint64) error {
 	return nil
 }
 
-// Append adds a sample to the head.
+// ErrNotDurable is what Append's error wraps when the sample was added to
+// the head but the WAL cannot be written (a full or read-only disk): the
+// sample is kept in memory until the head is cut into a block, and a crash
+// before then loses it. Appends say so until a WAL write succeeds again.
+var ErrNotDurable = errors.New("sample kept in memory only")
+
+// Append adds a sample to the head. Its error wraps ErrNotDurable while
+// the WAL cannot be written (the sample is added all the same); any other
+// error means the sample was not added.
 func (db *DB) Append(s *sample.Sample) error {
 	if db.opts.ReadOnly {
 		return errors.New("append: data directory opened read-only")
@@ -101,6 +110,9 @@ func (db *DB) Append(s *sample.Sample) error {
 	db.appended.Add(1)
 	if db.wal.buffered() >= 4<<20 {
 		db.flushWALLocked(false)
+	}
+	if p := db.walErr.Load(); p != nil {
+		return fmt.Errorf("append: %w: WAL write failed: %w", ErrNotDurable, *p)
 	}
 	return nil
 }
