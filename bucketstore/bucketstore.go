@@ -40,7 +40,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +49,7 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/lru"
 	"github.com/heatscope/heatscope/store"
@@ -106,9 +106,6 @@ const (
 	defaultTailCacheBytes = 16 << 20
 	// maxMetaBytes bounds a meta.json read.
 	maxMetaBytes = 1 << 20
-	blocksDir    = "blocks"
-	metaFile     = "meta.json"
-	dataFile     = "data"
 )
 
 // Source is a bucket's blocks as a store.BlockSource. It is safe for
@@ -287,8 +284,8 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 		keys := make([]string, 0, len(ix.Blocks)+len(ix.Corrupt))
 		metas := make(map[string]store.Meta, len(ix.Blocks)+len(ix.Corrupt))
 		for _, m := range ix.Blocks {
-			if bucketindex.ValidName(m.Node) && bucketindex.ValidName(m.ID) {
-				key := m.Node + "/" + m.ID
+			if bucketlayout.ValidName(m.Node) && bucketlayout.ValidName(m.ID) {
+				key := bucketlayout.Block{Node: m.Node, ID: m.ID}.Key()
 				keys = append(keys, key)
 				metas[key] = m
 			}
@@ -298,8 +295,8 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 		// whose meta is damaged when it reads that meta, one whose data is
 		// when a query reads it.
 		for _, c := range ix.Corrupt {
-			if bucketindex.ValidName(c.Node) && bucketindex.ValidName(c.ID) {
-				key := c.Node + "/" + c.ID
+			if bucketlayout.ValidName(c.Node) && bucketlayout.ValidName(c.ID) {
+				key := bucketlayout.Block{Node: c.Node, ID: c.ID}.Key()
 				keys = append(keys, key)
 				if c.Meta != nil {
 					metas[key] = *c.Meta
@@ -316,26 +313,13 @@ func (s *Source) List(ctx context.Context) ([]string, error) {
 	s.ixMu.Lock()
 	s.ixMetas = nil
 	s.ixMu.Unlock()
-	nodes, err := s.iter(ctx, "")
+	l, err := s.list(ctx, bucketlayout.ListOptions{Blocks: true})
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
-	for _, n := range nodes {
-		node, ok := strings.CutSuffix(n, "/")
-		if !ok || !bucketindex.ValidName(node) {
-			continue // an object at the top, or not a node's directory
-		}
-		blocks, err := s.iter(ctx, node+"/"+blocksDir+"/")
-		if err != nil {
-			return nil, err
-		}
-		for _, b := range blocks {
-			dir, ok := strings.CutSuffix(b, "/")
-			if id := path.Base(dir); ok && bucketindex.ValidName(id) {
-				keys = append(keys, node+"/"+id)
-			}
-		}
+	keys := make([]string, len(l.Blocks))
+	for i, b := range l.Blocks {
+		keys[i] = b.Key()
 	}
 	s.listed()
 	return keys, nil
@@ -378,27 +362,17 @@ func (s *Source) events(ctx context.Context) ([]events.Event, error) {
 	var segs []seg
 	if ix := s.index(ctx); ix != nil {
 		for _, sg := range ix.Segments {
-			if bucketindex.ValidName(sg.Node) {
+			if bucketlayout.ValidName(sg.Node) {
 				segs = append(segs, seg{node: sg.Node, name: sg.Name, modified: sg.Modified})
 			}
 		}
 	} else {
-		nodes, err := s.iter(ctx, "")
+		l, err := s.list(ctx, bucketlayout.ListOptions{Segments: true})
 		if err != nil {
 			return nil, err
 		}
-		for _, n := range nodes {
-			node, ok := strings.CutSuffix(n, "/")
-			if !ok || !bucketindex.ValidName(node) {
-				continue
-			}
-			names, err := s.iter(ctx, store.EventObjectsPrefix(node))
-			if err != nil {
-				return nil, err
-			}
-			for _, name := range names {
-				segs = append(segs, seg{node: node, name: name})
-			}
+		for _, sg := range l.Segments {
+			segs = append(segs, seg{node: sg.Node, name: sg.Name})
 		}
 	}
 	segs = s.markNewest(segs)
@@ -447,14 +421,14 @@ type seg struct {
 	newest bool
 }
 
-// markNewest keeps the event segment objects (store.ParseEventObject,
+// markNewest keeps the event segment objects (bucketlayout.ParseEventSegment,
 // logging any other name under events/ once) and marks each instance's
 // newest: a node's data directories number their segments each from 1,
 // so no order of names across instances says which one grows.
 func (s *Source) markNewest(segs []seg) []seg {
 	kept := segs[:0]
 	for _, sg := range segs {
-		o, err := store.ParseEventObject(sg.name)
+		o, err := bucketlayout.ParseEventSegment(sg.name)
 		if err != nil || o.Node != sg.node {
 			if _, warned := s.badSegments.LoadOrStore(sg.name, true); !warned {
 				s.opts.Logger.Warn("bucket: an object under a node's events/ is not an event segment; not read", "object", sg.name, "err", err)
@@ -522,61 +496,50 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *Source) iter(ctx context.Context, dir string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	s.stats.lists.Add(1)
-	var names []string
-	err := s.bkt.Iter(ctx, dir, func(name string) error {
-		names = append(names, name)
-		return nil
-	})
+// list lists the bucket (one LIST of the nodes, then one of each node's
+// blocks/ or events/), each request bounded by Options.Timeout.
+func (s *Source) list(ctx context.Context, opts bucketlayout.ListOptions) (bucketlayout.Listing, error) {
+	opts.Timeout = s.opts.Timeout
+	opts.OnList = func() { s.stats.lists.Add(1) }
+	l, err := bucketlayout.List(ctx, s.bkt, opts)
 	if err != nil {
-		return nil, s.fail(err)
+		return l, s.fail(err)
 	}
 	s.answered()
-	return names, nil
-}
-
-// objectName returns a block's object name from its key.
-func objectName(key, file string) (string, error) {
-	node, id, ok := strings.Cut(key, "/")
-	if !ok || !bucketindex.ValidName(node) || !bucketindex.ValidName(id) {
-		return "", fmt.Errorf("bad block key %q", key)
-	}
-	return node + "/" + blocksDir + "/" + id + "/" + file, nil
+	return l, nil
 }
 
 // Meta reads a block's meta.json. Its node is the one in the block's
 // path, whatever the meta says.
 func (s *Source) Meta(ctx context.Context, key string) (store.Meta, error) {
-	name, err := objectName(key, metaFile)
+	b, err := bucketlayout.ParseBlockKey(key)
 	if err != nil {
 		return store.Meta{}, err
 	}
+	name := b.Object(bucketlayout.MetaFile)
 	s.ixMu.Lock()
 	im, ok := s.ixMetas[key]
 	delete(s.ixMetas, key) // asked for once: the store keeps it
 	s.ixMu.Unlock()
 	if ok {
-		im.Node, _, _ = strings.Cut(key, "/")
+		im.Node = b.Node
 		return im, nil
 	}
-	b := s.disk.get(name)
-	cached := b != nil
+	raw := s.disk.get(name)
+	cached := raw != nil
 	if !cached {
-		if b, err = s.readMeta(ctx, name); err != nil {
+		if raw, err = s.readMeta(ctx, name); err != nil {
 			return store.Meta{}, err
 		}
 	}
-	m, err := store.ParseMeta(b)
+	m, err := store.ParseMeta(raw)
 	if err != nil {
 		return store.Meta{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if !cached {
-		s.disk.put(name, b) // a meta is written once, last: never changes
+		s.disk.put(name, raw) // a meta is written once, last: never changes
 	}
-	m.Node, _, _ = strings.Cut(key, "/")
+	m.Node = b.Node
 	return m, nil
 }
 
@@ -609,10 +572,11 @@ func (s *Source) readMeta(ctx context.Context, name string) ([]byte, error) {
 // it, and that GET's answer waits for the HEAD's: one round trip, not two
 // (and none when the disk cache holds what is read).
 func (s *Source) Open(ctx context.Context, key string, m store.Meta) (store.BlockData, error) {
-	name, err := objectName(key, dataFile)
+	b, err := bucketlayout.ParseBlockKey(key)
 	if err != nil {
 		return nil, err
 	}
+	name := b.Object(bucketlayout.DataFile)
 	o := &object{s: s, name: name, size: m.Bytes, checked: make(chan struct{})}
 	if m.Bytes > 0 {
 		return o, nil
@@ -808,19 +772,14 @@ func (o *object) get(off, n int64) ([]byte, error) {
 
 // fetch reads n bytes at off with one ranged GET.
 func (o *object) fetch(off, n int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), o.s.opts.Timeout)
-	defer cancel()
-	o.s.stats.gets.Add(1)
-	rc, err := o.s.bkt.GetRange(ctx, o.name, off, n)
-	if err != nil {
-		return nil, o.s.fail(err)
-	}
-	defer rc.Close()
+	r := bucketlayout.RangeReader{Bucket: o.s.bkt, Name: o.name, Timeout: o.s.opts.Timeout, OnGet: func(got int) {
+		o.s.stats.gets.Add(1)
+		o.s.stats.getBytes.Add(uint64(got))
+	}}
 	b := make([]byte, n)
-	m, err := io.ReadFull(rc, b)
-	o.s.stats.getBytes.Add(uint64(m))
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read %s at %d+%d: the object ended after %d bytes", o.name, off, n, m)
+	_, err := r.ReadAt(b, off)
+	if errors.Is(err, bucketlayout.ErrShortObject) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, o.s.fail(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketcompact"
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -126,7 +127,7 @@ func TestFollowsUploads(t *testing.T) {
 		t.Fatalf("after Refresh: %v, want node-a %d and node-c %d", got, nA, nC)
 	}
 	for _, id := range idsA {
-		for _, f := range []string{metaFile, dataFile} {
+		for _, f := range []string{bucketlayout.MetaFile, bucketlayout.DataFile} {
 			if err := bkt.Delete(context.Background(), "node-a/blocks/"+id+"/"+f); err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +153,7 @@ func TestDamagedObjects(t *testing.T) {
 	}
 	ctx := context.Background()
 	read := func(id string) []byte {
-		b, err := os.ReadFile(filepath.Join(dir, "blocks", id, dataFile))
+		b, err := os.ReadFile(filepath.Join(dir, "blocks", id, bucketlayout.DataFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,10 +447,10 @@ func TestEventsOfEachInstanceGrow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	growing := store.EventObject{Node: "a", Instance: "00000000000000aa", Seq: 1}.Key()
+	growing := bucketlayout.EventSegment{Node: "a", Instance: "00000000000000aa", Seq: 1}.Key()
 	put(growing, segment(1))
-	put(store.EventObject{Node: "a", Instance: "00000000000000bb", Seq: 1}.Key(), segment(2))
-	put(store.EventObject{Node: "a", Seq: 3}.Key(), segment(1))
+	put(bucketlayout.EventSegment{Node: "a", Instance: "00000000000000bb", Seq: 1}.Key(), segment(2))
+	put(bucketlayout.EventSegment{Node: "a", Seq: 3}.Key(), segment(1))
 	put("a/events/notes.txt", []byte("not a segment"))
 	src := New(bkt, "test bucket", Options{Logger: quiet()})
 	count := func() map[string]int {
