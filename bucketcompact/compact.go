@@ -52,6 +52,7 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -98,8 +99,6 @@ const (
 	DefaultShipDelay   = 15 * time.Minute
 	DefaultPartialAge  = 48 * time.Hour
 	DefaultLockTTL     = 2 * time.Minute
-	// LockName is the lock object, relative to the bucket's prefix.
-	LockName = "compactor-lock.json"
 	// maxMergedSamples bounds a merged block, as the store's compaction does.
 	maxMergedSamples = 200_000_000
 )
@@ -317,7 +316,7 @@ func (c *Compactor) run(ctx context.Context) (Report, error) {
 		merged, err := c.merge(ctx, plan)
 		var be *store.BlockError
 		if errors.As(err, &be) && !errors.Is(err, store.ErrUnavailable) {
-			c.markCorrupt(plan[0].node+"/"+be.Key, be.Err)
+			c.markCorrupt(bucketlayout.Block{Node: plan[0].node, ID: be.Key}.Key(), be.Err)
 			continue // plan again without it
 		}
 		if err != nil {
@@ -441,7 +440,7 @@ func (c *Compactor) markReplaced(blocks []*blockObj, now time.Time, rep *Report,
 			continue
 		}
 		for _, p := range b.meta.Parents {
-			pb := byKey[b.node+"/"+p]
+			pb := byKey[bucketlayout.Block{Node: b.node, ID: p}.Key()]
 			if pb == nil || pb.mark != nil {
 				continue
 			}
@@ -505,7 +504,7 @@ func (c *Compactor) mark(ctx context.Context, b *blockObj, reason, replacedBy st
 	m := bucketindex.DeletionMark{Version: 1, Node: b.node, ID: b.id, DeletionTime: now.UnixMilli(), Reason: reason, ReplacedBy: replacedBy}
 	raw, _ := json.MarshalIndent(m, "", "  ")
 	c.stats.puts.Add(1)
-	if err := c.bkt.Upload(ctx, objName(b.node, b.id, deletionMarkFile), bytes.NewReader(raw)); err != nil {
+	if err := c.bkt.Upload(ctx, b.object(bucketlayout.DeletionMarkFile), bytes.NewReader(raw)); err != nil {
 		return fmt.Errorf("mark block %s for deletion: %w", b.key(), err)
 	}
 	b.mark, b.markObj = &m, true
@@ -523,13 +522,13 @@ func (c *Compactor) deleteBlock(ctx context.Context, b *blockObj) error {
 	if err := c.checkLock(); err != nil {
 		return err
 	}
-	files := []string{metaFile, dataFile}
+	files := []string{bucketlayout.MetaFile, bucketlayout.DataFile}
 	if b.markObj {
-		files = append(files, deletionMarkFile)
+		files = append(files, bucketlayout.DeletionMarkFile)
 	}
 	for _, f := range files {
 		c.stats.deletes.Add(1)
-		if err := c.bkt.Delete(ctx, objName(b.node, b.id, f)); err != nil && !c.bkt.IsObjNotFoundErr(err) {
+		if err := c.bkt.Delete(ctx, b.object(f)); err != nil && !c.bkt.IsObjNotFoundErr(err) {
 			return fmt.Errorf("delete block %s: %w", b.key(), err)
 		}
 	}
@@ -627,9 +626,9 @@ func (c *Compactor) readIndexBytes(ctx context.Context, blocks []*blockObj) erro
 			c.indexBytes[b.key()] = n
 			continue
 		}
-		d := &objectData{ctx: ctx, c: c, name: objName(b.node, b.id, dataFile)}
+		d := &objectData{r: bucketlayout.RangeReader{Ctx: ctx, Bucket: c.bkt, Name: b.object(bucketlayout.DataFile), OnGet: func(int) { c.stats.gets.Add(1) }}}
 		c.stats.heads.Add(1)
-		attrs, err := c.bkt.Attributes(ctx, d.name)
+		attrs, err := c.bkt.Attributes(ctx, d.r.Name)
 		switch {
 		case c.bkt.IsObjNotFoundErr(err):
 			c.markCorrupt(b.key(), fmt.Errorf("no data object: %w", err))
@@ -658,9 +657,7 @@ func (c *Compactor) readIndexBytes(ctx context.Context, blocks []*blockObj) erro
 // GET a read (store.BlockData). err keeps the bucket's first failure, which
 // says nothing of the block.
 type objectData struct {
-	ctx  context.Context
-	c    *Compactor
-	name string
+	r    bucketlayout.RangeReader
 	size int64
 	err  error
 }
@@ -669,15 +666,8 @@ func (o *objectData) Size() int64  { return o.size }
 func (o *objectData) Close() error { return nil }
 
 func (o *objectData) ReadAt(p []byte, off int64) (int, error) {
-	o.c.stats.gets.Add(1)
-	rc, err := o.c.bkt.GetRange(o.ctx, o.name, off, int64(len(p)))
-	if err != nil {
-		o.err = cmp.Or(o.err, err)
-		return 0, err
-	}
-	defer rc.Close()
-	n, err := io.ReadFull(rc, p)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	n, err := o.r.ReadAt(p, off)
+	if err != nil && !errors.Is(err, bucketlayout.ErrShortObject) {
 		o.err = cmp.Or(o.err, err) // a short object is the block's fault
 	}
 	return n, err
@@ -718,7 +708,7 @@ func (c *Compactor) merge(ctx context.Context, parents []*blockObj) (*blockObj, 
 	}
 	meta.Node = node
 	dir := filepath.Join(out, meta.ID)
-	f, err := os.Open(filepath.Join(dir, dataFile))
+	f, err := os.Open(filepath.Join(dir, bucketlayout.DataFile))
 	if err != nil {
 		return nil, fmt.Errorf("merged block: %w", err)
 	}
@@ -727,7 +717,7 @@ func (c *Compactor) merge(ctx context.Context, parents []*blockObj) (*blockObj, 
 		return nil, err
 	}
 	c.stats.puts.Add(1)
-	if err := c.bkt.Upload(ctx, objName(node, meta.ID, dataFile), f); err != nil {
+	if err := c.bkt.Upload(ctx, bucketlayout.Block{Node: node, ID: meta.ID}.Object(bucketlayout.DataFile), f); err != nil {
 		return nil, fmt.Errorf("upload merged block %s/%s: %w", node, meta.ID, err)
 	}
 	c.stats.uploadBytes.Add(uint64(meta.Bytes))
@@ -739,7 +729,7 @@ func (c *Compactor) merge(ctx context.Context, parents []*blockObj) (*blockObj, 
 		return nil, err
 	}
 	c.stats.puts.Add(1)
-	if err := c.bkt.Upload(ctx, objName(node, meta.ID, metaFile), bytes.NewReader(raw)); err != nil {
+	if err := c.bkt.Upload(ctx, bucketlayout.Block{Node: node, ID: meta.ID}.Object(bucketlayout.MetaFile), bytes.NewReader(raw)); err != nil {
 		return nil, fmt.Errorf("upload merged block %s/%s: %w", node, meta.ID, err)
 	}
 	c.stats.merges.Add(1)
@@ -757,16 +747,16 @@ func (c *Compactor) download(ctx context.Context, b *blockObj, dir string) error
 		return fmt.Errorf("work directory: %w", err)
 	}
 	raw, _ := json.Marshal(b.meta)
-	if err := os.WriteFile(filepath.Join(dir, metaFile), raw, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, bucketlayout.MetaFile), raw, 0o644); err != nil {
 		return fmt.Errorf("work directory: %w", err)
 	}
 	c.stats.gets.Add(1)
-	rc, err := c.bkt.Get(ctx, objName(b.node, b.id, dataFile))
+	rc, err := c.bkt.Get(ctx, b.object(bucketlayout.DataFile))
 	if err != nil {
 		return fmt.Errorf("download block %s: %w", b.key(), err)
 	}
 	defer rc.Close()
-	f, err := os.Create(filepath.Join(dir, dataFile))
+	f, err := os.Create(filepath.Join(dir, bucketlayout.DataFile))
 	if err != nil {
 		return fmt.Errorf("work directory: %w", err)
 	}

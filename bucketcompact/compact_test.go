@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/store"
@@ -90,10 +91,10 @@ func TestMergeKeepsEverySample(t *testing.T) {
 		t.Error("no frame found with frame pointers: the digests do not show that merges keep how frames were found")
 	}
 	objs := objects(t, bkt)
-	if got := countSuffix(objs, "/"+deletionMarkFile); got != 0 {
+	if got := countSuffix(objs, "/"+bucketlayout.DeletionMarkFile); got != 0 {
 		t.Fatalf("%d deletion-mark.json objects, want none: the merged blocks' metas mark their parents: %v", got, objs)
 	}
-	if got := countSuffix(objs, "/"+dataFile); got != 8 {
+	if got := countSuffix(objs, "/"+bucketlayout.DataFile); got != 8 {
 		t.Fatalf("%d data objects before the delete delay, want 8 (6 shipped + 2 merged)", got)
 	}
 	ix, err := bucketindex.Read(context.Background(), bkt)
@@ -114,7 +115,7 @@ func TestMergeKeepsEverySample(t *testing.T) {
 		t.Fatalf("pass after the delay: %+v, want 5 deleted, no merge, 3 blocks", rep)
 	}
 	objs = objects(t, bkt)
-	if countSuffix(objs, "/"+dataFile) != 3 || countSuffix(objs, "/"+deletionMarkFile) != 0 || countSuffix(objs, "/"+metaFile) != 3 {
+	if countSuffix(objs, "/"+bucketlayout.DataFile) != 3 || countSuffix(objs, "/"+bucketlayout.DeletionMarkFile) != 0 || countSuffix(objs, "/"+bucketlayout.MetaFile) != 3 {
 		t.Fatalf("after deletion: %v", objs)
 	}
 	if err := db.Refresh(); err != nil {
@@ -239,7 +240,7 @@ func TestRetention(t *testing.T) {
 	if m, ok := c.marks["node-a/"+recent[0]]; !ok || m.Reason != "retention-size" {
 		t.Fatalf("size retention marked %v, want %s", c.marks, recent[0])
 	}
-	if rep.Deleted != 0 || countSuffix(objects(t, bkt), "/"+dataFile) != 5 {
+	if rep.Deleted != 0 || countSuffix(objects(t, bkt), "/"+bucketlayout.DataFile) != 5 {
 		t.Fatalf("deleted before the delay: %+v", rep)
 	}
 	clk.add(DefaultDeleteDelay)
@@ -259,7 +260,7 @@ func TestCorruptBlocksSkippedAndNamed(t *testing.T) {
 	ctx := context.Background()
 	// Flip bytes in the middle of a data object (same size: only the
 	// block's CRCs can tell).
-	name := objName("node-a", a[1], dataFile)
+	name := bucketlayout.Block{Node: "node-a", ID: a[1]}.Object(bucketlayout.DataFile)
 	rc, err := bkt.Get(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +273,7 @@ func TestCorruptBlocksSkippedAndNamed(t *testing.T) {
 	if err := bkt.Upload(ctx, name, bytes.NewReader(raw)); err != nil {
 		t.Fatal(err)
 	}
-	if err := bkt.Upload(ctx, objName("node-b", b[0], metaFile), strings.NewReader("{not json")); err != nil {
+	if err := bkt.Upload(ctx, bucketlayout.Block{Node: "node-b", ID: b[0]}.Object(bucketlayout.MetaFile), strings.NewReader("{not json")); err != nil {
 		t.Fatal(err)
 	}
 	c := newCompactor(t, bkt, newClock(time.Now()), Options{Ranges: []time.Duration{2 * time.Hour}})
@@ -388,7 +389,7 @@ func TestIdempotentAndCrashes(t *testing.T) {
 	c := newCompactor(t, bkt, clk, Options{Ranges: []time.Duration{2 * time.Hour}})
 
 	// Crash 1: the merged block's data is up, its meta is not.
-	suffix := "/" + metaFile
+	suffix := "/" + bucketlayout.MetaFile
 	bkt.failSuffix.Store(&suffix)
 	if _, err := c.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "injected crash") {
 		t.Fatalf("pass with a crash before the meta: %v", err)
@@ -407,7 +408,7 @@ func TestIdempotentAndCrashes(t *testing.T) {
 	// anything else (at the index). Their metas alone mark the parents: a
 	// compactor started afresh (nothing in its memory) finds the 4 parents
 	// marked, at the merged blocks' upload, and merges nothing again.
-	suffix = bucketindex.Name
+	suffix = bucketlayout.IndexKey
 	bkt.failSuffix.Store(&suffix)
 	if _, err := c.Run(context.Background()); err == nil {
 		t.Fatal("pass with a crash at the index succeeded")
@@ -419,7 +420,7 @@ func TestIdempotentAndCrashes(t *testing.T) {
 	if n, s := digest(t, db, nil); n != want || s != sum {
 		t.Fatalf("after a crash at the index: %d samples, want %d", n, want)
 	}
-	if got := countSuffix(objects(t, bkt), "/"+deletionMarkFile); got != 0 {
+	if got := countSuffix(objects(t, bkt), "/"+bucketlayout.DeletionMarkFile); got != 0 {
 		t.Fatalf("%d deletion-mark.json objects, want none: a merged block's meta marks its parents", got)
 	}
 	// The crashed compactor's lock expires; a new one takes over.
@@ -455,7 +456,7 @@ func TestIdempotentAndCrashes(t *testing.T) {
 	if rep.Deleted != 4 || rep.PartialDeleted != 1 || rep.Blocks != 2 {
 		t.Fatalf("pass after the delays: %+v, want 4 deleted, the partial upload deleted, 2 blocks", rep)
 	}
-	if got := objects(t, bkt); countSuffix(got, "/"+dataFile) != 2 || countSuffix(got, "/"+metaFile) != 2 {
+	if got := objects(t, bkt); countSuffix(got, "/"+bucketlayout.DataFile) != 2 || countSuffix(got, "/"+bucketlayout.MetaFile) != 2 {
 		t.Fatalf("left in the bucket: %v", got)
 	}
 	if err := db.Refresh(); err != nil {
@@ -489,7 +490,7 @@ func TestOneCompactorPerBucket(t *testing.T) {
 	if err := first.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := bkt.Exists(context.Background(), LockName); !ok {
+	if ok, _ := bkt.Exists(context.Background(), bucketlayout.CompactorLockKey); !ok {
 		t.Fatal("the compactor that lost the lock deleted it")
 	}
 	if err := second.Unlock(context.Background()); err != nil {
@@ -574,7 +575,7 @@ func TestLockNotRenewedStopsWrites(t *testing.T) {
 	if err := c.writeIndex(context.Background(), nil, nil, clk.now(), &rep); !errors.Is(err, ErrLockStale) {
 		t.Fatalf("index write with a lock not renewed for its time to live: %v, want ErrLockStale", err)
 	}
-	if ok, _ := bkt.Exists(context.Background(), bucketindex.Name); ok {
+	if ok, _ := bkt.Exists(context.Background(), bucketlayout.IndexKey); ok {
 		t.Fatal("the index was written")
 	}
 	run(t, c) // renews it (nobody took it over), then writes
@@ -588,7 +589,7 @@ func TestUpdateIndex(t *testing.T) {
 	bkt := &faultyBucket{Bucket: srv.Open("u")}
 	d := day()
 	first := ship(t, bkt, "node-a", span(d.Add(5*time.Minute), 2*time.Minute), span(d.Add(15*time.Minute), 2*time.Minute))
-	seg := "node-a/" + eventsDir + "/0000000001.seg"
+	seg := "node-a/events/0000000001.seg"
 	if err := bkt.Upload(context.Background(), seg, strings.NewReader("segment bytes")); err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +610,7 @@ func TestUpdateIndex(t *testing.T) {
 	if len(ix.Blocks) != 2 || ix.ListedAt != listed.UnixMilli() || len(ix.Segments) != 1 || ix.Segments[0].Name != seg || ix.Segments[0].Node != "node-a" || ix.Segments[0].Modified <= 0 {
 		t.Fatalf("index: %d blocks, listed at %d (want %d), segments %+v", len(ix.Blocks), ix.ListedAt, listed.UnixMilli(), ix.Segments)
 	}
-	if got := countSuffix(objects(t, bkt), "/"+dataFile); got != 2 {
+	if got := countSuffix(objects(t, bkt), "/"+bucketlayout.DataFile); got != 2 {
 		t.Fatalf("%d data objects after an index update, want the 2 shipped", got)
 	}
 	// A block uploaded since is in the next update.
@@ -698,8 +699,8 @@ func TestForgetsBlocksGoneFromTheListing(t *testing.T) {
 	if len(c.indexBytes) != 3 || len(c.metas) != 3 {
 		t.Fatalf("after the first pass the compactor keeps %d index sizes and %d metas, want 3 of each", len(c.indexBytes), len(c.metas))
 	}
-	for _, f := range []string{metaFile, dataFile} {
-		if err := bkt.Delete(context.Background(), objName("node-a", ids[0], f)); err != nil {
+	for _, f := range []string{bucketlayout.MetaFile, bucketlayout.DataFile} {
+		if err := bkt.Delete(context.Background(), bucketlayout.Block{Node: "node-a", ID: ids[0]}.Object(f)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -757,7 +758,7 @@ func TestLockOwnWriteRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The write whose answer was lost: the lock replaced by c's own record.
-	if err := bkt.Upload(context.Background(), LockName, bytes.NewReader(c.record(c.opts.Now()))); err != nil {
+	if err := bkt.Upload(context.Background(), bucketlayout.CompactorLockKey, bytes.NewReader(c.record(c.opts.Now()))); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.lock(context.Background()); err != nil {
@@ -768,7 +769,7 @@ func TestLockOwnWriteRetried(t *testing.T) {
 	}
 	// Another compactor's record is a loss.
 	other := newCompactor(t, bkt, newClock(time.Now()), Options{Holder: "other"})
-	if err := bkt.Upload(context.Background(), LockName, bytes.NewReader(other.record(other.opts.Now()))); err != nil {
+	if err := bkt.Upload(context.Background(), bucketlayout.CompactorLockKey, bytes.NewReader(other.record(other.opts.Now()))); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.lock(context.Background()); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "(other)") {

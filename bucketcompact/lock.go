@@ -16,10 +16,11 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 )
 
 // The bucket's compactor lock (store/FORMAT.md, "Compactor lock") is a
-// lease: one object, LockName, that its holder creates only where there is
+// lease: one object, bucketlayout.CompactorLockKey, that its holder creates only where there is
 // none and renews only while it is the version the holder wrote last
 // (conditional writes: of two compactors starting at the same instant
 // exactly one gets it), every LockTTL/4. Another compactor takes it over
@@ -156,12 +157,12 @@ func (c *Compactor) record(now time.Time) []byte {
 // acquireLocked creates the lock, or takes over an expired one.
 func (c *Compactor) acquireLocked(ctx context.Context) error {
 	c.stats.gets.Add(1)
-	raw, version, err := c.locks.ReadVersioned(ctx, LockName)
+	raw, version, err := c.locks.ReadVersioned(ctx, bucketlayout.CompactorLockKey)
 	now := c.opts.Now()
 	switch {
 	case err != nil && c.bkt.IsObjNotFoundErr(err):
 		c.stats.puts.Add(1)
-		v, err := c.locks.CreateIfAbsent(ctx, LockName, c.record(now))
+		v, err := c.locks.CreateIfAbsent(ctx, bucketlayout.CompactorLockKey, c.record(now))
 		if errors.Is(err, bucket.ErrConditionFailed) {
 			return c.heldBy(ctx) // another compactor created it first
 		}
@@ -182,7 +183,7 @@ func (c *Compactor) acquireLocked(ctx context.Context) error {
 		c.log.Warn("taking over an expired compactor lock", "bucket", c.name, "holder", l.Holder, "renewed", time.UnixMilli(l.Renewed), "expired", expires)
 	}
 	c.stats.puts.Add(1)
-	v, err := c.locks.ReplaceIfVersion(ctx, LockName, c.record(now), version)
+	v, err := c.locks.ReplaceIfVersion(ctx, bucketlayout.CompactorLockKey, c.record(now), version)
 	if errors.Is(err, bucket.ErrConditionFailed) {
 		return c.heldBy(ctx) // another compactor took it over first
 	}
@@ -211,7 +212,7 @@ func (c *Compactor) parseLock(raw []byte) (lockRecord, time.Time) {
 // write that succeeded, its answer lost, then retried by the client),
 // which it then holds.
 func (c *Compactor) heldBy(ctx context.Context) error {
-	raw, version, err := c.locks.ReadVersioned(ctx, LockName)
+	raw, version, err := c.locks.ReadVersioned(ctx, bucketlayout.CompactorLockKey)
 	if err != nil {
 		return fmt.Errorf("bucket %s: another compactor took the lock at the same time (reading who: %w)", c.name, err)
 	}
@@ -233,7 +234,7 @@ func (c *Compactor) held(version string, now time.Time) {
 func (c *Compactor) renewLocked(ctx context.Context) error {
 	now := c.opts.Now()
 	c.stats.puts.Add(1)
-	v, err := c.locks.ReplaceIfVersion(ctx, LockName, c.record(now), c.lockVersion)
+	v, err := c.locks.ReplaceIfVersion(ctx, bucketlayout.CompactorLockKey, c.record(now), c.lockVersion)
 	if errors.Is(err, bucket.ErrConditionFailed) {
 		held := c.heldBy(ctx)
 		if held == nil {
@@ -323,7 +324,7 @@ func (c *Compactor) Unlock(ctx context.Context) error {
 	if c.lockVersion == "" {
 		return nil
 	}
-	_, v, err := c.locks.ReadVersioned(ctx, LockName)
+	_, v, err := c.locks.ReadVersioned(ctx, bucketlayout.CompactorLockKey)
 	if err != nil {
 		if c.bkt.IsObjNotFoundErr(err) {
 			return nil
@@ -333,7 +334,7 @@ func (c *Compactor) Unlock(ctx context.Context) error {
 	if v != c.lockVersion {
 		return nil // taken over
 	}
-	if err := c.bkt.Delete(ctx, LockName); err != nil {
+	if err := c.bkt.Delete(ctx, bucketlayout.CompactorLockKey); err != nil {
 		return fmt.Errorf("delete compactor lock: %w", err)
 	}
 	c.lockVersion = ""

@@ -5,25 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
-	"github.com/thanos-io/objstore"
-
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/store"
 )
 
-// Object names of the bucket layout (store/FORMAT.md, "Bucket layout"),
-// relative to the bucket's prefix: <node>/blocks/<id>/<file>.
-const (
-	blocksDir        = "blocks"
-	dataFile         = "data"
-	metaFile         = "meta.json"
-	deletionMarkFile = "deletion-mark.json"
-	eventsDir        = "events"
-	maxSmallObject   = 1 << 20 // a meta.json or a deletion mark
-)
+// maxSmallObject bounds a meta.json or a deletion mark read.
+const maxSmallObject = 1 << 20
 
 // blockObj is one block directory of the bucket as a pass found it.
 type blockObj struct {
@@ -40,89 +30,43 @@ type blockObj struct {
 	markObj bool
 }
 
-func (b *blockObj) key() string { return b.node + "/" + b.id }
+func (b *blockObj) block() bucketlayout.Block { return bucketlayout.Block{Node: b.node, ID: b.id} }
+func (b *blockObj) key() string               { return b.block().Key() }
 
-func objName(node, id, file string) string {
-	return node + "/" + blocksDir + "/" + id + "/" + file
-}
+// object is the name of one of the block's files (bucketlayout.DataFile, ...).
+func (b *blockObj) object(file string) string { return b.block().Object(file) }
 
 // scan lists every node's blocks and event segments: one LIST of the top
 // level, then one recursive LIST per node (paged by the provider). It
 // reads the metas and deletion marks it has not read before (they never
 // change).
 func (c *Compactor) scan(ctx context.Context) (blocks []*blockObj, segments []bucketindex.Segment, err error) {
-	var nodes []string
-	c.stats.lists.Add(1)
-	err = c.bkt.Iter(ctx, "", func(name string) error {
-		if n, ok := strings.CutSuffix(name, "/"); ok && bucketindex.ValidName(n) {
-			nodes = append(nodes, n)
-		}
-		return nil
-	})
+	l, err := bucketlayout.List(ctx, c.bkt, bucketlayout.ListOptions{Blocks: true, Segments: true, Files: true,
+		OnList: func() { c.stats.lists.Add(1) }})
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, node := range nodes {
-		byID := map[string]*blockObj{}
-		var order []string
-		c.stats.lists.Add(1)
-		dir := node + "/" + blocksDir + "/"
-		err := c.bkt.IterWithAttributes(ctx, node+"/", func(a objstore.IterObjectAttributes) error {
-			if seg, ok := strings.CutPrefix(a.Name, node+"/"+eventsDir+"/"); ok {
-				if seg != "" && !strings.Contains(seg, "/") {
-					sg := bucketindex.Segment{Node: node, Name: a.Name}
-					if t, ok := a.LastModified(); ok {
-						sg.Modified = t.UnixMilli()
-					}
-					segments = append(segments, sg)
-				}
-				return nil
-			}
-			rest, ok := strings.CutPrefix(a.Name, dir)
-			if !ok {
-				return nil
-			}
-			id, file, ok := strings.Cut(rest, "/")
-			if !ok || !bucketindex.ValidName(id) {
-				return nil
-			}
-			b := byID[id]
-			if b == nil {
-				b = &blockObj{node: node, id: id}
-				byID[id] = b
-				order = append(order, id)
-			}
-			switch file {
-			case dataFile:
-				b.hasData = true
-			case metaFile:
-				b.hasMeta = true
-			case deletionMarkFile:
-				b.markObj = true // read below
-			}
-			if t, ok := a.LastModified(); ok && t.After(b.newest) {
-				b.newest = t
-			}
-			return nil
-		}, objstore.WithRecursiveIter(), objstore.WithUpdatedAt())
-		if err != nil {
-			return nil, nil, err
+	for _, sg := range l.Segments {
+		s := bucketindex.Segment{Node: sg.Node, Name: sg.Name}
+		if !sg.Modified.IsZero() {
+			s.Modified = sg.Modified.UnixMilli()
 		}
-		for _, id := range order {
-			b := byID[id]
-			if b.markObj {
-				if b.mark, err = c.readMark(ctx, b); err != nil {
-					return nil, nil, err
-				}
-				b.markObj = b.mark != nil
+		segments = append(segments, s)
+	}
+	for _, lb := range l.Blocks {
+		b := &blockObj{node: lb.Node, id: lb.ID, hasData: lb.HasData, hasMeta: lb.HasMeta, markObj: lb.HasMark, newest: lb.Newest}
+		if b.markObj {
+			if b.mark, err = c.readMark(ctx, b); err != nil {
+				return nil, nil, err
 			}
-			if b.hasMeta {
-				if err := c.readMeta(ctx, b); err != nil {
-					return nil, nil, err
-				}
-			}
-			blocks = append(blocks, b)
+			b.markObj = b.mark != nil
 		}
+		if b.hasMeta {
+			if err := c.readMeta(ctx, b); err != nil {
+				return nil, nil, err
+			}
+		}
+		blocks = append(blocks, b)
 	}
 	return blocks, segments, nil
 }
@@ -138,7 +82,7 @@ func (c *Compactor) readMeta(ctx context.Context, b *blockObj) error {
 	if _, bad := c.corrupt[b.key()]; bad {
 		return nil
 	}
-	raw, err := c.getSmall(ctx, objName(b.node, b.id, metaFile))
+	raw, err := c.getSmall(ctx, b.object(bucketlayout.MetaFile))
 	if err != nil {
 		if c.bkt.IsObjNotFoundErr(err) {
 			b.hasMeta = false // deleted since the listing
@@ -166,7 +110,7 @@ func (c *Compactor) readMark(ctx context.Context, b *blockObj) (*bucketindex.Del
 	if m, ok := c.marks[b.key()]; ok {
 		return &m, nil
 	}
-	raw, err := c.getSmall(ctx, objName(b.node, b.id, deletionMarkFile))
+	raw, err := c.getSmall(ctx, b.object(bucketlayout.DeletionMarkFile))
 	if err != nil {
 		if c.bkt.IsObjNotFoundErr(err) {
 			return nil, nil
