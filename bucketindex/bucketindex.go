@@ -1,5 +1,5 @@
-// Package bucketindex reads and writes a bucket's index: one object,
-// "bucket-index.json.gz" under the bucket's prefix, that lists every
+// Package bucketindex reads and writes a bucket's index: one object
+// (bucketlayout.IndexKey) under the bucket's prefix, that lists every
 // node's complete blocks (their metas), the blocks found corrupt, every
 // deletion mark and every event segment. The
 // compactor (package bucketcompact) writes it after each pass; a query
@@ -21,11 +21,9 @@ import (
 
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/store"
 )
-
-// Name is the index's object name, relative to the bucket's prefix.
-const Name = "bucket-index.json.gz"
 
 // Version is the index format this package writes and reads. Version 2
 // added Corrupt: a reader of a version 1 index would drop the corrupt
@@ -56,8 +54,9 @@ type Index struct {
 	Corrupt []CorruptBlock `json:"corrupt"`
 	// DeletionMarks lists the blocks marked for deletion.
 	DeletionMarks []DeletionMark `json:"deletionMarks"`
-	// Segments lists every node's event segments (<node>/events/<name>:
-	// store.ParseEventObject; readers leave other names alone),
+	// Segments lists every node's event segments (every object directly
+	// under bucketlayout.EventsPrefix: bucketlayout.ParseEventSegment says
+	// which are segments; readers leave other names alone),
 	// by node then name.
 	Segments []Segment `json:"segments"`
 }
@@ -86,8 +85,8 @@ type Segment struct {
 	Modified int64 `json:"modified,omitempty"`
 }
 
-// DeletionMark is a block's deletion-mark.json ("<node>/blocks/<id>/
-// deletion-mark.json"): the compactor deletes the block once
+// DeletionMark is the content of a block's deletion mark
+// (bucketlayout.DeletionMarkFile): the compactor deletes the block once
 // DeletionTime is older than its delete delay.
 type DeletionMark struct {
 	Version int    `json:"version"`
@@ -99,22 +98,6 @@ type DeletionMark struct {
 	// "retention-age" or "retention-size".
 	Reason     string `json:"reason"`
 	ReplacedBy string `json:"replacedBy,omitempty"`
-}
-
-// ValidName reports whether s is a node name or block id as recorders
-// write them into the bucket's layout (store/FORMAT.md): letters, digits,
-// '-', '.' and '_', at most 253 bytes, not "." or "..". Readers and the
-// compactor leave other names alone.
-func ValidName(s string) bool {
-	if s == "" || s == "." || s == ".." || len(s) > 253 {
-		return false
-	}
-	for _, c := range s {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // ErrNotFound is returned by Read when the bucket has no index.
@@ -183,7 +166,7 @@ func Decode(r io.Reader) (Index, error) {
 		}
 	}
 	for i, sg := range ix.Segments {
-		if sg.Node == "" || !strings.HasPrefix(sg.Name, sg.Node+"/events/") {
+		if sg.Node == "" || !strings.HasPrefix(sg.Name, bucketlayout.EventsPrefix(sg.Node)) {
 			return Index{}, fmt.Errorf("bucket index: segment %d: %q is not an event segment of node %q", i, sg.Name, sg.Node)
 		}
 	}
@@ -209,7 +192,7 @@ func Write(ctx context.Context, bkt objstore.Bucket, ix Index) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := bkt.Upload(ctx, Name, bytes.NewReader(b)); err != nil {
+	if err := bkt.Upload(ctx, bucketlayout.IndexKey, bytes.NewReader(b)); err != nil {
 		return 0, fmt.Errorf("write bucket index: %w", err)
 	}
 	return len(b), nil
@@ -217,7 +200,7 @@ func Write(ctx context.Context, bkt objstore.Bucket, ix Index) (int, error) {
 
 // Read downloads and decodes the index; ErrNotFound when there is none.
 func Read(ctx context.Context, bkt objstore.BucketReader) (Index, error) {
-	rc, err := bkt.Get(ctx, Name)
+	rc, err := bkt.Get(ctx, bucketlayout.IndexKey)
 	if err != nil {
 		if bkt.IsObjNotFoundErr(err) {
 			return Index{}, ErrNotFound

@@ -15,7 +15,6 @@ import (
 
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketcompact"
-	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
@@ -368,7 +367,7 @@ func TestReadsTheBucketIndex(t *testing.T) {
 
 	// A corrupt index: listed instead, same answer, no error.
 	skew.Store(0)
-	if err := bkt.Upload(context.Background(), bucketindex.Name, strings.NewReader("not gzip")); err != nil {
+	if err := bkt.Upload(context.Background(), bucketlayout.IndexKey, strings.NewReader("not gzip")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(indexReuse)
