@@ -45,6 +45,7 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketcompact"
 	"github.com/heatscope/heatscope/bucketindex"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -240,27 +241,27 @@ func (b *bench) generate(cpus, hz int, start time.Time, span time.Duration) temp
 	if err := db.Close(); err != nil {
 		log.Fatal(err)
 	}
-	segs, err := os.ReadDir(filepath.Join(dir, "events"))
+	segs, err := store.EventSegmentFiles(dir)
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, e := range segs {
-		data, err := os.ReadFile(filepath.Join(dir, "events", e.Name()))
+	for _, sf := range segs {
+		data, err := sf.WholePages()
 		if err != nil {
 			log.Fatal(err)
 		}
-		t.segments = append(t.segments, tsegment{e.Name(), data})
+		t.segments = append(t.segments, tsegment{sf.Name, data})
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	blocks, err := store.LocalBlocks(dir)
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, e := range entries {
-		m, err := store.ReadMeta(filepath.Join(dir, "blocks", e.Name(), "meta.json"))
+	for _, lb := range blocks {
+		m, err := store.ReadMeta(lb.MetaPath())
 		if err != nil {
 			log.Fatal(err)
 		}
-		data, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), "data"))
+		data, err := os.ReadFile(lb.DataPath())
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -295,10 +296,10 @@ func (b *bench) upload(prefix string, t template, from, to int) {
 					m.ID = fmt.Sprintf("%s%08x", m.ID[:14], crc32.ChecksumIEEE([]byte(node+m.ID)))
 					m.NodeLabels = map[string]string{"zone": fmt.Sprintf("zone-%c", 'a'+i%3)}
 					raw, _ := json.MarshalIndent(m, "", "  ")
-					base := node + "/blocks/" + m.ID + "/"
-					err := bkt.Upload(context.Background(), base+"data", bytes.NewReader(blk.data))
+					obj := bucketlayout.Block{Node: node, ID: m.ID}
+					err := bkt.Upload(context.Background(), obj.Object(bucketlayout.DataFile), bytes.NewReader(blk.data))
 					if err == nil {
-						err = bkt.Upload(context.Background(), base+"meta.json", bytes.NewReader(raw))
+						err = bkt.Upload(context.Background(), obj.Object(bucketlayout.MetaFile), bytes.NewReader(raw))
 					}
 					if err != nil {
 						mu.Lock()
@@ -307,7 +308,12 @@ func (b *bench) upload(prefix string, t template, from, to int) {
 					}
 				}
 				for _, sg := range t.segments {
-					if err := bkt.Upload(context.Background(), node+"/events/"+sg.name, bytes.NewReader(sg.data)); err != nil {
+					// Each node is a data directory of its own: an instance id of its own.
+					key, err := bucketlayout.ShippedSegment(node, fmt.Sprintf("%016x", i), sg.name)
+					if err == nil {
+						err = bkt.Upload(context.Background(), key, bytes.NewReader(sg.data))
+					}
+					if err != nil {
 						mu.Lock()
 						firstErr = err
 						mu.Unlock()

@@ -58,6 +58,7 @@ import (
 	"github.com/heatscope/heatscope/bench/internal/benchweb"
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
@@ -365,14 +366,13 @@ func throughMinIO(dir string, nodes, runs, columns int) error {
 	}
 	defer bkt.Close()
 	t0 := time.Now()
-	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	local, err := store.LocalBlocks(dir)
 	if err != nil {
 		return err
 	}
 	blocks, size := 0, int64(0)
-	for _, e := range entries {
-		bdir := filepath.Join(dir, "blocks", e.Name())
-		m, err := store.ReadMeta(filepath.Join(bdir, "meta.json"))
+	for _, lb := range local {
+		m, err := store.ReadMeta(lb.MetaPath())
 		if err != nil {
 			return err
 		}
@@ -380,10 +380,12 @@ func throughMinIO(dir string, nodes, runs, columns int) error {
 		if _, err := fmt.Sscanf(m.Node, "node-%d", &n); err != nil || n >= nodes {
 			continue
 		}
-		for _, f := range []string{"data", "meta.json"} {
-			if err := upload(ctx, bkt, m.Node+"/blocks/"+e.Name()+"/"+f, filepath.Join(bdir, f), &size); err != nil {
-				return err
-			}
+		obj := bucketlayout.Block{Node: m.Node, ID: lb.ID}
+		if err := upload(ctx, bkt, obj.Object(bucketlayout.DataFile), lb.DataPath(), &size); err != nil {
+			return err
+		}
+		if err := upload(ctx, bkt, obj.Object(bucketlayout.MetaFile), lb.MetaPath(), &size); err != nil {
+			return err
 		}
 		blocks++
 	}

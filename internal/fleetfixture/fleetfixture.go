@@ -6,16 +6,14 @@
 package fleetfixture
 
 import (
-	"bytes"
-	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
@@ -112,36 +110,12 @@ func Write(t testing.TB, dir string, n Node) string {
 }
 
 // Upload copies a node's data directory into bkt as its shipper would:
-// each block's data then meta.json under <node>/blocks/, its event
-// segments under <node>/events/ by their old names (no instance), which
-// readers still read.
+// each block's data then meta.json, its event segments by their old names
+// (no instance), which readers still read.
 func Upload(t testing.TB, bkt *bucket.Bucket, node, path string) {
 	t.Helper()
-	put := func(name, file string) {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bkt.Upload(context.Background(), name, bytes.NewReader(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	blocks, err := os.ReadDir(filepath.Join(path, "blocks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range blocks {
-		for _, f := range []string{"data", "meta.json"} {
-			put(node+"/blocks/"+e.Name()+"/"+f, filepath.Join(path, "blocks", e.Name(), f))
-		}
-	}
-	segs, err := os.ReadDir(filepath.Join(path, "events"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	for _, e := range segs {
-		put(store.EventObjectsPrefix(node)+e.Name(), filepath.Join(path, "events", e.Name()))
-	}
+	miniotest.UploadBlocks(t, bkt, node, path)
+	miniotest.UploadSegments(t, bkt, node, path)
 }
 
 // Fleet is the standard fixture: four nodes, 60 s each.

@@ -43,6 +43,7 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
@@ -565,24 +566,43 @@ func RecordSynth(t testing.TB, node string, labels map[string]string, cfg synth.
 // returns the block ids.
 func UploadBlocks(t testing.TB, bkt objstore.Bucket, node, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, "blocks"))
+	blocks, err := store.LocalBlocks(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
-	for _, e := range entries {
-		for _, f := range []string{"data", "meta.json"} {
-			b, err := os.ReadFile(filepath.Join(dir, "blocks", e.Name(), f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := bkt.Upload(context.Background(), node+"/blocks/"+e.Name()+"/"+f, bytes.NewReader(b)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ids = append(ids, e.Name())
+	for _, b := range blocks {
+		obj := bucketlayout.Block{Node: node, ID: b.ID}
+		uploadFile(t, bkt, obj.Object(bucketlayout.DataFile), b.DataPath())
+		uploadFile(t, bkt, obj.Object(bucketlayout.MetaFile), b.MetaPath())
+		ids = append(ids, b.ID)
 	}
 	return ids
+}
+
+// UploadSegments puts the event segments of the data directory dir into
+// bkt under node, named as shippers named them before instance ids named
+// them (<node>/events/<segment>, which readers still read).
+func UploadSegments(t testing.TB, bkt objstore.Bucket, node, dir string) {
+	t.Helper()
+	segs, err := store.EventSegmentFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		uploadFile(t, bkt, bucketlayout.EventSegment{Node: node, Seq: s.Seq}.Key(), s.Path)
+	}
+}
+
+func uploadFile(t testing.TB, bkt objstore.Bucket, name, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bkt.Upload(context.Background(), name, bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // UploadEvents appends evs to a new data directory of node and puts its
@@ -604,17 +624,8 @@ func UploadEvents(t testing.TB, bkt objstore.Bucket, node string, evs []events.E
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	segs, err := os.ReadDir(filepath.Join(dir, "events"))
-	if err != nil || len(segs) == 0 {
+	if segs, err := store.EventSegmentFiles(dir); err != nil || len(segs) == 0 {
 		t.Fatalf("no event segment written: %v", err)
 	}
-	for _, s := range segs {
-		b, err := os.ReadFile(filepath.Join(dir, "events", s.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bkt.Upload(context.Background(), store.EventObjectsPrefix(node)+s.Name(), bytes.NewReader(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	UploadSegments(t, bkt, node, dir)
 }
