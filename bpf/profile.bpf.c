@@ -157,7 +157,7 @@ struct {
 // Mapping snapshots, read by the agent before the samples at every poll.
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 18);
+	__uint(max_entries, 1 << 19);
 } maps_ring SEC(".maps");
 
 struct {
@@ -263,6 +263,13 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } unwind_pending SEC(".maps");
+
+// asks counts the requests written to unwind_pending. The agent reads it
+// through the memory mapping of .bss before each poll, and empties
+// unwind_pending (a batch syscall over its 1024 buckets) only when it moved:
+// on a node where no process is new that was most of the table walk's cost
+// to the agent.
+__u64 asks = 0;
 
 // snapshot writes the executable mappings of the current task's address
 // space to maps_ring.
@@ -617,7 +624,8 @@ stop:
 // request_maps asks the agent to read the process's mappings.
 static __always_inline void request_maps(__u32 tgid, __u64 mm)
 {
-	bpf_map_update_elem(&unwind_pending, &tgid, &mm, BPF_NOEXIST);
+	if (bpf_map_update_elem(&unwind_pending, &tgid, &mm, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&asks, 1);
 }
 
 // walk_user walks the current task's user stack with its tables into

@@ -123,6 +123,7 @@ const (
 	ProfileProgOnExit        = "on_exit"
 	ProfileProgProfile       = "profile"
 	ProfileProgProfileDwarf  = "profile_dwarf"
+	ProfileVarAsks           = "asks"
 	ProfileVarCollectKernel  = "collect_kernel"
 	ProfileVarCollectUser    = "collect_user"
 	ProfileVarFilterCgroupId = "filter_cgroup_id"
@@ -200,6 +201,7 @@ type ProfileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileVariableSpecs struct {
+	Asks           *ebpf.VariableSpec `ebpf:"asks"`
 	CollectKernel  *ebpf.VariableSpec `ebpf:"collect_kernel"`
 	CollectUser    *ebpf.VariableSpec `ebpf:"collect_user"`
 	FilterCgroupId *ebpf.VariableSpec `ebpf:"filter_cgroup_id"`
@@ -265,6 +267,7 @@ func (m *ProfileMaps) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileVariables struct {
+	Asks           *ebpf.Variable `ebpf:"asks"`
 	CollectKernel  *ebpf.Variable `ebpf:"collect_kernel"`
 	CollectUser    *ebpf.Variable `ebpf:"collect_user"`
 	FilterCgroupId *ebpf.Variable `ebpf:"filter_cgroup_id"`

@@ -4,7 +4,7 @@
 // writes to a BPF ring buffer.
 //
 // Records are written without a wakeup (BPF_RB_NO_WAKEUP) and read by
-// polling the ring at a fixed interval (100 ms by default), which keeps the
+// polling the ring at a fixed interval (250 ms by default), which keeps the
 // agent's CPU cost and the wakeup IPIs out of the profile. Between polls the
 // reader parks in Go's netpoller, not in a blocking epoll_wait (see
 // fdWaiter for the measurement behind that). A process that exits before

@@ -67,7 +67,7 @@ type Config struct {
 	CgroupID uint64
 	// Stacks selects kernel, user or both stacks.
 	Stacks Stacks
-	// PollInterval is how often the ring buffer is read (default 100 ms).
+	// PollInterval is how often the ring buffer is read (default 250 ms).
 	PollInterval time.Duration
 	// RingBufferSize is the ring size in bytes, a power of two; 0 sizes it
 	// for half a second of worst-case (2 KiB) records on every CPU.
@@ -126,7 +126,12 @@ type Config struct {
 const MaxFrequency = 10000
 
 // DefaultPollInterval is how often the ring buffer is read by default.
-const DefaultPollInterval = 100 * time.Millisecond
+// Each poll wakes the agent (and with it the Go runtime's sysmon thread)
+// and costs a few system calls whatever it reads: at 100 ms those were
+// about a third of the agent's CPU on a node where both CPUs ran one
+// process each (issue 22). A sample waits for the next poll to be seen,
+// so this is also how late the live views are at most.
+const DefaultPollInterval = 250 * time.Millisecond
 
 // Counters are the BPF program's counters, for one CPU or summed.
 type Counters struct {
@@ -302,7 +307,7 @@ func Open(cfg Config) (*Profiler, error) {
 	}
 	if p.cfg.Unwind == UnwindDWARF {
 		periodNs := func() int64 { return sample.PeriodOf(p.frequency.Load()) }
-		p.unwinder = newUnwinder(&p.objs.ProfileMaps, p.tableSpec,
+		p.unwinder = newUnwinder(&p.objs.ProfileMaps, p.objs.Asks, p.tableSpec,
 			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
 		if cfg.skewTables {
 			p.unwinder.skew = 1 << 40
@@ -324,10 +329,10 @@ func Open(cfg Config) (*Profiler, error) {
 	return p, nil
 }
 
-// ringSizeFor sizes the ring for half a second of 2 KiB records on every CPU
-// (five poll intervals), between 1 MiB and 64 MiB.
+// ringSizeFor sizes the ring for a second of 2 KiB records on every CPU
+// (four poll intervals), between 1 MiB and 64 MiB.
 func ringSizeFor(cpus, hz int) int {
-	want := cpus * hz * 2048 / 2
+	want := cpus * hz * 2048
 	size := 1 << 20
 	for size < want && size < 64<<20 {
 		size <<= 1
@@ -379,7 +384,8 @@ func checkBTFHeader(path string) error {
 // churn calls for it (enableSnapshots).
 type sampleObjects struct {
 	bpf.ProfileMaps
-	Profile *ebpf.Program `ebpf:"profile"`
+	Profile *ebpf.Program  `ebpf:"profile"`
+	Asks    *ebpf.Variable `ebpf:"asks"`
 }
 
 // load loads the sampler and keeps its spec for the exit program.
@@ -453,7 +459,8 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		}
 		return permissionError("load BPF program", err)
 	}
-	p.objs = bpf.ProfileObjects{ProfileMaps: sampler.ProfileMaps, ProfilePrograms: bpf.ProfilePrograms{Profile: sampler.Profile}}
+	p.objs = bpf.ProfileObjects{ProfileMaps: sampler.ProfileMaps, ProfilePrograms: bpf.ProfilePrograms{Profile: sampler.Profile},
+		ProfileVariables: bpf.ProfileVariables{Asks: sampler.Asks}}
 	p.spec, p.kernelTypes = spec, kernelTypes
 	for _, pid := range p.cfg.PIDs {
 		if err := p.objs.TargetPids.Put(pid, uint8(1)); err != nil {

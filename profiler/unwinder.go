@@ -312,6 +312,12 @@ type unwinder struct {
 	// pendKeys and pendVals are the buffers unwind_pending is read into.
 	pendKeys []uint32
 	pendVals []uint64
+	// askCount is the BPF program's count of the requests it wrote to
+	// unwind_pending (asks in .bss, read through its memory mapping), and
+	// askCountSeen its value at the last take: unwind_pending is read only
+	// when they differ.
+	askCount     *ebpf.Variable
+	askCountSeen uint64
 	// walkable counts the samples of processes whose entries held a
 	// table, taken walkSettle or more after it was written; walkOK is set
 	// once a frame was found with a table; off once checkWalk found none
@@ -350,13 +356,13 @@ const maxWalkFrames = 128
 // walkCacheSlots is WALK_CACHE_SLOTS in bpf/profile.bpf.c.
 const walkCacheSlots = 256
 
-func newUnwinder(objs *bpf.ProfileMaps, tableSpec *ebpf.MapSpec, cache unwind.Cache, maxBytes int64, periodNs func() int64,
+func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf.MapSpec, cache unwind.Cache, maxBytes int64, periodNs func() int64,
 	recentMaps func([]symbolize.ExecMapping, uint32, time.Time) ([]symbolize.ExecMapping, bool), log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
 	u := &unwinder{
-		procs: objs.UnwindProcs, pending: objs.UnwindPending, tables: objs.UnwindTables, tableSpec: tableSpec,
+		procs: objs.UnwindProcs, pending: objs.UnwindPending, askCount: askCount, tables: objs.UnwindTables, tableSpec: tableSpec,
 		cache: cache, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, self: uint32(os.Getpid()), log: log, procRoot: "/proc",
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
@@ -429,22 +435,27 @@ func (u *unwinder) Stats() UnwindStats {
 // most, when its samples keep asking (a pc in no known mapping).
 const refreshInterval = time.Second
 
-// selfPoll is how often the worker looks at the pending processes when
-// nothing kicks it: the ring reader kicks it at every poll, but may be held
-// up for seconds (loading the exit snapshot program on a busy machine),
-// and the table walk in BPF needs only the worker's entries meanwhile.
-const selfPoll = 250 * time.Millisecond
+// selfPoll is how long the worker waits for a kick before it looks at the
+// pending processes itself: the ring reader kicks it at every poll
+// (PollInterval), but may be held up for seconds (loading the exit
+// snapshot program on a busy machine), and the table walk in BPF needs
+// only the worker's entries meanwhile.
+const selfPoll = time.Second
 
 func (u *unwinder) run() {
-	tick := time.NewTicker(selfPoll)
-	defer tick.Stop()
+	// A timer pushed back at every poll, not a ticker: while the reader
+	// kicks the worker it never fires, and a process woken by nothing but
+	// its poll timer costs the least (Profiler.Run).
+	idle := time.NewTimer(selfPoll)
+	defer idle.Stop()
 	for {
 		select {
 		case <-u.done:
 			return
 		case <-u.wake:
-		case <-tick.C:
+		case <-idle.C:
 		}
+		idle.Reset(selfPoll)
 		t0 := time.Now()
 		u.poll(t0)
 		u.log.Debug("unwinder poll", "took", time.Since(t0), "queue", len(u.queue), "procs", len(u.procList), "loaded", len(u.loaded))
@@ -540,7 +551,7 @@ const maxPending = 1024
 
 // askSamples and askWait say when a process that asked for its mappings
 // is read: once it has this many samples, or has waited this long (it
-// asked at an earlier poll: the ring reader polls every 100 ms). Under
+// asked at an earlier poll: the ring reader polls every 250 ms). Under
 // churn (200 short-lived processes a second) most processes are sampled
 // once and exit within a poll; reading each one's mappings and writing
 // its entry cost more of the agent's CPU than any other part of the
@@ -579,6 +590,9 @@ func (u *unwinder) take(byReader bool) {
 	}
 	now := time.Now()
 	u.lastTake = now
+	if !u.asked() {
+		return
+	}
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := u.pending.BatchLookupAndDelete(&cursor, u.pendKeys, u.pendVals, nil)
@@ -603,6 +617,23 @@ func (u *unwinder) take(byReader bool) {
 			return
 		}
 	}
+}
+
+// asked reports whether the BPF program wrote a request to unwind_pending
+// since the last call that reported true (always true where its count
+// cannot be read: kernels before 5.5 map no .bss). A count read before the
+// batch read that empties the map cannot miss a request: one written after
+// the read moves the count again. u.takeMu is held.
+func (u *unwinder) asked() bool {
+	var n uint64
+	if u.askCount == nil || u.askCount.Get(&n) != nil {
+		return true
+	}
+	if n == u.askCountSeen {
+		return false
+	}
+	u.askCountSeen = n
+	return true
 }
 
 // drained tells the worker that the ring reader has handled the records

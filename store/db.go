@@ -74,7 +74,7 @@ type Options struct {
 	OpenUnavailable bool
 	// CallerTicks leaves the periodic work (syncing the WAL every 500 ms,
 	// cutting the head, compaction and retention every minute) to the
-	// caller, who then calls Tick at least every 100 ms or so, instead of
+	// caller, who then calls Tick at least every 250 ms or so, instead of
 	// a goroutine with its own timer. The recorder calls it from its poll
 	// loop: a timer of the store's own woke the agent twice a second more.
 	CallerTicks bool

@@ -48,7 +48,7 @@ func (db *DB) Tick() {
 	}
 	now := time.Now()
 	// A tick due in less than half a poll is done now, so that polls
-	// every 100 ms flush every 500 ms, not every 600.
+	// every 250 ms flush every 500 ms, not every 750.
 	if now.Sub(db.lastTick) < walFlushInterval-tickSlack {
 		return
 	}
