@@ -49,7 +49,7 @@ type Episode struct {
 // number of changes, the lowest rate and the duration, and its labels
 // hold them (from_hz, to_hz, lowest_hz, changes, duration_seconds,
 // continued). A warning when the rate went below where it started.
-func (e *Episode) Event() events.Event {
+func (e Episode) Event() events.Event {
 	sev := events.Notice
 	if e.LowestHz < e.FromHz {
 		sev = events.Warning

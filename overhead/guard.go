@@ -84,6 +84,15 @@ type Config struct {
 	// Shedder's work up or takes it up again (e.g. to record it as an
 	// event).
 	OnShed func(Shedding)
+	// Parts, when not nil, returns the CPU time so far of the agent's
+	// work that does not fall with the sampling rate, by part (parts.go):
+	// every decision then says what the cost was made of, and a cost
+	// over the budget that is mostly such work keeps the rate (Kept).
+	Parts func() []Part
+	// OnKept, when not nil, is called at the first window of each run of
+	// windows over the budget in which the rate was kept (e.g. to record
+	// it as an event).
+	OnKept func(Kept)
 }
 
 // Defaults.
@@ -123,6 +132,10 @@ type Guard struct {
 	// lastShare is the last window's cost in percent of one CPU (as
 	// float64 bits).
 	lastShare atomic.Uint64
+	// keeping is set while windows over the budget keep the rate (Kept);
+	// kept counts the runs of them.
+	keeping bool
+	kept    atomic.Uint64
 }
 
 // New returns a Guard for sampler, measuring with meter.
@@ -177,6 +190,8 @@ func (g *Guard) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("overhead guard: %w", err)
 	}
+	prevParts := g.parts()
+	var judgedParts []Part
 	prevAt := time.Now()
 	prevBusyWall, prevBusyCPU := g.busy(prevAt, prev)
 	// The time outside queries, and the CPU spent in it, since the last
@@ -202,7 +217,9 @@ func (g *Guard) Run(ctx context.Context) error {
 			outsideWall, outsideCPU := now.Sub(prevAt)-servingWall, cpu-prev-servingCPU
 			judgedWall += outsideWall
 			judgedCPU += outsideCPU
-			prev, prevAt, prevBusyWall, prevBusyCPU = cpu, now, busyWall, busyCPU
+			nowParts := g.parts()
+			judgedParts = addParts(judgedParts, prevParts, nowParts)
+			prev, prevAt, prevBusyWall, prevBusyCPU, prevParts = cpu, now, busyWall, busyCPU, nowParts
 			judging := judgedWall >= time.Duration(judgedShare*float64(g.cfg.Window))
 			g.cfg.Logger.Debug("overhead guard: window", "outside_queries", outsideWall, "cpu_outside_queries", outsideCPU,
 				"serving", servingWall, "serving_cpu", servingCPU, "judged", judging)
@@ -210,9 +227,11 @@ func (g *Guard) Run(ctx context.Context) error {
 				continue // the next window adds to it
 			}
 			share := 100 * max(0, judgedCPU).Seconds() / judgedWall.Seconds()
-			g.cfg.Logger.Debug("overhead guard: judged", "share_pct", share, "outside_queries", judgedWall, "cpu_outside_queries", judgedCPU)
-			judgedWall, judgedCPU = 0, 0
-			g.Observe(share)
+			cost := Cost{Share: share, Parts: partShares(judgedParts, judgedWall)}
+			g.cfg.Logger.Debug("overhead guard: judged", "share_pct", share, "outside_queries", judgedWall, "cpu_outside_queries", judgedCPU,
+				"parts", cost.split())
+			judgedWall, judgedCPU, judgedParts = 0, 0, judgedParts[:0]
+			g.observe(cost)
 		}
 	}
 }
@@ -226,20 +245,39 @@ func (g *Guard) busy(now time.Time, cpu time.Duration) (wall, busyCPU time.Durat
 	return g.cfg.Busy.totals(now, cpu)
 }
 
+// parts returns Config.Parts' CPU times so far (nil without it).
+func (g *Guard) parts() []Part {
+	if g.cfg.Parts == nil {
+		return nil
+	}
+	return g.cfg.Parts()
+}
+
 // Observe takes one window's cost, in percent of one CPU, and changes the
 // frequency if the cost calls for it.
-func (g *Guard) Observe(share float64) {
+func (g *Guard) Observe(share float64) { g.observe(Cost{Share: share}) }
+
+// observe takes one window's cost and what it was made of, and gives up
+// work, keeps the rate or changes it, as the cost calls for.
+func (g *Guard) observe(cost Cost) {
+	share := cost.Share
 	g.lastShare.Store(math.Float64bits(share))
 	g.judged.Add(1)
 	now := g.now()
 	g.cutEpisode(now)
 	cur := g.sampler.Frequency()
-	acted := g.shedFirst(now, cur, share)
+	if share <= g.cfg.MaxCPU {
+		g.keeping = false // a run of windows that kept the rate ends
+	}
+	acted := g.shedFirst(now, cur, cost)
 	g.shedNow.Store(g.shed)
 	if acted {
 		return
 	}
-	next, reason := g.decide(cur, share)
+	if g.keepRate(now, cur, cost) {
+		return
+	}
+	next, reason := g.decide(cur, cost)
 	if next == cur {
 		return
 	}
@@ -252,14 +290,40 @@ func (g *Guard) Observe(share float64) {
 	g.noteChange(now, cur, next, reason)
 }
 
+// keepRate reports whether a window over the budget keeps the rate: its
+// cost is mostly work a lower rate does not reduce (Cost.rateBound). The
+// first such window of a run is logged and reported (Config.OnKept).
+func (g *Guard) keepRate(now time.Time, cur int, cost Cost) bool {
+	if cost.Share <= g.cfg.MaxCPU || cost.rateBound() {
+		return false
+	}
+	g.quiet = 0
+	if !g.keeping {
+		g.keeping = true
+		g.kept.Add(1)
+		k := Kept{At: now, Hz: cur, Cost: cost, Budget: g.cfg.MaxCPU}
+		g.cfg.Logger.Warn("overhead guard: over the budget, most of it work a lower sampling rate does not reduce: the rate stays",
+			"hz", cur, "reason", cost.over(g.cfg.MaxCPU))
+		if g.cfg.OnKept != nil {
+			g.cfg.OnKept(k)
+		}
+	}
+	return true
+}
+
+// RateKept returns how many runs of windows over the budget kept the rate
+// (Kept).
+func (g *Guard) RateKept() uint64 { return g.kept.Load() }
+
 // decide returns the frequency for the next window and why.
-func (g *Guard) decide(cur int, share float64) (int, string) {
+func (g *Guard) decide(cur int, cost Cost) (int, string) {
 	budget := g.cfg.MaxCPU
+	share := cost.Share
 	switch {
 	case share > budget:
 		g.quiet = 0
 		next := max(cur/2, g.cfg.MinFrequency)
-		return next, fmt.Sprintf("agent CPU %.3f%% of one CPU is over the %.3g%% budget", share, budget)
+		return next, cost.over(budget)
 	case share < g.cfg.LowWater*budget && cur < g.cfg.TargetFrequency:
 		g.quiet++
 		if g.quiet < g.cfg.RaiseAfter {

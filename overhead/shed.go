@@ -49,11 +49,11 @@ func (s Shedding) Event() events.Event {
 // target rate (the rate comes back first, then the work). It reports
 // whether it acted on this window (or counts towards acting): the rate
 // then stays as it is.
-func (g *Guard) shedFirst(now time.Time, cur int, share float64) bool {
+func (g *Guard) shedFirst(now time.Time, cur int, cost Cost) bool {
 	if g.cfg.Shedder == nil {
 		return false
 	}
-	budget := g.cfg.MaxCPU
+	budget, share := g.cfg.MaxCPU, cost.Share
 	switch {
 	case share > budget && !g.shed:
 		what, ok := g.cfg.Shedder.Shed()
@@ -63,7 +63,7 @@ func (g *Guard) shedFirst(now time.Time, cur int, share float64) bool {
 		g.shed, g.quiet = true, 0
 		g.sheds.Add(1)
 		g.shedWhat = what
-		reason := fmt.Sprintf("agent CPU %.3f%% of one CPU is over the %.3g%% budget", share, budget)
+		reason := cost.over(budget)
 		g.cfg.Logger.Info("overhead guard: gave up work before lowering the sampling rate", "work", what, "reason", reason)
 		g.reportShed(Shedding{At: now, What: what, Reason: reason})
 		return true

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/internal/workclock"
 	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
 )
@@ -124,6 +125,12 @@ type UnwindStats struct {
 	// from the disk cache (Config.UnwindCacheDir), least recently used
 	// first, to keep it within Config.UnwindCacheMaxBytes.
 	CachePrunedFiles, CachePrunedBytes uint64
+	// TablesCPU is the agent's CPU time spent loading tables (compiled,
+	// or read from the disk cache, and copied into their maps);
+	// ProcessesCPU spent on processes' entries (their mappings read, the
+	// files looked at, the entries written). Neither falls with the
+	// sampling rate.
+	TablesCPU, ProcessesCPU time.Duration
 }
 
 // fileKey names a mapped file as stat(2) sees it.
@@ -331,6 +338,10 @@ type unwinder struct {
 	// batchWarned and eachWarned are set once take warned that its
 	// batch call, and then its entry-by-entry reading, failed.
 	batchWarned, eachWarned bool
+
+	// tablesCPU and processesCPU time the work on tables and on
+	// processes' entries (UnwindStats).
+	tablesCPU, processesCPU workclock.Clock
 }
 
 // taken is a request for a process's mappings taken out of
@@ -428,6 +439,7 @@ func (u *unwinder) Stats() UnwindStats {
 	if u.cache.Pruned != nil {
 		st.CachePrunedFiles, st.CachePrunedBytes = u.cache.Pruned.Files.Load(), u.cache.Pruned.Bytes.Load()
 	}
+	st.TablesCPU, st.ProcessesCPU = u.tablesCPU.Total(), u.processesCPU.Total()
 	return st
 }
 
@@ -520,7 +532,10 @@ func (u *unwinder) poll(now time.Time) {
 		}
 		a := u.asks[pid]
 		delete(u.asks, pid)
-		if err := u.process(pid, a, now); err != nil {
+		span := u.processesCPU.Start()
+		err := u.process(pid, a, now)
+		span.Stop()
+		if err != nil {
 			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
 		}
 	}
@@ -1166,7 +1181,9 @@ func (u *unwinder) build(now time.Time) {
 		// is still there: the first to map a library (libc) is often a
 		// short-lived process, gone before the table is built.
 		for pid, path := range job.waiters {
+			span := u.tablesCPU.Start()
 			t, compiled, err := u.load(path, k, now)
+			span.Stop()
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 				continue // nothing compiled: try the next
 			}
@@ -1183,6 +1200,7 @@ func (u *unwinder) build(now time.Time) {
 			}
 			break
 		}
+		span := u.processesCPU.Start()
 		for pid := range job.waiters {
 			if st := u.procList[pid]; st != nil && !st.complete {
 				if err := u.writeEntry(pid, st, now); err != nil {
@@ -1190,6 +1208,7 @@ func (u *unwinder) build(now time.Time) {
 				}
 			}
 		}
+		span.Stop()
 	}
 }
 

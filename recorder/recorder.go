@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/container"
+	"github.com/heatscope/heatscope/overhead"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
@@ -198,6 +199,33 @@ func (r *Recorder) Shed() (string, bool) { return r.prof.ShedTables() }
 
 // Restore loads unwind tables again after Shed.
 func (r *Recorder) Restore() { r.prof.RestoreTables() }
+
+// Parts returns the CPU time so far of the agent's work that does not fall
+// with the sampling rate (overhead.Config.Parts): new processes (their
+// mappings read by the symbolizer and the unwinder, their unwind entries
+// written, and the BPF program that snapshots them as they exit), symbol
+// tables and unwind tables loaded.
+func (r *Recorder) Parts() []overhead.Part {
+	sym := r.sym.Stats()
+	processes := sym.ProcessesCPU
+	var tables time.Duration
+	if st, err := r.prof.Stats(); err == nil {
+		processes += st.Unwind.ProcessesCPU + st.ExitRunTime
+		tables = st.Unwind.TablesCPU
+	}
+	return []overhead.Part{
+		{Name: PartProcesses, CPU: processes},
+		{Name: PartSymbols, CPU: sym.SymbolsCPU},
+		{Name: PartTables, CPU: tables},
+	}
+}
+
+// The names of Parts.
+const (
+	PartProcesses = "new processes"
+	PartSymbols   = "symbol tables"
+	PartTables    = "unwind tables"
+)
 
 // Frequency is the sampling frequency now, in Hz per CPU.
 func (r *Recorder) Frequency() int { return r.prof.Frequency() }

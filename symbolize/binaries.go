@@ -101,6 +101,8 @@ func (s *Symbolizer) binary(pid uint32, m *mapping) *binEntry {
 			return e
 		}
 	}
+	span := s.stats.symbolsCPU.Start()
+	defer span.Stop()
 	fail := func(err error) *binEntry {
 		s.stats.binaryErrors.Add(1)
 		s.opts.Logger.Debug("symbolize: read binary", "pid", pid, "path", m.path, "err", err)

@@ -63,6 +63,8 @@ type userMapping struct {
 // read, as when the process has exited, the old ones stay. p.mu must be
 // held.
 func (s *Symbolizer) readMaps(p *process) {
+	span := s.stats.processesCPU.Start()
+	defer span.Stop()
 	started := time.Now()
 	p.readAt = started
 	s.stats.mapsReads.Add(1)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/internal/diskcache"
+	"github.com/heatscope/heatscope/internal/workclock"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -88,6 +89,10 @@ type Symbolizer struct {
 		snapshots, snapshotUnknownFiles        atomic.Uint64
 		framesResolved, framesUnknown          atomic.Uint64
 		stackHits                              atomic.Uint64
+		// symbolsCPU times the binaries' symbols loaded (from their
+		// files or the disk cache), processesCPU the processes'
+		// mappings read (Stats).
+		symbolsCPU, processesCPU workclock.Clock
 	}
 	// stacks caches recently symbolized stacks; versions numbers the
 	// processes' mappings for its keys (process.version).
@@ -340,6 +345,10 @@ type Stats struct {
 	BinaryBytes int64
 	// Processes is the number of processes cached.
 	Processes int
+	// SymbolsCPU is the agent's CPU time spent loading binaries' symbols
+	// (from their ELF files or the disk cache), ProcessesCPU reading
+	// processes' mappings. Neither falls with the sampling rate.
+	SymbolsCPU, ProcessesCPU time.Duration
 }
 
 // Stats returns the counters and cache sizes.
@@ -362,5 +371,7 @@ func (s *Symbolizer) Stats() Stats {
 		Binaries:             binaries,
 		BinaryBytes:          binBytes,
 		Processes:            processes,
+		SymbolsCPU:           s.stats.symbolsCPU.Total(),
+		ProcessesCPU:         s.stats.processesCPU.Total(),
 	}
 }

@@ -69,8 +69,9 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 		return cpu + st.BPFRunTime + st.ExitRunTime, nil
 	}
 	g.busy = overhead.NewBusy(meter)
-	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnEpisode: episodeEvents(db), Busy: g.busy, Warmup: guardWarmup,
-		Shedder: rec, OnShed: shedEvents(db)}, rec, meter)
+	guard, err := overhead.New(overhead.Config{MaxCPU: maxCPU, OnEpisode: storedEvents[overhead.Episode](db, "the overhead guard's episode of frequency changes"), Busy: g.busy, Warmup: guardWarmup,
+		Shedder: rec, OnShed: storedEvents[overhead.Shedding](db, "the overhead guard's shedding of work"),
+		Parts: rec.Parts, OnKept: storedEvents[overhead.Kept](db, "the overhead guard's keeping of the rate")}, rec, meter)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("--max-cpu: %w", err)
@@ -79,30 +80,16 @@ func newGuard(rec *recorder.Recorder, db *store.DB, maxCPU float64, statsOn bool
 	return g, nil
 }
 
-// episodeEvents returns the guard's episode callback that records each
-// episode of frequency changes as one system event in db, or nil without
-// a db.
-func episodeEvents(db *store.DB) func(overhead.Episode) {
+// storedEvents returns a guard's callback that records each report (an
+// episode of frequency changes, work given up, the rate kept) as a system
+// event in db, or nil without a db.
+func storedEvents[T interface{ Event() events.Event }](db *store.DB, what string) func(T) {
 	if db == nil {
 		return nil
 	}
-	return func(ep overhead.Episode) {
-		if err := db.AppendEvent(ep.Event()); err != nil {
-			slog.Warn("store the overhead guard's episode of frequency changes as an event", "err", err)
-		}
-	}
-}
-
-// shedEvents returns the guard's callback that records each time it gave
-// up work (or took it up again) as a system event in db, or nil without a
-// db.
-func shedEvents(db *store.DB) func(overhead.Shedding) {
-	if db == nil {
-		return nil
-	}
-	return func(s overhead.Shedding) {
-		if err := db.AppendEvent(s.Event()); err != nil {
-			slog.Warn("store the overhead guard's shedding of work as an event", "err", err)
+	return func(r T) {
+		if err := db.AppendEvent(r.Event()); err != nil {
+			slog.Warn("store "+what+" as an event", "err", err)
 		}
 	}
 }
@@ -140,6 +127,22 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 	if err := m.RegisterRecorder(rec, changes); err != nil {
 		return nil, err
 	}
+	for _, part := range rec.Parts() {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_agent_work_cpu_seconds_total",
+			Help:        "The agent's CPU time on work that does not fall with the sampling rate, by part: new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables.",
+			ConstLabels: prometheus.Labels{"part": part.Name}},
+			func() float64 {
+				for _, p := range rec.Parts() {
+					if p.Name == part.Name {
+						return p.CPU.Seconds()
+					}
+				}
+				return 0
+			})
+		if err := m.Register(c); err != nil {
+			return nil, err
+		}
+	}
 	if g != nil {
 		collections := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_query_collections_total",
 			Help: "Bursts of queries whose garbage was collected before the overhead guard measured the sampling path again."},
@@ -156,7 +159,10 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 		sheds := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_work_sheds_total",
 			Help: "Times the overhead guard gave up work to stay within --max-cpu before lowering the sampling rate."},
 			func() float64 { return float64(g.Sheds()) })
-		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds} {
+		kept := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_rate_kept_total",
+			Help: "Runs of windows over --max-cpu in which the overhead guard kept the sampling rate: most of the cost was work a lower rate does not reduce (new processes, symbol and unwind tables)."},
+			func() float64 { return float64(g.RateKept()) })
+		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds, kept} {
 			if err := m.Register(c); err != nil {
 				return nil, err
 			}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -201,6 +202,24 @@ func TestOverheadGuard(t *testing.T) {
 	}
 	if hz != 200 || changes != 1 {
 		t.Fatalf("after the first windows: %v Hz, %v changes; want 200 Hz, 1 change\n%s", hz, changes, d.log())
+	}
+	if !strings.Contains(d.log(), "samples and the rest") {
+		t.Errorf("the guard's reasons do not say what the cost was made of\n%s", d.log())
+	}
+	m := scrape(t, url+"/metrics")
+	var parts []string
+	if f := m["heatscope_agent_work_cpu_seconds_total"]; f != nil {
+		for _, mm := range f.Metric {
+			for _, l := range mm.Label {
+				parts = append(parts, l.GetValue())
+			}
+		}
+	}
+	if slices.Sort(parts); !slices.Equal(parts, []string{"new processes", "symbol tables", "unwind tables"}) {
+		t.Errorf("/metrics has the agent's CPU time by part for %q, want new processes, symbol tables, unwind tables", parts)
+	}
+	if v := metricSum(m, "heatscope_agent_work_cpu_seconds_total", "part", "symbol tables"); !(v > 0) {
+		t.Errorf("the agent's CPU time on symbol tables is %v: it read the fixture's and its own", v)
 	}
 	tableWalk := !strings.Contains(d.log(), "user stacks are walked with frame pointers")
 	if want := map[bool]float64{true: 1}[tableWalk]; sheds != want {
