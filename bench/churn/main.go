@@ -147,11 +147,15 @@ type result struct {
 	hs, perf         profrun.Usage
 	sum              profrun.Summary
 	// steadyAgent and steadyBPF are the agent's and the BPF programs'
-	// CPU seconds over the steady window.
-	steadyAgent, steadyBPF float64
-	perfSamples            int64
-	expected               float64
-	guard                  []string // the guard's changes, "99 → 49 Hz: reason", and work given up
+	// CPU seconds over the steady window; steadyProcesses and steadyWork
+	// the agent's own count (heatscope_agent_work_cpu_seconds_total) of
+	// its CPU seconds on new processes, and on them plus symbol and
+	// unwind tables.
+	steadyAgent, steadyBPF      float64
+	steadyProcesses, steadyWork float64
+	perfSamples                 int64
+	expected                    float64
+	guard                       []string // the guard's changes, "99 → 49 Hz: reason", and work given up
 	// workload is the number of the CPU-bound processes' samples, main
 	// the share of them that reach main (-1: no such workload).
 	workload int
@@ -189,7 +193,7 @@ func (b *bench) run(cs []churnCase, runs int) error {
 		b.hz, runs, b.duration, cpus, profrun.KernelRelease())
 	fmt.Printf("Load average at the start: %s. Both profilers record the whole machine at once. \"steady\": from %v after the agent started to the end. "+
 		"Run 1 starts with an empty --cache-dir (kernel symbols, unwind tables), later runs with what earlier ones left.\n\n", loadavg.Line(), b.steadyFrom)
-	fmt.Printf("| run | case | load (1 min) before, after | new processes/s: started, machine | agent CPU | BPF | agent + BPF, %% of one CPU | steady agent + BPF | samples / expected | guard changes | peak RSS | perf CPU | perf samples / expected | perf peak RSS | ratio (agent + BPF) / perf | agent µs per new process | reach main |\n")
+	fmt.Printf("| run | case | load (1 min) before, after | new processes/s: started, machine | agent CPU | BPF | agent + BPF, %% of one CPU | steady agent + BPF | samples / expected | guard changes | peak RSS | perf CPU | perf samples / expected | perf peak RSS | ratio (agent + BPF) / perf | agent µs per new process: over case a | its count: processes, + tables | reach main |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]result{}
 	var perProcess = map[string][]float64{}
@@ -216,6 +220,16 @@ func (b *bench) run(cs []churnCase, runs int) error {
 	}
 	b.printSummary(cs, all, perProcess)
 	return nil
+}
+
+// measuredMicros is the agent's own count of its CPU on new processes, and
+// on them plus symbol and unwind tables, per process the machine started
+// over the steady window, in µs; NaN when it started none.
+func measuredMicros(r result) (processes, work float64) {
+	if r.forks <= 0 {
+		return math.NaN(), math.NaN()
+	}
+	return 1e6 * r.steadyProcesses / r.forks, 1e6 * r.steadyWork / r.forks
 }
 
 // marginalMicros is the agent's steady CPU per new process over case a of
@@ -247,19 +261,23 @@ func (b *bench) printRow(run int, c churnCase, r result, us float64) {
 	if r.workload > 0 {
 		reach = fmt.Sprintf("%.1f%% of %d", 100*r.main, r.workload)
 	}
-	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %s | %s |\n",
+	measured := "-"
+	if p, w := measuredMicros(r); !math.IsNaN(p) {
+		measured = fmt.Sprintf("%.1f, %.1f", p, w)
+	}
+	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %s | %s | %s |\n",
 		run, c.name, r.loadBefore, r.loadAfter, rate, r.forks/r.steadySecs,
 		100*r.hs.CPU.Seconds()/secs, 100*(r.sum.BPFTime+r.sum.ExitTime)/secs, 100*r.agentBPF()/secs,
 		100*(r.steadyAgent+r.steadyBPF)/r.steadySecs, 100*float64(r.sum.Received)/r.expected, guard,
 		float64(r.hs.MaxRSS)/1e6, 100*r.perf.CPU.Seconds()/b.duration.Seconds(),
 		100*float64(r.perfSamples)/(b.duration.Seconds()*float64(b.hz*runtime.NumCPU())), float64(r.perf.MaxRSS)/1e6,
-		r.agentBPF()/r.perf.CPU.Seconds(), perProc, reach)
+		r.agentBPF()/r.perf.CPU.Seconds(), perProc, measured, reach)
 }
 
 func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess map[string][]float64) {
 	fmt.Printf("\n### Medians (range) per case\n\n")
-	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | agent µs per new process | reach main, %% |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | agent µs per new process: over case a | its count: processes | its count: + tables | reach main, %% |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cs {
 		rs := all[c.name]
 		stat := func(format string, f func(result) float64) string {
@@ -284,7 +302,7 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 		if v := perProcess[c.name]; len(v) > 0 {
 			perProc = profrun.MedianRange(v, "%.1f")
 		}
-		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s |\n", c.name, c.what,
+		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.name, c.what,
 			stat("%.1f", func(r result) float64 { v, _ := strconv.ParseFloat(r.loadBefore, 64); return v }),
 			stat("%.3f", func(r result) float64 { return 100 * r.agentBPF() / r.sum.Recorded }),
 			stat("%.3f", func(r result) float64 { return 100 * (r.steadyAgent + r.steadyBPF) / r.steadySecs }),
@@ -302,6 +320,8 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 			stat("%.1f", func(r result) float64 { return float64(r.perf.MaxRSS) / 1e6 }),
 			stat("%.2f", func(r result) float64 { return r.agentBPF() / r.perf.CPU.Seconds() }),
 			perProc,
+			stat("%.1f", func(r result) float64 { p, _ := measuredMicros(r); return p }),
+			stat("%.1f", func(r result) float64 { _, w := measuredMicros(r); return w }),
 			stat("%.1f", func(r result) float64 {
 				if r.workload == 0 {
 					return math.NaN()
@@ -375,6 +395,7 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	}
 	r.steadySecs = to.at.Sub(from.at).Seconds()
 	r.steadyAgent, r.steadyBPF = (to.cpu - from.cpu).Seconds(), to.bpf-from.bpf
+	r.steadyProcesses, r.steadyWork = to.processes-from.processes, to.work-from.work
 	r.forks = to.forks - from.forks
 	r.hs, r.perf = profrun.UsageOf(hs.ProcessState), profrun.UsageOf(perf.ProcessState)
 	if r.sum, err = profrun.ParseSummary(hsErr.String()); err != nil {
@@ -406,6 +427,9 @@ type reading struct {
 	cpu   time.Duration
 	bpf   float64 // seconds
 	forks float64
+	// processes and work are the agent's CPU seconds on new processes,
+	// and on all the work that does not fall with the rate.
+	processes, work float64
 }
 
 func (b *bench) reading(pid int, metrics string) (reading, error) {
@@ -422,6 +446,8 @@ func (b *bench) reading(pid int, metrics string) (reading, error) {
 		return rd, err
 	}
 	rd.bpf = m["heatscope_bpf_program_seconds_total"] + m["heatscope_bpf_exit_program_seconds_total"]
+	rd.processes = m["heatscope_agent_work_cpu_seconds_total{part=new processes}"]
+	rd.work = m["heatscope_agent_work_cpu_seconds_total"]
 	return rd, nil
 }
 
@@ -445,6 +471,7 @@ func machineForks() (float64, error) {
 var (
 	guardLine = regexp.MustCompile(`msg="sampling frequency changed" from_hz=(\d+) to_hz=(\d+) reason="([^"]*)"`)
 	shedLine  = regexp.MustCompile(`msg="overhead guard: (gave up work before lowering the sampling rate|took up work again)" work="([^"]*)" reason="([^"]*)"`)
+	keptLine  = regexp.MustCompile(`msg="overhead guard: over the budget, most of it work a lower sampling rate does not reduce: the rate stays" hz=(\d+) reason="([^"]*)"`)
 )
 
 // guardChanges reads the overhead guard's changes in the agent's log: of
@@ -460,6 +487,8 @@ func guardChanges(log string) []string {
 				verb = "took up again"
 			}
 			changes = append(changes, fmt.Sprintf("%s %s: %s", verb, m[2], m[3]))
+		} else if m := keptLine.FindStringSubmatch(line); m != nil {
+			changes = append(changes, fmt.Sprintf("kept %s Hz over the budget: %s", m[1], m[2]))
 		}
 	}
 	return changes

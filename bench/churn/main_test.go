@@ -15,12 +15,14 @@ recording    20s: 4190 samples, 0 dropped, 0 stack errors, 49 Hz
 time=2026-11-27T16:16:26.832Z level=INFO msg="sampling frequency changed" from_hz=49 to_hz=24 reason="agent CPU 1.452% of one CPU is over the 1% budget"
 time=2026-11-27T16:16:36.832Z level=INFO msg="overhead guard: gave up work before lowering the sampling rate" work="unwind tables not loaded yet" reason="agent CPU 1.2% of one CPU is over the 1% budget"
 time=2026-11-27T16:17:36.832Z level=INFO msg="overhead guard: took up work again" work="unwind tables not loaded yet" reason="agent CPU 0.2% of one CPU has stayed under 60% of the 1% budget"
+time=2026-11-27T16:18:36.832Z level=WARN msg="overhead guard: over the budget, most of it work a lower sampling rate does not reduce: the rate stays" hz=99 reason="agent CPU 1.5% of one CPU is over the 1% budget (new processes 0.900%, samples and the rest 0.600%)"
 `
 	want := []string{
 		"99 → 49 Hz: agent CPU 1.552% of one CPU is over the 1% budget",
 		"49 → 24 Hz: agent CPU 1.452% of one CPU is over the 1% budget",
 		"gave up unwind tables not loaded yet: agent CPU 1.2% of one CPU is over the 1% budget",
 		"took up again unwind tables not loaded yet: agent CPU 0.2% of one CPU has stayed under 60% of the 1% budget",
+		"kept 99 Hz over the budget: agent CPU 1.5% of one CPU is over the 1% budget (new processes 0.900%, samples and the rest 0.600%)",
 	}
 	if got := guardChanges(log); !slices.Equal(got, want) {
 		t.Errorf("guardChanges = %q, want %q", got, want)
@@ -40,5 +42,18 @@ func TestMarginalMicros(t *testing.T) {
 	}
 	if got := marginalMicros(a, a); !math.IsNaN(got) {
 		t.Errorf("marginalMicros with no more processes = %v, want NaN", got)
+	}
+}
+
+// TestMeasuredMicros: the agent's own count of its CPU on new processes,
+// and on all its per-process work, per process started; none where no
+// process started.
+func TestMeasuredMicros(t *testing.T) {
+	r := result{forks: 2000, steadyProcesses: 0.02, steadyWork: 0.05}
+	if p, w := measuredMicros(r); math.Abs(p-10) > 1e-9 || math.Abs(w-25) > 1e-9 {
+		t.Errorf("measuredMicros = %v, %v µs, want 10, 25", p, w)
+	}
+	if p, w := measuredMicros(result{steadyWork: 1}); !math.IsNaN(p) || !math.IsNaN(w) {
+		t.Errorf("measuredMicros without new processes = %v, %v, want NaN", p, w)
 	}
 }
