@@ -33,10 +33,11 @@ const (
 	CompactorLockKey = "compactor-lock.json"
 )
 
-// A block's files, in the bucket as in a data directory.
+// A block's files: its data and meta, as in a data directory, and the
+// compactor's deletion mark.
 const (
-	DataFile         = "data"
-	MetaFile         = "meta.json"
+	DataFile         = store.BlockDataFile
+	MetaFile         = store.BlockMetaFile
 	DeletionMarkFile = "deletion-mark.json"
 )
 

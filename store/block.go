@@ -27,8 +27,6 @@ const (
 	blockMagic   = "HSBLOCK1"
 	trailerMagic = "HSBLKEND"
 	trailerSize  = 24
-	dataFile     = "data"
-	metaFile     = "meta.json"
 
 	// chunkSamples bounds a chunk: a query decodes whole chunks, so a
 	// 10 s window of 64 CPUs at 99 Hz (63k samples) costs one or two.
@@ -36,6 +34,13 @@ const (
 	// summaryBucket is the width of the per-thread counts kept for
 	// timelines (microseconds).
 	summaryBucket = 10_000_000
+)
+
+// A block's two files in its directory, <data>/blocks/<id>/ (and, unchanged,
+// in a bucket: package bucketlayout).
+const (
+	BlockDataFile = "data"
+	BlockMetaFile = "meta.json"
 )
 
 // Section kinds, in the order they are written.
@@ -194,7 +199,7 @@ func writeBlockFrom(dir string, meta Meta, tables *Table, fill func(*blockWriter
 		return meta, fmt.Errorf("write block %s: %w", meta.ID, err)
 	}
 	err := func() error {
-		w, err := newBlockWriter(filepath.Join(tmp, dataFile), tables)
+		w, err := newBlockWriter(filepath.Join(tmp, BlockDataFile), tables)
 		if err != nil {
 			return err
 		}
@@ -211,7 +216,7 @@ func writeBlockFrom(dir string, meta Meta, tables *Table, fill func(*blockWriter
 		meta.Bytes, meta.MinTime, meta.MaxTime, meta.Samples = w.d.off, w.minTime, w.maxTime, w.samples
 		meta.IndexBytes = w.indexBytes
 		b, _ := json.MarshalIndent(meta, "", "  ")
-		if err := writeFileSync(filepath.Join(tmp, metaFile), b); err != nil {
+		if err := writeFileSync(filepath.Join(tmp, BlockMetaFile), b); err != nil {
 			return err
 		}
 		if err := syncDir(tmp); err != nil {

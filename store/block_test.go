@@ -116,7 +116,7 @@ func TestBlockCorruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, meta.ID, dataFile)
+	path := filepath.Join(dir, meta.ID, BlockDataFile)
 	orig, _ := os.ReadFile(path)
 	check := func(name string, data []byte) {
 		os.WriteFile(path, data, 0o644)
@@ -145,7 +145,7 @@ func TestBlockCorruption(t *testing.T) {
 		check("flipped byte at "+strconv.Itoa(off), bad)
 	}
 	os.WriteFile(path, orig, 0o644)
-	os.WriteFile(filepath.Join(dir, meta.ID, metaFile), []byte("{not json"), 0o644)
+	os.WriteFile(filepath.Join(dir, meta.ID, BlockMetaFile), []byte("{not json"), 0o644)
 	if _, err := openBlock(filepath.Join(dir, meta.ID)); err == nil {
 		t.Error("bad meta.json opened")
 	}

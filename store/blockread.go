@@ -171,7 +171,7 @@ func (b *Block) header() error {
 		}
 		if err := b.load(d); err != nil {
 			d.Close()
-			return fmt.Errorf("%s: %w", dataFile, err)
+			return fmt.Errorf("%s: %w", BlockDataFile, err)
 		}
 		b.data = d
 		return nil

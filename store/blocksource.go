@@ -89,11 +89,11 @@ func (s dirSource) List(context.Context) ([]string, error) {
 }
 
 func (s dirSource) Meta(_ context.Context, key string) (Meta, error) {
-	return ReadMeta(filepath.Join(s.root, key, metaFile))
+	return ReadMeta(filepath.Join(s.root, key, BlockMetaFile))
 }
 
 func (s dirSource) Open(_ context.Context, key string, _ Meta) (BlockData, error) {
-	f, err := os.Open(filepath.Join(s.root, key, dataFile))
+	f, err := os.Open(filepath.Join(s.root, key, BlockDataFile))
 	if err != nil {
 		return nil, err
 	}
@@ -126,10 +126,10 @@ func ReadMeta(path string) (Meta, error) {
 func ParseMeta(b []byte) (Meta, error) {
 	var m Meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("%w: %s: %w", errCorrupt, metaFile, err)
+		return Meta{}, fmt.Errorf("%w: %s: %w", errCorrupt, BlockMetaFile, err)
 	}
 	if m.Version < 1 || m.Version > FormatVersion {
-		return Meta{}, fmt.Errorf("%s: format version %d, this heatscope reads 1 to %d", metaFile, m.Version, FormatVersion)
+		return Meta{}, fmt.Errorf("%s: format version %d, this heatscope reads 1 to %d", BlockMetaFile, m.Version, FormatVersion)
 	}
 	return m, nil
 }

@@ -23,10 +23,10 @@ type LocalBlock struct {
 
 // MetaPath is the block's meta.json, DataPath its data: a copy takes
 // the data first and the meta last.
-func (b LocalBlock) MetaPath() string { return filepath.Join(b.Dir, metaFile) }
+func (b LocalBlock) MetaPath() string { return filepath.Join(b.Dir, BlockMetaFile) }
 
 // DataPath is the block's data file.
-func (b LocalBlock) DataPath() string { return filepath.Join(b.Dir, dataFile) }
+func (b LocalBlock) DataPath() string { return filepath.Join(b.Dir, BlockDataFile) }
 
 // LocalBlocks lists the sealed blocks of data directory dir, leaving out
 // blocks being written ("<id>.tmp"); none when it has no blocks/ yet.

@@ -376,18 +376,18 @@ func TestCorruptBlockIsSkippedAndNamed(t *testing.T) {
 	}
 	// Damage a chunk of the first block, the meta of the second and the
 	// index (its strings) of the third.
-	victim := filepath.Join(dir, blocksDir, entries[0].Name(), dataFile)
+	victim := filepath.Join(dir, blocksDir, entries[0].Name(), BlockDataFile)
 	data, _ := os.ReadFile(victim)
 	data[20] ^= 0xff
 	os.WriteFile(victim, data, 0o644)
-	os.WriteFile(filepath.Join(dir, blocksDir, entries[1].Name(), metaFile), []byte("garbage"), 0o644)
+	os.WriteFile(filepath.Join(dir, blocksDir, entries[1].Name(), BlockMetaFile), []byte("garbage"), 0o644)
 	third, err := openBlock(filepath.Join(dir, blocksDir, entries[2].Name()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	strs := third.sections[sectionStrings]
 	third.Close()
-	victim = filepath.Join(dir, blocksDir, entries[2].Name(), dataFile)
+	victim = filepath.Join(dir, blocksDir, entries[2].Name(), BlockDataFile)
 	data, _ = os.ReadFile(victim)
 	data[strs.offset+int64(strs.stored)/2] ^= 0xff
 	os.WriteFile(victim, data, 0o644)

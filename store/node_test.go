@@ -157,7 +157,7 @@ func TestSourceRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := entries[0].Name()
-	data := filepath.Join(a, blocksDir, victim, dataFile)
+	data := filepath.Join(a, blocksDir, victim, BlockDataFile)
 	fi, _ := os.Stat(data)
 	if err := os.Truncate(data, fi.Size()/2); err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestLocalBlocksTakeTheNodeName(t *testing.T) {
 	appendSynth(t, db, synth.Config{CPUs: 1, Hz: 99, Start: time.Now().Add(-time.Hour).UnixNano(), Seconds: 30})
 	db.Close()
 	entries, _ := os.ReadDir(filepath.Join(dir, blocksDir))
-	m, err := ReadMeta(filepath.Join(dir, blocksDir, entries[0].Name(), metaFile))
+	m, err := ReadMeta(filepath.Join(dir, blocksDir, entries[0].Name(), BlockMetaFile))
 	if err != nil || m.Node != "n1" || m.NodeLabels["zone"] != "z" {
 		t.Fatalf("meta %+v (%v), want node n1 with zone z", m, err)
 	}

@@ -122,7 +122,7 @@ func TestWarmCPUStepsSkipsACorruptSummary(t *testing.T) {
 	blocks := len(db.blocks)
 	victim := db.blocks[0]
 	at := victim.sections[sectionCPUSummary].offset
-	path := filepath.Join(victim.Dir, dataFile)
+	path := filepath.Join(victim.Dir, BlockDataFile)
 	db.Close()
 	if blocks < 2 || at == 0 {
 		t.Fatalf("%d blocks, summary at %d", blocks, at)
