@@ -498,7 +498,7 @@ func generate(dir string, nodes int, hours float64, cpus, hz int) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "generated %d samples in %d blocks in %v\n", st.Samples, st.Blocks, time.Since(t0).Round(time.Second))
-	entries, err := os.ReadDir(filepath.Join(tpl, "blocks"))
+	entries, err := store.LocalBlocks(tpl)
 	if err != nil {
 		return err
 	}
@@ -510,26 +510,26 @@ func generate(dir string, nodes int, hours float64, cpus, hz int) error {
 	for n := range nodes {
 		node := fmt.Sprintf("node-%04d", n)
 		for _, e := range entries {
-			m, err := store.ReadMeta(filepath.Join(tpl, "blocks", e.Name(), "meta.json"))
+			m, err := store.ReadMeta(e.MetaPath())
 			if err != nil {
 				return err
 			}
 			var r [4]byte
 			rand.Read(r[:])
-			m.ID = strings.SplitN(e.Name(), "-", 2)[0] + "-" + hex.EncodeToString(r[:])
+			m.ID = strings.SplitN(e.ID, "-", 2)[0] + "-" + hex.EncodeToString(r[:])
 			m.Node, m.Source, m.NodeLabels = node, node, map[string]string{"zone": zones[n%len(zones)]}
-			out := filepath.Join(blocks, m.ID)
-			if err := os.Mkdir(out, 0o755); err != nil {
+			out := store.LocalBlock{ID: m.ID, Dir: filepath.Join(blocks, m.ID)}
+			if err := os.Mkdir(out.Dir, 0o755); err != nil {
 				return err
 			}
-			if err := os.Link(filepath.Join(tpl, "blocks", e.Name(), "data"), filepath.Join(out, "data")); err != nil {
+			if err := os.Link(e.DataPath(), out.DataPath()); err != nil {
 				return err
 			}
 			b, err := json.MarshalIndent(m, "", "  ")
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(out, "meta.json"), b, 0o644); err != nil {
+			if err := os.WriteFile(out.MetaPath(), b, 0o644); err != nil {
 				return err
 			}
 		}
