@@ -180,7 +180,7 @@ func TestBrowserFleetOverview(t *testing.T) {
 	b.screenshot("fleet-overview.png")
 	// The page reads the compact encoding; read through a DataView (a
 	// big-endian machine's path) it gives the same overview.
-	same, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(async () => { const m = await import('/ui/fleet.js');
+	same, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(async () => { const m = await import('/ui/views/fleet.js');
 		const buf = await (await fetch('/api/fleet/overview?encoding=compact')).arrayBuffer();
 		const plain = (o) => JSON.stringify(o, (k, v) => (ArrayBuffer.isView(v) ? Array.from(v) : v));
 		const native = plain(m.decodeOverview(buf, true));

@@ -18,7 +18,7 @@ func pctText(n, total float64) string {
 	return fmt.Sprintf("%.2f%%", 100*n/total)
 }
 
-// samplesText is app.js's count of samples in words.
+// samplesText is views/node.js's count of samples in words.
 func samplesText(n int64) string {
 	if n == 1 {
 		return "1 sample"

@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -72,15 +74,31 @@ func uiStore(t *testing.T) *store.DB {
 func TestUIStaticFiles(t *testing.T) {
 	fx := newFixture(t, uiStore(t), Options{})
 	resp, body := fx.get(t, "/")
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`<script type="module" src="/ui/app.js"></script>`)) ||
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`<script type="module" src="/ui/router.js"></script>`)) ||
 		bytes.Contains(body, []byte("<script>")) || bytes.Contains(body, []byte("style=")) {
 		t.Fatalf("GET /: %d\n%s", resp.StatusCode, body)
 	}
-	for path, ctype := range map[string]string{
-		"/ui/app.js": "text/javascript; charset=utf-8", "/ui/util.js": "text/javascript; charset=utf-8",
-		"/ui/heatmap.js": "text/javascript; charset=utf-8", "/ui/flame.js": "text/javascript; charset=utf-8",
-		"/ui/timeline.js": "text/javascript; charset=utf-8", "/ui/percpu.js": "text/javascript; charset=utf-8", "/ui/events.js": "text/javascript; charset=utf-8", "/ui/legend.js": "text/javascript; charset=utf-8", "/ui/style.css": "text/css; charset=utf-8",
-	} {
+	// Every script and style sheet of the UI, its views under ui/views/
+	// included.
+	files := map[string]string{}
+	err := fs.WalkDir(uiFS, "ui", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if ctype, ok := map[string]string{".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}[path.Ext(name)]; ok {
+			files["/"+name] = ctype
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/ui/router.js", "/ui/state.js", "/ui/util.js", "/ui/views/node.js", "/ui/views/fleet.js", "/ui/style.css"} {
+		if files[want] == "" {
+			t.Errorf("%s is not among the UI's files %v", want, files)
+		}
+	}
+	for path, ctype := range files {
 		resp, body := fx.get(t, path)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != ctype || len(body) == 0 {
 			t.Errorf("GET %s: %d %q", path, resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -90,13 +108,13 @@ func TestUIStaticFiles(t *testing.T) {
 			t.Errorf("%s inserts HTML", path)
 		}
 	}
-	for _, path := range []string{"/ui/", "/ui/index.html", "/ui/nope.js", "/ui/../server.go", "/ui//app.js", "/ui/app.js/"} {
+	for _, path := range []string{"/ui/", "/ui/views/", "/ui/index.html", "/ui/nope.js", "/ui/../server.go", "/ui//router.js", "/ui/views//node.js", "/ui/router.js/"} {
 		if resp, _ := fx.get(t, path); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
 		}
 	}
-	if resp, _ := fx.do(t, http.MethodPost, "/ui/app.js"); resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("POST /ui/app.js: %d", resp.StatusCode)
+	if resp, _ := fx.do(t, http.MethodPost, "/ui/router.js"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /ui/router.js: %d", resp.StatusCode)
 	}
 }
 

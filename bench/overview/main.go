@@ -1,5 +1,5 @@
 // Command overview measures the fleet overview (GET /api/fleet/overview
-// and the UI's fleet page, web/ui/fleet.js) over a large fleet: by
+// and the UI's fleet page, web/ui/views/fleet.js) over a large fleet: by
 // default 500 nodes × 24 h × 8 CPUs, against the target of the
 // overview drawn within 1 s.
 //

@@ -12,7 +12,7 @@
 // field, nodes in pre-order, mapped onto typed arrays with no parsing. A
 // node is its index in the columns (the root is 0), its subtree the next
 // size[i] nodes; a draw visits only the frames wide enough to see.
-import { sizeCanvas, showTooltip, hideTooltip, pct, trimText, getBinary } from './util.js';
+import { sizeCanvas, showTooltip, hideTooltip, pct, trimText, getBinary, littleEndian } from './util.js';
 import { formatCPU, formatChange } from './legend.js';
 
 const ROW = 17;
@@ -23,7 +23,6 @@ const COLUMNS = {
   HSD1: ['a', 'b', 'selfA', 'selfB', 'delta', 'deltaTotal'],
 };
 const HEADER = 16;
-const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 // column reads n numbers of type T (Float64Array, Uint32Array) at off:
 // in place when native (the machine is little-endian), else converted

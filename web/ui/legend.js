@@ -19,6 +19,12 @@ export function formatCPU(sec) {
   return `${+(sec * 1e6).toPrecision(3)} µs`;
 }
 
+// formatSignedCPU writes a CPU time in seconds that may be negative with
+// its unit, a minus sign before a negative one.
+export function formatSignedCPU(sec) {
+  return sec < 0 ? '−' + formatCPU(-sec) : formatCPU(sec);
+}
+
 // formatChange writes a change of CPU time in seconds with its unit: a
 // plus sign for growth, a minus sign for a fall.
 export function formatChange(sec) {

@@ -1,4 +1,18 @@
-// Shared helpers: API requests, canvas set-up, the tooltip, formatting.
+// Shared helpers of every view: API requests, elements built from
+// untrusted text, the status line and error marks, canvas set-up, the
+// tooltip, formatting. They hold no state of their own (state.js does).
+import { apiWarnings, clock, inflight, setBusy } from './state.js';
+
+export const $ = (id) => document.getElementById(id);
+
+// el builds an element: props are set as properties (className,
+// textContent, title, href, ...), children appended (strings as text).
+export function el(tag, props, ...children) {
+  const e = document.createElement(tag);
+  if (props) Object.assign(e, props);
+  for (const c of children) e.append(c);
+  return e;
+}
 
 // getJSON fetches an API path and returns its JSON, or throws an Error
 // carrying the API's error message, with the HTTP status as its status and
@@ -57,11 +71,39 @@ export async function getBinary(path, params, signal) {
   return buf;
 }
 
-// apiWarnings holds, per API path, the Warning headers of its last answer
-// (data skipped as unreadable, a bucket that does not answer, so the data
-// may be stale): the banner #api-warnings at the top of the page shows
-// them, so that no gap is silent in the UI either.
-const apiWarnings = new Map();
+// request runs one named request at a time: a newer one aborts the older.
+// get fetches and decodes the answer (getJSON unless given). It returns
+// the answer, null when the request failed (the status says why), or
+// undefined when a newer request replaced it.
+export async function request(name, path, params, get = getJSON) {
+  if (inflight[name]) inflight[name].abort();
+  const ctl = new AbortController();
+  inflight[name] = ctl;
+  setBusy(1);
+  try {
+    const data = await get(path, params, ctl.signal);
+    return ctl.signal.aborted ? undefined : data;
+  } catch (e) {
+    if (e.name === 'AbortError' || ctl.signal.aborted) return undefined;
+    setStatus(`${path}: ${e.message}`, true);
+    return null;
+  } finally {
+    if (inflight[name] === ctl) delete inflight[name];
+    setBusy(-1);
+  }
+}
+
+// nodeSources maps each node to its first source, from /api/nodes, for
+// links into the node view (its source picker shows one source).
+export async function nodeSources() {
+  const m = new Map();
+  try {
+    for (const n of await getJSON('/api/nodes')) m.set(n.name, (n.sources && n.sources[0]) || '');
+  } catch {
+    // links then leave the source to the node view's default
+  }
+  return m;
+}
 
 // noteWarnings keeps the Warning headers of path's answer and shows them.
 function noteWarnings(path, resp) {
@@ -85,24 +127,29 @@ function parseWarnings(header) {
 // maxShownWarnings bounds the banner's lines.
 const maxShownWarnings = 5;
 
-// showWarnings shows every path's warnings, each once, in the banner,
-// and hides it when there are none.
+// showWarnings shows every path's warnings, each once, in the banner
+// #api-warnings at the top of the page, so that no gap is silent in the
+// UI either, and hides it when there are none.
 function showWarnings() {
   const texts = [...new Set([...apiWarnings.values()].flat())];
-  let el = document.getElementById('api-warnings');
-  if (!el) {
+  let box = document.getElementById('api-warnings');
+  if (!box) {
     if (!texts.length) return;
-    el = document.createElement('div');
-    el.id = 'api-warnings';
-    el.setAttribute('role', 'status');
-    Object.assign(el.style, { background: '#fff3cd', color: '#664d03', borderBottom: '1px solid #e0c36c',
+    box = document.createElement('div');
+    box.id = 'api-warnings';
+    box.setAttribute('role', 'status');
+    Object.assign(box.style, { background: '#fff3cd', color: '#664d03', borderBottom: '1px solid #e0c36c',
       padding: '4px 8px', font: '13px sans-serif', whiteSpace: 'pre-line' });
-    document.body.prepend(el);
+    document.body.prepend(box);
   }
-  el.hidden = !texts.length;
+  box.hidden = !texts.length;
   const more = texts.length > maxShownWarnings ? `\n… and ${texts.length - maxShownWarnings} more` : '';
-  el.textContent = texts.length ? 'Warning: ' + texts.slice(0, maxShownWarnings).join('\nWarning: ') + more : '';
+  box.textContent = texts.length ? 'Warning: ' + texts.slice(0, maxShownWarnings).join('\nWarning: ') + more : '';
 }
+
+// littleEndian says whether this machine is little-endian, as the API's
+// compact encodings are: their columns are then read in place.
+export const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 // sizeCanvas gives a canvas a size in CSS pixels, backed by device pixels,
 // and returns its 2D context scaled to CSS pixels.
@@ -138,29 +185,64 @@ export function hideTooltip() {
   tooltip().hidden = true;
 }
 
-// relativeOrigin, when not null, is the first sample's time of a source
-// whose times are its capture's own clock (a perf script without a wall
-// time), floored to its second: formatTime then writes seconds from it,
-// never a date in 1970.
-let relativeOrigin = null;
-
-// setRelativeOrigin makes formatTime write times as seconds from origin
-// (null: as dates again): the relative source's first second.
-export function setRelativeOrigin(origin) {
-  relativeOrigin = Number.isFinite(origin) ? origin : null;
-}
-
 // formatTime formats Unix seconds as a UTC date and time with
 // milliseconds, or, for a source on its capture's own clock, as
 // "t=12.345 s" from the start of its first sample's second.
 export function formatTime(sec) {
   if (!Number.isFinite(sec)) return '';
-  if (relativeOrigin !== null) return `t=${(sec - relativeOrigin).toFixed(3)} s`;
+  const origin = clock.relativeOrigin;
+  if (origin !== null) return `t=${(sec - origin).toFixed(3)} s`;
   return new Date(sec * 1000).toISOString().replace('T', ' ').replace('Z', ' UTC');
 }
 
 export function pct(n, total) {
   return total > 0 ? (100 * n / total).toFixed(2) + '%' : '0%';
+}
+
+// searchRegexp is a search field's text as a case-insensitive regexp, or
+// as its literal text when it does not parse; null when empty.
+export function searchRegexp(text) {
+  if (!text) return null;
+  try {
+    return new RegExp(text, 'i');
+  } catch {
+    return new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i');
+  }
+}
+
+// setStatus shows msg in the page's status line, as an error or not.
+export function setStatus(msg, error) {
+  const s = $('status');
+  s.textContent = msg;
+  s.classList.toggle('error', !!error);
+}
+
+// setReady marks the page loaded (body's data-ready, which tests wait on).
+export function setReady() {
+  document.body.dataset.ready = '1';
+}
+
+// showEmpty shows msg in the empty-state note id, or hides it when msg is
+// empty.
+export function showEmpty(id, msg) {
+  const e = $(id);
+  e.textContent = msg || '';
+  e.hidden = !msg;
+}
+
+// showParamError shows an API error in the header's error line and marks
+// the input of the parameter it names; inputs maps parameters to input
+// ids. It returns whether the error named a parameter.
+export function showParamError(box, inputs, e) {
+  for (const id of Object.values(inputs)) $(id).classList.remove('invalid');
+  if (!e) {
+    $(box).hidden = true;
+    return false;
+  }
+  $(box).textContent = e.message;
+  $(box).hidden = false;
+  if (e.param && inputs[e.param]) $(inputs[e.param]).classList.add('invalid');
+  return !!e.param;
 }
 
 // trimText shortens text with an ellipsis to fit width pixels.

@@ -5,21 +5,18 @@
 // CPU time. The nodes' events are marks on their rows. Rows sort by peak,
 // event count or name; node and sample filters choose rows and samples. A
 // click on a cell opens that node's timeline and subsecond heatmap at that
-// time, with the same sample filters. Its state lives in the URL's hash
-// after "#fleet". Names from the data are only set as text (fillText,
-// textContent).
-import { getBinary, sizeCanvas, showTooltip, hideTooltip, formatTime } from './util.js';
-import { MARKER_COLOUR } from './events.js';
+// time, with the same sample filters. Its state (state.js's fleet) lives
+// in the URL's hash after "#fleet". Names from the data are only set as
+// text (fillText, textContent).
+import { $, getBinary, sizeCanvas, showTooltip, hideTooltip, formatTime, littleEndian } from '../util.js';
+import { MARKER_COLOUR } from '../events.js';
+import { fleet as state, FLEET_FILTERS, readFleetURL, writeFleetURL, fleetParams, openNodeView } from '../state.js';
 
-const $ = (id) => document.getElementById(id);
 const ROW = 24; // px per node row: BAND px of colour, the rest a gap
 const BAND = ROW - 4;
 const GUTTER = 180; // px for the node names
 const AXIS = 18; // px for the time axis under the rows
 const MIN_COLUMN = 3; // px: the fewest pixels a column gets
-const FILTERS = ['node', 'label', 'comm', 'frame', 'container', 'namespace'];
-const SORTS = ['peak', 'events', 'name'];
-const VALUES = ['busiest', 'total'];
 
 // rgb maps a share in [0, 1] to white through yellow to dark red.
 function rgb(v) {
@@ -64,7 +61,6 @@ export function colour(v) {
 }
 
 const HEADER = 16;
-const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 // The compact overview's columns, in the encoding's order, and how a
 // DataView reads each.
 const OVERVIEW_COLUMNS = [
@@ -120,20 +116,13 @@ function stepLabel(sec) {
   return `${sec} s`;
 }
 
-// wanted says whether the page to show is the fleet overview: asked for
-// by the hash, or the first page of a server with several nodes.
-export function fleetWanted(nodes) {
-  const h = location.hash.slice(1);
-  return h === 'fleet' || h.startsWith('fleet&') || (h === '' && nodes.length > 1);
-}
-
+// Fleet is the fleet overview on index.html's #fleet-section: it draws
+// state.js's fleet over the nodes' data; what it keeps is what it drew.
 export class Fleet {
   constructor(nodes) {
     this.nodes = nodes; // /api/nodes
     this.data = null; // the last /api/fleet/overview answer
     this.rows = []; // the nodes in drawn order
-    this.state = { value: 'busiest', sort: 'peak', from: null, to: null };
-    for (const f of FILTERS) this.state[f] = '';
     this.controller = null;
     $('fleet-link').hidden = nodes.length < 2;
     const canvas = $('fleet-map');
@@ -141,19 +130,19 @@ export class Fleet {
     canvas.addEventListener('mouseleave', () => hideTooltip());
     canvas.addEventListener('click', (ev) => this.click(ev));
     $('fleet-value').addEventListener('change', () => {
-      this.state.value = $('fleet-value').value;
-      this.writeURL();
+      state.value = $('fleet-value').value;
+      writeFleetURL();
       this.draw();
     });
     $('fleet-sort').addEventListener('change', () => {
-      this.state.sort = $('fleet-sort').value;
-      this.writeURL();
+      state.sort = $('fleet-sort').value;
+      writeFleetURL();
       this.draw();
     });
     $('fleet-filters').addEventListener('submit', (ev) => {
       ev.preventDefault();
-      for (const f of FILTERS) this.state[f] = $('fleet-f-' + f).value.trim();
-      this.writeURL();
+      for (const f of FLEET_FILTERS) state[f] = $('fleet-f-' + f).value.trim();
+      writeFleetURL();
       this.load();
     });
     window.addEventListener('resize', () => {
@@ -161,39 +150,15 @@ export class Fleet {
     });
   }
 
-  readURL() {
-    const p = new URLSearchParams(location.hash.slice(1));
-    this.state.value = VALUES.includes(p.get('value')) ? p.get('value') : 'busiest';
-    this.state.sort = SORTS.includes(p.get('sort')) ? p.get('sort') : 'peak';
-    for (const f of FILTERS) this.state[f] = p.get(f) || '';
-    const num = (v) => (v !== null && v !== '' && Number.isFinite(Number(v)) ? Number(v) : null);
-    this.state.from = num(p.get('from'));
-    this.state.to = num(p.get('to'));
-  }
-
-  writeURL() {
-    const p = new URLSearchParams();
-    if (this.state.value !== 'busiest') p.set('value', this.state.value);
-    if (this.state.sort !== 'peak') p.set('sort', this.state.sort);
-    for (const f of FILTERS) if (this.state[f]) p.set(f, this.state[f]);
-    if (this.state.from !== null && this.state.to !== null) {
-      p.set('from', String(this.state.from));
-      p.set('to', String(this.state.to));
-    }
-    const rest = p.toString();
-    const hash = '#fleet' + (rest ? '&' + rest : '');
-    if (location.hash !== hash) history.replaceState(null, '', hash);
-  }
-
   // show makes the overview the page and loads it.
   async show() {
     document.body.dataset.page = 'fleet';
     $('fleet-section').hidden = false;
-    this.readURL();
-    this.writeURL();
-    $('fleet-value').value = this.state.value;
-    $('fleet-sort').value = this.state.sort;
-    for (const f of FILTERS) $('fleet-f-' + f).value = this.state[f];
+    readFleetURL();
+    writeFleetURL();
+    $('fleet-value').value = state.value;
+    $('fleet-sort').value = state.sort;
+    for (const f of FLEET_FILTERS) $('fleet-f-' + f).value = state[f];
     await this.load();
   }
 
@@ -217,12 +182,7 @@ export class Fleet {
     if (this.controller) this.controller.abort();
     const controller = new AbortController();
     this.controller = controller;
-    const p = new URLSearchParams();
-    for (const f of FILTERS) if (this.state[f]) p.set(f, this.state[f]);
-    if (this.state.from !== null && this.state.to !== null) {
-      p.set('from', String(this.state.from));
-      p.set('to', String(this.state.to));
-    }
+    const p = fleetParams();
     p.set('columns', String(this.columns()));
     p.set('encoding', 'compact');
     const status = $('fleet-status');
@@ -259,10 +219,10 @@ export class Fleet {
     const rows = this.data ? [...this.data.nodes] : [];
     const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
     const key = {
-      peak: (n) => (this.state.value === 'total' ? n.cpu.reduce((m, v) => Math.max(m, v), 0) : n.peak),
+      peak: (n) => (state.value === 'total' ? n.cpu.reduce((m, v) => Math.max(m, v), 0) : n.peak),
       events: (n) => n.eventCount,
       name: () => 0,
-    }[this.state.sort];
+    }[state.sort];
     const keys = new Map(rows.map((n) => [n, key(n)])); // once a row, not once a comparison
     rows.sort((a, b) => keys.get(b) - keys.get(a) || byName(a, b));
     return rows;
@@ -270,7 +230,7 @@ export class Fleet {
 
   // value is what a cell shows, in [0, 1] for the colour scale.
   value(n, i) {
-    if (this.state.value === 'total') return this.maxTotal > 0 ? n.cpu[i] / this.maxTotal : 0;
+    if (state.value === 'total') return this.maxTotal > 0 ? n.cpu[i] / this.maxTotal : 0;
     return n.busiest[i];
   }
 
@@ -370,7 +330,7 @@ export class Fleet {
       sizeCanvas(partial, 1, 1);
       return;
     }
-    const total = this.state.value === 'total';
+    const total = state.value === 'total';
     const partly = ' Hatched: a column the node\'s data cover in part (the newest, up to its last sample): its figure is over that part.';
     label.textContent = (total
       ? `colour: total CPU time of the node per ${stepLabel(d.step)} column, in CPU-seconds (0 to ${this.maxTotal.toFixed(1)} CPU-s, the fleet's highest cell)`
@@ -441,14 +401,8 @@ export class Fleet {
   open(name, column) {
     const d = this.data;
     const from = d.start + column * d.step;
-    const p = new URLSearchParams();
     const node = this.nodes.find((n) => n.name === name);
-    if (node && node.sources.length) p.set('source', node.sources[0]);
-    p.set('from', String(from));
-    p.set('to', String(from + d.step));
-    p.set('node', name);
-    for (const f of ['comm', 'frame', 'container', 'namespace']) if (this.state[f]) p.set(f, this.state[f]);
-    location.hash = '#' + p.toString();
+    openNodeView(name, node && node.sources.length ? node.sources[0] : '', from, from + d.step);
   }
 
   // cell is where the column of a node's row holding time t is drawn:

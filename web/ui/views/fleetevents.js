@@ -2,15 +2,15 @@
 // counts by kind and by node, filtered by kind, node (a name, a list, or
 // ~regexp, as the node view's filter) and node label. Each event links to
 // its node's view around it and to the pre-event diff of its kind across
-// the fleet. Event texts and names are untrusted: set as text only.
-import { getJSON, formatTime } from './util.js';
-import { $, el, readHash, writeHash, nodeViewLink, track, setReady, setStatus, showParamError, nodeSources } from './fleetcommon.js';
+// the fleet. Its state (state.js's fleetEvents) lives in the URL's hash.
+// Event texts and names are untrusted: set as text only.
+import { $, el, getJSON, formatTime, setReady, setStatus, showParamError, nodeSources } from '../util.js';
+import {
+  fleetEvents as state, fleetEventsData as loaded, readFleetEventsURL, writeFleetEventsURL, nodeViewLink, prediffLink, track,
+} from '../state.js';
 
-const state = { kind: '', node: '', label: '', from: '', to: '' };
 const INPUTS = { kind: 'fe-kind', node: 'fe-node', label: 'fe-label', from: 'fe-from', to: 'fe-to' };
 const WINDOW = 5; // seconds: the node view's window before an event
-let last = null; // the last answer
-let sources = new Map();
 
 function params() {
   const p = new URLSearchParams();
@@ -44,7 +44,7 @@ function countRows(tbody, list, onPick, extra) {
 }
 
 function render(data) {
-  last = data;
+  loaded.last = data;
   fillKinds(data.kinds);
   const nodes = data.nodes.length;
   $('fe-summary').textContent = data.total
@@ -54,7 +54,7 @@ function render(data) {
   $('fe-empty').hidden = !data.message;
   countRows($('fe-kinds').querySelector('tbody'), data.kinds, (k) => { state.kind = k; apply(); }, (c) => {
     const td = el('td');
-    if (c.name) td.append(el('a', { href: '/fleet/prediff#' + new URLSearchParams({ kind: c.name, window: String(WINDOW) }).toString(),
+    if (c.name) td.append(el('a', { href: prediffLink(c.name, WINDOW),
       textContent: 'what grew before these', title: 'the pre-event diff of this kind across the fleet' }));
     return td;
   });
@@ -62,10 +62,10 @@ function render(data) {
   $('fe-events').querySelector('tbody').replaceChildren(...data.events.map((e) => {
     const sev = ['emerg', 'alert', 'crit', 'err', 'warning', 'notice', 'info', 'debug'].includes(e.severity) ? e.severity : 'info';
     const links = el('td', { className: 'links' },
-      el('a', { href: nodeViewLink(e.node, sources.get(e.node), e.time, WINDOW), textContent: 'node view',
+      el('a', { href: nodeViewLink(e.node, loaded.sources.get(e.node), e.time, WINDOW), textContent: 'node view',
         title: `${e.node}'s heatmap around the event, the ${WINDOW} s before it against the ${WINDOW} s before those` }));
     if (e.kind) {
-      links.append(' · ', el('a', { href: '/fleet/prediff#' + new URLSearchParams({ kind: e.kind, window: String(WINDOW) }).toString(),
+      links.append(' · ', el('a', { href: prediffLink(e.kind, WINDOW),
         textContent: "what grew before all " + e.kind }));
     }
     const tr = el('tr', {},
@@ -85,7 +85,7 @@ function render(data) {
 }
 
 async function apply() {
-  writeHash(state);
+  writeFleetEventsURL();
   try {
     const data = await track(getJSON('/api/fleet/events', params()));
     showParamError('fe-error', INPUTS, null);
@@ -100,8 +100,16 @@ function readForm() {
   for (const [k, id] of Object.entries(INPUTS)) state[k] = $(id).value.trim();
 }
 
-async function main() {
-  readHash(state);
+// mountFleetEvents builds and loads the fleet events page (fleet-events.html),
+// and sets window.heatscopeFleetEvents for tests: the last answer and
+// the rows shown.
+export async function mountFleetEvents() {
+  window.heatscopeFleetEvents = {
+    state,
+    data: () => loaded.last,
+    rows: () => [...$('fe-events').querySelectorAll('tbody tr')].map((tr) => ({ node: tr.dataset.node, kind: tr.dataset.kind })),
+  };
+  readFleetEventsURL();
   fillForm();
   $('fe-filters').addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -112,16 +120,7 @@ async function main() {
     readForm();
     apply();
   });
-  sources = await track(nodeSources(getJSON));
+  loaded.sources = await track(nodeSources());
   await apply();
   setReady();
 }
-
-// For tests: the last answer and the rows shown.
-window.heatscopeFleetEvents = {
-  state,
-  data: () => last,
-  rows: () => [...$('fe-events').querySelectorAll('tbody tr')].map((tr) => ({ node: tr.dataset.node, kind: tr.dataset.kind })),
-};
-
-main();
