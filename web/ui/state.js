@@ -260,11 +260,7 @@ export function writeFleetURL() {
   const p = new URLSearchParams();
   if (fleet.value !== 'busiest') p.set('value', fleet.value);
   if (fleet.sort !== 'peak') p.set('sort', fleet.sort);
-  for (const f of FLEET_FILTERS) if (fleet[f]) p.set(f, fleet[f]);
-  if (fleet.from !== null && fleet.to !== null) {
-    p.set('from', String(fleet.from));
-    p.set('to', String(fleet.to));
-  }
+  for (const [k, v] of fleetParams()) p.set(k, v);
   const rest = p.toString();
   replaceHash('#fleet' + (rest ? '&' + rest : ''));
 }

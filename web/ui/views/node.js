@@ -296,10 +296,7 @@ export function mountNodeView() {
     state.selFrom = state.selTo = null;
     setCompare(false);
     writeNodeURL();
-    loadHeatmap();
-    loadPerCPU();
-    loadSelection();
-    showEvents();
+    loadSpan();
   }, (view) => setView(view));
 
   const heatmap = new Heatmap($('heatmap'), (sel, which) => {
@@ -320,6 +317,15 @@ export function mountNodeView() {
   const eventList = new EventList($('events'), (e) => pickEvent(e));
 
   const flame = new FlameGraph($('flame'), $('flame-names'), () => updateMatch());
+
+  // loadSpan loads the views of the heatmap's span: the heatmap, the
+  // per-CPU view, the selection's and the events.
+  function loadSpan() {
+    loadHeatmap();
+    loadPerCPU();
+    loadSelection();
+    showEvents();
+  }
 
   // setView zooms or pans the timeline to view ([from, to], Unix seconds),
   // kept within the source and at least MIN_VIEW wide; null, or a view as
@@ -363,10 +369,7 @@ export function mountNodeView() {
     $('diff-norm').value = state.norm;
     eventList.picked = t;
     writeNodeURL();
-    loadHeatmap();
-    loadPerCPU();
-    loadSelection();
-    showEvents();
+    loadSpan();
   }
 
   // loadEvents fetches the events (of the node picked, when one is) and
