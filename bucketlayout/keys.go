@@ -78,7 +78,7 @@ func (b Block) Key() string { return b.Node + "/" + b.ID }
 
 // Object is the name of one of the block's files (DataFile, MetaFile,
 // DeletionMarkFile): <node>/blocks/<id>/<file>.
-func (b Block) Object(file string) string { return b.Node + "/" + blocksDir + "/" + b.ID + "/" + file }
+func (b Block) Object(file string) string { return blocksPrefix(b.Node) + b.ID + "/" + file }
 
 // ParseBlockKey parses a block's key ("<node>/<id>", Block.Key).
 func ParseBlockKey(key string) (Block, error) {
@@ -89,12 +89,18 @@ func ParseBlockKey(key string) (Block, error) {
 	return Block{Node: node, ID: id}, nil
 }
 
+// NodePrefix is the prefix of every object of node: "<node>/".
+func NodePrefix(node string) string { return node + "/" }
+
+// blocksPrefix is the prefix of node's blocks' directories.
+func blocksPrefix(node string) string { return NodePrefix(node) + blocksDir + "/" }
+
 // LeaseKey is the node's lease object: <node>/lease.json.
-func LeaseKey(node string) string { return node + "/" + leaseFile }
+func LeaseKey(node string) string { return NodePrefix(node) + leaseFile }
 
 // EventsPrefix is the prefix of node's event segment objects, of every
 // instance.
-func EventsPrefix(node string) string { return node + "/" + eventsDir + "/" }
+func EventsPrefix(node string) string { return NodePrefix(node) + eventsDir + "/" }
 
 // EventSegment is an event segment object.
 type EventSegment struct {

@@ -49,6 +49,12 @@ func TestNamesRoundTrip(t *testing.T) {
 	if got := bucketlayout.LeaseKey("node-a"); got != "node-a/lease.json" {
 		t.Errorf("lease %q", got)
 	}
+	if got := bucketlayout.NodePrefix("node-a"); got != "node-a/" {
+		t.Errorf("node prefix %q", got)
+	}
+	if got := bucketlayout.EventsPrefix("node-a"); got != "node-a/events/" {
+		t.Errorf("events prefix %q", got)
+	}
 	if k, err := bucketlayout.ParseBlockKey(b.Key()); err != nil || k != b {
 		t.Errorf("block key %q parsed to %+v, %v", b.Key(), k, err)
 	}

@@ -83,7 +83,7 @@ func List(ctx context.Context, bkt objstore.BucketReader, opts ListOptions) (Lis
 // listNames lists node's blocks/ and events/ directories.
 func (l *Listing) listNames(ctx context.Context, bkt objstore.BucketReader, opts ListOptions, node string) error {
 	if opts.Blocks {
-		prefix := node + "/" + blocksDir + "/"
+		prefix := blocksPrefix(node)
 		err := iter(ctx, bkt, opts, prefix, func(name string) {
 			dir, ok := strings.CutSuffix(name, "/")
 			if id, found := strings.CutPrefix(dir, prefix); ok && found && ValidName(id) {
@@ -108,13 +108,13 @@ func (l *Listing) listNames(ctx context.Context, bkt objstore.BucketReader, opts
 // listFiles lists all of node's objects with one recursive LIST.
 func (l *Listing) listFiles(ctx context.Context, bkt objstore.BucketReader, opts ListOptions, node string) error {
 	byID := map[string]int{} // index in l.Blocks
-	blocks, events := node+"/"+blocksDir+"/", EventsPrefix(node)
+	blocks, events := blocksPrefix(node), EventsPrefix(node)
 	ctx, cancel := requestContext(ctx, opts)
 	defer cancel()
 	if opts.OnList != nil {
 		opts.OnList()
 	}
-	return bkt.IterWithAttributes(ctx, node+"/", func(a objstore.IterObjectAttributes) error {
+	return bkt.IterWithAttributes(ctx, NodePrefix(node), func(a objstore.IterObjectAttributes) error {
 		modified, _ := a.LastModified()
 		if seg, ok := strings.CutPrefix(a.Name, events); ok {
 			if opts.Segments && seg != "" && !strings.Contains(seg, "/") {

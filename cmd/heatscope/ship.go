@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/shipper"
 	"github.com/heatscope/heatscope/store"
 )
@@ -127,7 +128,7 @@ func openShipping(configPath, dataDir, node string) (*shipping, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Check(ctx, node+"/"); err != nil {
+	if err := b.Check(ctx, bucketlayout.NodePrefix(node)); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("--objstore-config %s: %w", configPath, err)
 	}
