@@ -21,6 +21,7 @@ import (
 	"github.com/heatscope/heatscope/internal/apitest"
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -305,7 +306,7 @@ func TestBrowserFleetOverview(t *testing.T) {
 	got := eval[dayDrawn](t, b.ctx, `(() => { const d = window.heatscopeFleet.data(); const c = document.getElementById('fleet-map');
 		return {Step: d.step, Columns: d.columns, Asked: Math.floor((Math.max(400, c.parentElement.clientWidth - 2) - 180) / 3),
 			Status: document.getElementById('fleet-status').textContent}; })()`)
-	if !slices.Contains(fleetLadder, time.Duration(got.Step*1e9)) || got.Step < 60 || got.Columns > got.Asked ||
+	if !slices.Contains(overview.Ladder, time.Duration(got.Step*1e9)) || got.Step < 60 || got.Columns > got.Asked ||
 		got.Step*float64(got.Columns) < 24*3600 || !strings.Contains(got.Status, fmt.Sprintf("%g min a column", got.Step/60)) {
 		t.Errorf("a day in %d columns asked: %d of %g s drawn, status %q; want a step of the ladder, in minutes",
 			got.Asked, got.Columns, got.Step, got.Status)

@@ -18,7 +18,7 @@ import (
 const (
 	fleetPath           = "/api/fleet/overview"
 	defaultFleetColumns = 300
-	maxFleetColumns     = 2000
+	maxFleetColumns     = overview.MaxColumns
 	minFleetStep        = int64(time.Second)
 	// maxFleetRange is the longest range an overview covers: ten years,
 	// far past any retention, and short enough that aligning it to its
@@ -84,7 +84,7 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 		return nil, err
 	}
 	if !given {
-		step = fleetStep(r, cols)
+		step = overview.Step(r, cols)
 	} else if step < minFleetStep {
 		return nil, paramErr("step", "%v is shorter than the fleet overview's shortest step, %v", time.Duration(step), time.Duration(minFleetStep))
 	}
@@ -97,76 +97,6 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 		return warnings, err
 	}
 	return warnings, answer(ov)
-}
-
-// fleetLadder is the steps an overview asked in columns is drawn at; past
-// its last, whole days. Each is a whole multiple of the steps below it
-// down to the warm step of any overview using it (fleetWarmStep), so
-// cells warm at that step serve every coarser one: a narrower window,
-// a longer range.
-var fleetLadder = []time.Duration{10 * time.Second, 20 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute,
-	4 * time.Minute, 6 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour,
-	3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour}
-
-// fleetStep is the step of an overview of r in at most cols columns (once
-// r is aligned to it): the shortest of fleetLadder, else whole days.
-func fleetStep(r store.Range, cols int) int64 {
-	fits := func(step int64) bool { return steps(alignRange(r, step), step) <= int64(cols) }
-	for _, d := range fleetLadder {
-		if step := int64(d); fits(step) {
-			return step
-		}
-	}
-	day := int64(24 * time.Hour)
-	step := (width(r) + int64(cols)*day - 1) / (int64(cols) * day) * day
-	for !fits(step) {
-		// Aligning added a step at an end.
-		step += day
-	}
-	return step
-}
-
-// fleetWarmStep is the step to keep warm for overviews at step (from
-// fleetStep) and coarser: the greatest common divisor of step and every
-// longer step, which divides them all. 4 min, 6 min, 10 min, … have 2 min.
-func fleetWarmStep(step int64) int64 {
-	day := int64(24 * time.Hour)
-	if step >= day {
-		return day
-	}
-	warm := step
-	for _, d := range fleetLadder {
-		if int64(d) > step {
-			warm = gcd(warm, int64(d))
-		}
-	}
-	return warm
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-// WarmFleetOverview warms the store for the fleet overview a user opening
-// the UI's fleet page first sees (the whole span of every node in columns
-// columns: the UI asks for as many as fit its width, three pixels each),
-// and for every coarser step of fleetLadder (a narrower window, a longer
-// span): it reads the blocks' per-CPU summaries not yet warm at that
-// overview's fleetWarmStep, in the caller's goroutine
-// (store.DB.WarmCPUSteps). With no node yet, it does nothing.
-func (s *Server) WarmFleetOverview(ctx context.Context, columns int) (store.WarmResult, error) {
-	if columns < 1 || columns > maxFleetColumns {
-		return store.WarmResult{}, fmt.Errorf("warm fleet overview: %d columns, want 1 to %d", columns, maxFleetColumns)
-	}
-	var all store.Filter
-	r, ok := span(s.db, &all)
-	if !ok {
-		return store.WarmResult{}, nil
-	}
-	return s.db.WarmCPUSteps(ctx, fleetWarmStep(fleetStep(r, columns)))
 }
 
 // The compact encoding of the fleet overview (encoding=compact), which the

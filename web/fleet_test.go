@@ -309,7 +309,7 @@ func decodeCompactOverview(b []byte) (*overview.Overview, error) {
 	return &ov, nil
 }
 
-// TestFleetOverviewWarm: after WarmFleetOverview, the first overview the
+// TestFleetOverviewWarm: after overview.Warm, the first overview the
 // UI asks for (the whole span in that many columns) and a coarser one (a
 // narrower window) read no block's per-CPU summary and answer as cold ones
 // do; warm for fewer columns, one in more (a finer step) reads them once,
@@ -322,10 +322,10 @@ func TestFleetOverviewWarm(t *testing.T) {
 	}
 	want1 := getOverview(t, cold, "columns=1")
 	fx := newFixture(t, overviewFleet(t), Options{})
-	if _, err := fx.srv.WarmFleetOverview(context.Background(), 0); err == nil {
+	if _, err := overview.Warm(context.Background(), fx.db, 0); err == nil {
 		t.Error("warming 0 columns: no error")
 	}
-	res, err := fx.srv.WarmFleetOverview(context.Background(), 3)
+	res, err := overview.Warm(context.Background(), fx.db, 3)
 	blocks := fx.db.Stats().Blocks
 	if err != nil || res.Warmed != blocks || res.Pending != 0 || res.Step != int64(10*time.Second) {
 		t.Fatalf("warm: %+v, %v; want %d blocks warmed at 10 s", res, err, blocks)
@@ -356,7 +356,7 @@ func TestFleetOverviewWarm(t *testing.T) {
 
 	// Warm for one column: three are finer, read once.
 	fx = newFixture(t, overviewFleet(t), Options{})
-	if res, err := fx.srv.WarmFleetOverview(context.Background(), 1); err != nil || res.Step <= int64(10*time.Second) {
+	if res, err := overview.Warm(context.Background(), fx.db, 1); err != nil || res.Step <= int64(10*time.Second) {
 		t.Fatalf("warm for 1 column: %+v, %v", res, err)
 	}
 	reads = fx.db.Stats().CPUSummaryReads
@@ -365,53 +365,5 @@ func TestFleetOverviewWarm(t *testing.T) {
 	getOverview(t, fx, "columns=3")
 	if again := fx.db.Stats().CPUSummaryReads - reads - first; first == 0 || again != 0 {
 		t.Errorf("finer than the warm step: %d summaries read, then %d again; want some, then none", first, again)
-	}
-}
-
-// TestFleetLadder: the steps asked in columns come from the ladder; every
-// ladder step at or above an overview's warm step is a whole multiple of
-// it; a day at 362 columns (the UI at 1300 px) is 4 min a column, warm at
-// 2 min, and 100 px narrower 6 min, served by the same warm cells.
-func TestFleetLadder(t *testing.T) {
-	day := int64(24 * time.Hour)
-	r := store.Range{From: 20000 * day, To: 20001 * day}
-	for _, c := range []struct {
-		cols       int
-		step, warm time.Duration
-	}{
-		{362, 4 * time.Minute, 2 * time.Minute},
-		{329, 6 * time.Minute, 2 * time.Minute},
-		{720, 2 * time.Minute, 2 * time.Minute},
-		{200, 10 * time.Minute, 10 * time.Minute},
-		{100, 20 * time.Minute, 10 * time.Minute},
-		{1, 24 * time.Hour, 24 * time.Hour},
-	} {
-		step := fleetStep(r, c.cols)
-		if step != int64(c.step) || fleetWarmStep(step) != int64(c.warm) {
-			t.Errorf("a day in %d columns: step %v, warm %v; want %v, %v", c.cols, time.Duration(step),
-				time.Duration(fleetWarmStep(step)), c.step, c.warm)
-		}
-	}
-	for _, d := range fleetLadder {
-		warm := fleetWarmStep(int64(d))
-		if warm%summaryStep != 0 || warm > int64(d) {
-			t.Errorf("step %v: warm step %v", d, time.Duration(warm))
-		}
-		for _, coarser := range append(slices.Clone(fleetLadder), 48*time.Hour, 7*24*time.Hour) {
-			if coarser >= d && int64(coarser)%warm != 0 {
-				t.Errorf("step %v is not a multiple of %v, the warm step of %v", coarser, time.Duration(warm), d)
-			}
-		}
-	}
-	// A week in 3 columns: whole days, and no more columns than asked
-	// once aligned; a range across a day's end in one column.
-	for _, c := range []struct {
-		r    store.Range
-		cols int
-	}{{store.Range{From: 20000*day + 1, To: 20007 * day}, 3}, {store.Range{From: 20001*day - 60e9, To: 20001*day + 60e9}, 1}} {
-		step := fleetStep(c.r, c.cols)
-		if step%day != 0 || steps(alignRange(c.r, step), step) > int64(c.cols) {
-			t.Errorf("%v in %d columns: step %v", c.r, c.cols, time.Duration(step))
-		}
 	}
 }

@@ -20,7 +20,7 @@
 // start: every block's per-CPU summary section read) and warm, in the
 // compact encoding the UI asks for and in JSON; cold again on a store
 // opened afresh, against the first request after serve's start-up warming
-// (web.Server.WarmFleetOverview) finished, and how long that warming
+// (overview.Warm) finished, and how long that warming
 // took; after it, a request in other columns (the window 100 px narrower:
 // a coarser step the warm cells serve) and a zoom into an hour (a finer
 // step: cold, then again from the cache); with -minio-nodes, the same
@@ -63,6 +63,7 @@ import (
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
 )
@@ -223,7 +224,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNod
 
 // firstRequests times, runs times, the first compact overview request to
 // api's path on a store open returns afresh, without warming; and on
-// another, the warming serve does at start (web.Server.WarmFleetOverview
+// another, the warming serve does at start (overview.Warm
 // in columns columns), the first request after it (which must read no
 // per-CPU summary), one in otherColumns (a coarser step of the ladder,
 // which must read none either), and a zoom into an hour in the middle of
@@ -271,7 +272,7 @@ func firstRequests(open func() (*store.DB, func(), error), api string, columns, 
 					colds = append(colds, d)
 					return err
 				}
-				if res, err = srv.WarmFleetOverview(context.Background(), columns); err != nil {
+				if res, err = overview.Warm(context.Background(), db, columns); err != nil {
 					return err
 				}
 				if res.Pending > 0 || res.Warmed == 0 {

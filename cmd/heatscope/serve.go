@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/metrics"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
 )
@@ -99,8 +101,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return err
 	}
-	if *warmColumns < 0 || *warmColumns > 2000 {
-		return usageError{fmt.Errorf("--overview-warm-columns: %d, want 0 (no warming) to 2000", *warmColumns)}
+	if *warmColumns < 0 || *warmColumns > overview.MaxColumns {
+		return usageError{fmt.Errorf("--overview-warm-columns: %d, want 0 (no warming) to %d", *warmColumns, overview.MaxColumns)}
 	}
 	memoryLimit, err := parseSize(*memLimit)
 	if err != nil {
@@ -125,26 +127,13 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeBucket()
 	defer db.Close()
-	m := metrics.New()
-	if err := m.RegisterStore(db); err != nil {
+	opts, err := serveOptions(db, src)
+	if err != nil {
 		return err
 	}
 	every := refreshInterval
 	if src != nil {
 		every = bucketRefreshInterval
-		if err := m.RegisterBucketReads(src.Stats); err != nil {
-			return err
-		}
-	}
-	opts := web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery}
-	if src != nil {
-		opts.Outage = func() *web.Outage {
-			o := src.Outage()
-			if o == nil {
-				return nil
-			}
-			return &web.Outage{Storage: src.String(), Since: o.Since, Err: o.Err, Listed: o.Listed}
-		}
 	}
 	srv, err := wf.server(db, opts)
 	if err != nil {
@@ -153,8 +142,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	warm := func() {}
 	if *warmColumns > 0 {
-		w := &overviewWarmer{srv: srv, columns: *warmColumns}
-		warm = func() { w.warm(ctx) }
+		w := &overview.Warmer{Store: db, Columns: *warmColumns, Logger: slog.Default()}
+		warm = func() { w.Pass(ctx) }
 	}
 	go refreshEvery(ctx, db, every, warm)
 	defer stop()
@@ -163,6 +152,31 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// serveOptions are the web server's options of a query service over db
+// and, when not nil, the bucket src: its metrics (the store's, the
+// bucket's reads) and its health, and the bucket's outage.
+func serveOptions(db *store.DB, src *bucketstore.Source) (web.Options, error) {
+	m := metrics.New()
+	if err := m.RegisterStore(db); err != nil {
+		return web.Options{}, err
+	}
+	opts := web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery}
+	if src == nil {
+		return opts, nil
+	}
+	if err := m.RegisterBucketReads(src.Stats); err != nil {
+		return web.Options{}, err
+	}
+	opts.Outage = func() *web.Outage {
+		o := src.Outage()
+		if o == nil {
+			return nil
+		}
+		return &web.Outage{Storage: src.String(), Since: o.Since, Err: o.Err, Listed: o.Listed}
+	}
+	return opts, nil
 }
 
 // listen listens on addr for the UI and API. An address another program
@@ -231,36 +245,6 @@ const bucketRefreshInterval = 10 * time.Second
 // warms by default: the UI's in a window 1300 px wide (as bench/overview
 // drives it).
 const defaultOverviewWarmColumns = 362
-
-// overviewWarmer warms a store for the fleet overview in columns columns
-// (web.Server.WarmFleetOverview).
-type overviewWarmer struct {
-	srv     *web.Server
-	columns int
-	// done is set once a pass left nothing pending: passes after it (the
-	// blocks that arrive) log at debug level only.
-	done bool
-}
-
-// warm runs a pass, logging what it read and how long it took when it
-// read anything.
-func (w *overviewWarmer) warm(ctx context.Context) {
-	res, err := w.srv.WarmFleetOverview(ctx, w.columns)
-	if err != nil && ctx.Err() == nil {
-		slog.Warn("warm the fleet overview", "err", err, "warmed", res.Warmed, "pending", res.Pending)
-		return
-	}
-	if res.Warmed == 0 {
-		return
-	}
-	level := slog.LevelInfo
-	if w.done {
-		level = slog.LevelDebug
-	}
-	w.done = w.done || res.Pending == 0
-	slog.Log(ctx, level, "warmed the fleet overview", "blocks", res.Warmed, "alreadyWarm", res.Cached, "pending", res.Pending, "corrupt", res.Failed, "sparse", res.Sparse,
-		"step", time.Duration(res.Step), "bytes", res.Bytes, "took", res.Took.Round(time.Millisecond))
-}
 
 // refreshEvery keeps a read-only store in step with the recorder writing it:
 // new blocks appear, compacted and expired ones go. It calls warm at once
