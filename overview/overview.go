@@ -2,8 +2,10 @@
 // per time step, each cell the busy share of the node's busiest single CPU
 // in that step (the "one saturated core" that a node's average CPU hides)
 // and its total CPU time, with the node's events as marks on its row. It
-// answers from the store's per-CPU summaries (store.DB.NodeCPUSteps) when
-// the filter allows, so a day of a large fleet costs no sample read.
+// answers from the store's per-CPU summaries (Reader.NodeCPUSteps) when
+// the filter allows, so a day of a large fleet costs no sample read. It
+// owns the steps an overview is drawn at (Ladder) and the warming that
+// makes the first overview as fast as the next (Warm, Warmer).
 package overview
 
 import (
@@ -115,7 +117,7 @@ type Mark struct {
 }
 
 // Build computes the overview of req from db.
-func Build(ctx context.Context, db *store.DB, req Request) (*Overview, store.Warnings, error) {
+func Build(ctx context.Context, db Reader, req Request) (*Overview, store.Warnings, error) {
 	r, step := req.Range, req.Step
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("overview: empty range or step")
@@ -211,7 +213,7 @@ func NoNodeMessage(nodes int) string {
 }
 
 // emptyMessage says why no row is shown.
-func emptyMessage(db *store.DB, req Request, hidden int) string {
+func emptyMessage(db Reader, req Request, hidden int) string {
 	nodes := db.Nodes()
 	window := fmt.Sprintf("from %s to %s", stamp(req.Range.From), stamp(req.Range.To))
 	switch {

@@ -20,7 +20,7 @@ import (
 // table); with no event the profiles are empty. The windows are read
 // once, as Compare reads them, and each batch is added to the profiles
 // stack by stack (query.PprofAdder), not sample by sample.
-func Profiles(ctx context.Context, db *store.DB, opts Options) (a, b *profile.Profile, res *Result, warnings store.Warnings, err error) {
+func Profiles(ctx context.Context, db Reader, opts Options) (a, b *profile.Profile, res *Result, warnings store.Warnings, err error) {
 	opts.Tree, opts.Table, opts.Focus = false, false, nil
 	type side struct {
 		b   *profileio.PprofBuilder

@@ -5,7 +5,7 @@
 // all the events into one differential flame graph and one table of the
 // functions that grew, each saying before how many of the events it grew.
 //
-// It reads events and samples through a store.DB only, so it answers the
+// It reads events and samples through a Reader only (a store.DB), so it answers the
 // same over a data directory and over a fleet's bucket. Every figure is
 // CPU time in nanoseconds: each sample weighs its own sampling period.
 package prediff
@@ -145,14 +145,14 @@ type Result struct {
 // nodes opts.Filter selects, the window before it with the window before
 // that, on its own node, and sums both over the events. No event is not an
 // error: Result.Events is empty and Result.Kinds says what there is.
-func Compare(ctx context.Context, db *store.DB, opts Options) (*Result, store.Warnings, error) {
+func Compare(ctx context.Context, db Reader, opts Options) (*Result, store.Warnings, error) {
 	return compare(ctx, db, opts, nil)
 }
 
 // compare is Compare, also handing every batch of an event's two windows
 // to each (when not nil) with the time that splits them: samples at or
 // after split are in A.
-func compare(ctx context.Context, db *store.DB, opts Options, each func(b *store.Batch, split int64)) (*Result, store.Warnings, error) {
+func compare(ctx context.Context, db Reader, opts Options, each func(b *store.Batch, split int64)) (*Result, store.Warnings, error) {
 	if opts.Window <= 0 || opts.Window > MaxWindow {
 		return nil, nil, fmt.Errorf("prediff: window %v out of range (1ns to %v)", time.Duration(opts.Window), time.Duration(MaxWindow))
 	}

@@ -76,7 +76,7 @@ func ParseNormalization(v string) (Normalization, error) {
 // b (both passing f), each sample weighing its own period, scaling B as
 // norm says, unresolved frames named as fr says. The tree is
 // the union of both ranges' trees, so frames that vanished show too.
-func DiffOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, norm Normalization, fr Frames) (*Diff, store.Warnings, error) {
+func DiffOf(ctx context.Context, db Selector, a, b store.Range, f *store.Filter, norm Normalization, fr Frames) (*Diff, store.Warnings, error) {
 	ta, warnings, err := GroupedFlameGraphOf(ctx, db, a, f, GroupNone, fr)
 	if err != nil {
 		return nil, warnings, err

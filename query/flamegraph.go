@@ -226,14 +226,14 @@ func (tb *treeBuilder) tree() *Node {
 // FlameGraphOf builds the flame graph of the samples in r that pass f,
 // unresolved frames grouped per module. As in FlameScope, the first level
 // under the root is the command.
-func FlameGraphOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*Node, store.Warnings, error) {
+func FlameGraphOf(ctx context.Context, db Selector, r store.Range, f *store.Filter) (*Node, store.Warnings, error) {
 	return GroupedFlameGraphOf(ctx, db, r, f, GroupNone, GroupAddresses)
 }
 
 // GroupedFlameGraphOf is FlameGraphOf with a level of groups (containers,
 // pods, ...) between the root and the commands (GroupNone leaves it out),
 // unresolved frames named as fr says.
-func GroupedFlameGraphOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, fr Frames) (*Node, store.Warnings, error) {
+func GroupedFlameGraphOf(ctx context.Context, db Selector, r store.Range, f *store.Filter, g Group, fr Frames) (*Node, store.Warnings, error) {
 	tb := newTreeBuilder(g, fr)
 	warnings, err := db.Select(ctx, r, f, func(b *store.Batch) error {
 		tb.add(b)

@@ -96,7 +96,7 @@ func ParseGrowthOrder(v string) (GrowthOrder, error) {
 // ratio of the ranges' lengths: a burst of CPU shows as growth even though
 // it raises A's total. For the two equal windows around an event the scale
 // is 1 and the deltas are plain differences.
-func GrowthOf(ctx context.Context, db *store.DB, a, b store.Range, f *store.Filter, order GrowthOrder, fr Frames) (*Growths, store.Warnings, error) {
+func GrowthOf(ctx context.Context, db Selector, a, b store.Range, f *store.Filter, order GrowthOrder, fr Frames) (*Growths, store.Warnings, error) {
 	edgesA, edgesB := map[callEdge]int64{}, map[callEdge]int64{}
 	ta, warnings, err := countFunctions(ctx, db, a, f, GroupNone, fr, edgesA)
 	if err != nil {

@@ -62,7 +62,7 @@ const (
 // less the shift, whose floats are the file's (at wall time's magnitude a
 // float has 2^-22 s steps, and a sample on a row's edge could fall on
 // either side).
-func HeatmapOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, rows int) (*Heatmap, store.Warnings, error) {
+func HeatmapOf(ctx context.Context, db Selector, r store.Range, f *store.Filter, rows int) (*Heatmap, store.Warnings, error) {
 	if rows < 1 || rows > MaxRows {
 		return nil, nil, fmt.Errorf("heatmap: %d rows, want 1 to %d", rows, MaxRows)
 	}

@@ -52,7 +52,7 @@ var ErrTooManyCPUs = errors.New("too many CPUs")
 // PerCPUOf counts the samples in r that pass f per node and CPU and per
 // step of step nanoseconds, from r.From, and sums the CPU time they stand
 // for.
-func PerCPUOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, step int64) (*PerCPU, store.Warnings, error) {
+func PerCPUOf(ctx context.Context, db Selector, r store.Range, f *store.Filter, step int64) (*PerCPU, store.Warnings, error) {
 	if step < 1 {
 		return nil, nil, fmt.Errorf("per-CPU: step %d ns, want at least 1", step)
 	}

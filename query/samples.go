@@ -14,7 +14,7 @@ import (
 // sample.Sample with the frames the filter's stack part keeps, and the CPU
 // time in nanoseconds it stands for (its own sampling period). Samples come
 // a chunk at a time, chunks in time order (within a chunk, CPU by CPU).
-func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, fn func(s *sample.Sample, periodNs int64) error) (store.Warnings, error) {
+func Samples(ctx context.Context, db Selector, r store.Range, f *store.Filter, fn func(s *sample.Sample, periodNs int64) error) (store.Warnings, error) {
 	return db.Select(ctx, r, f, func(b *store.Batch) error {
 		period := b.Weight()
 		for _, i := range b.Rows {
@@ -42,7 +42,7 @@ func Samples(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, 
 // sample's CPU time its own sampling period. The profile's Period is the
 // first sample's. It is the profile Samples and PprofBuilder.Add build,
 // batch by batch (PprofAdder).
-func PprofOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter) (*profile.Profile, store.Warnings, error) {
+func PprofOf(ctx context.Context, db Selector, r store.Range, f *store.Filter) (*profile.Profile, store.Warnings, error) {
 	var b *profileio.PprofBuilder
 	var add *PprofAdder
 	warnings, err := db.Select(ctx, r, f, func(bt *store.Batch) error {

@@ -49,14 +49,14 @@ type callEdge struct{ caller, callee funcKey }
 // GroupNone a function has one row per group its samples fall in.
 // Unresolved frames are named as fr says: grouped per module, a stripped
 // binary is one row.
-func TopOf(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, fr Frames) (*Top, store.Warnings, error) {
+func TopOf(ctx context.Context, db Selector, r store.Range, f *store.Filter, g Group, fr Frames) (*Top, store.Warnings, error) {
 	return countFunctions(ctx, db, r, f, g, fr, nil)
 }
 
 // countFunctions is TopOf; when edges is not nil it also sums, for every
 // call from one function to another, the CPU time in nanoseconds of the
 // samples whose stack holds that call (once per sample, like Total).
-func countFunctions(ctx context.Context, db *store.DB, r store.Range, f *store.Filter, g Group, names Frames, edges map[callEdge]int64) (*Top, store.Warnings, error) {
+func countFunctions(ctx context.Context, db Selector, r store.Range, f *store.Filter, g Group, names Frames, edges map[callEdge]int64) (*Top, store.Warnings, error) {
 	type key = funcKey
 	index := map[key]int{}
 	funcs := []Function{} // [] in JSON when no sample passes

@@ -239,7 +239,7 @@ func checkCgroups(v string) error {
 // the times parameters may name); ok is false when they hold none. A
 // source is spanned on those nodes only: two nodes' recordings may share
 // a source name (their hostname), and one node's range is its own.
-func span(db *store.DB, f *store.Filter) (r store.Range, ok bool) {
+func span(db Reader, f *store.Filter) (r store.Range, ok bool) {
 	r, ok = query.Span(db.SourcesOf(f), f.Sources)
 	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
 	return r, ok

@@ -168,7 +168,7 @@ func uiFile(urlPath string) ([]byte, string, bool) {
 
 // Server answers the API over one store. It is safe for concurrent use.
 type Server struct {
-	db        *store.DB
+	db        Store
 	opts      Options
 	log       *slog.Logger
 	tokenHash [sha256.Size]byte
@@ -179,7 +179,7 @@ type Server struct {
 // New returns a server for db. The token, if any, must be printable ASCII
 // without spaces, quotes, commas, semicolons or backslashes, so that it
 // travels unchanged in a header, a cookie and a URL.
-func New(db *store.DB, opts Options) (*Server, error) {
+func New(db Store, opts Options) (*Server, error) {
 	if db == nil {
 		return nil, errors.New("web: no store")
 	}
