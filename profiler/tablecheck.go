@@ -35,37 +35,6 @@ const (
 	CheckWalkResults = "walk-results"
 )
 
-// tableMapSpec returns the spec every unwind table map is made from: the
-// unwind_tables template (outer.InnerMap) without its BTF. The kernel
-// compares a table with the template when it is put in the map of maps,
-// and Linux 6.1 compared fields BTF sets (a BTF-described value without a
-// bpf_timer has timer_off -ENOENT, one without BTF -EINVAL): while the
-// template carried the ELF's BTF and the tables did not, Debian 12's
-// kernel refused every table with EINVAL. Made from one spec, the template
-// and the tables agree on every kernel.
-func tableMapSpec(outer *ebpf.MapSpec) *ebpf.MapSpec {
-	table := outer.InnerMap.Copy()
-	table.Key, table.Value = nil, nil
-	outer.InnerMap = table
-	return table.Copy()
-}
-
-// newTableMap makes an unwind table map of rows and their index from spec
-// (tableMapSpec's).
-func newTableMap(spec *ebpf.MapSpec, rows []unwind.Row, index unwind.Index) (*ebpf.Map, error) {
-	s := spec.Copy()
-	s.MaxEntries = uint32(len(rows) + unwind.IndexSlots(rows))
-	m, err := ebpf.NewMap(s)
-	if err != nil {
-		return nil, fmt.Errorf("create a %d-row table map: %w", len(rows), err)
-	}
-	if err := fillRows(m, rows, index); err != nil {
-		m.Close()
-		return nil, err
-	}
-	return m, nil
-}
-
 // checkTableMaps makes a one-row unwind table as the unwinder makes them
 // and puts it into a one-entry copy of unwind_tables (outer): the step
 // Debian 12's 6.1 refused for every table while the walk, finding no
