@@ -31,7 +31,8 @@ export async function track(promise) {
   }
 }
 
-// inflight holds the named requests under way (util.js's request): a
+// inflight holds the named requests under way (util.js's request, the
+// fleet overview's load): a
 // newer one of a name aborts the older.
 export const inflight = {};
 
@@ -236,6 +237,11 @@ const FLEET_VALUES = ['busiest', 'total'];
 // fleet is everything the fleet overview's URL holds.
 export const fleet = { value: 'busiest', sort: 'peak', from: null, to: null };
 for (const f of FLEET_FILTERS) fleet[f] = '';
+
+// fleetData is what the fleet overview loaded.
+export const fleetData = {
+  overview: null, // the last /api/fleet/overview answer, decoded
+};
 
 // wantsFleet says whether the page to show is the fleet overview: asked
 // for by the hash, or the first page of a server with several nodes.

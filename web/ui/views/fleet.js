@@ -10,7 +10,7 @@
 // text (fillText, textContent).
 import { $, getBinary, sizeCanvas, showTooltip, hideTooltip, formatTime, littleEndian } from '../util.js';
 import { MARKER_COLOUR } from '../events.js';
-import { fleet as state, FLEET_FILTERS, readFleetURL, writeFleetURL, fleetParams, openNodeView } from '../state.js';
+import { fleet as state, fleetData, inflight, FLEET_FILTERS, readFleetURL, writeFleetURL, fleetParams, openNodeView } from '../state.js';
 
 const ROW = 24; // px per node row: BAND px of colour, the rest a gap
 const BAND = ROW - 4;
@@ -116,14 +116,13 @@ function stepLabel(sec) {
   return `${sec} s`;
 }
 
-// Fleet is the fleet overview on index.html's #fleet-section: it draws
-// state.js's fleet over the nodes' data; what it keeps is what it drew.
+// Fleet is the fleet overview on index.html's #fleet-section: it loads
+// state.js's fleet into fleetData and draws it; what it keeps is what it
+// drew (rows, their order and cell width).
 export class Fleet {
   constructor(nodes) {
     this.nodes = nodes; // /api/nodes
-    this.data = null; // the last /api/fleet/overview answer
     this.rows = []; // the nodes in drawn order
-    this.controller = null;
     $('fleet-link').hidden = nodes.length < 2;
     const canvas = $('fleet-map');
     canvas.addEventListener('mousemove', (ev) => this.hover(ev));
@@ -179,9 +178,9 @@ export class Fleet {
   }
 
   async load() {
-    if (this.controller) this.controller.abort();
+    if (inflight.fleet) inflight.fleet.abort();
     const controller = new AbortController();
-    this.controller = controller;
+    inflight.fleet = controller;
     const p = fleetParams();
     p.set('columns', String(this.columns()));
     p.set('encoding', 'compact');
@@ -191,10 +190,10 @@ export class Fleet {
     $('fleet-filters').querySelectorAll('input').forEach((el) => el.classList.remove('invalid'));
     document.body.dataset.fleetReady = '0';
     try {
-      this.data = decodeOverview(await getBinary('/api/fleet/overview', p, controller.signal));
+      fleetData.overview = decodeOverview(await getBinary('/api/fleet/overview', p, controller.signal));
     } catch (e) {
       if (e.name === 'AbortError') return;
-      this.data = null;
+      fleetData.overview = null;
       status.textContent = 'fleet overview: ' + e.message;
       status.classList.add('error');
       const bad = e.param && $('fleet-f-' + e.param);
@@ -203,7 +202,7 @@ export class Fleet {
       document.body.dataset.fleetReady = '1';
       return;
     }
-    const d = this.data;
+    const d = fleetData.overview;
     const hidden = d.hidden ? `; ${d.hidden} nodes without a matching sample are not shown` : '';
     status.textContent = d.nodes.length
       ? `${d.nodes.length} nodes, ${formatTime(d.start)} to ${formatTime(d.start + d.columns * d.step)}, ${stepLabel(d.step)} a column${hidden}`
@@ -216,7 +215,7 @@ export class Fleet {
 
   // sorted orders the rows as the sort control says.
   sorted() {
-    const rows = this.data ? [...this.data.nodes] : [];
+    const rows = fleetData.overview ? [...fleetData.overview.nodes] : [];
     const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
     const key = {
       peak: (n) => (state.value === 'total' ? n.cpu.reduce((m, v) => Math.max(m, v), 0) : n.peak),
@@ -235,7 +234,7 @@ export class Fleet {
   }
 
   draw() {
-    const d = this.data;
+    const d = fleetData.overview;
     const empty = $('fleet-empty');
     const canvas = $('fleet-map');
     this.rows = this.sorted();
@@ -318,7 +317,7 @@ export class Fleet {
 
   // drawLegend names the colour's unit, with its scale.
   drawLegend() {
-    const d = this.data;
+    const d = fleetData.overview;
     const label = $('fleet-legend-label');
     const canvas = $('fleet-legend');
     const lo = $('fleet-legend-lo');
@@ -355,7 +354,7 @@ export class Fleet {
 
   // at returns the node row and column under a mouse event, or null.
   at(ev) {
-    const d = this.data;
+    const d = fleetData.overview;
     if (!d || !d.nodes.length) return null;
     const rect = $('fleet-map').getBoundingClientRect();
     const x = ev.clientX - rect.left;
@@ -372,7 +371,7 @@ export class Fleet {
       hideTooltip();
       return;
     }
-    const d = this.data;
+    const d = fleetData.overview;
     const n = c.node;
     const t0 = d.start + c.column * d.step;
     const lines = [`${n.name}  ${formatTime(t0)} + ${stepLabel(d.step)}`];
@@ -399,7 +398,7 @@ export class Fleet {
   // open shows a node's timeline and subsecond heatmap over one column,
   // with the overview's sample filters.
   open(name, column) {
-    const d = this.data;
+    const d = fleetData.overview;
     const from = d.start + column * d.step;
     const node = this.nodes.find((n) => n.name === name);
     openNodeView(name, node && node.sources.length ? node.sources[0] : '', from, from + d.step);
@@ -409,7 +408,7 @@ export class Fleet {
   // its centre on the canvas and in the page, and the colour a value of
   // share maps to (for tests).
   cell(name, t, share) {
-    const d = this.data;
+    const d = fleetData.overview;
     const r = this.rows.findIndex((n) => n.name === name);
     if (!d || r < 0) return null;
     const i = Math.floor((t - d.start) / d.step);
@@ -429,7 +428,7 @@ export function exposeFleet(fleet) {
     marks: (name) => (fleet.rows.find((n) => n.name === name) || { events: [] }).events.length,
     partial: (name) => (fleet.rows.find((n) => n.name === name) || { partial: [] }).partial,
     rowHeight: () => ROW,
-    data: () => fleet.data,
+    data: () => fleetData.overview,
     // reload as Apply does (the benchmark times it)
     load: () => fleet.load(),
   };
