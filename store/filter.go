@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -40,8 +41,17 @@ type Filter struct {
 	CommRegex *regexp.Regexp
 	// CPUs keeps samples taken on these CPUs.
 	CPUs []uint32
-	// Cgroups keeps samples of these cgroup ids.
-	Cgroups []uint64
+	// Cgroups keeps samples of these cgroup ids, and CgroupPaths those of
+	// the cgroups at these paths below the cgroup v2 mount
+	// ("/system.slice/kubelet.service"): a sample passes when its cgroup
+	// is in either. A path is matched against what the recording host
+	// kept for the sample's cgroup (the cgroups section of its block),
+	// never looked up on the host that queries: a cgroup id means nothing
+	// on another node, and its path there may name another cgroup or none.
+	// A sample whose cgroup's path was not kept cannot pass by path, and
+	// the query says so (CgroupPathsUnknown).
+	Cgroups     []uint64
+	CgroupPaths []string
 	// Containers keeps samples of containers with one of these names or
 	// ids (an id may be shortened to a prefix, as "docker ps" shows it).
 	Containers []string
@@ -99,7 +109,7 @@ func (f *Filter) threadOnly() bool {
 // allThreads reports whether the filter keeps every thread: it has no
 // process, thread, command, cgroup or container condition.
 func (f *Filter) allThreads() bool {
-	return len(f.PIDs)+len(f.TIDs)+len(f.Cgroups)+len(f.Containers)+len(f.Pods)+len(f.Namespaces)+len(f.QoS) == 0 &&
+	return len(f.PIDs)+len(f.TIDs)+len(f.Cgroups)+len(f.CgroupPaths)+len(f.Containers)+len(f.Pods)+len(f.Namespaces)+len(f.QoS) == 0 &&
 		f.Comm == "" && f.CommRegex == nil
 }
 
@@ -112,6 +122,10 @@ type compiled struct {
 	idleStack  []bool
 	cpuOK      []bool
 	keepFrame  []bool // per frame, for the stack part (nil: keep all)
+	// pathless counts the threads whose cgroup's path the table does not
+	// keep, when the filter names cgroup paths and keeps them out for that
+	// alone: their samples could not be judged.
+	pathless int
 }
 
 // compile evaluates f against t's threads, stacks and frames. idle holds
@@ -119,8 +133,20 @@ type compiled struct {
 func compile(f *Filter, t *Table, idle *idleMasks) *compiled {
 	c := &compiled{f: f}
 	c.threadOK = make([]bool, len(t.Threads))
+	// A thread of a known cgroup whose path is not kept, and that nothing
+	// but its cgroup keeps out, is one the filter could not judge (a
+	// thread of no known cgroup, id 0, passes no cgroup filter).
+	var byOthers *Filter
+	if len(f.CgroupPaths) > 0 {
+		o := *f
+		o.Cgroups, o.CgroupPaths = nil, nil
+		byOthers = &o
+	}
 	for i, th := range t.Threads {
 		c.threadOK[i] = f.keepsThread(th, t)
+		if byOthers != nil && !c.threadOK[i] && th.Cgroup != 0 && cgroupPath(th, t) == "" && byOthers.keepsThread(th, t) {
+			c.pathless++
+		}
 	}
 	if idle != nil {
 		c.idleThread, c.idleStack = idle.threads, idle.stacks
@@ -176,7 +202,8 @@ func (f *Filter) keepsThread(th Thread, t *Table) bool {
 		len(f.TIDs) > 0 && !slices.Contains(f.TIDs, th.TID),
 		f.Comm != "" && comm != f.Comm,
 		f.CommRegex != nil && !f.CommRegex.MatchString(comm),
-		len(f.Cgroups) > 0 && !slices.Contains(f.Cgroups, th.Cgroup):
+		len(f.Cgroups)+len(f.CgroupPaths) > 0 && !slices.Contains(f.Cgroups, th.Cgroup) &&
+			!slices.Contains(f.CgroupPaths, cgroupPath(th, t)):
 		return false
 	}
 	if len(f.Containers)+len(f.Pods)+len(f.Namespaces)+len(f.QoS) == 0 {
@@ -199,6 +226,47 @@ func (f *Filter) keepsThread(th Thread, t *Table) bool {
 		return false
 	}
 	return true
+}
+
+// cgroupPath returns the path below the cgroup v2 mount that t keeps for
+// th's cgroup, "" when it keeps none.
+func cgroupPath(th Thread, t *Table) string {
+	if th.Meta == 0 {
+		return ""
+	}
+	return t.Strings[t.Cgroups[th.Meta-1].Path]
+}
+
+// CgroupPathsUnknown is a query's warning: a filter by cgroup path met
+// samples whose cgroup's path their recorder did not keep (a block written
+// before version 2, or by "record --containers=false"; an import without
+// cgroup paths; a cgroup gone before the recorder read its path). Those
+// samples are left out of the answer; a filter by cgroup id can still
+// select them.
+type CgroupPathsUnknown struct {
+	// Node is the samples' node; Block names their block, "" for samples
+	// not yet cut into one (a head).
+	Node, Block string
+	// Threads is how many of the table's Of threads have no cgroup path.
+	Threads, Of int
+}
+
+func (e *CgroupPathsUnknown) Error() string {
+	where := "the samples not yet in a block"
+	if e.Block != "" {
+		where = "block " + e.Block
+	}
+	return fmt.Sprintf("node %s, %s: %d of its %d threads have no recorded cgroup path (a block before version 2, record --containers=false, an import, or a cgroup gone before it was read): a cgroup path filter cannot select their samples, a cgroup id filter can",
+		e.Node, where, e.Threads, e.Of)
+}
+
+// pathWarning is the warning for the threads whose cgroup path c could
+// not judge, nil when there are none.
+func (c *compiled) pathWarning(node, block string) error {
+	if c.pathless == 0 {
+		return nil
+	}
+	return &CgroupPathsUnknown{Node: node, Block: block, Threads: c.pathless, Of: len(c.threadOK)}
 }
 
 // keeps reports whether sample i of t passes.

@@ -56,7 +56,8 @@ func weightOf(periodNs int64) int64 {
 }
 
 // Warnings lists data a query had to skip (a corrupt chunk, a block that
-// vanished); the answer covers everything else.
+// vanished) and samples its filter could not judge (CgroupPathsUnknown);
+// the answer covers everything else.
 type Warnings []error
 
 // part is one unit of work for Select: a chunk of a block, or a head.
@@ -152,7 +153,7 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 			return warnings, err
 		}
 	}
-	return warnings, nil
+	return append(warnings, masks.pathWarnings(parts)...), nil
 }
 
 // skipped records that a query skipped unreadable data: counted, logged
@@ -291,6 +292,32 @@ func (mc *maskCache) get(b *Block, ix *blockIndex) *compiled {
 		mc.m[b] = c
 	}
 	return c
+}
+
+// pathWarnings names, once each, the heads and the blocks read whose
+// samples the filter could not judge by cgroup path.
+func (mc *maskCache) pathWarnings(parts []part) Warnings {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	var warnings Warnings
+	seen := map[*Block]bool{}
+	for _, p := range parts {
+		mask, block := p.mask, ""
+		if p.block != nil {
+			if seen[p.block] {
+				continue
+			}
+			seen[p.block] = true
+			mask, block = mc.m[p.block], p.block.String()
+		}
+		if mask == nil {
+			continue
+		}
+		if w := mask.pathWarning(p.node, block); w != nil {
+			warnings = append(warnings, w)
+		}
+	}
+	return warnings
 }
 
 // runPart reads one part and returns its matching rows.

@@ -147,6 +147,9 @@ func (db *DB) timelineSummaries(ctx context.Context, tl *Steps, r Range, step in
 			b.totals.Store(&totals)
 		}
 		mask := compile(f, ix.tables, &ix.idle)
+		if w := mask.pathWarning(b.Meta.Node, b.String()); w != nil {
+			warnings = append(warnings, w)
+		}
 		for _, e := range ix.summary.cells {
 			if mask.threadOK[e.key] {
 				add(ix.summary.base+int64(e.bucket), e.count, e.idle, weight)
