@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -154,8 +155,9 @@ var FilterParams = []string{"source", "node", "label", "comm", "pid", "tid", "cp
 // expression when it starts with "~"; label is a comma separated list of
 // node labels, key=value, all of which a node must have. comm is an exact command name, or a regular expression when
 // it starts with "~" ("~^kube"); pid, tid, cpu and cgroup are comma
-// separated lists (cpu also takes ranges, "0-3,8"; cgroup also takes a
-// cgroup v2 path on this host); container (names or ids, ids maybe
+// separated lists (cpu also takes ranges, "0-3,8"; cgroup also takes
+// cgroup v2 paths, see parseCgroupPath, matched against the paths the
+// recording host kept, never looked up here); container (names or ids, ids maybe
 // shortened), pod (names or UIDs), namespace and qos (guaranteed,
 // burstable, besteffort) are comma separated lists matched against the
 // samples' container metadata; frame is a regular expression matched
@@ -211,11 +213,15 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 	}
 	if v := get("cgroup"); v != "" {
 		for _, c := range strings.Split(v, ",") {
-			id, err := profiler.ParseCgroup(c)
-			if err != nil {
-				return f, &ParamError{Param: "cgroup", Err: err}
+			if id, err := strconv.ParseUint(c, 10, 64); err == nil {
+				f.Cgroups = append(f.Cgroups, id)
+				continue
 			}
-			f.Cgroups = append(f.Cgroups, id)
+			paths, err := parseCgroupPath(c)
+			if err != nil {
+				return f, err
+			}
+			f.CgroupPaths = append(f.CgroupPaths, paths...)
 		}
 	}
 	for _, l := range []struct {
@@ -255,6 +261,45 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 		return f, paramErr("idle", "%q: want exclude or include", v)
 	}
 	return f, nil
+}
+
+// maxCgroupPath bounds a cgroup path in a filter (PATH_MAX).
+const maxCgroupPath = 4096
+
+// cgroupMounts are where cgroup v2 is mounted: /sys/fs/cgroup, or on
+// hybrid (v1 + v2) hosts /sys/fs/cgroup/unified.
+var cgroupMounts = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+
+// parseCgroupPath turns a cgroup path given to a filter into the paths
+// below the cgroup v2 mount that a recorder keeps for a sample's cgroup
+// ("/system.slice/kubelet.service", as /proc/PID/cgroup shows it). A
+// relative path is below the mount; an absolute one is too, unless it lies
+// under /sys/fs/cgroup, where it is taken below that mount (below
+// /sys/fs/cgroup/unified it may be either host's: both paths are kept).
+// It reads no file system: the path names a cgroup of the host that
+// recorded, which the host that queries may not have.
+func parseCgroupPath(c string) ([]string, error) {
+	switch {
+	case c == "":
+		return nil, paramErr("cgroup", "an empty cgroup in the list")
+	case len(c) > maxCgroupPath:
+		return nil, paramErr("cgroup", "a path of %d bytes, at most %d", len(c), maxCgroupPath)
+	case !utf8.ValidString(c) || strings.IndexFunc(c, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0:
+		return nil, paramErr("cgroup", "%q: a cgroup path holds printable characters only", Clip(c))
+	case slices.Contains(strings.Split(c, "/"), ".."):
+		return nil, paramErr("cgroup", "%q: a cgroup path must not contain ..", Clip(c))
+	}
+	p := filepath.Clean("/" + c)
+	var below []string
+	for _, m := range cgroupMounts {
+		if rest, ok := strings.CutPrefix(p, m); ok && (rest == "" || rest[0] == '/') {
+			below = append(below, filepath.Clean("/"+rest))
+		}
+	}
+	if len(below) == 0 {
+		return []string{p}, nil
+	}
+	return below, nil
 }
 
 // maxNameLen is the longest Kubernetes name (a DNS subdomain).

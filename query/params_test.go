@@ -2,6 +2,7 @@ package query
 
 import (
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -111,7 +112,8 @@ func TestParseFilter(t *testing.T) {
 	}
 	for _, tc := range []struct{ param, bad string }{
 		{"comm", "~("}, {"pid", "x"}, {"tid", "-1"}, {"cpu", "3-1"}, {"cpu", "4000000000"}, {"frame", "["},
-		{"stack", "both"}, {"idle", "yes"}, {"cgroup", "/no/such/cgroup"},
+		{"stack", "both"}, {"idle", "yes"}, {"cgroup", "../etc"}, {"cgroup", "/sys/fs/cgroup/a/../../etc"}, {"cgroup", "5,,6"},
+		{"cgroup", "a\x01b"}, {"cgroup", "\xff"}, {"cgroup", "/" + strings.Repeat("c", 4096)},
 		{"container", "a,,b"}, {"container", "<script>"}, {"pod", "a b"}, {"pod", strings.Repeat("p", 254)},
 		{"namespace", "kube-system,"}, {"namespace", "ns/x"}, {"qos", "gold"}, {"qos", "burstable,Burstable"},
 	} {
@@ -129,6 +131,43 @@ func TestParseFilter(t *testing.T) {
 	}
 }
 
+// TestParseCgroupFilter: cgroup ids and paths parse without a look at
+// this host's file system. A path names a cgroup of the host that
+// recorded, kept below its cgroup v2 mount: a relative path and one under
+// /sys/fs/cgroup are taken below the mount, and one under
+// /sys/fs/cgroup/unified as either host's. None of these cgroups exists
+// here: parsing used to stat them and fail.
+func TestParseCgroupFilter(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		ids   []uint64
+		paths []string
+	}{
+		{"12345", []uint64{12345}, nil},
+		{"/kubepods.slice/no-such-pod.slice", nil, []string{"/kubepods.slice/no-such-pod.slice"}},
+		{"system.slice/no-such.service", nil, []string{"/system.slice/no-such.service"}},
+		{"/sys/fs/cgroup/system.slice/no-such.service/", nil, []string{"/system.slice/no-such.service"}},
+		{"/sys/fs/cgroup", nil, []string{"/"}},
+		{"/sys/fs/cgroupx/a", nil, []string{"/sys/fs/cgroupx/a"}},
+		{"/sys/fs/cgroup/unified/no-such.scope", nil, []string{"/unified/no-such.scope", "/no-such.scope"}},
+		{"7,/a//b/./c,8", []uint64{7, 8}, []string{"/a/b/c"}},
+	} {
+		f, err := ParseFilter(func(n string) string {
+			if n == "cgroup" {
+				return tc.in
+			}
+			return ""
+		})
+		if err != nil {
+			t.Errorf("cgroup=%q: %v", tc.in, err)
+			continue
+		}
+		if !slices.Equal(f.Cgroups, tc.ids) || !slices.Equal(f.CgroupPaths, tc.paths) {
+			t.Errorf("cgroup=%q: ids %v, paths %q; want %v, %q", tc.in, f.Cgroups, f.CgroupPaths, tc.ids, tc.paths)
+		}
+	}
+}
+
 // TestParseTimeWithoutZone checks that an RFC 3339 time without its zone
 // is refused with the reason and the fix.
 func TestParseTimeWithoutZone(t *testing.T) {
@@ -141,4 +180,37 @@ func TestParseTimeWithoutZone(t *testing.T) {
 	if _, err := ParseTime("from", "2026-11-21T14:03:00Z", time.Now()); err != nil {
 		t.Errorf("with Z: %v", err)
 	}
+}
+
+// FuzzParseCgroupFilter parses any cgroup filter: an error naming the
+// parameter, or ids and paths below a cgroup v2 mount, absolute and clean,
+// none climbing out of it.
+// Seeds: testdata/fuzz/FuzzParseCgroupFilter.
+func FuzzParseCgroupFilter(f *testing.F) {
+	for _, s := range []string{"1,2", "system.slice/a.service", "/sys/fs/cgroup/unified/x", "/sys/fs/cgroup", "a/../b", ",", "/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		fl, err := ParseFilter(func(n string) string {
+			if n == "cgroup" {
+				return v
+			}
+			return ""
+		})
+		if err != nil {
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Param != "cgroup" {
+				t.Fatalf("cgroup=%q: %v, want an error naming cgroup", v, err)
+			}
+			return
+		}
+		if v != "" && len(fl.Cgroups)+len(fl.CgroupPaths) == 0 {
+			t.Fatalf("cgroup=%q: no id and no path", v)
+		}
+		for _, p := range fl.CgroupPaths {
+			if !strings.HasPrefix(p, "/") || filepath.Clean(p) != p || slices.Contains(strings.Split(p, "/"), "..") {
+				t.Fatalf("cgroup=%q: path %q is not absolute and clean", v, p)
+			}
+		}
+	})
 }

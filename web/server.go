@@ -425,6 +425,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, ep endpoint) {
 			h.Add("Warning", warningValue(fmt.Sprintf("and %d more data skipped", len(warnings)-i)))
 			break
 		}
+		if unknown := (*store.CgroupPathsUnknown)(nil); errors.As(warning, &unknown) {
+			h.Add("Warning", warningValue(warning.Error()))
+			continue
+		}
 		h.Add("Warning", warningValue("skipped unreadable data: "+warning.Error()))
 	}
 	w.WriteHeader(http.StatusOK)

@@ -143,15 +143,13 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	printWarnings(stderr, warnings) // first: they may say why nothing was selected
 	if n == 0 {
 		if file != nil {
 			os.Remove(*output)
 		}
 		data, found := query.Span(db.SourcesOf(&f), f.Sources)
 		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
-	}
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "warning: skipped: %v\n", w)
 	}
 	for _, w := range db.InstanceNotices() {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
@@ -225,3 +223,15 @@ func selectedNodes(db *store.DB, f *store.Filter) []string {
 
 // hz writes a sampling period as a frequency.
 func hz(periodNs int64) string { return fmt.Sprintf("%.4g Hz", sample.FrequencyOf(periodNs)) }
+
+// printWarnings writes a query's warnings: data skipped as unreadable, and
+// samples its filter could not judge.
+func printWarnings(w io.Writer, warnings store.Warnings) {
+	for _, warning := range warnings {
+		if unknown := (*store.CgroupPathsUnknown)(nil); errors.As(warning, &unknown) {
+			fmt.Fprintf(w, "warning: %v\n", warning)
+			continue
+		}
+		fmt.Fprintf(w, "warning: skipped: %v\n", warning)
+	}
+}

@@ -77,9 +77,7 @@ func exportPrediff(pf prediffFlags, qf queryFlags, filters map[string]*string, f
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "warning: skipped: %v\n", w)
-	}
+	printWarnings(stderr, warnings)
 	if len(res.Events) == 0 {
 		var kinds []string
 		for k, n := range res.Kinds {
