@@ -148,6 +148,24 @@ func eventPeriod(line []byte) int64 {
 	return 0
 }
 
+// spacingSamples is how many of a perf script's first samples
+// PerfScriptPeriod reads when the header gives no period.
+const spacingSamples = 10_000
+
+// PerfScriptPeriod is the sampling period of the perf script r, whose
+// header is h: the header's, or, when it gives none, the one its first
+// samples' spacing says (PeriodFromSpacing), read from r's start. 0 when
+// neither tells.
+func PerfScriptPeriod(r io.ReadSeeker, h PerfScriptHeader) (int64, error) {
+	if h.PeriodNs != 0 {
+		return h.PeriodNs, nil
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("perf script period: %w", err)
+	}
+	return PeriodFromSpacing(r, spacingSamples)
+}
+
 // PeriodFromSpacing estimates the sampling period of a perf script from
 // the spacing of its first n samples: the median gap between consecutive
 // samples of one CPU (a busy CPU is sampled once a period). 0 when no CPU

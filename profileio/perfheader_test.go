@@ -82,6 +82,28 @@ func TestPeriodFromSpacing(t *testing.T) {
 	}
 }
 
+// TestPerfScriptPeriod: a header's period wins; without one, the samples'
+// spacing says it, read from the file's start whatever was read before.
+func TestPerfScriptPeriod(t *testing.T) {
+	script := "# ========\n# event : name = cpu-clock, { sample_period, sample_freq } = 99, freq = 1\n# ========\n#\n"
+	for i := range 20 { // one CPU every 4 ms
+		ns := int64(7e9) + int64(i)*4e6
+		script += fmt.Sprintf("java 1/1 [000] %d.%06d: cpu-clock:\n\t0 f (/x)\n\n", ns/1e9, ns%1e9/1e3)
+	}
+	r := strings.NewReader(script)
+	h, err := ReadPerfScriptHeader(r, time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := PerfScriptPeriod(r, h); err != nil || got != sample.PeriodOf(99) {
+		t.Errorf("with the header's period: %d, %v; want %d", got, err, sample.PeriodOf(99))
+	}
+	h.PeriodNs = 0
+	if got, err := PerfScriptPeriod(r, h); err != nil || got != 4e6 {
+		t.Errorf("from the spacing: %d, %v; want 4 ms", got, err)
+	}
+}
+
 func FuzzReadPerfScriptHeader(f *testing.F) {
 	if b, err := os.ReadFile("testdata/perf-record-header.perf"); err == nil {
 		f.Add(string(b[:min(len(b), 3000)]))

@@ -170,14 +170,8 @@ func (in *importInput) perfScript(stderr io.Writer) (shift, periodNs int64, err 
 		fmt.Fprintf(stderr, "%s: no \"captured on\" and \"time of last sample\" header (perf script --header) nor --time-offset: "+
 			"its times stay perf's own, shown as seconds from its first sample\n", in.path)
 	}
-	periodNs = h.PeriodNs
-	if periodNs == 0 {
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return 0, 0, err
-		}
-		if periodNs, err = profileio.PeriodFromSpacing(f, 10_000); err != nil {
-			return 0, 0, err
-		}
+	if periodNs, err = profileio.PerfScriptPeriod(f, h); err != nil {
+		return 0, 0, err
 	}
 	return shift, periodNs, nil
 }
