@@ -230,3 +230,39 @@ func facilityName(f uint32) string {
 	}
 	return strconv.FormatUint(uint64(f), 10)
 }
+
+// EventStore keeps a recording's events: store.DB.
+type EventStore interface {
+	AppendEvent(e Event) error
+	// LatestEvent is the time of the newest event of source kept.
+	LatestEvent(source string) (int64, bool)
+}
+
+// RecordInto reads the kernel log into st until the returned function is
+// called, keeping records newer than the newest kernel event st holds, or
+// than start on a store without one. When the kernel log cannot be read
+// it warns and returns at once: the recording goes on without events, and
+// Status says why.
+func (k *KmsgSource) RecordInto(st EventStore, start time.Time) (stop func()) {
+	f, err := k.Open()
+	if err != nil {
+		return func() {}
+	}
+	since := start.UnixNano()
+	if last, ok := st.LatestEvent(KmsgSourceName); ok {
+		since = last
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.Run(ctx, f, since, func(e Event) {
+			if err := st.AppendEvent(e); err != nil {
+				k.log.Warn("store a kernel log event", "err", err)
+				return
+			}
+			k.log.Info("kernel log event", "pattern", e.Labels["pattern"], "text", e.Text)
+		})
+	}()
+	return sync.OnceFunc(func() { cancel(); <-done })
+}

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/heatscope/heatscope/events"
-	"github.com/heatscope/heatscope/store"
 )
 
 // stringList is a flag that may be given more than once.
@@ -59,35 +54,6 @@ func (ef eventFlags) compile() ([]events.Pattern, error) {
 		ps = append(ps, more...)
 	}
 	return ps, nil
-}
-
-// recordKernelEvents reads the kernel log into db until the returned
-// function is called, keeping records newer than the newest kernel event
-// db holds, or than start on a store without one (see events.KmsgSource).
-// When the kernel log cannot be read it warns and records without events;
-// the source's Status says so.
-func recordKernelEvents(db *store.DB, src *events.KmsgSource, start time.Time) (stop func()) {
-	f, err := src.Open()
-	if err != nil {
-		return func() {}
-	}
-	since := start.UnixNano()
-	if last, ok := db.LatestEvent(events.KmsgSourceName); ok {
-		since = last
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		src.Run(ctx, f, since, func(e events.Event) {
-			if err := db.AppendEvent(e); err != nil {
-				slog.Warn("store a kernel log event", "err", err)
-				return
-			}
-			slog.Info("kernel log event", "pattern", e.Labels["pattern"], "text", e.Text)
-		})
-	}()
-	return sync.OnceFunc(func() { cancel(); <-done })
 }
 
 // printEventSummary says what the kernel log gave, or why it gave nothing.

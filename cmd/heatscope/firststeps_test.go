@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/heatscope/heatscope/pipeline"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/sample"
 )
@@ -87,7 +88,7 @@ func TestExportOutsideTheData(t *testing.T) {
 // TestTopLeavesIdleOut checks that record --top counts no CPU idle
 // samples, as export and the UI do by default.
 func TestTopLeavesIdleOut(t *testing.T) {
-	b := profileio.NewPprofBuilder(int64(1e9) / 99)
+	b := pipeline.NewProfile(sample.PeriodOf(99))
 	idle := sample.Sample{Comm: "swapper/0", Stack: []sample.Frame{{Function: "pv_native_safe_halt", Kind: sample.KindKernel},
 		{Function: "default_idle", Kind: sample.KindKernel}}}
 	busy := sample.Sample{Comm: "gzip", PID: 9, TID: 9, Stack: []sample.Frame{{Function: "deflate", Module: "/usr/bin/gzip", Kind: sample.KindUser}}}
@@ -101,7 +102,7 @@ func TestTopLeavesIdleOut(t *testing.T) {
 	for range 3 {
 		b.Add(&irq)
 	}
-	kept, left := withoutIdle(b.Profile())
+	kept, left := b.Busy()
 	var out bytes.Buffer
 	printTop(&out, profileio.TopFunctions(kept, nil), 5, left)
 	if left != 37 || strings.Contains(out.String(), "halt") || !strings.Contains(out.String(), " 95.24% ") ||
@@ -163,7 +164,7 @@ func TestMakeInstall(t *testing.T) {
 // line per address), each sample once in total however many of its
 // frames the module holds.
 func TestTopGroupsUnresolvedFrames(t *testing.T) {
-	b := profileio.NewPprofBuilder(int64(1e9) / 99)
+	b := pipeline.NewProfile(sample.PeriodOf(99))
 	for i := range 10 {
 		s := sample.Sample{Comm: "node", PID: 9, TID: 9, Stack: []sample.Frame{
 			{Function: fmt.Sprintf("[anon+0x7f01fd57a%03x]", i), Kind: sample.KindUser},
@@ -172,7 +173,7 @@ func TestTopGroupsUnresolvedFrames(t *testing.T) {
 		b.Add(&s)
 	}
 	var out bytes.Buffer
-	printRunTop(&out, b.Profile(), 5)
+	printRunTop(&out, b, 5)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
 		"self% is each function's share of the 0.101s of CPU time sampled, CPU idle excluded (no idle samples)",

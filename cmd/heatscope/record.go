@@ -17,10 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/metrics"
+	"github.com/heatscope/heatscope/pipeline"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/query"
@@ -55,273 +55,446 @@ const defaultSymbolCache = "8MiB"
 const defaultRecordMemoryLimit = "36MiB"
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("record", "record [flags]", stderr)
-	duration := fs.Duration("duration", 0, "how long to record; 0 records until SIGINT or SIGTERM")
-	data := fs.String("data", "./heatscope-data", "data directory to record into ('' for none)")
-	source := fs.String("source", "", "source name of the recorded samples (default: the node's name, --node)")
-	retention := fs.String("retention", "7d", "drop data older than this (0 keeps everything)")
-	retentionSize := fs.String("retention-size", "10GB", "drop the oldest data while the blocks take more than this (0: no limit)")
-	blockDuration := fs.Duration("block-duration", 2*time.Minute, "how much time the in-memory head covers before it is written as a block")
-	output := fs.String("output", "", "also write this run's samples to this file")
-	format := fs.String("format", "pprof", "format of --output: pprof or folded")
-	frequency := fs.Int("frequency", 99, fmt.Sprintf("samples per second per CPU (1 to %d)", profiler.MaxFrequency))
-	pids := fs.String("pid", "", "only sample these processes (comma-separated pids)")
-	cgroup := fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
-	stacks := fs.String("stacks", "all", "which stacks to walk: all, kernel or user")
-	unwindMode := fs.String("unwind", "auto", "how user stacks are walked: auto (dwarf where the kernel can, else fp), fp (frame pointers) or dwarf (unwind tables from each binary's .eh_frame, frame pointers where there are none; Linux 5.17)")
-	unwindTables := fs.String("unwind-tables", "64MiB", "memory bound of the unwind tables loaded into BPF maps (--unwind dwarf): the least recently used are evicted beyond it")
-	btfPath := fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
-	top := fs.Int("top", 0, "when done, print this many top functions by self CPU time (keeps the run's profile in memory: for bounded runs)")
-	progress := fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
-	containers := fs.Bool("containers", true, "label samples with their container, pod and Kubernetes names, read from their cgroup (cgroup v2)")
-	hostRoot := fs.String("host-root", "/", "where the host's /var/log/pods, /var/log/containers and /var/lib/kubelet/pods are mounted (for --containers; e.g. /host in a container)")
-	bpfStats := fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
-	cacheDir := fs.String("cache-dir", defaultCacheDir(), "where kernel symbols and unwind tables are cached between runs ('' for no cache)")
-	cacheSize := fs.String("cache-size", "256MiB", "disk bound of the unwind tables, and apart of the symbol tables, cached in --cache-dir: the least recently used are removed beyond it")
-	procs := fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
-	symCache := fs.String("symbol-cache", defaultSymbolCache, "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
-	memLimit := fs.String("memory-limit", defaultRecordMemoryLimit, "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
-	maxCPU := fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
-		"and raised back when the cost allows (0: no guard)")
-	cpuProfile := fs.String("cpu-profile", "", "write the agent's own Go CPU profile of the whole run to this file (go tool pprof reads it; '' for none)")
-	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the agent's own Go heap profile into this existing directory (to compare with go tool pprof -diff_base; '' for none)")
-	config := addConfigFlag(fs)
-	wf := addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token or --insecure-listen)")
-	ef := addEventFlags(fs)
-	sf := addSaturationFlags(fs)
-	shf := addShipFlags(fs)
-	if err := parseFlagsWithConfig(fs, config, args); err != nil {
+	f, err := parseRecordFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	listenSet, blockDurationSet, nodeSet := false, false, false
-	fs.Visit(func(f *flag.Flag) {
-		listenSet = listenSet || f.Name == "listen"
-		blockDurationSet = blockDurationSet || f.Name == "block-duration"
-		nodeSet = nodeSet || f.Name == "node"
-	})
+	plan, err := f.plan()
+	if err != nil {
+		return err
+	}
+	r := &recording{flags: f, plan: plan}
+	defer r.cleanUp()
+	if err := r.openOutputs(); err != nil {
+		return err
+	}
+	if err := r.openSampler(); err != nil {
+		return err
+	}
+	if err := r.serve(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *f.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *f.duration)
+		defer cancel()
+	}
+	if err := r.run(ctx, stderr); err != nil {
+		return err
+	}
+	return r.report(stdout, stderr)
+}
 
-	cfg := profiler.Config{Frequency: *frequency}
+// recordFlags are record's flags.
+type recordFlags struct {
+	duration, blockDuration, progress                                      *time.Duration
+	data, source, retention, retentionSize, output, format                 *string
+	pids, cgroup, stacks, unwindMode, unwindTables, btfPath                *string
+	hostRoot, cacheDir, cacheSize, symCache, memLimit, cpuProfile, heapDir *string
+	frequency, top, procs                                                  *int
+	containers, bpfStats                                                   *bool
+	maxCPU                                                                 *float64
+	web                                                                    webFlags
+	events                                                                 eventFlags
+	saturation                                                             saturationFlags
+	ship                                                                   *shipFlags
+	listenSet, blockDurationSet, nodeSet                                   bool
+}
+
+// parseRecordFlags defines record's flags and parses args (and the
+// --config file) into them.
+func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
+	fs := newFlagSet("record", "record [flags]", stderr)
+	f := &recordFlags{}
+	f.duration = fs.Duration("duration", 0, "how long to record; 0 records until SIGINT or SIGTERM")
+	f.data = fs.String("data", "./heatscope-data", "data directory to record into ('' for none)")
+	f.source = fs.String("source", "", "source name of the recorded samples (default: the node's name, --node)")
+	f.retention = fs.String("retention", "7d", "drop data older than this (0 keeps everything)")
+	f.retentionSize = fs.String("retention-size", "10GB", "drop the oldest data while the blocks take more than this (0: no limit)")
+	f.blockDuration = fs.Duration("block-duration", 2*time.Minute, "how much time the in-memory head covers before it is written as a block")
+	f.output = fs.String("output", "", "also write this run's samples to this file")
+	f.format = fs.String("format", "pprof", "format of --output: pprof or folded")
+	f.frequency = fs.Int("frequency", 99, fmt.Sprintf("samples per second per CPU (1 to %d)", profiler.MaxFrequency))
+	f.pids = fs.String("pid", "", "only sample these processes (comma-separated pids)")
+	f.cgroup = fs.String("cgroup", "", "only sample this cgroup v2: a path under /sys/fs/cgroup or a cgroup id")
+	f.stacks = fs.String("stacks", "all", "which stacks to walk: all, kernel or user")
+	f.unwindMode = fs.String("unwind", "auto", "how user stacks are walked: auto (dwarf where the kernel can, else fp), fp (frame pointers) or dwarf (unwind tables from each binary's .eh_frame, frame pointers where there are none; Linux 5.17)")
+	f.unwindTables = fs.String("unwind-tables", "64MiB", "memory bound of the unwind tables loaded into BPF maps (--unwind dwarf): the least recently used are evicted beyond it")
+	f.btfPath = fs.String("btf", "", "BTF file for kernels without /sys/kernel/btf/vmlinux")
+	f.top = fs.Int("top", 0, "when done, print this many top functions by self CPU time (keeps the run's profile in memory: for bounded runs)")
+	f.progress = fs.Duration("progress", time.Second, "how often to print progress on stderr (0: never)")
+	f.containers = fs.Bool("containers", true, "label samples with their container, pod and Kubernetes names, read from their cgroup (cgroup v2)")
+	f.hostRoot = fs.String("host-root", "/", "where the host's /var/log/pods, /var/log/containers and /var/lib/kubelet/pods are mounted (for --containers; e.g. /host in a container)")
+	f.bpfStats = fs.Bool("bpf-stats", false, "measure the BPF program's own run time (kernel.bpf_stats_enabled) and report it")
+	f.cacheDir = fs.String("cache-dir", defaultCacheDir(), "where kernel symbols and unwind tables are cached between runs ('' for no cache)")
+	f.cacheSize = fs.String("cache-size", "256MiB", "disk bound of the unwind tables, and apart of the symbol tables, cached in --cache-dir: the least recently used are removed beyond it")
+	f.procs = fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
+	f.symCache = fs.String("symbol-cache", defaultSymbolCache, "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
+	f.memLimit = fs.String("memory-limit", defaultRecordMemoryLimit, "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
+	f.maxCPU = fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
+		"and raised back when the cost allows (0: no guard)")
+	f.cpuProfile = fs.String("cpu-profile", "", "write the agent's own Go CPU profile of the whole run to this file (go tool pprof reads it; '' for none)")
+	f.heapDir = fs.String("heap-profile-dir", "", "on SIGUSR1, write the agent's own Go heap profile into this existing directory (to compare with go tool pprof -diff_base; '' for none)")
+	config := addConfigFlag(fs)
+	f.web = addWebFlags(fs, "serve the UI and API on this address while recording, host:port ('' for none; a non-loopback host needs --auth-token or --insecure-listen)")
+	f.events = addEventFlags(fs)
+	f.saturation = addSaturationFlags(fs)
+	f.ship = addShipFlags(fs)
+	if err := parseFlagsWithConfig(fs, config, args); err != nil {
+		return nil, err
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		f.listenSet = f.listenSet || fl.Name == "listen"
+		f.blockDurationSet = f.blockDurationSet || fl.Name == "block-duration"
+		f.nodeSet = f.nodeSet || fl.Name == "node"
+	})
+	return f, nil
+}
+
+// recordPlan is what record's flags ask for, checked.
+type recordPlan struct {
+	sampler       profiler.Config
+	store         store.Options
+	patterns      []events.Pattern
+	saturation    saturation.Config
+	saturationOff bool
+	symCacheBytes int64
+	memoryLimit   int64
+}
+
+// plan checks the flags: a wrong one is a usage error that names it.
+func (f *recordFlags) plan() (recordPlan, error) {
+	var p recordPlan
 	var err error
-	if *frequency < 1 || *frequency > profiler.MaxFrequency {
-		return usageError{fmt.Errorf("--frequency %d: want 1 to %d", *frequency, profiler.MaxFrequency)}
+	if p.sampler, err = f.samplerConfig(); err != nil {
+		return p, err
 	}
-	if *maxCPU < 0 || *maxCPU > 100*float64(runtime.NumCPU()) {
-		return usageError{fmt.Errorf("--max-cpu %v: want 0 (off) to %d percent", *maxCPU, 100*runtime.NumCPU())}
+	if p.store, err = f.storeOptions(); err != nil {
+		return p, err
 	}
-	if *duration < 0 {
-		return usageError{fmt.Errorf("--duration %v: must not be negative", *duration)}
+	if p.patterns, err = f.events.compile(); err != nil {
+		return p, err
 	}
-	if *format != "pprof" && *format != "folded" {
-		return usageError{fmt.Errorf("--format %q: want pprof or folded", *format)}
+	if p.saturation, p.saturationOff, err = f.saturation.config(); err != nil {
+		return p, err
 	}
-	if cfg.Stacks, err = profiler.ParseStacks(*stacks); err != nil {
-		return usageError{fmt.Errorf("--stacks: %w", err)}
+	if *f.procs < 1 {
+		return p, usageError{fmt.Errorf("--gomaxprocs %d: want at least 1", *f.procs)}
 	}
-	if cfg.Unwind, err = profiler.ParseUnwind(*unwindMode); err != nil {
-		return usageError{fmt.Errorf("--unwind: %w", err)}
+	if p.symCacheBytes, err = parseSize(*f.symCache); err != nil || p.symCacheBytes < 1 {
+		return p, usageError{fmt.Errorf("--symbol-cache %q: want a size like %s", *f.symCache, defaultSymbolCache)}
 	}
-	if cfg.UnwindMaxBytes, err = parseSize(*unwindTables); err != nil || cfg.UnwindMaxBytes <= 0 {
-		return usageError{fmt.Errorf("--unwind-tables %q: want a size such as 64MiB", *unwindTables)}
+	if p.memoryLimit, err = parseSize(*f.memLimit); err != nil {
+		return p, usageError{fmt.Errorf("--memory-limit: %w", err)}
 	}
-	if cfg.PIDs, err = parsePIDs(*pids); err != nil {
-		return usageError{fmt.Errorf("--pid: %w", err)}
+	if *f.data == "" && *f.output == "" {
+		return p, usageError{errors.New("nothing to write: give --data or --output")}
 	}
-	if cfg.CgroupID, err = profiler.ParseCgroup(*cgroup); err != nil {
-		return usageError{fmt.Errorf("--cgroup: %w", err)}
+	if *f.data == "" && f.listenSet && *f.web.listen != "" {
+		return p, usageError{errors.New("--listen serves the data directory: give --data too")}
 	}
-	cfg.BTFPath = *btfPath
-	cfg.UnwindCacheDir = *cacheDir
-	if cfg.UnwindCacheMaxBytes, err = parseSize(*cacheSize); err != nil || cfg.UnwindCacheMaxBytes <= 0 {
-		return usageError{fmt.Errorf("--cache-size %q: want a size such as 256MiB", *cacheSize)}
+	if *f.data != "" {
+		if _, err := f.web.authToken(); err != nil {
+			return p, err
+		}
 	}
-	cfg.BPFStats = *bpfStats
+	return p, nil
+}
+
+// samplerConfig checks the flags that configure the sampler.
+func (f *recordFlags) samplerConfig() (profiler.Config, error) {
+	cfg := profiler.Config{Frequency: *f.frequency, BTFPath: *f.btfPath, UnwindCacheDir: *f.cacheDir, BPFStats: *f.bpfStats}
+	var err error
+	if *f.frequency < 1 || *f.frequency > profiler.MaxFrequency {
+		return cfg, usageError{fmt.Errorf("--frequency %d: want 1 to %d", *f.frequency, profiler.MaxFrequency)}
+	}
+	if *f.maxCPU < 0 || *f.maxCPU > 100*float64(runtime.NumCPU()) {
+		return cfg, usageError{fmt.Errorf("--max-cpu %v: want 0 (off) to %d percent", *f.maxCPU, 100*runtime.NumCPU())}
+	}
+	if *f.duration < 0 {
+		return cfg, usageError{fmt.Errorf("--duration %v: must not be negative", *f.duration)}
+	}
+	if *f.format != "pprof" && *f.format != "folded" {
+		return cfg, usageError{fmt.Errorf("--format %q: want pprof or folded", *f.format)}
+	}
+	if cfg.Stacks, err = profiler.ParseStacks(*f.stacks); err != nil {
+		return cfg, usageError{fmt.Errorf("--stacks: %w", err)}
+	}
+	if cfg.Unwind, err = profiler.ParseUnwind(*f.unwindMode); err != nil {
+		return cfg, usageError{fmt.Errorf("--unwind: %w", err)}
+	}
+	if cfg.UnwindMaxBytes, err = parseSize(*f.unwindTables); err != nil || cfg.UnwindMaxBytes <= 0 {
+		return cfg, usageError{fmt.Errorf("--unwind-tables %q: want a size such as 64MiB", *f.unwindTables)}
+	}
+	if cfg.PIDs, err = parsePIDs(*f.pids); err != nil {
+		return cfg, usageError{fmt.Errorf("--pid: %w", err)}
+	}
+	if cfg.CgroupID, err = profiler.ParseCgroup(*f.cgroup); err != nil {
+		return cfg, usageError{fmt.Errorf("--cgroup: %w", err)}
+	}
+	if cfg.UnwindCacheMaxBytes, err = parseSize(*f.cacheSize); err != nil || cfg.UnwindCacheMaxBytes <= 0 {
+		return cfg, usageError{fmt.Errorf("--cache-size %q: want a size such as 256MiB", *f.cacheSize)}
+	}
+	return cfg, nil
+}
+
+// storeOptions checks the flags that configure the data directory.
+func (f *recordFlags) storeOptions() (store.Options, error) {
 	// The store's periodic work runs on the sampler's poll goroutine
-	// (rec.OnPoll below), so the agent has no timer of its own to wake for.
-	storeOpts := store.Options{Source: *source, BlockDuration: *blockDuration, PeriodNs: sample.PeriodOf(int64(*frequency)),
+	// (rec.OnPoll), so the agent has no timer of its own to wake for.
+	opts := store.Options{Source: *f.source, BlockDuration: *f.blockDuration, PeriodNs: sample.PeriodOf(int64(*f.frequency)),
 		Logger: slog.Default(), CallerTicks: true}
-	if storeOpts.Retention, err = parseDays(*retention); err != nil {
-		return usageError{fmt.Errorf("--retention: %w", err)}
+	var err error
+	if opts.Retention, err = parseDays(*f.retention); err != nil {
+		return opts, usageError{fmt.Errorf("--retention: %w", err)}
 	}
-	if storeOpts.RetentionSize, err = parseSize(*retentionSize); err != nil {
-		return usageError{fmt.Errorf("--retention-size: %w", err)}
+	if opts.RetentionSize, err = parseSize(*f.retentionSize); err != nil {
+		return opts, usageError{fmt.Errorf("--retention-size: %w", err)}
 	}
-	if *blockDuration < time.Second {
-		return usageError{fmt.Errorf("--block-duration %v: at least 1s", *blockDuration)}
+	if *f.blockDuration < time.Second {
+		return opts, usageError{fmt.Errorf("--block-duration %v: at least 1s", *f.blockDuration)}
 	}
-	if storeOpts.Node, err = shf.nodeName(nodeSet); err != nil {
-		return err
+	if opts.Node, err = f.ship.nodeName(f.nodeSet); err != nil {
+		return opts, err
 	}
-	if storeOpts.NodeLabels, err = shf.nodeLabels(); err != nil {
-		return err
+	if opts.NodeLabels, err = f.ship.nodeLabels(); err != nil {
+		return opts, err
 	}
-	if *shf.objstore != "" {
-		if *data == "" {
-			return usageError{errors.New("--objstore-config ships the data directory's blocks: give --data too")}
+	if *f.ship.objstore != "" {
+		if *f.data == "" {
+			return opts, usageError{errors.New("--objstore-config ships the data directory's blocks: give --data too")}
 		}
 		// Blocks are what is shipped: a sample is in the bucket within
 		// about a block's duration (docs/design.md).
-		if !blockDurationSet {
-			storeOpts.BlockDuration = shipBlockDuration
-		} else if *blockDuration > time.Minute {
-			slog.Warn("samples reach the bucket up to --block-duration after they are taken", "block-duration", *blockDuration)
+		if !f.blockDurationSet {
+			opts.BlockDuration = shipBlockDuration
+		} else if *f.blockDuration > time.Minute {
+			slog.Warn("samples reach the bucket up to --block-duration after they are taken", "block-duration", *f.blockDuration)
 		}
 	}
-	patterns, err := ef.compile()
-	if err != nil {
-		return err
-	}
-	satCfg, satOff, err := sf.config()
-	if err != nil {
-		return err
-	}
-	if *procs < 1 {
-		return usageError{fmt.Errorf("--gomaxprocs %d: want at least 1", *procs)}
-	}
-	symCacheBytes, err := parseSize(*symCache)
-	if err != nil || symCacheBytes < 1 {
-		return usageError{fmt.Errorf("--symbol-cache %q: want a size like %s", *symCache, defaultSymbolCache)}
-	}
-	memoryLimit, err := parseSize(*memLimit)
-	if err != nil {
-		return usageError{fmt.Errorf("--memory-limit: %w", err)}
-	}
-	if *data == "" && *output == "" {
-		return usageError{errors.New("nothing to write: give --data or --output")}
-	}
-	if *data == "" && listenSet && *wf.listen != "" {
-		return usageError{errors.New("--listen serves the data directory: give --data too")}
-	}
-	if *data != "" {
-		if _, err := wf.authToken(); err != nil {
-			return err
-		}
-	}
+	return opts, nil
+}
 
-	if *heapDir != "" {
-		hp, err := startHeapProfiler(*heapDir)
+// recording is a run of record: what it opened, in order, and the sinks
+// its samples go to.
+type recording struct {
+	flags *recordFlags
+	plan  recordPlan
+	// cleanups run in reverse order when the run ends, whatever happened.
+	cleanups []func()
+
+	out     *os.File
+	ship    *shipping
+	db      *store.DB
+	rec     *recorder.Recorder
+	guard   *guarded
+	kmsg    *events.KmsgSource
+	metrics *metrics.Metrics
+	// stopServer stops record's own server; it waits for the requests
+	// under way, so that none outlives the store.
+	stopServer func()
+
+	stored    *pipeline.Store
+	counter   pipeline.Counter
+	profile   *pipeline.Profile
+	folded    *pipeline.Folded
+	saturated *pipeline.Saturation
+	start     time.Time
+}
+
+// deferred adds fn to what cleanUp runs.
+func (r *recording) deferred(fn func()) { r.cleanups = append(r.cleanups, fn) }
+
+// cleanUp releases what the run opened, the last opened first.
+func (r *recording) cleanUp() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+	r.cleanups = nil
+}
+
+// openOutputs starts the agent's own profiles and opens what the samples
+// are written to: --output, the bucket, the data directory.
+func (r *recording) openOutputs() error {
+	f := r.flags
+	if *f.heapDir != "" {
+		hp, err := startHeapProfiler(*f.heapDir)
 		if err != nil {
 			return usageError{err}
 		}
-		defer hp.stop()
+		r.deferred(hp.stop)
 	}
-
-	if *cpuProfile != "" {
-		stopProfile, err := startCPUProfile(*cpuProfile)
+	if *f.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*f.cpuProfile)
 		if err != nil {
 			return usageError{err}
 		}
-		defer stopProfile()
+		r.deferred(stopProfile)
 	}
-
-	var out *os.File
-	if *output != "" {
-		if out, err = os.Create(*output); err != nil {
+	var err error
+	if *f.output != "" {
+		if r.out, err = os.Create(*f.output); err != nil {
 			return fmt.Errorf("create output: %w", err)
 		}
-		defer out.Close()
+		r.deferred(func() { r.out.Close() })
 	}
-	var ship *shipping
-	if *shf.objstore != "" {
-		if ship, err = openShipping(*shf.objstore, *data, storeOpts.Node); err != nil {
+	if *f.ship.objstore != "" {
+		if r.ship, err = openShipping(*f.ship.objstore, *f.data, r.plan.store.Node); err != nil {
 			return err
 		}
-		defer ship.close()
-		ship.hook(&storeOpts)
+		r.deferred(r.ship.close)
+		r.ship.hook(&r.plan.store)
 	}
-	var db *store.DB
-	if *data != "" {
-		if db, err = store.Open(*data, storeOpts); err != nil {
+	if *f.data != "" {
+		if r.db, err = store.Open(*f.data, r.plan.store); err != nil {
 			return err
 		}
-		defer db.Close()
+		r.deferred(func() { r.db.Close() })
 	}
-	if ship != nil {
-		if err := ship.start(db); err != nil {
-			return err
-		}
+	if r.ship != nil {
+		return r.ship.start(r.db)
 	}
+	return nil
+}
 
+// openSampler sets the agent's Go runtime limits and starts the sampler,
+// with container labels and the overhead guard.
+func (r *recording) openSampler() error {
+	f := r.flags
 	// With one P the runtime never wakes a second thread to look for work
 	// when the poll loop's timer fires (docs/design.md).
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
-	if memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
+	procs := runtime.GOMAXPROCS(*f.procs)
+	r.deferred(func() { runtime.GOMAXPROCS(procs) })
+	if r.plan.memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		limit := debug.SetMemoryLimit(r.plan.memoryLimit)
+		r.deferred(func() { debug.SetMemoryLimit(limit) })
 	}
-	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *cacheDir, MaxBinaryBytes: symCacheBytes,
-		SymbolCacheDir: *cacheDir, SymbolCacheMaxBytes: cfg.UnwindCacheMaxBytes}, slog.Default())
+	cfg := r.plan.sampler
+	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *f.cacheDir, MaxBinaryBytes: r.plan.symCacheBytes,
+		SymbolCacheDir: *f.cacheDir, SymbolCacheMaxBytes: cfg.UnwindCacheMaxBytes}, slog.Default())
 	if err != nil {
 		return err
 	}
-	defer rec.Close()
-	if *containers {
-		res, err := openContainerResolver(*hostRoot)
+	r.rec = rec
+	r.deferred(func() { rec.Close() })
+	if *f.containers {
+		res, err := openContainerResolver(*f.hostRoot)
 		if err != nil {
 			slog.Warn("samples will have no container labels", "err", err)
 		} else {
-			defer res.Close()
+			r.deferred(func() { res.Close() })
 			rec.LabelContainers(res)
 		}
 	}
-	var sat *saturation.Detector
-	if db != nil && !satOff {
-		if sat, err = detectSaturation(db, satCfg, cfg); err != nil {
+	if *f.maxCPU > 0 {
+		if r.guard, err = newGuard(rec, r.db, *f.maxCPU, *f.bpfStats); err != nil {
 			return err
 		}
+		r.deferred(r.guard.close)
 	}
-	var guard *guarded
-	if *maxCPU > 0 {
-		if guard, err = newGuard(rec, db, *maxCPU, *bpfStats); err != nil {
-			return err
+	return r.openSinks()
+}
+
+// openSinks chooses where the samples go: the store (and saturation
+// detection on its node), the run's own profile, the counters.
+func (r *recording) openSinks() error {
+	period := r.rec.PeriodNs()
+	if r.db != nil {
+		r.stored = pipeline.NewStore(r.db, period, slog.Default())
+		if !r.plan.saturationOff {
+			d, err := detectSaturation(r.db, r.plan.saturation, r.plan.sampler)
+			if err != nil {
+				return err
+			}
+			if d != nil {
+				r.saturated = pipeline.NewSaturation(d)
+			}
 		}
-		defer guard.close()
 	}
+	// The run's own profile is kept when it is written out or summarised.
+	if *r.flags.output != "" || *r.flags.top > 0 {
+		r.profile = pipeline.NewProfile(period)
+	}
+	if *r.flags.output != "" && *r.flags.format == "folded" {
+		r.folded = pipeline.NewFolded(period)
+	}
+	return nil
+}
+
+// sinks lists the sinks in the order each sample reaches them.
+func (r *recording) sinks() []pipeline.Sink {
+	var sinks []pipeline.Sink
+	if r.saturated != nil {
+		sinks = append(sinks, r.saturated)
+	}
+	if r.stored != nil {
+		sinks = append(sinks, r.stored)
+	}
+	if r.profile != nil {
+		sinks = append(sinks, r.profile)
+	}
+	if r.folded != nil {
+		sinks = append(sinks, r.folded)
+	}
+	return append(sinks, &r.counter)
+}
+
+// serve registers the recording's metrics and serves the UI and API
+// while it records (--listen).
+func (r *recording) serve() error {
 	// kmsg's Status tells whether kernel log events are being recorded.
-	kmsg := events.NewKmsgSource(*ef.kmsg, patterns, slog.Default())
-	m, err := recorderMetrics(rec, db, guard, kmsg)
+	r.kmsg = events.NewKmsgSource(*r.flags.events.kmsg, r.plan.patterns, slog.Default())
+	m, err := recorderMetrics(r.rec, r.db, r.guard, r.kmsg)
 	if err != nil {
 		return err
 	}
-	if ship != nil {
-		if err := m.Register(ship.collector(db)); err != nil {
+	r.metrics = m
+	var appends metrics.AppendErrors
+	if r.stored != nil {
+		appends = r.stored
+	}
+	if err := m.RegisterPipeline(&r.counter, appends); err != nil {
+		return err
+	}
+	if r.ship != nil {
+		if err := m.Register(r.ship.collector(r.db)); err != nil {
 			return err
 		}
 	}
 	health := func() error {
-		if err := rec.Alive(aliveWithin); err != nil {
+		if err := r.rec.Alive(aliveWithin); err != nil {
 			return err
 		}
-		if db != nil {
-			return db.Health()
+		if r.db != nil {
+			return r.db.Health()
 		}
 		return nil
 	}
-	// Deferred after db.Close, so it runs first: no request outlives the DB.
 	webOpts := web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery}
-	if guard != nil {
-		webOpts.Busy = guard.busy
+	if r.guard != nil {
+		webOpts.Busy = r.guard.busy
 	}
-	stopServer, err := serveWhileRecording(db, wf, listenSet, webOpts)
-	if err != nil {
+	if r.stopServer, err = serveWhileRecording(r.db, r.flags.web, r.flags.listenSet, webOpts); err != nil {
 		return err
 	}
-	defer stopServer()
+	r.deferred(r.stopServer)
+	return nil
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
-	start := time.Now()
-	progressDue := reportProgress(rec, start, *progress, stderr)
+// run records until ctx is done, with the periodic work on the sampler's
+// polls, the kernel log's events and the overhead guard beside it.
+func (r *recording) run(ctx context.Context, stderr io.Writer) error {
+	r.start = time.Now()
+	progressDue := reportProgress(r.rec, r.stored, r.start, *r.flags.progress, stderr)
 	var pidsLeft *pidWatch
-	if len(cfg.PIDs) > 0 {
-		pidsLeft = newPIDWatch(cfg.PIDs, pidCheckInterval, slog.Default())
+	if pids := r.plan.sampler.PIDs; len(pids) > 0 {
+		pidsLeft = newPIDWatch(pids, pidCheckInterval, slog.Default())
 	}
-	rec.OnPoll(func() {
-		if db != nil {
-			db.Tick()
+	r.rec.OnPoll(func() {
+		if r.db != nil {
+			r.db.Tick()
 		}
 		progressDue()
 		if pidsLeft != nil {
@@ -329,95 +502,60 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 	})
 	stopEvents := func() {}
-	if db != nil && *ef.kmsg != "" {
-		stopEvents = recordKernelEvents(db, kmsg, start)
+	if r.db != nil && *r.flags.events.kmsg != "" {
+		stopEvents = r.kmsg.RecordInto(r.db, r.start)
 	}
 	stopGuard := func() {}
-	if guard != nil {
-		stopGuard = runGuard(ctx, guard)
+	if r.guard != nil {
+		stopGuard = runGuard(ctx, r.guard)
 	}
-
-	// The run's own profile is kept when it is written out or summarised.
-	var pprofOut *profileio.PprofBuilder
-	if *output != "" || *top > 0 {
-		pprofOut = profileio.NewPprofBuilder(rec.PeriodNs())
-	}
-	var foldedOut *profileio.FoldedBuilder
-	if *output != "" && *format == "folded" {
-		foldedOut = profileio.NewFoldedBuilder()
-		foldedOut.SetPeriod(rec.PeriodNs())
-	}
-	period := rec.PeriodNs()
-	err = rec.Run(ctx, func(s *sample.Sample) {
-		// The overhead guard changed the frequency: the store cuts its
-		// head, so that each block states its samples' period.
-		if s.PeriodNs != period {
-			period = s.PeriodNs
-			if db != nil {
-				db.SetPeriod(period)
-			}
-		}
-		if sat != nil {
-			sat.Add(s)
-		}
-		if db != nil {
-			db.Append(s)
-		}
-		if pprofOut != nil {
-			pprofOut.Add(s)
-		}
-		if foldedOut != nil {
-			foldedOut.Add(query.GroupAddresses.Sample(s)) // as export does by default
-		}
-	})
-	if sat != nil {
-		sat.Flush()
-	}
+	err := pipeline.New(r.sinks()...).Run(ctx, r.rec)
 	stopEvents()
 	stopGuard()
-	stopServer()
-	if err != nil {
-		return err
+	r.stopServer()
+	return err
+}
+
+// report prints what was recorded, closes the data directory, finishes
+// shipping and writes --output and --top.
+func (r *recording) report(stdout, stderr io.Writer) error {
+	f := r.flags
+	printSummary(r.rec, time.Since(r.start), stderr)
+	if r.db != nil && *f.events.kmsg != "" {
+		printEventSummary(r.kmsg.Status(), stderr)
 	}
-	printSummary(rec, time.Since(start), stderr)
-	if db != nil && *ef.kmsg != "" {
-		printEventSummary(kmsg.Status(), stderr)
-	}
-	if db != nil {
-		if err := db.Close(); err != nil {
+	if r.db != nil {
+		if err := r.db.Close(); err != nil {
 			return fmt.Errorf("close data directory: %w", err)
 		}
-		st := db.Stats()
-		fmt.Fprintf(stderr, "data directory %s: %d blocks, %d bytes, %d samples lost\n", *data, st.Blocks, st.BlockBytes, st.Lost)
-		serveCmd, addr := "heatscope serve --data "+shellQuote(*data), defaultListen
-		if *wf.listen != "" && *wf.listen != defaultListen {
-			serveCmd, addr = serveCmd+" --listen "+shellQuote(*wf.listen), *wf.listen
+		st := r.db.Stats()
+		fmt.Fprintf(stderr, "data directory %s: %d blocks, %d bytes, %d samples lost\n", *f.data, st.Blocks, st.BlockBytes, st.Lost)
+		serveCmd, addr := "heatscope serve --data "+shellQuote(*f.data), defaultListen
+		if *f.web.listen != "" && *f.web.listen != defaultListen {
+			serveCmd, addr = serveCmd+" --listen "+shellQuote(*f.web.listen), *f.web.listen
 		}
 		fmt.Fprintf(stderr, "look at it: %s   (then open http://%s/)\n", serveCmd, addr)
 	}
-	if ship != nil {
-		ship.finish(stderr)
+	if r.ship != nil {
+		r.ship.finish(stderr)
 	}
-	var prof *profile.Profile
-	if pprofOut != nil {
-		prof = pprofOut.Profile()
-	}
-	if out != nil {
-		if *format == "folded" {
-			_, err = foldedOut.WriteTo(out)
+	if r.out != nil {
+		var err error
+		if r.folded != nil {
+			_, err = r.folded.WriteTo(r.out)
 		} else {
-			err = profileio.WritePprof(out, prof)
+			err = profileio.WritePprof(r.out, r.profile.Profile())
 		}
 		if err == nil {
-			err = out.Close()
+			err = r.out.Close()
 		}
 		if err != nil {
-			return fmt.Errorf("write %s: %w", *output, err)
+			return fmt.Errorf("write %s: %w", *f.output, err)
 		}
-		fmt.Fprintf(stderr, "wrote %s (%s)\n", *output, *format)
+		fmt.Fprintf(stderr, "wrote %s (%s)\n", *f.output, *f.format)
 	}
-	if *top > 0 {
-		printRunTop(stdout, prof, *top)
+	if *f.top > 0 {
+		printRunTop(stdout, r.profile, *f.top)
 	}
 	return nil
 }
@@ -467,10 +605,11 @@ func parsePIDs(s string) ([]uint32, error) {
 	return pids, nil
 }
 
-// reportProgress returns a function that prints samples, drops and
-// elapsed time when every has passed since it last did. The recorder calls
-// it on every poll: a ticker of its own woke the agent once more a second.
-func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration, w io.Writer) func() {
+// reportProgress returns a function that prints samples, drops, failed
+// appends (when there are) and elapsed time when every has passed since it
+// last did. The recorder calls it on every poll: a ticker of its own woke
+// the agent once more a second.
+func reportProgress(rec *recorder.Recorder, stored *pipeline.Store, start time.Time, every time.Duration, w io.Writer) func() {
 	if every <= 0 {
 		return func() {}
 	}
@@ -485,9 +624,18 @@ func reportProgress(rec *recorder.Recorder, start time.Time, every time.Duration
 		if err != nil {
 			return
 		}
-		fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors, %d Hz\n",
-			now.Sub(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors, rec.Frequency())
+		fmt.Fprintf(w, "recording %5.0fs: %d samples, %d dropped, %d stack errors, %d Hz%s\n",
+			now.Sub(start).Seconds(), st.Received, st.Lost, st.KernelStackErrors+st.UserStackErrors, rec.Frequency(), appendErrors(stored))
 	}
+}
+
+// appendErrors is the progress line's note of failed appends: "" while
+// there are none.
+func appendErrors(stored *pipeline.Store) string {
+	if stored == nil || stored.AppendErrors() == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d appends to the data directory failed (see the log)", stored.AppendErrors())
 }
 
 // printSummary prints what was recorded and what it cost the agent: its own
@@ -540,36 +688,10 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// withoutIdle returns p without its CPU idle samples (store.IsIdle), and
-// how many it left out.
-func withoutIdle(p *profile.Profile) (*profile.Profile, int64) {
-	busy := p.Copy()
-	all := busy.Sample
-	busy.Sample = nil
-	var idle int64
-	var names []string
-	for _, s := range all {
-		names = names[:0]
-		for _, loc := range s.Location {
-			for _, line := range loc.Line {
-				if line.Function != nil {
-					names = append(names, line.Function.Name)
-				}
-			}
-		}
-		if comm := s.Label["comm"]; len(comm) > 0 && store.IsIdle(comm[0], names) {
-			idle += s.Value[0]
-			continue
-		}
-		busy.Sample = append(busy.Sample, s)
-	}
-	return busy, idle
-}
-
 // printRunTop prints the run's top n functions as export and the UI
 // count them: idle left out, unresolved frames counted per module.
-func printRunTop(w io.Writer, prof *profile.Profile, n int) {
-	busy, idle := withoutIdle(prof)
+func printRunTop(w io.Writer, prof *pipeline.Profile, n int) {
+	busy, idle := prof.Busy()
 	printTop(w, profileio.TopFunctions(busy, query.GroupAddresses.Name), n, idle)
 }
 
