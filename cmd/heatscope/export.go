@@ -64,10 +64,6 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	// A source on its capture's own clock is written in seconds on it,
 	// never as a date in 1970.
 	relative := query.Relative(db.Sources(), f.Sources)
-	formatTime := func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
-	if relative {
-		formatTime = query.FormatSeconds
-	}
 
 	var w io.Writer = stdout
 	var file *os.File
@@ -79,61 +75,10 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		w = file
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
-	ctx := context.Background()
-	var n int
-	var warnings store.Warnings
-	switch *format {
-	// Every sample weighs its own period: the overhead guard may have
-	// changed the rate within the range.
-	case "pprof":
-		var p *profileio.PprofBuilder
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample, period int64) error {
-			if p == nil {
-				p = profileio.NewPprofBuilder(period)
-				p.KeepTimestamps(true)
-			}
-			n++
-			p.SetPeriod(period)
-			p.Add(s)
-			return nil
-		})
-		if err == nil && p != nil {
-			err = profileio.WritePprof(bw, p.Profile())
-		}
-	case "folded":
-		fb := profileio.NewFoldedBuilder()
-		if !nodeFramesSet {
-			*nodeFrames = len(selectedNodes(db, &f)) > 1
-		}
-		fb.NodeFrames(*nodeFrames)
-		frames := query.GroupAddresses
-		if *addresses {
-			frames = query.KeepAddresses
-		}
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample, period int64) error {
-			n++
-			fb.SetPeriod(period)
-			fb.Add(frames.Sample(s))
-			return nil
-		})
-		if err == nil {
-			_, err = fb.WriteTo(bw)
-		}
-		if short, long, mixed := fb.MixedPeriods(); mixed {
-			fmt.Fprintf(stderr, "note: the samples were taken at %s to %s: each weighs its own period, and the counts are samples at %s\n",
-				hz(long), hz(short), hz(short))
-		}
-	case "perf-script":
-		pw := profileio.NewPerfScriptWriter(bw)
-		warnings, err = query.Samples(ctx, db, r, &f, func(s *sample.Sample, period int64) error {
-			n++
-			pw.SetPeriod(period)
-			return pw.Add(s)
-		})
-		if err == nil {
-			err = pw.Flush()
-		}
+	if !nodeFramesSet {
+		*nodeFrames = len(selectedNodes(db, &f)) > 1
 	}
+	n, warnings, err := exportSamples(db, r, &f, *format, foldedOptions{nodeFrames: *nodeFrames, addresses: *addresses}, bw, stderr)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -151,15 +96,23 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		data, found := query.Span(db.SourcesOf(&f), f.Sources)
 		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
 	}
-	for _, w := range db.InstanceNotices() {
+	reportExport(stderr, n, r, relative, *format, db.InstanceNotices())
+	return nil
+}
+
+// reportExport says what export wrote: the instances of a node shown
+// apart, the range in wall time or, for a capture on its own clock, in
+// seconds on it.
+func reportExport(stderr io.Writer, n int, r store.Range, relative bool, format string, notices store.Warnings) {
+	for _, w := range notices {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
+	formatTime := func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
 	clock := ""
 	if relative {
-		clock = " on the capture's own clock"
+		formatTime, clock = query.FormatSeconds, " on the capture's own clock"
 	}
-	fmt.Fprintf(stderr, "exported %d samples from %s to %s%s (%s)\n", n, formatTime(r.From), formatTime(r.To), clock, *format)
-	return nil
+	fmt.Fprintf(stderr, "exported %d samples from %s to %s%s (%s)\n", n, formatTime(r.From), formatTime(r.To), clock, format)
 }
 
 // exportRange resolves --from and --to, an end not given defaulting to the
@@ -208,6 +161,68 @@ func timeFlags(from, to string, dflt store.Range) (store.Range, error) {
 		return r, usageError{errors.New("--to must be after --from")}
 	}
 	return r, nil
+}
+
+// foldedOptions are export's options of the folded format.
+type foldedOptions struct {
+	nodeFrames bool // each line starts with the sample's node
+	addresses  bool // unresolved frames keep their address
+}
+
+// exportSamples writes the samples of r that f selects to w in format,
+// each weighing its own period (the overhead guard may have changed the
+// rate within the range), and returns how many it wrote and what it had
+// to skip.
+func exportSamples(db *store.DB, r store.Range, f *store.Filter, format string, fo foldedOptions, w io.Writer, stderr io.Writer) (n int, warnings store.Warnings, err error) {
+	ctx := context.Background()
+	switch format {
+	case "pprof":
+		var p *profileio.PprofBuilder
+		warnings, err = query.Samples(ctx, db, r, f, func(s *sample.Sample, period int64) error {
+			if p == nil {
+				p = profileio.NewPprofBuilder(period)
+				p.KeepTimestamps(true)
+			}
+			n++
+			p.SetPeriod(period)
+			p.Add(s)
+			return nil
+		})
+		if err == nil && p != nil {
+			err = profileio.WritePprof(w, p.Profile())
+		}
+	case "folded":
+		fb := profileio.NewFoldedBuilder()
+		fb.NodeFrames(fo.nodeFrames)
+		frames := query.GroupAddresses
+		if fo.addresses {
+			frames = query.KeepAddresses
+		}
+		warnings, err = query.Samples(ctx, db, r, f, func(s *sample.Sample, period int64) error {
+			n++
+			fb.SetPeriod(period)
+			fb.Add(frames.Sample(s))
+			return nil
+		})
+		if err == nil {
+			_, err = fb.WriteTo(w)
+		}
+		if short, long, mixed := fb.MixedPeriods(); mixed {
+			fmt.Fprintf(stderr, "note: the samples were taken at %s to %s: each weighs its own period, and the counts are samples at %s\n",
+				hz(long), hz(short), hz(short))
+		}
+	case "perf-script":
+		pw := profileio.NewPerfScriptWriter(w)
+		warnings, err = query.Samples(ctx, db, r, f, func(s *sample.Sample, period int64) error {
+			n++
+			pw.SetPeriod(period)
+			return pw.Add(s)
+		})
+		if err == nil {
+			err = pw.Flush()
+		}
+	}
+	return n, warnings, err
 }
 
 // selectedNodes lists the nodes f selects of those db holds.
