@@ -7,16 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/internal/tmpfstest"
 	"github.com/heatscope/heatscope/metrics"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -87,36 +85,13 @@ func TestStoreWeighsEachSamplesPeriod(t *testing.T) {
 // and the episode is logged once as it begins and once as it ends, when
 // space returns.
 func TestFailingAppends(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	dir := tmpfstest.Mount(t, "1m")
 	db, err := store.Open(filepath.Join(dir, "data"), store.Options{Source: "node", BlockDuration: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	filler := filepath.Join(dir, "filler")
-	fill := func() {
-		f, err := os.Create(filler)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				if !strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
-					t.Fatalf("fill the tmpfs: %v", err)
-				}
-				return
-			}
-		}
-	}
+	var free func()
 	// About 4000 samples: flushed (as the recorder's polls do) every 500;
 	// the disk full from the 1000th, space back from the 3000th.
 	n := 0
@@ -125,11 +100,9 @@ func TestFailingAppends(t *testing.T) {
 		s.PeriodNs = sample.PeriodOf(99)
 		switch {
 		case i == 1000:
-			fill()
+			free = tmpfstest.Fill(t, filepath.Join(dir, "filler"))
 		case i == 3000:
-			if err := os.Remove(filler); err != nil {
-				t.Fatal(err)
-			}
+			free()
 		}
 		if i%500 == 0 {
 			db.Flush()

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/internal/tmpfstest"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -542,14 +543,7 @@ func TestImportIsAllOrNothing(t *testing.T) {
 // cannot be written, Append says so (ErrNotDurable), and stops saying so
 // once a WAL write succeeds again.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
-	}
-	defer exec.Command("umount", dir).Run()
+	dir := tmpfstest.Mount(t, "1m")
 	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

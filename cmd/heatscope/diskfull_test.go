@@ -1,16 +1,13 @@
 package main
 
 import (
-	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/tmpfstest"
 )
 
 // TestRecordIntoAFullDisk records into a small tmpfs that fills up and
@@ -20,36 +17,14 @@ import (
 // record dropped Append's error: nothing said the samples were not safe.
 func TestRecordIntoAFullDisk(t *testing.T) {
 	bpftest.Require(t)
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
-	bin := buildHeatscope(t, dir)
+	mnt := tmpfstest.Mount(t, "4m")
+	bin := buildHeatscope(t, t.TempDir())
 	addr := "127.0.0.1:" + freePort(t)
 	d := startDaemon(t, bin, "record", "--data", filepath.Join(mnt, "data"), "--duration", "60s", "--listen", addr,
 		"--progress", "500ms", "--kmsg", "", "--max-cpu", "0", "--cache-dir", "")
 	url := "http://" + addr
 	waitServing(t, d, url+"/healthz")
-	filler := filepath.Join(mnt, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill the tmpfs: %v", err)
-			}
-			break
-		}
-	}
-	f.Close()
+	free := tmpfstest.Fill(t, filepath.Join(mnt, "filler"))
 	// The WAL is written at the polls, fsynced every second: appends fail
 	// from the first write after the disk filled.
 	deadline := time.Now().Add(20 * time.Second)
@@ -62,9 +37,7 @@ func TestRecordIntoAFullDisk(t *testing.T) {
 		t.Fatalf("the disk is full, but /metrics counts no failed append (%v)\n%s", failed, d.log())
 	}
 	time.Sleep(time.Second)
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
+	free()
 	deadline = time.Now().Add(20 * time.Second)
 	for !strings.Contains(d.log(), "store appends work again") && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
