@@ -290,11 +290,12 @@ func (g *Guard) observe(cost Cost) {
 	g.noteChange(now, cur, next, reason)
 }
 
-// keepRate reports whether a window over the budget keeps the rate: its
-// cost is mostly work a lower rate does not reduce (Cost.rateBound). The
-// first such window of a run is logged and reported (Config.OnKept).
+// keepRate reports whether a window over the budget keeps the rate: what a
+// lower rate does not reduce is over the budget alone and most of the cost
+// (Cost.rateBound). The first such window of a run is logged and reported
+// (Config.OnKept).
 func (g *Guard) keepRate(now time.Time, cur int, cost Cost) bool {
-	if cost.Share <= g.cfg.MaxCPU || cost.rateBound() {
+	if cost.Share <= g.cfg.MaxCPU || cost.rateBound(g.cfg.MaxCPU) {
 		return false
 	}
 	g.quiet = 0
@@ -321,8 +322,15 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 	share := cost.Share
 	switch {
 	case share > budget:
+		// Half the rate, less where the samples' own work at half would
+		// still be over the budget and a lower rate fits (fitRate),
+		// never under the floor.
 		g.quiet = 0
-		next := max(cur/2, g.cfg.MinFrequency)
+		next := cur / 2
+		if fit, ok := cost.fitRate(cur, budget); ok {
+			next = min(next, fit)
+		}
+		next = max(next, g.cfg.MinFrequency)
 		return next, cost.over(budget)
 	case share < g.cfg.LowWater*budget && cur < g.cfg.TargetFrequency:
 		g.quiet++
@@ -330,11 +338,16 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 			return cur, ""
 		}
 		g.quiet = 0
-		// The cost grows at most in proportion to the frequency: raise as
-		// far as that estimate stays under the low-water mark, at most
-		// doubling, and at least by one step.
+		// Raise as far as the cost, its samples' part scaled to the new
+		// rate (the whole of it when that part is not known: the cost
+		// grows at most in proportion to the rate), stays under the
+		// low-water mark, at most doubling, and at least by one step.
 		next := 2 * cur
-		if share > 0 {
+		if _, known := cost.perSample(); known {
+			if fit, ok := cost.fitRate(cur, g.cfg.LowWater*budget); ok {
+				next = min(next, fit)
+			}
+		} else if share > 0 {
 			next = min(next, int(math.Floor(float64(cur)*g.cfg.LowWater*budget/share+1e-9)))
 		}
 		next = min(max(next, cur+1), g.cfg.TargetFrequency)

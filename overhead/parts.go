@@ -2,6 +2,7 @@ package overhead
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -9,24 +10,26 @@ import (
 	"github.com/heatscope/heatscope/events"
 )
 
-// Part is one kind of the agent's work whose cost does not fall with the
-// sampling rate (a new process's mappings, a new binary's symbols or
-// unwind table), and the CPU time it has taken so far.
+// Part is one kind of the agent's work and the CPU time it has taken so
+// far: the samples' own path (PerSample: it falls with the sampling rate),
+// or work that does not (a new process's mappings, a new binary's symbols
+// or unwind table).
 type Part struct {
-	Name string
-	CPU  time.Duration
+	Name      string
+	CPU       time.Duration
+	PerSample bool
 }
 
 // PartShare is a part's cost over a judged window, in percent of one CPU.
 type PartShare struct {
-	Name  string
-	Share float64
+	Name      string
+	Share     float64
+	PerSample bool
 }
 
-// Cost is a judged window's cost, in percent of one CPU, and the parts of
-// it that a lower sampling rate does not reduce (Config.Parts); the rest
-// is the samples' own path (reading, symbolizing, storing them) and what
-// the agent does whatever the rate.
+// Cost is a judged window's cost, in percent of one CPU, and the parts it
+// was made of (Config.Parts); the rest is what the agent does whatever the
+// rate (the Go runtime waking and collecting, the store's upkeep).
 type Cost struct {
 	Share float64
 	Parts []PartShare
@@ -41,32 +44,75 @@ func (c Cost) rest() float64 {
 	return max(r, 0)
 }
 
-// largest is the name of the costliest part, or "samples" when the rest
-// costs more than any part.
-func (c Cost) largest() string {
-	name, most := "samples", c.rest()
+// perSample is the cost that falls with the rate, and whether the parts
+// are known at all: the samples' own part and the rest, which follows them
+// in good part (the garbage their symbolizing and storing leaves, the
+// blocks they fill and compress), so that only the parts known not to
+// fall with the rate (new processes, symbol and unwind tables) are taken
+// to stay when the rate changes.
+func (c Cost) perSample() (share float64, known bool) {
+	if len(c.Parts) == 0 {
+		return 0, false
+	}
+	share = c.Share
 	for _, p := range c.Parts {
-		if p.Share > most {
+		if !p.PerSample {
+			share -= p.Share
+		}
+	}
+	return max(share, 0), true
+}
+
+// largest is the name of the costliest part that does not fall with the
+// rate, or "samples" when none is known.
+func (c Cost) largest() string {
+	name, most := "samples", 0.0
+	for _, p := range c.Parts {
+		if !p.PerSample && p.Share > most {
 			name, most = p.Name, p.Share
 		}
 	}
 	return name
 }
 
-// rateBound reports whether a lower rate would cut the cost: the samples'
-// path and the rest are at least half of it. When the parts are most of it
-// (a node starting hundreds of processes, a build linking new binaries),
-// halving the rate loses half of every process's samples and saves little.
-func (c Cost) rateBound() bool { return len(c.Parts) == 0 || c.rest() >= c.Share/2 }
+// fitRate returns the rate at which the cost, at cur, would fit in budget:
+// what falls with the rate (perSample) scales with it, the rest does not. ok is
+// false when no rate fits (what does not fall with the rate is over the
+// budget alone: a node starting hundreds of processes, a build linking new
+// binaries), when lowering the rate would lose samples of every process for
+// a saving that cannot bring the cost under the budget. Without a known
+// samples' part (no Config.Parts) every cut is taken to help: half the rate.
+func (c Cost) fitRate(cur int, budget float64) (hz int, ok bool) {
+	samples, known := c.perSample()
+	if !known {
+		return cur / 2, true
+	}
+	fixed := c.Share - samples
+	if samples <= 0 || fixed >= budget {
+		return cur, false
+	}
+	return int(math.Floor(float64(cur)*(budget-fixed)/samples + 1e-9)), true
+}
 
-// split says what the cost was made of, costliest first:
-// "new processes 0.410%, symbol tables 0.200%, samples and the rest 0.610%".
+// rateBound reports whether lowering the rate is worth its lost samples:
+// it can bring the cost within budget (fitRate), or what falls with the
+// rate is at least half the cost, the main cost even where no rate fits.
+func (c Cost) rateBound(budget float64) bool {
+	if _, ok := c.fitRate(100, budget); ok {
+		return true
+	}
+	samples, _ := c.perSample()
+	return samples >= c.Share/2
+}
+
+// split says what the cost was made of, costliest first: "samples
+// 0.410%, new processes 0.300%, the rest 0.300%, symbol tables 0.200%".
 func (c Cost) split() string {
 	if len(c.Parts) == 0 {
 		return ""
 	}
 	parts := slices.Clone(c.Parts)
-	parts = append(parts, PartShare{Name: "samples and the rest", Share: c.rest()})
+	parts = append(parts, PartShare{Name: "the rest", Share: c.rest()})
 	slices.SortStableFunc(parts, func(a, b PartShare) int {
 		switch {
 		case a.Share > b.Share:
@@ -103,7 +149,7 @@ func partShares(cpu []Part, wall time.Duration) []PartShare {
 	}
 	out := make([]PartShare, len(cpu))
 	for i, p := range cpu {
-		out[i] = PartShare{Name: p.Name, Share: 100 * max(0, p.CPU).Seconds() / wall.Seconds()}
+		out[i] = PartShare{Name: p.Name, Share: 100 * max(0, p.CPU).Seconds() / wall.Seconds(), PerSample: p.PerSample}
 	}
 	return out
 }
@@ -118,15 +164,16 @@ func addParts(sum []Part, prev, now []Part) []Part {
 		if i := slices.IndexFunc(sum, func(q Part) bool { return q.Name == p.Name }); i >= 0 {
 			sum[i].CPU += d
 		} else {
-			sum = append(sum, Part{Name: p.Name, CPU: d})
+			sum = append(sum, Part{Name: p.Name, CPU: d, PerSample: p.PerSample})
 		}
 	}
 	return sum
 }
 
 // Kept is a run of windows over the budget in which the Guard kept the
-// sampling rate, because the cost was work a lower rate does not reduce
-// (Cost.rateBound): reported once, at its first window.
+// sampling rate, because what does not fall with the rate was over the
+// budget alone and most of the cost (Cost.rateBound): reported once, at
+// its first window.
 type Kept struct {
 	At time.Time
 	// Hz is the rate kept; Cost the first window's cost, Budget the
@@ -139,7 +186,7 @@ type Kept struct {
 // Event is the kept rate as a system event of kind
 // events.KindOverheadGuard, labelled rate=kept and cost= its costliest part.
 func (k Kept) Event() events.Event {
-	text := fmt.Sprintf("overhead guard: %s, most of it work a lower sampling rate does not reduce: the rate stays at %d Hz",
+	text := fmt.Sprintf("overhead guard: %s; what a lower sampling rate does not reduce is over the budget alone and most of the cost: the rate stays at %d Hz",
 		k.Cost.over(k.Budget), k.Hz)
 	labels := map[string]string{events.KindLabel: events.KindOverheadGuard, "rate": "kept", "cost": k.Cost.largest()}
 	return events.Event{Time: k.At.UnixNano(), Source: EventSource, Severity: events.Warning, Text: text, Labels: labels}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/internal/workclock"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
@@ -185,6 +186,9 @@ type Stats struct {
 	// snapshots exiting processes' mappings (zero without it).
 	ExitRunTime  time.Duration
 	ExitRunCount uint64
+	// DrainCPU is the agent's CPU time reading the ring, the handler's
+	// included (Run: symbolizing and storing each sample).
+	DrainCPU time.Duration
 	// SnapshotLoad is how long loading and attaching the exit snapshot
 	// program took, on a goroutine of its own (zero until it is in).
 	SnapshotLoad time.Duration
@@ -199,6 +203,8 @@ type Stats struct {
 type Profiler struct {
 	cfg  Config
 	objs bpf.ProfileObjects
+	// drainCPU times each drain of the ring (Stats.DrainCPU).
+	drainCPU workclock.Clock
 	// eventsMu guards events: SetFrequency may run beside Run.
 	eventsMu sync.Mutex
 	events   []*perfEvent
@@ -564,6 +570,8 @@ func (p *Profiler) Run(ctx context.Context, handle func(r *Record, wallNs int64)
 
 // drain reads every complete record in the ring.
 func (p *Profiler) drain(rec *Record, handle func(*Record, int64)) {
+	span := p.drainCPU.Start()
+	defer span.Stop()
 	p.lastDrain.Store(time.Now().UnixNano())
 	p.clock.MaybeMeasure()
 	// Snapshots first: each is written before the sample that announced
@@ -662,6 +670,7 @@ func (p *Profiler) Counters() (Stats, error) {
 		DecodeErrors:   p.decodeErrors.Load(),
 		Wakeups:        p.wakeups.Load(),
 		SnapshotLoad:   time.Duration(p.snapshotLoadTime.Load()),
+		DrainCPU:       p.drainCPU.Total(),
 		RingBufferSize: p.cfg.RingBufferSize,
 		RingBufferUsed: p.ring.used(),
 	}

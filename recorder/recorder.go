@@ -205,15 +205,22 @@ func (r *Recorder) Restore() { r.prof.RestoreTables() }
 // mappings read by the symbolizer and the unwinder, their unwind entries
 // written, and the BPF program that snapshots them as they exit), symbol
 // tables and unwind tables loaded.
+//
+// The samples' own path is a part too, the one that falls with the rate:
+// the ring's drains (each sample decoded, symbolized, handed on to be
+// stored), the symbolizer's work on new processes and binaries inside
+// them left out.
 func (r *Recorder) Parts() []overhead.Part {
 	sym := r.sym.Stats()
 	processes := sym.ProcessesCPU
-	var tables time.Duration
+	var tables, drains time.Duration
 	if st, err := r.prof.Stats(); err == nil {
 		processes += st.Unwind.ProcessesCPU + st.ExitRunTime
 		tables = st.Unwind.TablesCPU
+		drains = st.DrainCPU
 	}
 	return []overhead.Part{
+		{Name: PartSamples, CPU: max(0, drains-sym.SymbolsCPU-sym.ProcessesCPU), PerSample: true},
 		{Name: PartProcesses, CPU: processes},
 		{Name: PartSymbols, CPU: sym.SymbolsCPU},
 		{Name: PartTables, CPU: tables},
@@ -222,6 +229,7 @@ func (r *Recorder) Parts() []overhead.Part {
 
 // The names of Parts.
 const (
+	PartSamples   = "samples"
 	PartProcesses = "new processes"
 	PartSymbols   = "symbol tables"
 	PartTables    = "unwind tables"

@@ -129,7 +129,7 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 	}
 	for _, part := range rec.Parts() {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_agent_work_cpu_seconds_total",
-			Help:        "The agent's CPU time on work that does not fall with the sampling rate, by part: new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables.",
+			Help:        "The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables.",
 			ConstLabels: prometheus.Labels{"part": part.Name}},
 			func() float64 {
 				for _, p := range rec.Parts() {
