@@ -89,23 +89,43 @@ type Options struct {
 }
 
 // DB is a data directory: sealed blocks plus, for the recording source, an
-// in-memory head backed by a WAL.
+// in-memory head backed by a WAL. Its state has two halves: blockReader,
+// what every DB reads (the blocks, the block sources they come from, the
+// caches queries share), and headWriter, what a recording DB writes (the
+// head, its WAL, the periodic work; zero in a read-only DB). mu guards the
+// blocks and the heads together, so that a query sees each sample once.
 type DB struct {
 	dir  string
 	opts Options
+	log  *slog.Logger
+	// identity is the data directory's (identity.go).
+	identity Identity
+
+	mu     sync.RWMutex
+	events *eventLog
+
+	blockReader
+	headWriter
+
+	// corrupt counts the corrupt blocks and WAL segments skipped.
+	corrupt atomic.Uint64
+	closed  atomic.Bool
+	// closedBlocks and closedBytes are the blocks the directory held when
+	// Close released them, for Stats after Close.
+	closedBlocks int
+	closedBytes  int64
+}
+
+// blockReader is the reading half of a DB: its blocks and where they come
+// from (blocklist.go), and the caches the queries share.
+type blockReader struct {
 	// blockSources are where blocks are read from: the data directory's
 	// (localBlocks, nil without a directory) and Options.BlockSources.
 	localBlocks  BlockSource
 	blockSources []BlockSource
-	// blockSourceErr holds, per block source, why its last listing failed (nil
-	// after a good one), for Health.
+	// blockSourceErr holds, per block source, why its last listing
+	// failed (nil after a good one), for Health.
 	blockSourceErr []atomic.Pointer[error]
-	log            *slog.Logger
-	lock           *os.File
-	// identity is the data directory's (identity.go); walNode the node
-	// its previous run recorded as, which the samples of its WAL keep.
-	identity Identity
-	walNode  string
 	// notices are the nodes two instances recorded at once, guarded by
 	// mu (separateInstancesLocked).
 	notices []*InstanceNotice
@@ -114,16 +134,10 @@ type DB struct {
 	// by mu.
 	eventNotices []*InstanceNotice
 
-	mu      sync.RWMutex
-	blocks  []*Block // sorted by MinTime
-	head    *Builder // nil when read-only with no WAL data
-	wal     *walWriter
-	sealing []*sealingHead
-	events  *eventLog
+	blocks []*Block // sorted by MinTime, guarded by mu
 
-	writeMu sync.Mutex // serialises block writes, compaction and retention
-	// blockSourceEvents are the events of the block sources that hold some
-	// (EventSource), by time, as their last Refresh read them.
+	// blockSourceEvents are the events of the block sources that hold
+	// some (EventSource), by time, as their last Refresh read them.
 	blockSourceEvents atomic.Pointer[[]events.Event]
 	// refreshMu serialises Refresh; badMeta, guarded by it, holds the keys
 	// of blocks whose meta was found unreadable (warned about once).
@@ -133,11 +147,33 @@ type DB struct {
 	// the indexes of recently queried blocks, bounded by their
 	// approximate memory. A cached chunk shares its block's tables, so an
 	// index evicted stays in memory while its chunks are cached.
-	chunks  *lru.Cache[chunkKey, *Table]
-	indexes *lru.Cache[*Block, *blockIndex]
+	chunks     *lru.Cache[chunkKey, *Table]
+	indexes    *lru.Cache[*Block, *blockIndex]
+	indexReads atomic.Uint64
 	// stepCells caches each block's fleet overview cells of the last step
 	// asked that its warm cells do not serve, bounded by their memory.
 	stepCells *lru.Cache[*Block, *cpuStepCells]
+	// cpuSummaryReads counts per-CPU summary sections read for the fleet
+	// overview; warmStep is the step WarmCPUSteps last warmed (0: none)
+	// and warmBytes the memory its cells hold.
+	cpuSummaryReads     atomic.Uint64
+	warmStep, warmBytes atomic.Int64
+}
+
+// headWriter is the writing half of a DB (head.go, maintain.go,
+// compact.go, retention.go): zero in a read-only DB but for the heads of
+// the WAL it replays (sealing).
+type headWriter struct {
+	lock *os.File
+	// walNode is the node the directory's previous run recorded as, which
+	// the samples of its WAL keep.
+	walNode string
+
+	head    *Builder // nil when read-only with no WAL data; guarded by mu
+	wal     *walWriter
+	sealing []*sealingHead // guarded by mu
+
+	writeMu sync.Mutex // serialises block writes, compaction and retention
 	// maxMergedIndexBytes is MaxMergedIndexBytes, lowered by tests.
 	maxMergedIndexBytes int64
 
@@ -148,22 +184,13 @@ type DB struct {
 	maintaining                      sync.WaitGroup // Maintain runs started by Tick
 	maintainBusy                     atomic.Bool
 
-	appended, lost, walDropped, cuts, compactions, dropped, corrupt, indexReads, unshippedDropped atomic.Uint64
-	// cpuSummaryReads counts per-CPU summary sections read for the fleet
-	// overview; warmStep is the step WarmCPUSteps last warmed (0: none)
-	// and warmBytes the memory its cells hold.
-	cpuSummaryReads     atomic.Uint64
-	warmStep, warmBytes atomic.Int64
+	appended, lost, walDropped, cuts, compactions, dropped, unshippedDropped atomic.Uint64
 	// mergePeakOpen is the most parents a compaction held open at once.
-	mergePeakOpen    atomic.Int64
-	diskFull, closed atomic.Bool
+	mergePeakOpen atomic.Int64
+	diskFull      atomic.Bool
 	// walErr holds the last WAL write's error (nil after a good write),
 	// for Health.
 	walErr atomic.Pointer[error]
-	// closedBlocks and closedBytes are the blocks the directory held when
-	// Close released them, for Stats after Close.
-	closedBlocks int
-	closedBytes  int64
 }
 
 // sealingHead is a head that has been cut and is being written as a block;
@@ -219,7 +246,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	if dir == "" && (!opts.ReadOnly || len(opts.BlockSources) == 0) {
 		return nil, errors.New("open: no data directory")
 	}
-	db := &DB{dir: dir, opts: opts, log: opts.Logger, badMeta: map[string]bool{}}
+	db := &DB{dir: dir, opts: opts, log: opts.Logger, blockReader: blockReader{badMeta: map[string]bool{}}}
 	if dir != "" {
 		db.localBlocks = DirSource(dir)
 		db.blockSources = append(db.blockSources, db.localBlocks)
