@@ -322,15 +322,11 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 	share := cost.Share
 	switch {
 	case share > budget:
-		// Half the rate, less where the samples' own work at half would
-		// still be over the budget and a lower rate fits (fitRate),
-		// never under the floor.
+		// Half the rate, never under the floor: one step a window, as
+		// the cost's split is an estimate (a window after the start or
+		// a burst of new binaries cut straight to the floor on it).
 		g.quiet = 0
-		next := cur / 2
-		if fit, ok := cost.fitRate(cur, budget); ok {
-			next = min(next, fit)
-		}
-		next = max(next, g.cfg.MinFrequency)
+		next := max(cur/2, g.cfg.MinFrequency)
 		return next, cost.over(budget)
 	case share < g.cfg.LowWater*budget && cur < g.cfg.TargetFrequency:
 		g.quiet++

@@ -14,22 +14,22 @@ import (
 // does not fall with the rate (new processes, new binaries) over it alone,
 // the Guard gives up the Shedder's work first, then keeps the rate,
 // reporting it once per run of such windows with what the cost was made
-// of; over the budget where a lower rate can bring it within, it lowers
-// the rate as far as that takes (at most half).
+// of; over the budget where a lower rate can bring it within, it halves
+// the rate.
 func TestGuardKeepsTheRateForWorkItDoesNotReduce(t *testing.T) {
 	sh := &countingShedder{}
 	var kept []Kept
 	g := newTestGuard(t, 99, Config{MaxCPU: 1, Shedder: sh, OnKept: func(k Kept) { kept = append(kept, k) }})
 	processes := Cost{Share: 1.6, Parts: []PartShare{{"samples", 0.3, true}, {"new processes", 0.9, false}, {"symbol tables", 0.2, false}}}
 	samples := Cost{Share: 1.6, Parts: []PartShare{{"samples", 1.2, true}, {"new processes", 0.3, false}, {"symbol tables", 0.1, false}}}
-	// At 49 Hz the samples' part 1.8 of 2.0: at half the rate 1.1, still
-	// over; at 49*0.8/1.8 = 21.8 Hz it fits.
+	// At 49 Hz the samples' part 1.8 of 2.0: a lower rate fits only at
+	// 21.8 Hz, but a window cuts at most by half.
 	deep := Cost{Share: 2.0, Parts: []PartShare{{"samples", 1.8, true}, {"new processes", 0.2, false}}}
 	costs := []Cost{processes, processes, processes, {Share: 0.5}, processes, samples, deep}
 	// Given up, kept, kept (one run), under the budget, kept (a second
 	// run), halved (the samples' part at half fits: 0.4 + 0.6), then
-	// lowered further than half, to fit.
-	want := []int{99, 99, 99, 99, 99, 49, 21}
+	// halved again.
+	want := []int{99, 99, 99, 99, 99, 49, 24}
 	var got []int
 	for _, c := range costs {
 		g.observe(c)
