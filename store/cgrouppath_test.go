@@ -13,7 +13,7 @@ import (
 
 // selectWarned returns the samples f selects in db, idle included and
 // sorted, and the query's warnings.
-func selectWarned(t *testing.T, db *DB, f Filter) ([]sample.Sample, Warnings) {
+func selectWarned(t testing.TB, db *DB, f Filter) ([]sample.Sample, Warnings) {
 	t.Helper()
 	f.IncludeIdle = true
 	var out []sample.Sample

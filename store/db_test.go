@@ -29,21 +29,10 @@ var everything = Range{From: math.MinInt64, To: math.MaxInt64}
 // all returns every sample in db, idle included, sorted.
 func all(t testing.TB, db *DB, f Filter) []sample.Sample {
 	t.Helper()
-	f.IncludeIdle = true
-	var out []sample.Sample
-	warnings, err := db.Select(context.Background(), everything, &f, func(b *Batch) error {
-		for _, i := range b.Rows {
-			out = append(out, b.T.Sample(int(i)))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, warnings := selectWarned(t, db, f)
 	if len(warnings) > 0 {
 		t.Fatalf("warnings: %v", warnings)
 	}
-	sortSamples(out)
 	return out
 }
 
