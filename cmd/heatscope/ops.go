@@ -127,21 +127,8 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 	if err := m.RegisterRecorder(rec, changes); err != nil {
 		return nil, err
 	}
-	for _, part := range rec.Parts() {
-		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_agent_work_cpu_seconds_total",
-			Help:        "The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables.",
-			ConstLabels: prometheus.Labels{"part": part.Name}},
-			func() float64 {
-				for _, p := range rec.Parts() {
-					if p.Name == part.Name {
-						return p.CPU.Seconds()
-					}
-				}
-				return 0
-			})
-		if err := m.Register(c); err != nil {
-			return nil, err
-		}
+	if err := m.Register(workCollector{rec}); err != nil {
+		return nil, err
 	}
 	if g != nil {
 		collections := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_query_collections_total",
@@ -177,4 +164,21 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 		}
 	}
 	return m, nil
+}
+
+// workDesc describes heatscope_agent_work_cpu_seconds_total.
+var workDesc = prometheus.NewDesc("heatscope_agent_work_cpu_seconds_total",
+	"The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables.",
+	[]string{"part"}, nil)
+
+// workCollector exports the recorder's parts (Recorder.Parts), read once
+// per scrape: each reading asks the kernel for the BPF programs' run times.
+type workCollector struct{ rec *recorder.Recorder }
+
+func (workCollector) Describe(ch chan<- *prometheus.Desc) { ch <- workDesc }
+
+func (c workCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.rec.Parts() {
+		ch <- prometheus.MustNewConstMetric(workDesc, prometheus.CounterValue, p.CPU.Seconds(), p.Name)
+	}
 }
