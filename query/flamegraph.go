@@ -13,7 +13,7 @@ import (
 // and the samples whose stacks pass through it.
 type Node struct {
 	Name string `json:"name"`
-	// Kind is "kernel", "user", "jit" or "unknown" for frames, "process"
+	// Kind is "kernel", "user", "jit", "python" or "unknown" for frames, "process"
 	// for the command level, "group" for the container, pod, namespace,
 	// QoS or cgroup level above it (when grouped) and "root" for the root.
 	Kind string `json:"kind"`
@@ -37,9 +37,10 @@ type Node struct {
 	cpuNs, selfNs int64 // CPU and SelfCPU in nanoseconds, exact
 }
 
-// kindProcess and kindRoot extend sample.Kind for the tree's top levels.
+// kindProcess, kindRoot and kindGroup extend sample.Kind for the tree's
+// top levels, above every frame kind (sample.Kind.Valid).
 const (
-	kindProcess = sample.KindJIT + 1 + iota
+	kindProcess = sample.Kind(0x80) + iota
 	kindRoot
 	kindGroup
 )

@@ -23,7 +23,21 @@ const (
 	KindUser
 	// KindJIT marks a frame in JIT-compiled code, named by a perf map.
 	KindJIT
+	// KindPython marks a CPython interpreter frame: a Python function
+	// read from the interpreter's own frame chain, not from an address.
+	// Its Function is the code object's qualified name (co_qualname,
+	// e.g. "Model.forward"), its Module the source file (co_filename),
+	// its Line the line being run and StartLine the function's first
+	// line (co_firstlineno); it has no BuildID and its Address is 0: a
+	// Python function is named by its name, file and lines, so the same
+	// function in two processes is one frame.
+	KindPython
 )
+
+// Valid reports whether k is a frame kind this heatscope knows: a
+// reader of stored frames refuses the others (a newer heatscope wrote
+// them).
+func (k Kind) Valid() bool { return k <= KindPython }
 
 // String returns the lower-case name of the kind, as used in APIs.
 func (k Kind) String() string {
@@ -34,6 +48,8 @@ func (k Kind) String() string {
 		return "user"
 	case KindJIT:
 		return "jit"
+	case KindPython:
+		return "python"
 	default:
 		return "unknown"
 	}
@@ -57,8 +73,19 @@ type Frame struct {
 	// virtual address for user frames (what addr2line takes), the kernel
 	// address for kernel frames, the raw address for JIT and unknown ones.
 	Address uint64
-	// Kind says whether the frame is kernel, user, JIT or unknown code.
+	// Kind says whether the frame is kernel, user, JIT, Python or
+	// unknown code.
 	Kind Kind
+	// Line is the source line being run in the frame and StartLine the
+	// first line of its function, both from 1, 0 when not known. They
+	// are set for Python frames (KindPython) only. They are part of the
+	// frame (the store keeps a frame per line, pprof writes one Line per
+	// line, all in one Function) but not of the function: outputs that
+	// group by function (flame graphs, top tables, folded output, the
+	// frame= filter, the pre-event diff) aggregate a Python function
+	// across its lines as they aggregate a native function across its
+	// addresses.
+	Line, StartLine uint32
 	// Method says how the frame was found when its user stack was walked
 	// with unwind tables: MethodTable or MethodFP for the user frames
 	// above the sampled pc, MethodNotKnown for every other frame and

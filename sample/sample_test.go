@@ -54,3 +54,21 @@ func TestPeriodOf(t *testing.T) {
 		}
 	}
 }
+
+// TestKindNames: every kind has its API name, and Valid knows exactly the
+// kinds that have one.
+func TestKindNames(t *testing.T) {
+	want := map[Kind]string{KindUnknown: "unknown", KindKernel: "kernel", KindUser: "user", KindJIT: "jit", KindPython: "python"}
+	for k := range Kind(255) {
+		name, known := want[k]
+		if k.Valid() != known {
+			t.Errorf("Kind(%d).Valid() = %v, want %v", k, k.Valid(), known)
+		}
+		if known && k.String() != name {
+			t.Errorf("Kind(%d).String() = %q, want %q", k, k, name)
+		}
+		if !known && k.String() != "unknown" {
+			t.Errorf("Kind(%d).String() = %q, want \"unknown\"", k, k)
+		}
+	}
+}
