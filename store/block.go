@@ -16,12 +16,13 @@ import (
 )
 
 // FormatVersion is the version of the block format in FORMAT.md that
-// this heatscope writes. It reads versions 1 to 4 too: version 2 only
+// this heatscope writes. It reads versions 1 to 5 too: version 2 only
 // added the cgroups section, version 4 only the per-CPU summary (version
 // 3, a development version, had a per-thread one there, which is not
 // read), version 5 only the marks in a frame's kind byte of how it was
-// found (older blocks' frames read as sample.MethodNotKnown).
-const FormatVersion = 5
+// found (older blocks' frames read as sample.MethodNotKnown), version 6
+// only the Python frame kind and a frame's source lines.
+const FormatVersion = 6
 
 const (
 	blockMagic   = "HSBLOCK1"
@@ -541,8 +542,7 @@ func encodeFrames(t *Table) []byte {
 		b = binary.AppendUvarint(b, uint64(f.Function))
 		b = binary.AppendUvarint(b, uint64(f.Module))
 		b = binary.AppendUvarint(b, uint64(f.BuildID))
-		b = append(b, kindByte(&f))
-		b = binary.AppendUvarint(b, f.Address)
+		b = appendFrameTail(b, &f)
 	}
 	return b
 }

@@ -168,19 +168,31 @@ func FuzzDecodeBlockSections(f *testing.F) {
 	marked, _ := synthTable(f, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 2, Stacks: 20, Unwind: true})
 	f.Add(encodeStrings(marked), encodeFrames(marked), encodeStacks(marked), encodeThreads(marked),
 		encodeChunk(nil, marked, order[:marked.Len()], micros(marked.Time[0])), encodeSummary(nil))
+	// Version 6: Python frames with their lines.
+	py, _ := synthTable(f, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 2, Stacks: 20, Python: true})
+	f.Add(encodeStrings(py), encodeFrames(py), encodeStacks(py), encodeThreads(py),
+		encodeChunk(nil, py, order[:py.Len()], micros(py.Time[0])), encodeSummary(nil))
 	f.Fuzz(func(t *testing.T, strs, frames, stacks, threads, chunk, summary []byte) {
 		var raw [numSections + 1][]byte
 		raw[sectionStrings], raw[sectionFrames], raw[sectionStacks], raw[sectionThreads] = strs, frames, stacks, threads
 		tab, err := decodeTables(raw, FormatVersion)
-		// What a version 4 block's reader takes, version 5's reads the
-		// same, with no frame marked.
-		if old, err4 := decodeTables(raw, 4); err4 == nil {
+		// What an older version's reader takes, this version's reads
+		// the same: with no frame marked before version 5, with no
+		// Python frame and no lines before version 6.
+		for _, v := range []int{4, 5} {
+			old, errOld := decodeTables(raw, v)
+			if errOld != nil {
+				continue
+			}
 			if err != nil || !slices.Equal(old.Frames, tab.Frames) {
-				t.Fatalf("version 4 decodes the frames, version 5 does not alike: %v", err)
+				t.Fatalf("version %d decodes the frames, version %d does not alike: %v", v, FormatVersion, err)
 			}
 			for _, fr := range old.Frames {
-				if fr.Method != sample.MethodNotKnown {
+				if v < 5 && fr.Method != sample.MethodNotKnown {
 					t.Fatalf("a version 4 frame decoded with method %d", fr.Method)
+				}
+				if fr.Kind == sample.KindPython || fr.Line != 0 || fr.StartLine != 0 {
+					t.Fatalf("a version %d frame decoded as %+v", v, fr)
 				}
 			}
 		}

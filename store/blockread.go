@@ -307,7 +307,8 @@ func readSection(f io.ReaderAt, s section, limit int64) ([]byte, error) {
 }
 
 // decodeTables decodes a block's tables; version is the block's format
-// version (frames say how they were found from version 5).
+// version (frames say how they were found from version 5, their lines
+// from version 6).
 func decodeTables(raw [numSections + 1][]byte, version int) (*Table, error) {
 	t := &Table{}
 	r := &reader{b: raw[sectionStrings]}
@@ -328,8 +329,7 @@ func decodeTables(raw [numSections + 1][]byte, version int) (*Table, error) {
 		f.Function = r.u32("frame function", ns)
 		f.Module = r.u32("frame module", ns)
 		f.BuildID = r.u32("frame build id", ns)
-		r.frameKind(f, version >= 5)
-		f.Address = r.uvarint("frame address")
+		r.frameTail(f, version)
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("frames: %w", r.err)

@@ -130,38 +130,56 @@ func (r *reader) bytes(what string) []byte {
 }
 
 // A frame's kind byte (FORMAT.md, frames section and WAL frame record):
-// its sample.Kind in the low two bits and, from format version 5, how a
-// user frame was found in a walk with unwind tables in the top two. The
-// other bits are zero.
+// its sample.Kind in the low three bits (two before format version 6);
+// from format version 5, how a user frame was found in a walk with unwind
+// tables in the top two; from version 6, bit 5 when the frame's source
+// lines follow its address. The other bits are zero.
 const (
-	kindBits       = 0x03
+	kindBits       = 0x07
+	kindLines      = 0x20 // uvarint line and start line follow the address
 	kindFoundTable = 0x40 // sample.MethodTable
 	kindFoundFP    = 0x80 // sample.MethodFP
+	// kindBitsV5 held the kind before version 6, which added the
+	// Python kind.
+	kindBitsV5 = 0x03
 )
 
-// kindByte encodes f's kind and method.
-func kindByte(f *Frame) byte {
-	b := byte(f.Kind)
+// appendFrameTail appends what follows a frame's string ids, in a block's
+// frames section and in a WAL frame record alike: its kind byte, its
+// address and, when it has any, its lines.
+func appendFrameTail(b []byte, f *Frame) []byte {
+	k := byte(f.Kind)
 	switch f.Method {
 	case sample.MethodTable:
-		b |= kindFoundTable
+		k |= kindFoundTable
 	case sample.MethodFP:
-		b |= kindFoundFP
+		k |= kindFoundFP
+	}
+	lines := f.Line != 0 || f.StartLine != 0
+	if lines {
+		k |= kindLines
+	}
+	b = binary.AppendUvarint(append(b, k), f.Address)
+	if lines {
+		b = binary.AppendUvarint(b, uint64(f.Line))
+		b = binary.AppendUvarint(b, uint64(f.StartLine))
 	}
 	return b
 }
 
-// frameKind decodes a kind byte into f. methods is false for blocks of
-// format versions before 5, which never mark a frame: a marked one there
-// is corrupt, as is any bit this version does not define, a frame marked
-// both ways, or a kernel frame marked at all.
-func (r *reader) frameKind(f *Frame, methods bool) {
+// frameTail reads what appendFrameTail wrote into f, for a block of
+// format version version (a WAL is read as this version's). A version
+// before 5 never marks how a frame was found and one before 6 has neither
+// Python frames nor lines: any of those there is corrupt, as is a bit no
+// version defines, a frame marked both ways, a kernel frame marked at
+// all, or a kind this heatscope does not know (a newer one wrote it).
+func (r *reader) frameTail(f *Frame, version int) {
 	b := r.bytes1()
 	if r.err != nil {
 		return
 	}
 	kind, method := sample.Kind(b&kindBits), sample.MethodNotKnown
-	switch b &^ kindBits {
+	switch b &^ (kindBits | kindLines) {
 	case 0:
 	case kindFoundTable:
 		method = sample.MethodTable
@@ -171,13 +189,26 @@ func (r *reader) frameKind(f *Frame, methods bool) {
 		r.failf("frame kind byte 0x%02x: bits this heatscope does not know (format version %d)", b, FormatVersion)
 		return
 	}
+	lines := b&kindLines != 0
 	switch {
-	case method != sample.MethodNotKnown && !methods:
+	case !kind.Valid():
+		r.failf("frame kind byte 0x%02x: frame kind %d, which this heatscope (format version %d) does not know: "+
+			"a newer heatscope wrote it, read it with that one", b, kind, FormatVersion)
+	case version < 6 && (b&kindBits&^kindBitsV5 != 0 || lines):
+		r.failf("frame kind byte 0x%02x: a Python frame or a frame with source lines in a block older than format version 6", b)
+	case method != sample.MethodNotKnown && version < 5:
 		r.failf("frame kind byte 0x%02x: a frame marked with how it was found in a block older than format version 5", b)
 	case method != sample.MethodNotKnown && kind == sample.KindKernel:
 		r.failf("frame kind byte 0x%02x: a kernel frame marked with how it was found", b)
-	default:
-		f.Kind, f.Method = kind, method
+	}
+	if r.err != nil {
+		return
+	}
+	f.Kind, f.Method = kind, method
+	f.Address = r.uvarint("frame address")
+	if lines {
+		f.Line = r.u32("frame line", 1<<32)
+		f.StartLine = r.u32("frame start line", 1<<32)
 	}
 }
 

@@ -139,7 +139,7 @@ func TestFrameMethodsRoundTrip(t *testing.T) {
 // TestVersion4DataStillReads opens a data directory written by format
 // version 4 (testdata/v4: a block and a WAL segment a crash left): its
 // samples read back whole, every frame's method not known, and the WAL
-// is replayed into a version 5 block.
+// is replayed into a block of this version.
 func TestVersion4DataStillReads(t *testing.T) {
 	dir := t.TempDir()
 	copyDir(t, "testdata/v4", dir)
@@ -165,7 +165,7 @@ func TestVersion4DataStillReads(t *testing.T) {
 	for _, b := range db.blocks {
 		versions[b.Meta.Version]++
 	}
-	if versions[4] != 1 || versions[FormatVersion] != 1 || FormatVersion != 5 {
+	if versions[4] != 1 || versions[FormatVersion] != 1 || FormatVersion != 6 {
 		t.Errorf("block versions %v, want the version 4 block and the WAL replayed into a version %d one", versions, FormatVersion)
 	}
 	if err := db.Close(); err != nil {
@@ -173,13 +173,19 @@ func TestVersion4DataStillReads(t *testing.T) {
 	}
 }
 
-// TestFrameKindByteRefused: a kind byte this version does not define is a
-// clear error naming it, in a block's frames section and in the WAL, and
-// a version 4 block's frame marked with a method is one too.
+// TestFrameKindByteRefused: a kind byte this version does not define (a
+// kind a newer heatscope wrote, a bit no version has) is a clear error
+// naming it, in a block's frames section and in the WAL, and so are a
+// version 4 block's frame marked with a method and a version 5 block's
+// Python frame or lines.
 func TestFrameKindByteRefused(t *testing.T) {
 	frames := func(kind byte) []byte {
 		b := binary.AppendUvarint(nil, 1)
-		return binary.AppendUvarint(append(append(b, 0, 0, 0), kind), 0x401000)
+		b = binary.AppendUvarint(append(append(b, 0, 0, 0), kind), 0x401000)
+		if kind&kindLines != 0 {
+			b = append(b, 42, 40) // line 42 of a function from line 40
+		}
+		return b
 	}
 	sections := func(kind byte) [numSections + 1][]byte {
 		var raw [numSections + 1][]byte
@@ -201,21 +207,34 @@ func TestFrameKindByteRefused(t *testing.T) {
 		{0 | kindFoundFP, 5, "", sample.MethodFP},
 		{2 | kindFoundFP, 4, "frame kind byte 0x82: a frame marked with how it was found in a block older than format version 5", 0},
 		{2 | kindFoundFP | kindFoundTable, 5, "frame kind byte 0xc2: bits this heatscope does not know", 0},
-		{0x06, 5, "frame kind byte 0x06: bits this heatscope does not know", 0},
+		{0x08, 6, "frame kind byte 0x08: bits this heatscope does not know", 0},
+		{0x10, 6, "frame kind byte 0x10: bits this heatscope does not know", 0},
 		{1 | kindFoundTable, 5, "frame kind byte 0x41: a kernel frame marked with how it was found", 0},
+		{byte(sample.KindPython), 6, "", sample.MethodNotKnown},
+		{byte(sample.KindPython) | kindLines, 6, "", sample.MethodNotKnown},
+		{2 | kindLines | kindFoundTable, 6, "", sample.MethodTable},
+		{byte(sample.KindPython), 5, "frame kind byte 0x04: a Python frame or a frame with source lines in a block older than format version 6", 0},
+		{2 | kindLines, 5, "frame kind byte 0x22: a Python frame or a frame with source lines in a block older than format version 6", 0},
+		{0x05, 6, "frame kind byte 0x05: frame kind 5, which this heatscope (format version 6) does not know: a newer heatscope wrote it", 0},
+		{0x07 | kindLines, 6, "frame kind byte 0x27: frame kind 7, which this heatscope", 0},
 	} {
 		tab, err := decodeTables(sections(tc.kind), tc.version)
 		if tc.want == "" {
 			if err != nil || tab.Frames[0].Method != tc.method || tab.Frames[0].Kind != sample.Kind(tc.kind&kindBits) {
 				t.Errorf("kind byte %#x in version %d: %v, frames %+v, want kind %d method %d", tc.kind, tc.version, err, tab, tc.kind&kindBits, tc.method)
+				continue
+			}
+			f := tab.Frames[0]
+			if wantLines := tc.kind&kindLines != 0; f.Address != 0x401000 || wantLines != (f.Line == 42 && f.StartLine == 40) || !wantLines && f.Line+f.StartLine != 0 {
+				t.Errorf("kind byte %#x in version %d: frame %+v, want address 0x401000 and lines 42 and 40 when bit 5 is set", tc.kind, tc.version, f)
 			}
 			continue
 		}
 		if err == nil || !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("kind byte %#x in version %d: error %v, want %q", tc.kind, tc.version, err, tc.want)
 		}
-		if tc.version < 5 {
-			continue
+		if strings.Contains(tc.want, "older than format version") {
+			continue // a WAL is read as this version's
 		}
 		// The same frame in a WAL page.
 		page := append([]byte{recFrame}, frames(tc.kind)[1:]...)

@@ -20,6 +20,10 @@ type Frame struct {
 	Method sample.Method
 	// Address is the frame's module-relative address.
 	Address uint64
+	// Line and StartLine are the frame's source lines
+	// (sample.Frame.Line): a function run at two lines is two frames
+	// of the table, as a native one at two addresses is.
+	Line, StartLine uint32
 }
 
 // Thread is the who of a sample: process, thread, command and cgroup.
@@ -103,7 +107,8 @@ func (t *Table) ContainerOf(th Thread) *sample.Container {
 func (t *Table) FrameOf(id uint32) sample.Frame {
 	f := t.Frames[id]
 	return sample.Frame{Function: t.Strings[f.Function], Module: t.Strings[f.Module],
-		BuildID: t.Strings[f.BuildID], Address: f.Address, Kind: f.Kind, Method: f.Method}
+		BuildID: t.Strings[f.BuildID], Address: f.Address, Kind: f.Kind, Method: f.Method,
+		Line: f.Line, StartLine: f.StartLine}
 }
 
 // snapshot returns a view of t's samples and tables as they are now. Later
@@ -192,8 +197,8 @@ func (b *Builder) internString(s string) uint32 {
 }
 
 // internFrame returns the id of f, adding it the first time. Frames are
-// keyed by their strings' ids: 24 bytes a frame, where keying them by
-// their strings took 64 (a merge under churn interns a frame or more per
+// keyed by their strings' ids: 32 bytes a frame, where keying them by
+// their strings took 72 (a merge under churn interns a frame or more per
 // process).
 //
 // Only a user frame keeps how it was found: a method on a kernel frame
@@ -206,7 +211,8 @@ func (b *Builder) internFrame(f *sample.Frame) uint32 {
 		method = sample.MethodNotKnown
 	}
 	fr := Frame{Function: b.internString(f.Function), Module: b.internString(f.Module),
-		BuildID: b.internString(f.BuildID), Kind: f.Kind, Method: method, Address: f.Address}
+		BuildID: b.internString(f.BuildID), Kind: f.Kind, Method: method, Address: f.Address,
+		Line: f.Line, StartLine: f.StartLine}
 	if id, ok := b.frames[fr]; ok {
 		return id
 	}
@@ -337,13 +343,13 @@ func (b *Builder) appendRow(time int64, cpu, thread, stack uint32) {
 }
 
 // hashStack hashes what tells stacks apart in practice: each frame's
-// address, kind, method and function name. sameStack checks the rest, so a
+// address, kind, method, line and function name. sameStack checks the rest, so a
 // collision only costs a slower Append.
 func (b *Builder) hashStack(frames []sample.Frame) uint64 {
 	h := uint64(len(frames))
 	for i := range frames {
 		f := &frames[i]
-		h ^= maphash.String(b.seed, f.Function) + f.Address*0x9e3779b97f4a7c15 + uint64(f.Kind) + uint64(f.Method)<<8
+		h ^= maphash.String(b.seed, f.Function) + f.Address*0x9e3779b97f4a7c15 + uint64(f.Kind) + uint64(f.Method)<<8 + uint64(f.Line)<<16
 		h = (h << 27) | (h >> 37)
 		h *= 0x94d049bb133111eb
 	}
@@ -358,7 +364,8 @@ func (b *Builder) sameStack(id uint32, frames []sample.Frame) bool {
 	}
 	for i, fid := range ids {
 		f, g := &b.T.Frames[fid], &frames[i]
-		if f.Address != g.Address || f.Kind != g.Kind || f.Method != g.Method || b.T.Strings[f.Function] != g.Function ||
+		if f.Address != g.Address || f.Kind != g.Kind || f.Method != g.Method || f.Line != g.Line || f.StartLine != g.StartLine ||
+			b.T.Strings[f.Function] != g.Function ||
 			b.T.Strings[f.Module] != g.Module || b.T.Strings[f.BuildID] != g.BuildID {
 			return false
 		}
@@ -397,7 +404,8 @@ func (b *Builder) mapFrame(m *remap, id uint32) uint32 {
 	if m.frames[id] == unmapped {
 		f := m.src.Frames[id]
 		sf := sample.Frame{Function: m.src.Strings[f.Function], Module: m.src.Strings[f.Module],
-			BuildID: m.src.Strings[f.BuildID], Kind: f.Kind, Method: f.Method, Address: f.Address}
+			BuildID: m.src.Strings[f.BuildID], Kind: f.Kind, Method: f.Method, Address: f.Address,
+			Line: f.Line, StartLine: f.StartLine}
 		m.frames[id] = b.internFrame(&sf)
 	}
 	return m.frames[id]

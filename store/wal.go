@@ -85,8 +85,7 @@ func (w *walWriter) newFrame(f Frame) {
 	w.pending = binary.AppendUvarint(w.pending, uint64(f.Function))
 	w.pending = binary.AppendUvarint(w.pending, uint64(f.Module))
 	w.pending = binary.AppendUvarint(w.pending, uint64(f.BuildID))
-	w.pending = append(w.pending, kindByte(&f))
-	w.pending = binary.AppendUvarint(w.pending, f.Address)
+	w.pending = appendFrameTail(w.pending, &f)
 }
 
 func (w *walWriter) newStack(frames []uint32) {
@@ -302,10 +301,9 @@ func replayRecords(payload []byte, b *Builder) error {
 		case recFrame:
 			ns := uint64(len(t.Strings))
 			f := Frame{Function: r.u32("function", ns), Module: r.u32("module", ns), BuildID: r.u32("build id", ns)}
-			// A WAL has no version: frames of a version 4 one are
-			// never marked.
-			r.frameKind(&f, true)
-			f.Address = r.uvarint("address")
+			// A WAL has no version: it is read as this version's,
+			// whose frames an older one's never contradict.
+			r.frameTail(&f, FormatVersion)
 			if r.err == nil {
 				b.addFrame(f)
 			}

@@ -18,6 +18,11 @@ func walBytes(t testing.TB, seconds float64) []byte { return walBytesOf(t, secon
 // walBytesOf is walBytes with the frames marked (synth.Config.Unwind) when
 // marked.
 func walBytesOf(t testing.TB, seconds float64, marked bool) []byte {
+	return walBytesOfConfig(t, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20, Containers: true, Unwind: marked})
+}
+
+// walBytesOfConfig is walBytes of cfg's samples.
+func walBytesOfConfig(t testing.TB, cfg synth.Config) []byte {
 	dir := t.TempDir()
 	w, err := createWAL(dir, 1)
 	if err != nil {
@@ -25,7 +30,7 @@ func walBytesOf(t testing.TB, seconds float64, marked bool) []byte {
 	}
 	b := NewBuilder()
 	b.onNew = w
-	g := synth.New(synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: seconds, Stacks: 20, Containers: true, Unwind: marked})
+	g := synth.New(cfg)
 	var s sample.Sample
 	for i := 0; g.Next(&s); i++ {
 		b.Append(&s)
@@ -142,6 +147,7 @@ func TestCallerTicks(t *testing.T) {
 func FuzzReplayWAL(f *testing.F) {
 	f.Add(walBytes(f, 0.5))
 	f.Add(walBytesOf(f, 0.5, true))
+	f.Add(walBytesOfConfig(f, synth.Config{CPUs: 2, Hz: 99, Start: 1e18, Seconds: 0.5, Stacks: 20, Python: true}))
 	f.Add([]byte{})
 	f.Add([]byte{4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4})
 	f.Fuzz(func(t *testing.T, data []byte) {

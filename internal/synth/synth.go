@@ -31,6 +31,12 @@ type Config struct {
 	// frame found with a table, a third every other one with frame
 	// pointers, so that frames are reached both ways.
 	Unwind bool
+	// Python makes every fourth stack (the second most sampled among
+	// them) a CPython program's, as the symbolizer interleaves them:
+	// Python frames (sample.KindPython, with lines) between the
+	// interpreter's native root frames and, in half of them, a C
+	// extension's native leaf frames.
+	Python bool
 }
 
 // Generator produces samples tick by tick, CPU by CPU.
@@ -98,6 +104,14 @@ func New(cfg Config) *Generator {
 		// little at every level, as real programs' call graphs do: stack
 		// k of a binary shares its first levels with stacks k±1, k±2...
 		// A shorter stack is a prefix of longer ones.
+		if cfg.Python && s%4 == 1 {
+			st = append(st, PythonStack(s/4)...)
+			g.stacks = append(g.stacks, st)
+			if cfg.Unwind {
+				g.unwound = append(g.unwound, [2][]sample.Frame{st, st})
+			}
+			continue
+		}
 		app, k := s%13, s/13
 		mod := fmt.Sprintf("/usr/bin/app%d", app)
 		for d := depth - 1; d >= 0; d-- { // the leaf first
@@ -172,6 +186,51 @@ func (g *Generator) Next(s *sample.Sample) bool {
 		g.tick++
 	}
 	return true
+}
+
+// PythonFunction is one of the Python functions PythonStack calls.
+type PythonFunction struct {
+	// Name is the qualified name, File the source file and StartLine
+	// the first line of the function.
+	Name, File string
+	StartLine  uint32
+}
+
+// PythonFunctions are the functions of PythonStack's programs, the
+// outermost first.
+var PythonFunctions = []PythonFunction{
+	{"<module>", "/srv/train.py", 1},
+	{"main", "/srv/train.py", 40},
+	{"Trainer.fit", "/srv/trainer.py", 12},
+	{"Trainer.step", "/srv/trainer.py", 30},
+	{"Model.forward", "/srv/model.py", 8},
+	{"Linear.forward", "/srv/model.py", 51},
+}
+
+// PythonStack returns user stack k of a CPython program, leaf first, as
+// the symbolizer interleaves it: the Python frames (PythonFunctions from
+// <module> down, 3 to 6 deep, each at a line past its first that depends
+// on k) above the interpreter's native root and, when k is odd, zlib's
+// native frames of a C extension above them.
+func PythonStack(k int) []sample.Frame {
+	const interp, libz = "/usr/bin/python3.11", "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"
+	var st []sample.Frame
+	if k%2 == 1 {
+		for i, fn := range []string{"deflate_slow", "deflate", "compress2"} {
+			st = append(st, sample.Frame{Function: fn, Module: libz, Address: uint64(0x3000 + i*0x100), Kind: sample.KindUser})
+		}
+		st = append(st, sample.Frame{Function: "zlib_compress", Module: interp, Address: 0x2a0000, Kind: sample.KindUser})
+	}
+	depth := 3 + k%4
+	for d := depth - 1; d >= 0; d-- {
+		fn := PythonFunctions[d]
+		st = append(st, sample.Frame{Function: fn.Name, Module: fn.File, Kind: sample.KindPython,
+			Line: fn.StartLine + 1 + uint32((k+d)%5), StartLine: fn.StartLine})
+	}
+	for i, fn := range []string{"PyEval_EvalCode", "run_mod", "_PyRun_SimpleFileObject", "Py_RunMain", "Py_BytesMain", "main"} {
+		st = append(st, sample.Frame{Function: fn, Module: interp, Address: uint64(0x250000 + i*0x1000), Kind: sample.KindUser})
+	}
+	return st
 }
 
 // Containers returns the metadata Config.Containers gives cgroups 5000 to
