@@ -17,13 +17,34 @@ LDFLAGS := -X github.com/heatscope/heatscope/internal/buildinfo.version=$(VERSIO
 # Where make install puts bin/heatscope (DESTDIR for staged installs).
 PREFIX ?= /usr/local
 
-.PHONY: build generate test test-kernels bench run fuzz clean install
+.PHONY: build generate test test-kernels bench run fuzz clean install image
 
 build:
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/heatscope
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/heatscope
+
+# The container image (Containerfile): a static binary, the CA certificates
+# and nothing else, built with buildah and tagged $(IMAGE):$(IMAGE_TAG) and
+# $(IMAGE):latest in the local store. Push it with
+# `buildah push $(IMAGE):$(IMAGE_TAG) docker://REGISTRY/heatscope:$(IMAGE_TAG)`.
+IMAGE ?= localhost/heatscope
+IMAGE_TAG ?= $(or $(VERSION),dev)
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+image:
+	@test -r $(CA_BUNDLE) || { echo "make image: no CA bundle at $(CA_BUNDLE) (apt-get install ca-certificates, or CA_BUNDLE=FILE)"; exit 1; }
+	@command -v buildah >/dev/null || { echo "make image: needs buildah (apt-get install buildah)"; exit 1; }
+	rm -rf bin/image
+	mkdir -p bin/image/rootfs/usr/bin bin/image/rootfs/etc/ssl/certs bin/image/rootfs/proc bin/image/rootfs/sys \
+	  bin/image/rootfs/dev bin/image/rootfs/tmp bin/image/rootfs/var/lib/heatscope
+	CGO_ENABLED=0 $(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o bin/image/rootfs/usr/bin/heatscope ./cmd/heatscope
+	install -m 0644 $(CA_BUNDLE) bin/image/rootfs/etc/ssl/certs/ca-certificates.crt
+	buildah bud --quiet --layers=false -f Containerfile \
+	  --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+	  -t $(IMAGE):$(IMAGE_TAG) -t $(IMAGE):latest bin/image
+	@echo "built $(IMAGE):$(IMAGE_TAG) (and :latest) from $(COMMIT)"
 
 # Rebuilds the committed bpf2go output; needs clang, llvm and bpftool.
 generate:

@@ -129,7 +129,7 @@ func TestDeployKubernetes(t *testing.T) {
 			hostPaths[hp["path"].(string)] = true
 		}
 	}
-	for _, p := range []string{"/sys/kernel/btf", "/sys/fs/cgroup", "/var/lib/heatscope"} {
+	for _, p := range []string{"/sys/kernel/btf", "/sys/fs/cgroup", "/var/lib/heatscope", "/tmp", "/usr/lib/debug"} {
 		if !hostPaths[p] {
 			t.Errorf("no hostPath volume for %s", p)
 		}
@@ -381,5 +381,55 @@ func TestDeployKubernetesQuery(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(append(args, "--memory-limit", "bad"), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--memory-limit") {
 		t.Errorf("%v: exit %d: %s; want only the --memory-limit error", args, code, stderr.String())
+	}
+}
+
+// TestDeployKubernetesImage checks that every manifest runs the image
+// `make image` builds (Makefile's IMAGE), and that kustomization.yaml
+// applies them all and is the one place that names the registry.
+func TestDeployKubernetesImage(t *testing.T) {
+	makefile, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var image string
+	for _, line := range strings.Split(string(makefile), "\n") {
+		if v, ok := strings.CutPrefix(line, "IMAGE ?= "); ok {
+			image = strings.TrimSpace(v)
+		}
+	}
+	if image == "" {
+		t.Fatal("the Makefile sets no IMAGE ?= default")
+	}
+	kustomization := yamlDocs(t, filepath.Join(deployDir, "kubernetes", "kustomization.yaml"))[0]
+	resources := strs(kustomization["resources"])
+	if dig(t, kustomization, "images", 0, "name") != image {
+		t.Errorf("kustomization.yaml's images entry names %v, not the image make image builds (%s)", dig(t, kustomization, "images", 0, "name"), image)
+	}
+	manifests, err := filepath.Glob(filepath.Join(deployDir, "kubernetes", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range manifests {
+		name := filepath.Base(path)
+		if name == "kustomization.yaml" {
+			continue
+		}
+		if !slices.Contains(resources, name) {
+			t.Errorf("kustomization.yaml leaves out %s", name)
+		}
+		for _, doc := range yamlDocs(t, path) {
+			if doc["kind"] != "Deployment" && doc["kind"] != "DaemonSet" {
+				continue
+			}
+			for _, c := range dig(t, doc, "spec", "template", "spec", "containers").([]any) {
+				if got := c.(map[string]any)["image"]; got != image+":latest" {
+					t.Errorf("%s: %s runs image %v, want %s:latest (kustomization.yaml renames it)", name, doc["kind"], got, image)
+				}
+				if cmd := c.(map[string]any)["command"]; cmd != nil {
+					t.Errorf("%s: %s overrides the image's entrypoint with %v; give args only", name, doc["kind"], cmd)
+				}
+			}
+		}
 	}
 }
