@@ -12,7 +12,9 @@ import (
 
 // FoldedBuilder aggregates samples into Brendan Gregg's folded stack format:
 // one line per distinct stack, "comm;root;...;leaf count". Semicolons inside
-// names would split frames, so they are written as colons.
+// names would split frames, so they are written as colons. A Python frame
+// is named "qualname (file)" (sample.Frame.Name, py-spy's style without
+// the line): its lines add up, as a native function's addresses do.
 //
 // A count is a number of samples taken at one rate. When the samples were
 // taken at different periods (SetPeriod: the overhead guard changed the
@@ -38,8 +40,9 @@ func (b *FoldedBuilder) NodeFrames(on bool) { b.node = on }
 
 // AnnotateKinds makes Add mark kernel frames with a "_[k]" suffix and JIT
 // frames with "_[j]", as FlameGraph's stackcollapse-perf.pl --all does, so
-// flamegraph.pl colours them and ReadFolded restores their kinds. It is
-// off by default.
+// flamegraph.pl colours them and ReadFolded restores their kinds, and
+// Python frames with "_[p]" (heatscope's, in the same style). It is off
+// by default.
 func (b *FoldedBuilder) AnnotateKinds(on bool) { b.annotate = on }
 
 // NewFoldedBuilder returns an empty builder.
@@ -73,13 +76,15 @@ func (b *FoldedBuilder) Add(s *sample.Sample) {
 	for i := len(s.Stack) - 1; i >= 0; i-- {
 		b.line.WriteByte(';')
 		f := &s.Stack[i]
-		b.line.WriteString(foldedEscaper.Replace(f.Function))
+		b.line.WriteString(foldedEscaper.Replace(f.Name()))
 		if b.annotate {
 			switch f.Kind {
 			case sample.KindKernel:
 				b.line.WriteString(kernelSuffix)
 			case sample.KindJIT:
 				b.line.WriteString(jitSuffix)
+			case sample.KindPython:
+				b.line.WriteString(pythonSuffix)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ const (
 	kernelSuffix = "_[k]"
 	jitSuffix    = "_[j]"
 	inlineSuffix = "_[i]"
+	pythonSuffix = "_[p]"
 )
 
 // FoldedOptions says how to read folded stacks.
@@ -51,7 +52,9 @@ func ReadFolded(r io.Reader, start time.Time, span time.Duration, fn func(*sampl
 //
 // Frames are KindUser with no module, except: a "_[k]" suffix (removed)
 // marks a kernel frame, given module "[kernel.kallsyms]"; "_[j]" a JIT
-// frame, module "[jit]"; "_[i]" (an inlined frame) is removed; a name in
+// frame, module "[jit]"; "_[p]" a Python frame, whose name
+// "qualname (file)" gives its Function and Module (a name without the
+// file is its Function alone); "_[i]" (an inlined frame) is removed; a name in
 // brackets such as "[unknown]" or "[libc.so.6+0x1f00]" is KindUnknown.
 // Empty frames ("a;;b") are dropped. Only names survive a folded file:
 // pid, tid, CPU, addresses and build ids are zero.
@@ -190,6 +193,15 @@ func foldedFrame(name []byte, names interner) sample.Frame {
 		f.Module, f.Kind = jitModule, sample.KindJIT
 	case bytes.HasSuffix(name, []byte(inlineSuffix)):
 		name = name[:len(name)-len(inlineSuffix)]
+	case bytes.HasSuffix(name, []byte(pythonSuffix)):
+		name = name[:len(name)-len(pythonSuffix)]
+		f.Kind = sample.KindPython
+		if i := bytes.LastIndex(name, []byte(" (")); i > 0 && name[len(name)-1] == ')' && i+3 < len(name) {
+			f.Module = names.get(name[i+2 : len(name)-1])
+			name = name[:i]
+		}
+		f.Function = names.get(name)
+		return f
 	}
 	f.Function = names.get(name)
 	if f.Kind == sample.KindUser && isUnresolvedName(f.Function) {

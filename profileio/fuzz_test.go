@@ -24,7 +24,7 @@ func checkSample(t *testing.T, s *sample.Sample) {
 		if f.Function == "" {
 			t.Fatalf("frame without a name: %+v", f)
 		}
-		if f.Kind > sample.KindJIT {
+		if !f.Kind.Valid() {
 			t.Fatalf("frame of kind %d", f.Kind)
 		}
 		if f.Method > sample.MethodFP || f.Method != sample.MethodNotKnown && f.Kind == sample.KindKernel {

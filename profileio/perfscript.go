@@ -65,7 +65,10 @@ import (
 // with the module's base name and the dsoff offset when given, else the
 // address, or "[unknown]" when the module is unknown too); KindUser
 // otherwise. Frames perf --inline prints as "(inlined)" take the module of
-// the frame they were inlined into.
+// the frame they were inlined into. A symbol "py::<qualname>:<file>" in
+// module <file> (PerfScriptWriter's Python frames) is KindPython, its
+// Function the qualified name, Module the file; its lines are not in the
+// text.
 func ReadPerfScript(r io.Reader, fn func(*sample.Sample) error) error {
 	in, err := openInput(r)
 	if err != nil {
@@ -340,6 +343,9 @@ func (p *perfParser) addFrame(line []byte, needModule bool) bool {
 		return false
 	}
 	f := sample.Frame{Function: site.function, Module: site.module, Address: addr, Kind: frameKind(site.class, addr, site.resolved)}
+	if site.python {
+		f.Kind = sample.KindPython
+	}
 	switch {
 	case site.unknownAt:
 		if site.unknownName == "" || site.unknownAddr != addr {
@@ -405,6 +411,7 @@ type frameSite struct {
 	unknownName string
 	unknownAddr uint64
 	chain       bool // function holds "->", split in JIT frames
+	python      bool // a Python frame: "py::qualname:file (file)"
 }
 
 // parseSite parses "<symbol>[+0x<offset>] (<module>[+0x<offset>])".
@@ -423,8 +430,32 @@ func (p *perfParser) parseSite(rest []byte, site *frameSite) {
 		p.scratch = appendUnknownName(p.scratch[:0], site.module, dsoOffset)
 		sym = p.scratch
 	}
+	if fn, ok := pythonSymbol(sym, mod); ok {
+		site.function, site.python = p.names.get(fn), true
+		return
+	}
 	site.chain = bytes.Contains(sym, []byte("->"))
 	site.function = p.names.get(sym)
+}
+
+// PythonSymbolPrefix starts the symbol of a Python frame in perf script
+// text: "py::<qualname>:<file>", as perf script shows CPython's own perf
+// map entries (python -X perf).
+const PythonSymbolPrefix = "py::"
+
+// pythonSymbol returns the qualified name of a Python frame's symbol,
+// "py::<qualname>:<file>" in module <file>; ok is false for any other
+// symbol. A qualified name has no ':', a file may.
+func pythonSymbol(sym, module []byte) (qualname []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(sym, []byte(PythonSymbolPrefix))
+	if !ok {
+		return nil, false
+	}
+	qualname, file, ok := bytes.Cut(rest, []byte{':'})
+	if !ok || len(qualname) == 0 || len(file) == 0 || !bytes.Equal(file, module) {
+		return nil, false
+	}
+	return qualname, true
 }
 
 // addInlineChain adds the frames of perf-map-agent's "a->b->c" notation,

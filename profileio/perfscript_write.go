@@ -17,16 +17,21 @@ var defaultPeriodNs = sample.PeriodOf(99)
 // FlameScope and FlameGraph's stackcollapse-perf.pl read. Each sample is an
 // event line, "comm pid/tid [cpu] seconds.micros: period cpu-clock:", one
 // line per frame, leaf first, "\t<hex address> <function> (<module>)", and
-// a blank line.
+// a blank line. A Python frame is "\t0 py::<qualname>:<file> (<file>)":
+// the symbol perf script shows for CPython's own perf map entries (python
+// -X perf), which keeps two functions of one qualified name apart in
+// tools that read symbols alone (stackcollapse-perf.pl, FlameScope), and
+// its file as module; its lines are left out, as perf leaves them out.
 //
 // Reading the output back with ReadPerfScript gives the same samples with
 // their times truncated to the microsecond, except for what the format
 // cannot carry: build ids and cgroup ids are dropped, the command is
 // trimmed of surrounding spaces and control characters become spaces, an
 // empty function or module is written "[unknown]", a function name ending
-// in "+0x<hex>" loses it (it reads as an instruction offset), and frame kinds are
+// in "+0x<hex>" loses it (it reads as an instruction offset), Python
+// frames lose their lines, and frame kinds are
 // inferred again from the module and address (which gives back the kinds
-// heatscope's symbolizer assigns).
+// heatscope's symbolizer assigns) or, for Python frames, the symbol.
 type PerfScriptWriter struct {
 	w        *bufio.Writer
 	periodNs int64
@@ -70,6 +75,16 @@ func (pw *PerfScriptWriter) Add(s *sample.Sample) error {
 	b = append(b, " cpu-clock:\n"...)
 	for i := range s.Stack {
 		f := &s.Stack[i]
+		if f.Kind == sample.KindPython && f.Function != "" && f.Module != "" {
+			b = append(b, "\t               0 "+PythonSymbolPrefix...)
+			b = appendSanitized(b, f.Function)
+			b = append(b, ':')
+			b = appendSanitized(b, f.Module)
+			b = append(b, " ("...)
+			b = appendSanitized(b, f.Module)
+			b = append(b, ")\n"...)
+			continue
+		}
 		b = append(b, '\t')
 		b = appendPadded(b, strconv.FormatUint(f.Address, 16), ' ', 16)
 		b = append(b, ' ')

@@ -28,16 +28,23 @@ import (
 // for it, and a location is shared by every stack through its address, so
 // a frame reached both ways is one location of one function. Kernel
 // frames sit in a "[kernel.kallsyms]" mapping, user frames in their binaries'
-// mappings with build ids. Frames are already symbolized, so every mapping is
+// mappings with build ids, Python frames in the PythonMapping pseudo mapping:
+// a Python function is a Function with its qualified name as name,
+// "qualname (file)" (sample.FunctionName) as system name, its file as filename and its first line as start line, a
+// Python frame a Location (at address 0) with one Line, its function at
+// the line being run, so that go tool pprof -list shows the source and
+// -traces the Python chain. Frames are already symbolized, so every mapping is
 // marked as having functions and pprof does not try to symbolize again.
 // The samples of one thread share one Label map, and those of one CPU
 // (and cgroup) their NumLabel and NumUnit maps, so that a profile of
 // hundreds of thousands of samples does not cost as many maps: treat the
 // profile's label maps as read-only.
 type PprofBuilder struct {
-	periodNs  int64
-	prof      *profile.Profile
-	mappings  map[string]*profile.Mapping
+	periodNs int64
+	prof     *profile.Profile
+	mappings map[string]*profile.Mapping
+	// python is the PythonMapping mapping, nil until a Python frame.
+	python    *profile.Mapping
 	functions map[functionKey]*profile.Function
 	locations map[locationKey]*profile.Location
 	samples   map[string]*profile.Sample
@@ -54,11 +61,25 @@ type PprofBuilder struct {
 	keepTimes  bool
 }
 
-type functionKey struct{ name, module string }
+// PythonMapping is the pseudo mapping of Python frames in pprof profiles
+// (their files are their functions' filenames): ReadPprof reads its
+// locations back as sample.KindPython frames.
+const PythonMapping = "[python]"
+
+type functionKey struct {
+	name, module string
+	// startLine tells apart Python functions of one name and file
+	// (lambdas, a function defined twice); 0 for native ones.
+	startLine uint32
+}
 
 type locationKey struct {
 	module, function string
 	address          uint64
+	// line and python tell a Python frame's locations apart: one per
+	// line run, none shared with a native frame.
+	line   uint32
+	python bool
 }
 
 // NewPprofBuilder returns a builder for samples taken every periodNs
@@ -281,7 +302,11 @@ func containerLabels(c *sample.Container) (l [8]label, ok bool) {
 // Location returns the profile's location of frame f (its module,
 // function and address), made on first use.
 func (b *PprofBuilder) Location(f *sample.Frame) *profile.Location {
-	key := locationKey{f.Module, f.Function, f.Address}
+	python := f.Kind == sample.KindPython
+	key := locationKey{module: f.Module, function: f.Function, address: f.Address, python: python}
+	if python {
+		key.line = f.Line
+	}
 	if loc, ok := b.locations[key]; ok {
 		return loc
 	}
@@ -291,12 +316,19 @@ func (b *PprofBuilder) Location(f *sample.Frame) *profile.Location {
 		Address: f.Address,
 		Line:    []profile.Line{{Function: b.function(f)}},
 	}
+	if python {
+		loc.Address = 0 // a Python frame has no address; its line says where it ran
+		loc.Line[0].Line = int64(f.Line)
+	}
 	b.locations[key] = loc
 	b.prof.Location = append(b.prof.Location, loc)
 	return loc
 }
 
 func (b *PprofBuilder) mapping(f *sample.Frame) *profile.Mapping {
+	if f.Kind == sample.KindPython {
+		return b.pythonMapping()
+	}
 	if m, ok := b.mappings[f.Module]; ok {
 		if m.BuildID == "" && f.BuildID != "" {
 			m.BuildID = f.BuildID
@@ -318,8 +350,35 @@ func (b *PprofBuilder) mapping(f *sample.Frame) *profile.Mapping {
 	return m
 }
 
+// pythonMapping returns the mapping of every Python frame, made on
+// first use. It has file names and line numbers; a native binary's
+// mapping of the same name "[python]" would be another (b.mappings).
+func (b *PprofBuilder) pythonMapping() *profile.Mapping {
+	if b.python != nil {
+		return b.python
+	}
+	b.python = &profile.Mapping{
+		ID:             uint64(len(b.prof.Mapping) + 1),
+		Limit:          math.MaxUint64,
+		File:           PythonMapping,
+		HasFunctions:   true,
+		HasFilenames:   true,
+		HasLineNumbers: true,
+	}
+	b.prof.Mapping = append(b.prof.Mapping, b.python)
+	return b.python
+}
+
 func (b *PprofBuilder) function(f *sample.Frame) *profile.Function {
-	key := functionKey{f.Function, f.Module}
+	key := functionKey{name: f.Function, module: f.Module}
+	python := f.Kind == sample.KindPython
+	if python {
+		key.startLine = f.StartLine
+		// A Python function's module is a .py file; the prefix keeps it
+		// apart from a native function of that name in a binary of that
+		// path.
+		key.module = PythonMapping + key.module
+	}
 	if fn, ok := b.functions[key]; ok {
 		return fn
 	}
@@ -327,6 +386,17 @@ func (b *PprofBuilder) function(f *sample.Frame) *profile.Function {
 		ID:         uint64(len(b.prof.Function) + 1),
 		Name:       f.Function,
 		SystemName: f.Function,
+	}
+	if python {
+		fn.Filename, fn.StartLine = f.Module, int64(f.StartLine)
+		// The system name is the name heatscope's views give it, with
+		// its file: unique in the profile, and not the name, so that
+		// go tool pprof takes the name as demangled already (it would
+		// strip "<module>" or "<lambda>" whole as C++ template
+		// parameters); "" when the file is not known.
+		if fn.SystemName = f.Name(); fn.SystemName == fn.Name {
+			fn.SystemName = ""
+		}
 	}
 	b.functions[key] = fn
 	b.prof.Function = append(b.prof.Function, fn)

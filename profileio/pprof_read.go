@@ -1,9 +1,11 @@
 package profileio
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -44,8 +46,11 @@ const cgroupIDLabel = "cgroup_id"
 // first. Module and BuildID come from the location's mapping, Address is
 // the location's address. A frame is KindKernel in a "[kernel.kallsyms]"
 // mapping or at a kernel address, KindJIT in a perf map or heatscope's
-// "[jit]" mapping, KindUnknown when it has no function name (Function is
-// then "[module+0xoffset]") or a bracketed one, KindUser otherwise.
+// "[jit]" mapping, KindPython in the PythonMapping mapping (Function the
+// function's name, Module its filename, Line the line's number and
+// StartLine the function's start line, Address 0), KindUnknown when it
+// has no function name (Function is then "[module+0xoffset]") or a
+// bracketed one, KindUser otherwise.
 func ReadPprof(r io.Reader, fn func(*sample.Sample) error) error {
 	in, err := openInput(r)
 	if err != nil {
@@ -289,6 +294,9 @@ func (rd *pprofReader) locationFrames(loc *profile.Location) []sample.Frame {
 			offset = loc.Address - m.Start + m.Offset
 		}
 	}
+	if module == PythonMapping {
+		return pythonFrames(loc)
+	}
 	class := classify(module)
 	frame := func(name string) sample.Frame {
 		resolved := !isUnresolvedName(name)
@@ -317,6 +325,33 @@ func (rd *pprofReader) locationFrames(loc *profile.Location) []sample.Frame {
 			}
 		}
 		fs[i] = frame(name)
+	}
+	return fs
+}
+
+// pythonFrames returns the frames of a location in the PythonMapping
+// mapping: one Python frame per line, innermost first. A line number or
+// start line that is not a uint32 (untrusted input) reads as not known.
+func pythonFrames(loc *profile.Location) []sample.Frame {
+	lineNumber := func(n int64) uint32 {
+		if n < 0 || n > math.MaxUint32 {
+			return 0
+		}
+		return uint32(n)
+	}
+	fs := make([]sample.Frame, 0, max(len(loc.Line), 1))
+	for _, line := range loc.Line {
+		f := sample.Frame{Function: "[unknown]", Kind: sample.KindPython, Line: lineNumber(line.Line)}
+		if fn := line.Function; fn != nil {
+			f.Module, f.StartLine = fn.Filename, lineNumber(fn.StartLine)
+			if f.Function = fn.Name; f.Function == "" {
+				f.Function = cmp.Or(fn.SystemName, "[unknown]")
+			}
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 {
+		fs = append(fs, sample.Frame{Function: "[unknown]", Kind: sample.KindPython})
 	}
 	return fs
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/heatscope/heatscope/sample"
 )
 
 // FunctionCount is a function's share of a profile's samples.
@@ -26,7 +28,9 @@ type FunctionCount struct {
 // count, then by name: across a change of the sampling rate the counts
 // weigh a fast-sampled function over one that ran longer. Functions are
 // counted under name(their name) (nil: as they are), so that unresolved
-// frames can be counted per module, each sample once.
+// frames can be counted per module, each sample once; a Python function
+// (in the PythonMapping mapping) is named with its file
+// (sample.FunctionName) before name sees it.
 func TopFunctions(p *profile.Profile, name func(string) string) []FunctionCount {
 	if name == nil {
 		name = func(s string) string { return s }
@@ -64,7 +68,11 @@ func TopFunctions(p *profile.Profile, name func(string) string) []FunctionCount 
 				if line.Function == nil {
 					continue
 				}
-				fc := get(name(line.Function.Name))
+				fn := line.Function.Name
+				if loc.Mapping != nil && loc.Mapping.File == PythonMapping {
+					fn = sample.FunctionName(fn, line.Function.Filename, sample.KindPython)
+				}
+				fc := get(name(fn))
 				if i == 0 && j == 0 {
 					fc.Self += n
 					fc.SelfNs += ns

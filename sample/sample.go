@@ -94,6 +94,24 @@ type Frame struct {
 	Method Method
 }
 
+// Name is the name views give the frame's function (flame graphs, top
+// tables, folded stacks, the frame filter, the pre-event diff):
+// FunctionName of its function, module and kind.
+func (f *Frame) Name() string { return FunctionName(f.Function, f.Module, f.Kind) }
+
+// FunctionName is the name views give a frame's function: function
+// itself, except for a Python frame, named "qualname (file)" (py-spy's
+// style, without the line): a qualified name alone ("<module>",
+// "forward", "__init__") is seldom unique in a program, and two functions
+// must not add up as one. A Python frame without a file keeps its
+// qualified name alone.
+func FunctionName(function, module string, kind Kind) string {
+	if kind != KindPython || module == "" {
+		return function
+	}
+	return function + " (" + module + ")"
+}
+
 // Method says how a user frame was found in a walk with unwind tables.
 type Method uint8
 

@@ -72,3 +72,23 @@ func TestKindNames(t *testing.T) {
 		}
 	}
 }
+
+// TestFunctionName: a Python frame is named with its file, so that two
+// functions of one qualified name stay apart; every other frame by its
+// function alone.
+func TestFunctionName(t *testing.T) {
+	for _, c := range []struct {
+		f    Frame
+		want string
+	}{
+		{Frame{Function: "<module>", Module: "/srv/train.py", Kind: KindPython, Line: 3}, "<module> (/srv/train.py)"},
+		{Frame{Function: "Model.forward", Module: "model.py", Kind: KindPython}, "Model.forward (model.py)"},
+		{Frame{Function: "Model.forward", Kind: KindPython}, "Model.forward"},
+		{Frame{Function: "deflate", Module: "/usr/lib/libz.so.1", Kind: KindUser}, "deflate"},
+		{Frame{Function: "do_syscall_64", Module: KernelModule, Kind: KindKernel}, "do_syscall_64"},
+	} {
+		if got := c.f.Name(); got != c.want {
+			t.Errorf("%+v: Name() = %q, want %q", c.f, got, c.want)
+		}
+	}
+}
