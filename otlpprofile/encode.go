@@ -1,0 +1,367 @@
+package otlpprofile
+
+import (
+	"crypto/rand"
+	"strconv"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Encoder collects samples into one OTLP profiles request (a batch): one
+// resource per node, its samples of one stack and one set of attributes
+// sharing an OTLP Sample that keeps each one's timestamp and period. Not
+// safe for concurrent use.
+type Encoder struct {
+	version string
+	node    string
+	period  int64
+
+	profiles pprofile.Profiles
+	dict     pprofile.ProfilesDictionary
+	strings  map[string]int32
+	attrs    map[attrKey]int32
+	mappings map[mappingKey]int32
+	funcs    map[funcKey]int32
+	locs     map[sample.Frame]int32
+	stacks   map[string]int32
+	nodes    map[string]*nodeProfile
+	n        int
+
+	// locBuf and keyBuf are scratch space for one sample's stack.
+	locBuf []int32
+	keyBuf []byte
+}
+
+// attrKey is one attribute: a key and a string or integer value.
+type attrKey struct {
+	key   string
+	str   string
+	num   int64
+	isNum bool
+}
+
+// funcKey is what a function of heatscope's is: its name, and for a
+// Python function its file and first line.
+type funcKey struct {
+	name, file string
+	startLine  uint32
+}
+
+// mappingKey is what a mapping of heatscope's says: its module and build id.
+type mappingKey struct{ module, buildID string }
+
+// sampleKey is what an OTLP Sample of heatscope's is: a stack and the
+// attributes a heatscope sample carries.
+type sampleKey struct {
+	stack         int32
+	pid, tid, cpu uint32
+	comm          string
+	cgroupID      uint64
+	container     sample.Container
+	hasContainer  bool
+}
+
+// nodeProfile is the profile of one node's samples.
+type nodeProfile struct {
+	profile  pprofile.Profile
+	samples  map[sampleKey]int
+	periods  map[int64]int
+	from, to int64 // the first and last sample's time
+	n        int   // samples added
+}
+
+// NewEncoder returns an empty encoder writing version as the scope's
+// version, node as the host.name of samples that do not name their own
+// (sample.Sample.Node), and periodNs as the weight of samples that do not
+// carry their own (PeriodNs 0: samples read from the store, whose period
+// is kept per block; SetPeriod changes it).
+func NewEncoder(version, node string, periodNs int64) *Encoder {
+	e := &Encoder{version: version, node: node, period: periodNs}
+	e.reset()
+	return e
+}
+
+// SetPeriod sets the weight of the samples added from now on that do not
+// carry their own period.
+func (e *Encoder) SetPeriod(periodNs int64) { e.period = periodNs }
+
+// Len returns the number of samples added since the last Profiles.
+func (e *Encoder) Len() int { return e.n }
+
+// reset starts a new batch.
+func (e *Encoder) reset() {
+	e.profiles = pprofile.NewProfiles()
+	e.dict = e.profiles.Dictionary()
+	e.strings = map[string]int32{}
+	e.attrs = map[attrKey]int32{}
+	e.mappings = map[mappingKey]int32{}
+	e.funcs = map[funcKey]int32{}
+	e.locs = map[sample.Frame]int32{}
+	e.stacks = map[string]int32{}
+	e.nodes = map[string]*nodeProfile{}
+	e.n = 0
+	// Every dictionary table starts with its zero value, which an index
+	// of 0 means ("not set").
+	e.str("")
+	e.dict.MappingTable().AppendEmpty()
+	e.dict.LocationTable().AppendEmpty()
+	e.dict.FunctionTable().AppendEmpty()
+	e.dict.LinkTable().AppendEmpty()
+	e.dict.AttributeTable().AppendEmpty()
+	e.dict.StackTable().AppendEmpty()
+	e.mappings[mappingKey{}] = 0
+	e.funcs[funcKey{}] = 0
+	e.stacks[""] = 0
+}
+
+// Add adds one sample, which weighs its own period (s.PeriodNs, else the
+// encoder's). It keeps nothing of s but copies.
+func (e *Encoder) Add(s *sample.Sample) {
+	node := s.Node
+	if node == "" {
+		node = e.node
+	}
+	np := e.nodes[node]
+	if np == nil {
+		np = e.newNodeProfile(node)
+	}
+	key := sampleKey{
+		stack: e.stack(s.Stack),
+		pid:   s.PID, tid: s.TID, cpu: s.CPU,
+		comm:     s.Comm,
+		cgroupID: s.CgroupID,
+	}
+	if s.Container != nil && *s.Container != (sample.Container{}) {
+		key.container, key.hasContainer = *s.Container, true
+	}
+	i, ok := np.samples[key]
+	if !ok {
+		i = np.profile.Samples().Len()
+		np.samples[key] = i
+		e.newSample(np.profile.Samples().AppendEmpty(), &key)
+	}
+	period := s.PeriodNs
+	if period <= 0 {
+		period = e.period
+	}
+	os := np.profile.Samples().At(i)
+	os.TimestampsUnixNano().Append(uint64(s.Time))
+	os.Values().Append(period)
+	np.periods[period]++
+	if np.n == 0 || s.Time < np.from {
+		np.from = s.Time
+	}
+	if np.n == 0 || s.Time > np.to {
+		np.to = s.Time
+	}
+	np.n++
+	e.n++
+}
+
+// newNodeProfile adds the resource, scope and profile of a node.
+func (e *Encoder) newNodeProfile(node string) *nodeProfile {
+	rp := e.profiles.ResourceProfiles().AppendEmpty()
+	rp.SetSchemaUrl(schemaURL)
+	if node != "" {
+		rp.Resource().Attributes().PutStr(keyHostName, node)
+	}
+	sp := rp.ScopeProfiles().AppendEmpty()
+	sp.SetSchemaUrl(schemaURL)
+	sp.Scope().SetName(ScopeName)
+	sp.Scope().SetVersion(e.version)
+	p := sp.Profiles().AppendEmpty()
+	p.SampleType().SetTypeStrindex(e.str(typeCPU))
+	p.SampleType().SetUnitStrindex(e.str(unitNanoseconds))
+	p.PeriodType().SetTypeStrindex(e.str(typeCPU))
+	p.PeriodType().SetUnitStrindex(e.str(unitNanoseconds))
+	var id pprofile.ProfileID
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
+	p.SetProfileID(id)
+	np := &nodeProfile{profile: p, samples: map[sampleKey]int{}, periods: map[int64]int{}}
+	e.nodes[node] = np
+	return np
+}
+
+// newSample sets the stack and attributes of a new OTLP Sample.
+func (e *Encoder) newSample(os pprofile.Sample, k *sampleKey) {
+	os.SetStackIndex(k.stack)
+	a := os.AttributeIndices()
+	a.Append(e.intAttr(keyPID, int64(k.pid)), e.intAttr(keyTID, int64(k.tid)), e.intAttr(keyCPU, int64(k.cpu)))
+	if k.comm != "" {
+		a.Append(e.strAttr(keyThreadName, k.comm))
+	}
+	if k.cgroupID != 0 {
+		// The id's 64 bits, read back as they were written.
+		a.Append(e.intAttr(keyCgroupID, int64(k.cgroupID)))
+	}
+	if !k.hasContainer {
+		return
+	}
+	c := &k.container
+	if c.Cgroup != "" {
+		a.Append(e.strAttr(keyCgroup, cgroupV2Prefix+c.Cgroup))
+	}
+	for _, kv := range [...]struct{ key, value string }{
+		{keyContainerID, c.ID},
+		{keyContainerRuntime, c.Runtime},
+		{keyPodUID, c.PodUID},
+		{keyQoS, c.QoS},
+		{keyNamespace, c.Namespace},
+		{keyPodName, c.Pod},
+		{keyContainerName, c.Name},
+	} {
+		if kv.value != "" {
+			a.Append(e.strAttr(kv.key, kv.value))
+		}
+	}
+}
+
+// stack returns the index of a stack's entry in the stack table, adding
+// it (and its locations) if new.
+func (e *Encoder) stack(frames []sample.Frame) int32 {
+	e.locBuf = e.locBuf[:0]
+	e.keyBuf = e.keyBuf[:0]
+	for i := range frames {
+		l := e.location(&frames[i])
+		e.locBuf = append(e.locBuf, l)
+		e.keyBuf = strconv.AppendInt(e.keyBuf, int64(l), 36)
+		e.keyBuf = append(e.keyBuf, ',')
+	}
+	if i, ok := e.stacks[string(e.keyBuf)]; ok {
+		return i
+	}
+	t := e.dict.StackTable()
+	i := int32(t.Len())
+	t.AppendEmpty().LocationIndices().Append(e.locBuf...)
+	e.stacks[string(e.keyBuf)] = i
+	return i
+}
+
+// location returns the index of a frame's location, adding it if new. A
+// Python frame is a location of no mapping and no address, its line the
+// line being run, its function's file the Python source and its start
+// line the function's first: the shape the eBPF profiler gives an
+// interpreted frame.
+func (e *Encoder) location(f *sample.Frame) int32 {
+	if i, ok := e.locs[*f]; ok {
+		return i
+	}
+	t := e.dict.LocationTable()
+	i := int32(t.Len())
+	l := t.AppendEmpty()
+	line := l.Lines().AppendEmpty()
+	if f.Kind == sample.KindPython {
+		line.SetFunctionIndex(e.function(funcKey{f.Function, f.Module, f.StartLine}))
+		line.SetLine(int64(f.Line))
+	} else {
+		l.SetAddress(f.Address)
+		l.SetMappingIndex(e.mapping(f.Module, f.BuildID))
+		line.SetFunctionIndex(e.function(funcKey{name: f.Function}))
+	}
+	if v, ok := frameTypes[f.Kind]; ok {
+		l.AttributeIndices().Append(e.strAttr(keyFrameType, v))
+	}
+	if v, ok := unwindMethods[f.Method]; ok {
+		l.AttributeIndices().Append(e.strAttr(keyUnwindMethod, v))
+	}
+	e.locs[*f] = i
+	return i
+}
+
+// mapping returns the index of a module's mapping, adding it if new.
+func (e *Encoder) mapping(module, buildID string) int32 {
+	k := mappingKey{module, buildID}
+	if i, ok := e.mappings[k]; ok {
+		return i
+	}
+	t := e.dict.MappingTable()
+	i := int32(t.Len())
+	m := t.AppendEmpty()
+	m.SetFilenameStrindex(e.str(module))
+	if buildID != "" {
+		m.AttributeIndices().Append(e.strAttr(keyBuildIDGNU, buildID))
+	}
+	e.mappings[k] = i
+	return i
+}
+
+// function returns the index of a function, adding it if new.
+func (e *Encoder) function(k funcKey) int32 {
+	if i, ok := e.funcs[k]; ok {
+		return i
+	}
+	t := e.dict.FunctionTable()
+	i := int32(t.Len())
+	fn := t.AppendEmpty()
+	fn.SetNameStrindex(e.str(k.name))
+	if k.file != "" {
+		fn.SetFilenameStrindex(e.str(k.file))
+	}
+	fn.SetStartLine(int64(k.startLine))
+	e.funcs[k] = i
+	return i
+}
+
+// str returns the index of a string in the string table, adding it if new.
+func (e *Encoder) str(s string) int32 {
+	if i, ok := e.strings[s]; ok {
+		return i
+	}
+	t := e.dict.StringTable()
+	i := int32(t.Len())
+	t.Append(s)
+	e.strings[s] = i
+	return i
+}
+
+func (e *Encoder) strAttr(key, value string) int32 {
+	return e.attr(attrKey{key: key, str: value})
+}
+
+func (e *Encoder) intAttr(key string, value int64) int32 {
+	return e.attr(attrKey{key: key, num: value, isNum: true})
+}
+
+// attr returns the index of an attribute in the attribute table, adding
+// it if new.
+func (e *Encoder) attr(k attrKey) int32 {
+	if i, ok := e.attrs[k]; ok {
+		return i
+	}
+	t := e.dict.AttributeTable()
+	i := int32(t.Len())
+	a := t.AppendEmpty()
+	a.SetKeyStrindex(e.str(k.key))
+	if k.isNum {
+		a.Value().SetInt(k.num)
+	} else {
+		a.Value().SetStr(k.str)
+	}
+	e.attrs[k] = i
+	return i
+}
+
+// Profiles returns the batch of the samples added since the last call,
+// and starts a new one. Each profile's time is its first sample's, its
+// duration reaches just past its last, and its period is the one most of
+// its samples weigh.
+func (e *Encoder) Profiles() pprofile.Profiles {
+	for _, np := range e.nodes {
+		p := np.profile
+		p.SetTime(pcommon.Timestamp(np.from))
+		p.SetDurationNano(uint64(np.to-np.from) + 1)
+		var most int
+		for period, n := range np.periods {
+			if n > most || n == most && period < p.Period() {
+				most = n
+				p.SetPeriod(period)
+			}
+		}
+	}
+	out := e.profiles
+	e.reset()
+	return out
+}

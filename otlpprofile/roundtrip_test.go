@@ -1,0 +1,174 @@
+package otlpprofile
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/heatscope/heatscope/sample"
+)
+
+// randomSamples returns n samples as a recorder writes them: several
+// nodes, stacks of every frame kind and unwind method, containers of
+// every shape, cgroup ids past 2^63, periods that change mid-batch.
+func randomSamples(r *rand.Rand, n int) []sample.Sample {
+	frames := []sample.Frame{
+		{Function: "do_syscall_64", Module: sample.KernelModule, Address: 0xffffffff81001234, Kind: sample.KindKernel},
+		{Function: "nft_do_chain", Module: "[nf_tables]", Address: 0xffffffffc0a01000, Kind: sample.KindKernel},
+		{Function: "[nf_tables+0x77]", Module: "[nf_tables]", Address: 0xffffffffc0a01077, Kind: sample.KindKernel},
+		{Function: "memcpy", Module: "/usr/lib/x86_64-linux-gnu/libc.so.6", BuildID: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", Address: 0x9a2c0, Kind: sample.KindUser},
+		{Function: "memcpy", Module: "/usr/lib/x86_64-linux-gnu/libc.so.6", BuildID: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", Address: 0x9a2c4, Kind: sample.KindUser, Method: sample.MethodTable},
+		{Function: "main.spin", Module: "/opt/app/spinner", Address: 0x4012a0, Kind: sample.KindUser, Method: sample.MethodFP},
+		{Function: "std::vector<int>::push_back(int const&)", Module: "/opt/app/spinner", Address: 0x4013f0, Kind: sample.KindUser},
+		{Function: "[gzip+0x4ce8]", Module: "/usr/bin/gzip", BuildID: "ffee", Address: 0x4ce8, Kind: sample.KindUser},
+		{Function: "LInterpreter;::run", Module: "[jit]", Address: 0x7f0012345678, Kind: sample.KindJIT},
+		{Function: "[anon+0x7f00dead]", Module: "[anon]", Address: 0x7f00dead},
+		{Function: "[unknown+0x10]", Module: "[unknown]", Address: 0x10},
+		{Function: "名前 with spaces;and;semicolons", Module: "/tmp/ünïcode bin", Address: 1, Kind: sample.KindUser},
+		{Function: "Model.forward", Module: "/srv/app/model.py", Kind: sample.KindPython, Line: 42, StartLine: 40},
+		{Function: "Model.forward", Module: "/srv/app/model.py", Kind: sample.KindPython, Line: 47, StartLine: 40},
+		{Function: "<lambda>", Module: "/srv/app/model.py", Kind: sample.KindPython, Line: 90, StartLine: 90},
+		{Function: "<lambda>", Module: "/srv/app/model.py", Kind: sample.KindPython, Line: 91, StartLine: 91},
+		{Function: "<module>", Module: "", Kind: sample.KindPython, Line: 1, StartLine: 0},
+	}
+	containers := []*sample.Container{
+		nil,
+		{Cgroup: "/system.slice/kubelet.service"},
+		{Cgroup: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abcd.scope",
+			ID: "abcd", Runtime: "containerd", PodUID: "1234-5678", QoS: "burstable", Namespace: "shop", Pod: "cart-7f9", Name: "cart"},
+		{ID: "ef01", Runtime: "docker"},
+	}
+	comms := []string{"spinner", "kworker/0:1", "", "a b", "java"}
+	periods := []int64{10101010, 20202020, 1000000}
+	nodes := []string{"node-a", "node-b", "ip-10-0-0-1.ec2.internal"}
+	out := make([]sample.Sample, n)
+	t := int64(1_790_000_000_000_000_000)
+	for i := range out {
+		t += r.Int64N(3_000_000) + 1 // unique, so that the sorted order is one
+		depth := r.IntN(40)
+		stack := make([]sample.Frame, depth)
+		for j := range stack {
+			stack[j] = frames[r.IntN(len(frames))]
+		}
+		cgroupID := r.Uint64()
+		if r.IntN(4) == 0 {
+			cgroupID = 0
+		}
+		out[i] = sample.Sample{
+			Time:      t,
+			CPU:       uint32(r.IntN(64)),
+			PID:       uint32(r.IntN(5) + 1),
+			TID:       uint32(r.IntN(1 << 22)),
+			Comm:      comms[r.IntN(len(comms))],
+			CgroupID:  cgroupID,
+			Container: containers[r.IntN(len(containers))],
+			Stack:     stack,
+			Node:      nodes[r.IntN(len(nodes))],
+			PeriodNs:  periods[r.IntN(len(periods))],
+		}
+	}
+	return out
+}
+
+// decodeAll decodes p into copies of its samples.
+func decodeAll(t testing.TB, p pprofile.Profiles, opts DecodeOptions) ([]sample.Sample, Report) {
+	t.Helper()
+	var got []sample.Sample
+	rep, err := Decode(p, opts, func(s *sample.Sample) error {
+		c := *s
+		c.Stack = slices.Clone(s.Stack)
+		got = append(got, c)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	return got, rep
+}
+
+// sortSamples orders samples by node and time (and, for the samples of
+// one time, by what they say), so that two sets compare whatever order
+// they came in.
+func sortSamples(ss []sample.Sample) {
+	slices.SortStableFunc(ss, func(a, b sample.Sample) int {
+		if c := cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Time, b.Time)); c != 0 {
+			return c
+		}
+		return cmp.Compare(fmt.Sprint(a.CPU, a.PID, a.TID, a.Comm, a.PeriodNs, a.CgroupID, a.Container, a.Stack),
+			fmt.Sprint(b.CPU, b.PID, b.TID, b.Comm, b.PeriodNs, b.CgroupID, b.Container, b.Stack))
+	})
+}
+
+// wire sends p through the protobuf of an ExportProfilesServiceRequest.
+func wire(t testing.TB, p pprofile.Profiles) pprofile.Profiles {
+	t.Helper()
+	b, err := MarshalRequest(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := UnmarshalRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
+// TestRoundTrip: samples → OTLP → protobuf → OTLP → samples gives the
+// same samples, field for field (every timestamp, period, CPU, pid, tid,
+// command, cgroup, container, node and frame), for many random batches.
+func TestRoundTrip(t *testing.T) {
+	for seed := range uint64(50) {
+		r := rand.New(rand.NewPCG(seed, 25))
+		want := randomSamples(r, 1+r.IntN(400))
+		e := NewEncoder("v1.2.3", "", 0)
+		for i := range want {
+			e.Add(&want[i])
+		}
+		if e.Len() != len(want) {
+			t.Fatalf("seed %d: Len %d, added %d", seed, e.Len(), len(want))
+		}
+		got, rep := decodeAll(t, wire(t, e.Profiles()), DecodeOptions{})
+		if rep.Samples != len(want) || rep.NoPeriod+rep.NoTimestamp+rep.TruncatedStacks != 0 || len(rep.Skipped) != 0 {
+			t.Errorf("seed %d: report %+v for %d samples", seed, rep, len(want))
+		}
+		sortSamples(want)
+		sortSamples(got)
+		if len(got) != len(want) {
+			t.Fatalf("seed %d: %d samples back, want %d", seed, len(got), len(want))
+		}
+		for i := range want {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("seed %d, sample %d:\n got %+v %+v\nwant %+v %+v", seed, i, got[i], got[i].Container, want[i], want[i].Container)
+			}
+		}
+		if e.Len() != 0 {
+			t.Fatalf("seed %d: Profiles did not start a new batch: Len %d", seed, e.Len())
+		}
+	}
+}
+
+// TestEncoderDefaults: a sample without a node is the encoder's node's; a
+// sample without a period weighs the encoder's period, and SetPeriod
+// changes it for what follows.
+func TestEncoderDefaults(t *testing.T) {
+	e := NewEncoder("dev", "here", 10_000_000)
+	e.Add(&sample.Sample{Time: 5, PID: 1, Comm: "a"})
+	e.SetPeriod(20_000_000)
+	e.Add(&sample.Sample{Time: 6, PID: 1, Comm: "a"})
+	e.Add(&sample.Sample{Time: 7, PID: 1, Comm: "a", PeriodNs: 3, Node: "there"})
+	got, _ := decodeAll(t, wire(t, e.Profiles()), DecodeOptions{})
+	sortSamples(got)
+	want := []sample.Sample{
+		{Time: 5, PID: 1, Comm: "a", Node: "here", PeriodNs: 10_000_000, Stack: []sample.Frame{}},
+		{Time: 6, PID: 1, Comm: "a", Node: "here", PeriodNs: 20_000_000, Stack: []sample.Frame{}},
+		{Time: 7, PID: 1, Comm: "a", Node: "there", PeriodNs: 3, Stack: []sample.Frame{}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
