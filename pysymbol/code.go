@@ -51,7 +51,13 @@ func (c *Code) size() int64 {
 	return int64(len(c.Qualname)+len(c.File)+len(c.lines)) + 96
 }
 
-// readCode reads the code object at addr in process pid.
+// speculative is how many bytes after an object's header are read with
+// it: most names and location tables whole, so that one read does.
+const speculative = 192
+
+// readCode reads the code object at addr in process pid: its header in
+// one read, then its qualified name, file name and location table in
+// another, and, for those longer than the speculative read, the rest.
 func readCode(pid uint32, l *pyinterp.Layout, addr uint64) (*Code, error) {
 	if addr == 0 || addr%8 != 0 {
 		return nil, fmt.Errorf("code object at %#x: %w", addr, errGarbage)
@@ -66,14 +72,41 @@ func readCode(pid uint32, l *pyinterp.Layout, addr uint64) (*Code, error) {
 		return nil, fmt.Errorf("code object at %#x: first line %d: %w", addr, first, errGarbage)
 	}
 	c.FirstLine = int(first)
+	parts := []struct {
+		what string
+		addr uint64
+		head uint32
+	}{
+		{"co_qualname", word(head, l.CodeQualname), l.UnicodeASCIIData},
+		{"co_filename", word(head, l.CodeFilename), l.UnicodeASCIIData},
+		{"co_linetable", word(head, l.CodeLinetable), l.BytesData},
+	}
+	objs := make([]*object, len(parts))
+	total := 0
+	for _, p := range parts {
+		if p.addr == 0 || p.addr%8 != 0 {
+			return nil, fmt.Errorf("%s of the code object at %#x: at %#x: %w", p.what, addr, p.addr, errGarbage)
+		}
+		total += int(p.head) + speculative
+	}
+	buf := make([]byte, total)
+	for i, p := range parts {
+		// head and more are one buffer, more right after head.
+		h, m := int(p.head), int(p.head)+speculative
+		objs[i] = &object{addr: p.addr, head: buf[:h:m], more: buf[h:m:m]}
+		buf = buf[m:]
+	}
+	if err := readObjects(pid, objs); err != nil {
+		return nil, fmt.Errorf("code object at %#x: %w", addr, err)
+	}
 	var err error
-	if c.Qualname, err = readString(pid, l, word(head, l.CodeQualname), maxQualname); err != nil {
+	if c.Qualname, err = readString(pid, l, objs[0], maxQualname); err != nil {
 		return nil, fmt.Errorf("co_qualname of the code object at %#x: %w", addr, err)
 	}
 	if c.Qualname == "" || strings.ContainsFunc(c.Qualname, isControl) {
 		return nil, fmt.Errorf("co_qualname %q of the code object at %#x: %w", c.Qualname, addr, errGarbage)
 	}
-	if c.File, err = readString(pid, l, word(head, l.CodeFilename), maxFilename); err != nil {
+	if c.File, err = readString(pid, l, objs[1], maxFilename); err != nil {
 		return nil, fmt.Errorf("co_filename of the code object at %#x: %w", addr, err)
 	}
 	c.File = strings.Map(func(r rune) rune {
@@ -82,7 +115,7 @@ func readCode(pid uint32, l *pyinterp.Layout, addr uint64) (*Code, error) {
 		}
 		return r
 	}, c.File)
-	if c.lines, err = readBytes(pid, l, word(head, l.CodeLinetable), maxLineTable); err != nil {
+	if c.lines, err = readBytes(pid, l, objs[2], maxLineTable); err != nil {
 		return nil, fmt.Errorf("co_linetable of the code object at %#x: %w", addr, err)
 	}
 	return c, nil
@@ -92,28 +125,38 @@ func readCode(pid uint32, l *pyinterp.Layout, addr uint64) (*Code, error) {
 // compiler makes holds.
 func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) }
 
-// readBytes reads the bytes object at addr, of at most maxLen bytes.
-func readBytes(pid uint32, l *pyinterp.Layout, addr uint64, maxLen int) ([]byte, error) {
-	if addr == 0 || addr%8 != 0 {
-		return nil, fmt.Errorf("bytes at %#x: %w", addr, errGarbage)
+// readString decodes the str object o, whose start was read, reading the
+// rest of its characters if need be.
+func readString(pid uint32, l *pyinterp.Layout, o *object, maxLen int) (string, error) {
+	got := o.head[:o.n:o.n] // more follows head in its capacity
+	s, need, err := parseString(l, got, maxLen)
+	if err == nil && need > 0 {
+		got = append(got, make([]byte, need-o.n)...)
+		if err := readMemory(pid, o.addr+uint64(o.n), got[o.n:]); err != nil {
+			return "", err
+		}
+		s, _, err = parseString(l, got, maxLen)
 	}
-	buf := make([]byte, int(l.BytesData)+stringHead)
-	n, err := readMemorySpeculative(pid, addr, buf[:l.BytesData], buf[l.BytesData:])
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("str at %#x: %w", o.addr, err)
 	}
-	size := int64(word(buf, l.BytesSize))
+	return s, nil
+}
+
+// readBytes returns the contents of the bytes object o, whose start was
+// read, of at most maxLen bytes, reading the rest if need be.
+func readBytes(pid uint32, l *pyinterp.Layout, o *object, maxLen int) ([]byte, error) {
+	got := o.head[:o.n:o.n]
+	size := int64(word(got, l.BytesSize))
 	if size < 0 || size > int64(maxLen) {
-		return nil, fmt.Errorf("bytes at %#x: size %d (at most %d read): %w", addr, size, maxLen, errGarbage)
-	}
-	end := int(l.BytesData) + int(size)
-	if end <= n {
-		return buf[l.BytesData:end:end], nil
+		return nil, fmt.Errorf("bytes at %#x: size %d (at most %d read): %w", o.addr, size, maxLen, errGarbage)
 	}
 	out := make([]byte, size)
-	copy(out, buf[l.BytesData:n])
-	if err := readMemory(pid, addr+uint64(n), out[n-int(l.BytesData):]); err != nil {
-		return nil, err
+	n := copy(out, got[l.BytesData:])
+	if n < len(out) {
+		if err := readMemory(pid, o.addr+uint64(o.n), out[n:]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

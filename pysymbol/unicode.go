@@ -23,35 +23,6 @@ import (
 // layout says it should be.
 var errGarbage = errors.New("not a CPython object")
 
-// stringHead is how many bytes of a string object are read with its
-// header at first: enough for most names whole, so that one read does.
-const stringHead = 192
-
-// readString reads the compact str object at addr, of at most maxLen
-// characters: one read for most names, two for long ones.
-func readString(pid uint32, l *pyinterp.Layout, addr uint64, maxLen int) (string, error) {
-	if addr == 0 || addr%8 != 0 {
-		return "", fmt.Errorf("str at %#x: %w", addr, errGarbage)
-	}
-	buf := make([]byte, int(l.UnicodeASCIIData)+stringHead)
-	n, err := readMemorySpeculative(pid, addr, buf[:l.UnicodeASCIIData], buf[l.UnicodeASCIIData:])
-	if err != nil {
-		return "", err
-	}
-	s, need, err := parseString(l, buf[:n], maxLen)
-	if err == nil && need > 0 {
-		buf = append(buf[:n], make([]byte, need-n)...)
-		if err := readMemory(pid, addr+uint64(n), buf[n:]); err != nil {
-			return "", err
-		}
-		s, _, err = parseString(l, buf, maxLen)
-	}
-	if err != nil {
-		return "", fmt.Errorf("str at %#x: %w", addr, err)
-	}
-	return s, nil
-}
-
 // parseString decodes the str object whose first bytes are b, of at most
 // maxLen characters. When b does not hold all its characters it returns
 // how many bytes would (need), and no string.
