@@ -130,6 +130,12 @@ var (
 	descProcesses       = desc("processes_tracked", "Processes whose address maps the symbolizer holds.")
 	descBinariesTracked = desc("binaries_cached", "Binaries whose symbol tables the symbolizer holds.")
 	descBinaryBytes     = desc("symbol_cache_bytes", "About the memory the cached symbol tables take (bounded by --symbol-cache).")
+	descPythonFrames    = desc("python_frames_total", "Python frames put in samples, by result: named from their code object, or unknown (the code object could not be read: named by its address).", "result")
+	descPythonMisplaced = desc("python_misplaced_samples_total", "Samples whose native stack and Python chain disagreed on the calls of the interpreter's evaluation loop (no frame dropped: Python frames left over go below the native stack).")
+	descPythonCodeHits  = desc("python_code_cache_hits_total", "Python frames named from the cache of code objects.")
+	descPythonCodeMiss  = desc("python_code_cache_misses_total", "Code objects read from a Python process's memory into the cache.")
+	descPythonCodes     = desc("python_code_cache_objects", "Code objects the cache holds.")
+	descPythonCodeBytes = desc("python_code_cache_bytes", "About the memory the cached code objects (names, location tables) take, bounded at 16 MiB.")
 	descUnwindWalks     = desc("unwind_walks_total", "User stacks walked with unwind tables (dwarf), or with frame pointers because the process's tables were not loaded yet (fp); --unwind dwarf only.", "method")
 	descUnwindStops     = desc("unwind_stops_total", "Table walks that stopped at a row they cannot follow (unsupported) or reached the frame limit (truncated).", "reason")
 	descUnwindTables    = desc("unwind_tables", "Unwind tables loaded into BPF maps.")
@@ -157,6 +163,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descExitSeconds, descExitRuns, descWakeups, descSnapshots, descSnapshotUnnamed,
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryDiskHits, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
+		descPythonFrames, descPythonMisplaced, descPythonCodeHits, descPythonCodeMiss, descPythonCodes, descPythonCodeBytes,
 		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
 		descUnwindDeferred, descUnwindFrames, descUnwindPruned, descUnwindPrunedB, descUnwindRefused, descUnwindFallback} {
 		ch <- d
@@ -236,6 +243,13 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descProcesses, float64(sy.Processes))
 	gauge(descBinariesTracked, float64(sy.Binaries))
 	gauge(descBinaryBytes, float64(sy.BinaryBytes))
+	counter(descPythonFrames, float64(sy.PythonFrames-sy.PythonUnknown), "named")
+	counter(descPythonFrames, float64(sy.PythonUnknown), "unknown")
+	counter(descPythonMisplaced, float64(sy.PythonMisplaced))
+	counter(descPythonCodeHits, float64(sy.PythonCode.Hits))
+	counter(descPythonCodeMiss, float64(sy.PythonCode.Misses))
+	gauge(descPythonCodes, float64(sy.PythonCode.Codes))
+	gauge(descPythonCodeBytes, float64(sy.PythonCode.Bytes))
 }
 
 // The store's metrics.

@@ -45,6 +45,9 @@ type process struct {
 	comm string
 	// perf is the JIT perf map, opened the first time it is needed.
 	perf *perfMap
+	// py is its Python interpreter, found at its first sample with
+	// Python frames (python.go).
+	py *pythonState
 }
 
 // userMapping is an executable mapping with, for a file, its binary,

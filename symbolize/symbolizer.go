@@ -13,6 +13,8 @@ import (
 
 	"github.com/heatscope/heatscope/internal/diskcache"
 	"github.com/heatscope/heatscope/internal/workclock"
+	"github.com/heatscope/heatscope/pyinterp"
+	"github.com/heatscope/heatscope/pysymbol"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -53,6 +55,10 @@ type Options struct {
 	// recently used removed first.
 	SymbolCacheDir      string
 	SymbolCacheMaxBytes int64
+	// PythonCodeBytes bounds the memory of the cached Python code objects
+	// (names and location tables; see Python), pysymbol.DefaultMaxBytes
+	// by default.
+	PythonCodeBytes int64
 }
 
 // DefaultSymbolCacheMaxBytes bounds the symbol table files on disk
@@ -81,6 +87,10 @@ type Symbolizer struct {
 	files *lru[fileKey, knownFile]
 	// symbolFiles is the disk cache of symbol tables (no Path: none).
 	symbolFiles diskcache.Dir
+	// python names Python frames; interpreters says which binaries hold
+	// a CPython and its layout (python.go).
+	python       *pysymbol.Resolver
+	interpreters *pyinterp.Cache
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
@@ -89,6 +99,8 @@ type Symbolizer struct {
 		snapshots, snapshotUnknownFiles        atomic.Uint64
 		framesResolved, framesUnknown          atomic.Uint64
 		stackHits                              atomic.Uint64
+		pythonFrames, pythonUnknown            atomic.Uint64
+		pythonMisplaced                        atomic.Uint64
 		// symbolsCPU times the binaries' symbols loaded (from their
 		// files or the disk cache), processesCPU the processes'
 		// mappings read (Stats).
@@ -131,6 +143,9 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 		bins:   newLRU[binKey, *binEntry](opts.MaxBinaries),
 		ids:    newLRU[fileID, binKey](4 * opts.MaxBinaries),
 		files:  newLRU[fileKey, knownFile](4 * opts.MaxBinaries),
+
+		python:       pysymbol.New(opts.PythonCodeBytes),
+		interpreters: pyinterp.NewCache(opts.MaxBinaries),
 	}
 	s.bins.evicted = func(_ binKey, e *binEntry) { s.evict(e) }
 	if opts.SymbolCacheDir != "" {
@@ -257,8 +272,12 @@ func lookupAddr(i int, addr uint64) uint64 {
 // exited. The binaries it mapped stay cached for other processes.
 func (s *Symbolizer) Forget(pid uint32) {
 	s.mu.Lock()
+	p, ok := s.procs.peek(pid)
 	s.procs.remove(pid)
 	s.mu.Unlock()
+	if ok {
+		s.forgetPython([]*process{p})
+	}
 }
 
 // ForgetExited forgets the processes that have not been symbolized for
@@ -292,9 +311,8 @@ func (s *Symbolizer) ForgetExited(idle time.Duration) int {
 			gone[p] = true
 		}
 	}
+	var dropped []*process
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	forgotten := 0
 	for _, p := range idlers {
 		if p.usedAt > cutoff {
 			continue // used since
@@ -302,13 +320,15 @@ func (s *Symbolizer) ForgetExited(idle time.Duration) int {
 		if gone[p] {
 			if q, ok := s.procs.peek(p.pid); ok && q == p {
 				s.procs.remove(p.pid)
-				forgotten++
+				dropped = append(dropped, p)
 			}
 		} else {
 			p.usedAt = now
 		}
 	}
-	return forgotten
+	s.mu.Unlock()
+	s.forgetPython(dropped)
+	return len(dropped)
 }
 
 // Stats are a Symbolizer's counters since New, and its cache sizes now.
@@ -339,6 +359,14 @@ type Stats struct {
 	FramesUnknown uint64
 	// StackCacheHits counts stacks symbolized from the stack cache.
 	StackCacheHits uint64
+	// PythonFrames counts the Python frames put in samples (Python),
+	// PythonUnknown those of them whose code object could not be read
+	// (named "[python+0xADDRESS]"), and PythonMisplaced the samples whose
+	// native stack and Python chain disagreed on the calls of the
+	// evaluation loop (no frame dropped; see Python).
+	PythonFrames, PythonUnknown, PythonMisplaced uint64
+	// PythonCode are the code object cache's counters and size.
+	PythonCode pysymbol.Stats
 	// Binaries is the number of binaries cached.
 	Binaries int
 	// BinaryBytes is about the memory their symbol tables take.
@@ -368,6 +396,10 @@ func (s *Symbolizer) Stats() Stats {
 		FramesResolved:       s.stats.framesResolved.Load(),
 		FramesUnknown:        s.stats.framesUnknown.Load(),
 		StackCacheHits:       s.stats.stackHits.Load(),
+		PythonFrames:         s.stats.pythonFrames.Load(),
+		PythonUnknown:        s.stats.pythonUnknown.Load(),
+		PythonMisplaced:      s.stats.pythonMisplaced.Load(),
+		PythonCode:           s.python.Stats(),
 		Binaries:             binaries,
 		BinaryBytes:          binBytes,
 		Processes:            processes,

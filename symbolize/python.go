@@ -1,0 +1,214 @@
+package symbolize
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"syscall"
+
+	"github.com/heatscope/heatscope/pyinterp"
+	"github.com/heatscope/heatscope/pysymbol"
+	"github.com/heatscope/heatscope/sample"
+)
+
+// Python frames. The sampler reads, beside the native stack, the chain of
+// CPython interpreter frames of the sampled thread (leaf first): each
+// frame's code object and instruction pointer, and whether it is the
+// first frame a call of the evaluation loop, _PyEval_EvalFrameDefault,
+// ran (the entry frame: every frame above it, up to the previous entry
+// frame, ran in the same C call). Python names each frame (package
+// pysymbol reads the code objects from the process's memory) and puts the
+// Python frames of each call of the loop in the place of that call's
+// native frame, so that a C extension called from Python shows its native
+// frames above its Python caller, and Python called back from C its
+// Python frames above the C code that called it.
+
+// PythonFrame is one interpreter frame of a sample, as the sampler read it.
+type PythonFrame struct {
+	// Code is the address of the frame's code object in the process, and
+	// Instr the instruction it runs (3.11 and 3.12's prev_instr, 3.13's
+	// instr_ptr).
+	Code, Instr uint64
+	// Entry marks the first frame a call of _PyEval_EvalFrameDefault ran:
+	// the outermost of that call's frames.
+	Entry bool
+}
+
+// evalLoop is the native function whose frames the Python frames replace:
+// CPython's evaluation loop, in python3.X or libpython3.X.so.
+const evalLoop = "_PyEval_EvalFrameDefault"
+
+// pythonModule is the module of Python frames whose code object could not
+// be read: they are named "[python+0xADDRESS]" by its address.
+const pythonModule = "python"
+
+// pythonState is what the symbolizer knows of a process's interpreter,
+// found at its first sample with Python frames.
+type pythonState struct {
+	// proc is how pysymbol reads it; err, when set, why it cannot be.
+	proc pysymbol.Process
+	err  error
+}
+
+// Python returns stack (kernel frames, then user frames, leaf first, as
+// Symbolize returns them; kernel is how many are kernel frames) with the
+// Python frames py (leaf first) put in place of the evaluation loop's
+// frames: the frames of the innermost call of the loop in place of its
+// innermost frame, and so on outwards. Kernel frames stay on top.
+//
+// When the stacks disagree, no frame is lost: Python frames of more calls
+// than the native stack shows (a native stack cut short) go below its
+// last frame, in order, and native loop frames left over (a Python chain
+// cut at the sampler's depth) stay as they are; either way the sample is
+// counted in Stats.PythonMisplaced. A frame whose code object cannot be
+// read is named by its address ("[python+0x7f…]") and counted in
+// Stats.PythonUnknown.
+//
+// stack is not modified (it may be shared with other samples); the stack
+// returned is new.
+func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []PythonFrame) []sample.Frame {
+	if len(py) == 0 {
+		return stack
+	}
+	p := s.process(pid)
+	p.mu.Lock()
+	if p.py == nil {
+		p.py = s.findPython(p)
+	}
+	st := p.py
+	p.mu.Unlock()
+	frames := make([]sample.Frame, len(py))
+	for i, f := range py {
+		frames[i] = s.pythonFrame(st, f)
+	}
+	out, placed := interleave(stack, kernel, frames, py)
+	s.stats.pythonFrames.Add(uint64(len(py)))
+	if !placed {
+		s.stats.pythonMisplaced.Add(1)
+	}
+	return out
+}
+
+// pythonFrame names one Python frame.
+func (s *Symbolizer) pythonFrame(st *pythonState, f PythonFrame) sample.Frame {
+	if st.err == nil {
+		c, err := s.python.Code(st.proc, f.Code)
+		if err == nil {
+			line, _ := c.Line(f.Instr)
+			return sample.Frame{Function: c.Qualname, Module: c.File, Kind: sample.KindPython,
+				Line: uint32(line), StartLine: uint32(c.FirstLine)}
+		}
+		s.opts.Logger.Debug("symbolize: python code object", "pid", st.proc.PID, "err", err)
+	}
+	s.stats.pythonUnknown.Add(1)
+	return sample.Frame{Function: sample.UnknownName(pythonModule, f.Code), Module: "[" + pythonModule + "]",
+		Kind: sample.KindPython}
+}
+
+// interleave puts the Python frames py (named, leaf first; raw gives each
+// one's entry mark) in place of stack's evaluation-loop frames, and
+// reports whether each call of the loop on one side met one on the other.
+func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []PythonFrame) ([]sample.Frame, bool) {
+	out := make([]sample.Frame, 0, len(stack)+len(py))
+	kernel = min(kernel, len(stack))
+	out = append(out, stack[:kernel]...)
+	next := 0 // the first Python frame not placed yet
+	placed := true
+	for _, f := range stack[kernel:] {
+		if f.Function != evalLoop {
+			out = append(out, f)
+			continue
+		}
+		if next == len(py) {
+			placed = false // a loop call whose Python frames were not read
+			out = append(out, f)
+			continue
+		}
+		// This call's frames: up to and with its entry frame.
+		end := next
+		for end < len(py)-1 && !raw[end].Entry {
+			end++
+		}
+		out = append(out, py[next:end+1]...)
+		next = end + 1
+	}
+	if next < len(py) {
+		placed = false // the native stack ended first
+		out = append(out, py[next:]...)
+	}
+	return out, placed
+}
+
+// findPython finds the interpreter process p runs, among its executable
+// mappings of files whose name may be one (pyinterp.MayBeInterpreter),
+// and its identity. p.mu must be held.
+func (s *Symbolizer) findPython(p *process) *pythonState {
+	start, err := pysymbol.StartTime(s.opts.ProcRoot, p.pid)
+	if err != nil {
+		return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, err)}
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for i := range p.maps {
+		m := &p.maps[i].mapping
+		if m.class() != classFile || seen[m.path] || !pyinterp.MayBeInterpreter(m.path) {
+			continue
+		}
+		seen[m.path] = true
+		in, err := s.interpreter(p.pid, m)
+		if err == nil {
+			return &pythonState{proc: pysymbol.Process{PID: p.pid, StartTime: start, Layout: &in.Layout}}
+		}
+		if !errors.Is(err, pyinterp.ErrNotInterpreter) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no CPython interpreter among its mappings"))
+	}
+	return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, errors.Join(errs...))}
+}
+
+// interpreter reads (or finds in the cache) the interpreter in the file
+// mapped by m, logging once per binary why it is not one that can be read.
+func (s *Symbolizer) interpreter(pid uint32, m *mapping) (*pyinterp.Interpreter, error) {
+	var errs []error
+	for _, mp := range s.mappedPaths(pid, m) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(mp.path, &st); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := checkMapped(&st, mp.sameFile, m); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", mp.path, err))
+			continue
+		}
+		id := pyinterp.FileID{Dev: st.Dev, Inode: st.Ino, CtimeNs: uint64(st.Ctim.Nano())}
+		in, fresh, err := s.interpreters.Lookup(id, mp.path)
+		if err != nil && fresh && !errors.Is(err, pyinterp.ErrNotInterpreter) {
+			s.opts.Logger.Warn("python frames of this interpreter will not be named", "binary", filepath.Base(m.path), "err", err)
+		}
+		return in, err
+	}
+	return nil, fmt.Errorf("open %s of pid %d: %w", m.path, pid, errors.Join(errs...))
+}
+
+// forgetPython drops the cached code objects of processes the symbolizer
+// forgot.
+func (s *Symbolizer) forgetPython(procs []*process) {
+	type identity struct {
+		pid   uint32
+		start uint64
+	}
+	gone := map[identity]bool{}
+	for _, p := range procs {
+		p.mu.Lock()
+		if p.py != nil && p.py.err == nil {
+			gone[identity{p.py.proc.PID, p.py.proc.StartTime}] = true
+		}
+		p.mu.Unlock()
+	}
+	if len(gone) > 0 {
+		s.python.Forget(func(pid uint32, start uint64) bool { return gone[identity{pid, start}] })
+	}
+}

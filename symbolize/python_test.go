@@ -1,0 +1,212 @@
+package symbolize
+
+import (
+	"bufio"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/heatscope/heatscope/internal/pyfixture"
+	"github.com/heatscope/heatscope/sample"
+)
+
+func native(names ...string) []sample.Frame {
+	var fs []sample.Frame
+	for _, n := range names {
+		fs = append(fs, sample.Frame{Function: n, Module: "/usr/bin/python3.11", Kind: sample.KindUser})
+	}
+	return fs
+}
+
+func kernelFrames(names ...string) []sample.Frame {
+	var fs []sample.Frame
+	for _, n := range names {
+		fs = append(fs, sample.Frame{Function: n, Module: sample.KernelModule, Kind: sample.KindKernel})
+	}
+	return fs
+}
+
+// pyChain returns Python frames named by names, leaf first; a name ending
+// in "!" is an entry frame.
+func pyChain(names ...string) ([]sample.Frame, []PythonFrame) {
+	var fs []sample.Frame
+	var raw []PythonFrame
+	for i, n := range names {
+		entry := strings.HasSuffix(n, "!")
+		n = strings.TrimSuffix(n, "!")
+		fs = append(fs, sample.Frame{Function: n, Module: "/srv/app.py", Kind: sample.KindPython})
+		raw = append(raw, PythonFrame{Code: uint64(0x1000 + 8*i), Entry: entry})
+	}
+	return fs, raw
+}
+
+func names(fs []sample.Frame) []string {
+	var out []string
+	for _, f := range fs {
+		n := f.Function
+		if f.Kind == sample.KindPython {
+			n = "py:" + n
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func TestInterleave(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		stack  []sample.Frame
+		kernel int
+		py     []string
+		want   []string
+		placed bool
+	}{{
+		name:   "pure Python, under kernel frames",
+		stack:  append(kernelFrames("asm_sysvec_apic_timer_interrupt"), native(evalLoop, "PyEval_EvalCode", "run_mod", "main")...),
+		kernel: 1,
+		py:     []string{"inner", "middle", "outer", "<module>!"},
+		want:   []string{"asm_sysvec_apic_timer_interrupt", "py:inner", "py:middle", "py:outer", "py:<module>", "PyEval_EvalCode", "run_mod", "main"},
+		placed: true,
+	}, {
+		name:   "a C extension called from Python",
+		stack:  native("deflate_slow", "deflate", "zlib_Compress", "cfunction_vectorcall_FASTCALL_KEYWORDS", evalLoop, "PyEval_EvalCode", "main"),
+		py:     []string{"compress_loop", "main", "<module>!"},
+		want:   []string{"deflate_slow", "deflate", "zlib_Compress", "cfunction_vectorcall_FASTCALL_KEYWORDS", "py:compress_loop", "py:main", "py:<module>", "PyEval_EvalCode", "main"},
+		placed: true,
+	}, {
+		name:   "Python called back from C",
+		stack:  native(evalLoop, "_PyEval_Vector", "PyObject_Call", "builtin_sorted", evalLoop, "PyEval_EvalCode", "main"),
+		py:     []string{"key!", "sorter", "<module>!"},
+		want:   []string{"py:key", "_PyEval_Vector", "PyObject_Call", "builtin_sorted", "py:sorter", "py:<module>", "PyEval_EvalCode", "main"},
+		placed: true,
+	}, {
+		name:   "a native stack cut short",
+		stack:  native("deflate", evalLoop),
+		py:     []string{"compress!", "caller", "<module>!"},
+		want:   []string{"deflate", "py:compress", "py:caller", "py:<module>"},
+		placed: false,
+	}, {
+		name:   "a Python chain cut short",
+		stack:  native(evalLoop, "builtin_sorted", evalLoop, "main"),
+		py:     []string{"key"},
+		want:   []string{"py:key", "builtin_sorted", evalLoop, "main"},
+		placed: false,
+	}, {
+		name:   "no user stack",
+		stack:  kernelFrames("do_syscall_64"),
+		kernel: 1,
+		py:     []string{"inner", "outer!"},
+		want:   []string{"do_syscall_64", "py:inner", "py:outer"},
+		placed: false,
+	}} {
+		py, raw := pyChain(c.py...)
+		in := slices.Clone(c.stack)
+		got, placed := interleave(c.stack, c.kernel, py, raw)
+		if !slices.Equal(names(got), c.want) || placed != c.placed {
+			t.Errorf("%s:\n got %v (placed %v)\nwant %v (placed %v)", c.name, names(got), placed, c.want, c.placed)
+		}
+		if !slices.Equal(names(in), names(c.stack)) {
+			t.Errorf("%s: the stack given was modified", c.name)
+		}
+	}
+}
+
+// interpreterBinary returns the file of pid's mappings that holds the
+// evaluation loop: libpython3.X.so where it maps one, else the executable.
+func interpreterBinary(t testing.TB, pid int) string {
+	t.Helper()
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 6 && strings.Contains(fields[5], "libpython") {
+			return fields[5]
+		}
+	}
+	return exe
+}
+
+// TestPythonRealProcess names the Python frames of a running busy loop
+// three calls deep, under each interpreter installed, reading its code
+// objects from its memory, and puts them in place of the evaluation loop
+// in a native stack of the interpreter's real addresses; once the process
+// has exited, the names read stay until the process is forgotten.
+func TestPythonRealProcess(t *testing.T) {
+	for _, py := range pyfixture.Interpreters {
+		t.Run(py.Name, func(t *testing.T) {
+			proc := pyfixture.Start(t, py, "busy.py")
+			pid := uint32(proc.PID)
+			bin := interpreterBinary(t, proc.PID)
+			var user []uint64
+			for _, fn := range []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"} {
+				sym := dynSymbol(t, bin, fn)
+				user = append(user, runtimeAddr(t, pid, bin, sym.Value+sym.Size/2))
+			}
+			s := New(nil, Options{})
+			s.Observe(pid, "python3")
+			stack := s.Symbolize(pid, nil, user)
+			if got := names(stack); !slices.Equal(got, []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"}) {
+				t.Fatalf("native stack %v", got)
+			}
+			var raw []PythonFrame
+			adaptive := s.codeAdaptive(t, pid)
+			for i, in := range proc.Lines {
+				raw = append(raw, PythonFrame{Code: in.Code, Instr: in.Code + uint64(adaptive) + uint64(in.Lasti), Entry: i == len(proc.Lines)-1})
+			}
+			check := func(when string) {
+				t.Helper()
+				got := s.Python(pid, stack, 0, raw)
+				want := []string{"py:inner", "py:middle", "py:outer", "PyEval_EvalCode", "Py_RunMain"}
+				if !slices.Equal(names(got), want) {
+					t.Fatalf("%s: %v, want %v", when, names(got), want)
+				}
+				for i, in := range proc.Lines {
+					f := got[i]
+					if f.Module != proc.File || int(f.Line) != in.Line || f.Kind != sample.KindPython {
+						t.Errorf("%s: %s in %s at line %d, want %s at line %d", when, f.Function, f.Module, f.Line, proc.File, in.Line)
+					}
+				}
+			}
+			check("running")
+			_ = proc.Cmd.Process.Kill()
+			_ = proc.Cmd.Wait()
+			check("after the exit")
+			st := s.Stats()
+			if st.PythonFrames != 6 || st.PythonUnknown != 0 || st.PythonMisplaced != 0 || st.PythonCode.Misses != 3 || st.PythonCode.Hits != 3 {
+				t.Errorf("stats %+v", st)
+			}
+			if n := s.ForgetExited(0); n != 1 {
+				t.Errorf("ForgetExited forgot %d processes, want 1", n)
+			}
+			if st := s.Stats(); st.PythonCode.Codes != 0 {
+				t.Errorf("%d code objects cached after the process was forgotten", st.PythonCode.Codes)
+			}
+		})
+	}
+}
+
+// codeAdaptive returns where code objects' instructions start in the
+// layout the symbolizer found for pid.
+func (s *Symbolizer) codeAdaptive(t testing.TB, pid uint32) uint32 {
+	t.Helper()
+	p := s.process(pid)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.py == nil {
+		p.py = s.findPython(p)
+	}
+	if p.py.err != nil {
+		t.Fatal(p.py.err)
+	}
+	return p.py.proc.Layout.CodeAdaptive
+}
