@@ -11,6 +11,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/buildinfo"
+	"github.com/heatscope/heatscope/otlpprofile"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/sample"
@@ -18,12 +20,12 @@ import (
 )
 
 func runExport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("export", "export [--data DIR] [--objstore-config FILE] [--from T] [--to T] [filter flags] --format pprof|folded|perf-script -o FILE\n"+
+	fs := newFlagSet("export", "export [--data DIR] [--objstore-config FILE] [--from T] [--to T] [filter flags] --format pprof|folded|perf-script|otlp -o FILE\n"+
 		"       export [--data DIR] [--objstore-config FILE] [filter flags] --before-events KIND --window DUR -o A.pb.gz --baseline-output B.pb.gz", stderr)
 	qf := addQueryFlags(fs, "data directory")
 	from := fs.String("from", "", "start: RFC 3339, Unix seconds, or a duration ago like -5m (default: the first sample)")
 	to := fs.String("to", "", "end, as --from (default: just after the last sample)")
-	format := fs.String("format", "pprof", "output format: pprof, folded or perf-script")
+	format := fs.String("format", "pprof", "output format: pprof, folded, perf-script or otlp (the protobuf of an OTLP ExportProfilesServiceRequest)")
 	output := fs.String("o", "", "file to write (- for standard output)")
 	fs.StringVar(output, "output", "", "same as -o")
 	nodeFrames := fs.Bool("node-frame", false, "folded: start each line with the sample's node as a frame (default: when the filter selects more than one node)")
@@ -41,8 +43,8 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if *output == "" {
 		return usageError{errors.New("-o: name the file to write (- for standard output)")}
 	}
-	if *format != "pprof" && *format != "folded" && *format != "perf-script" {
-		return usageError{fmt.Errorf("--format %q: want pprof, folded or perf-script", *format)}
+	if *format != "pprof" && *format != "folded" && *format != "perf-script" && *format != "otlp" {
+		return usageError{fmt.Errorf("--format %q: want pprof, folded, perf-script or otlp", *format)}
 	}
 	f, err := parseFilterFlags(filters)
 	if err != nil {
@@ -210,6 +212,21 @@ func exportSamples(db *store.DB, r store.Range, f *store.Filter, format string, 
 		if short, long, mixed := fb.MixedPeriods(); mixed {
 			fmt.Fprintf(stderr, "note: the samples were taken at %s to %s: each weighs its own period, and the counts are samples at %s\n",
 				hz(long), hz(short), hz(short))
+		}
+	case "otlp":
+		// One request, a resource per node (the sample's own).
+		e := otlpprofile.NewEncoder(buildinfo.Read().Version, "", 0)
+		warnings, err = query.Samples(ctx, db, r, f, func(s *sample.Sample, period int64) error {
+			n++
+			e.SetPeriod(period)
+			e.Add(s)
+			return nil
+		})
+		if err == nil && n > 0 {
+			var b []byte
+			if b, err = otlpprofile.MarshalRequest(e.Profiles()); err == nil {
+				_, err = w.Write(b)
+			}
 		}
 	case "perf-script":
 		pw := profileio.NewPerfScriptWriter(w)

@@ -2,7 +2,7 @@
 //
 //	heatscope record [flags]   sample every CPU into the data directory, serving the UI and API
 //	heatscope serve [flags]    serve the UI and API over a data directory (no privileges needed)
-//	heatscope export [flags]   write a time range as pprof, folded or perf script
+//	heatscope export [flags]   write a time range as pprof, folded, perf script or OTLP
 //	heatscope import [flags] FILE...  store perf script, folded or pprof files
 //	heatscope compact [flags]  maintain a fleet's bucket (one compactor per bucket)
 //	heatscope version          print the version, commit, Go release and build tags (also --version)
@@ -30,7 +30,7 @@ type command struct {
 var commands = []command{
 	{"record", "sample every CPU into the data directory (and optionally one profile file), serving the UI and API", runRecord},
 	{"serve", "serve the UI and HTTP API over a data directory (no privileges needed)", runServe},
-	{"export", "write a time range of the data directory as pprof, folded stacks or perf script", runExport},
+	{"export", "write a time range of the data directory as pprof, folded stacks, perf script or OTLP profiles", runExport},
 	{"import", "store perf script, folded or pprof files in the data directory as sources", runImport},
 	{"compact", "maintain a fleet's bucket: merge blocks, apply retention, write the bucket index", runCompact},
 	{"version", "print the version, commit, Go release and build tags (also --version)", runVersion},
