@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -73,3 +74,13 @@ func isHex(s string) bool {
 	}
 	return true
 }
+
+// nodeNameRe is what a node name may be: it is a directory name, in a
+// bucket and in a receiver's data directory.
+var nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
+
+// NodeNameRule says what a node name may be, for errors.
+const NodeNameRule = "a node name is 1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+// ValidNodeName reports whether name may name a node (NodeNameRule).
+func ValidNodeName(name string) bool { return nodeNameRe.MatchString(name) }

@@ -47,13 +47,12 @@ func addShipFlags(fs *flag.FlagSet) *shipFlags {
 }
 
 var (
-	nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
 	labelKeyRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$`)
 	labelValRe = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{0,128}$`)
 )
 
 // nodeRule says what a node name may be.
-const nodeRule = "a node name is 1 to 253 letters, digits, '.', '_' or '-', starting with a letter or digit"
+const nodeRule = store.NodeNameRule
 
 // nodeName returns --node, else $NODE_NAME, else the machine's name
 // (store.DefaultNodeName: the hostname, or on a machine without one its
@@ -76,7 +75,7 @@ func (f *shipFlags) nodeName(set bool) (string, error) {
 		node, from = name, why
 		slog.Info("node name", "node", node, "from", why)
 	}
-	if !nodeNameRe.MatchString(node) {
+	if !store.ValidNodeName(node) {
 		return "", usageError{fmt.Errorf("%s %q: %s; give one with --node or $NODE_NAME", from, node, nodeRule)}
 	}
 	return node, nil
