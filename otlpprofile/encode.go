@@ -2,7 +2,7 @@ package otlpprofile
 
 import (
 	"crypto/rand"
-	"strconv"
+	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -25,14 +25,17 @@ type Encoder struct {
 	attrs    map[attrKey]int32
 	mappings map[mappingKey]int32
 	funcs    map[funcKey]int32
-	locs     map[sample.Frame]int32
-	stacks   map[string]int32
 	nodes    map[string]*nodeProfile
 	n        int
 
-	// locBuf and keyBuf are scratch space for one sample's stack.
+	// in numbers frames and stacks across batches; locOf and stackOf
+	// are the batch's location and stack indices of the interner's
+	// frame and stack ids, 0 for those not in the batch yet.
+	in      *interner
+	locOf   []int32
+	stackOf []int32
+	// locBuf is scratch space for one stack's location indices.
 	locBuf []int32
-	keyBuf []byte
 }
 
 // attrKey is one attribute: a key and a string or integer value.
@@ -60,8 +63,9 @@ type sampleKey struct {
 	pid, tid, cpu uint32
 	comm          string
 	cgroupID      uint64
-	container     sample.Container
-	hasContainer  bool
+	// container is the sample's: the samples of one cgroup share one
+	// (sample.Sample.Container), which is read-only.
+	container *sample.Container
 }
 
 // nodeProfile is the profile of one node's samples.
@@ -99,8 +103,11 @@ func (e *Encoder) reset() {
 	e.attrs = map[attrKey]int32{}
 	e.mappings = map[mappingKey]int32{}
 	e.funcs = map[funcKey]int32{}
-	e.locs = map[sample.Frame]int32{}
-	e.stacks = map[string]int32{}
+	if e.in == nil || e.in.full() {
+		e.in, e.locOf, e.stackOf = newInterner(), nil, nil
+	}
+	clear(e.locOf)
+	clear(e.stackOf)
 	e.nodes = map[string]*nodeProfile{}
 	e.n = 0
 	// Every dictionary table starts with its zero value, which an index
@@ -114,7 +121,6 @@ func (e *Encoder) reset() {
 	e.dict.StackTable().AppendEmpty()
 	e.mappings[mappingKey{}] = 0
 	e.funcs[funcKey{}] = 0
-	e.stacks[""] = 0
 }
 
 // Add adds one sample, which weighs its own period (s.PeriodNs, else the
@@ -135,7 +141,7 @@ func (e *Encoder) Add(s *sample.Sample) {
 		cgroupID: s.CgroupID,
 	}
 	if s.Container != nil && *s.Container != (sample.Container{}) {
-		key.container, key.hasContainer = *s.Container, true
+		key.container = s.Container
 	}
 	i, ok := np.samples[key]
 	if !ok {
@@ -197,10 +203,10 @@ func (e *Encoder) newSample(os pprofile.Sample, k *sampleKey) {
 		// The id's 64 bits, read back as they were written.
 		a.Append(e.intAttr(keyCgroupID, int64(k.cgroupID)))
 	}
-	if !k.hasContainer {
+	c := k.container
+	if c == nil {
 		return
 	}
-	c := &k.container
 	if c.Cgroup != "" {
 		a.Append(e.strAttr(keyCgroup, cgroupV2Prefix+c.Cgroup))
 	}
@@ -220,35 +226,43 @@ func (e *Encoder) newSample(os pprofile.Sample, k *sampleKey) {
 }
 
 // stack returns the index of a stack's entry in the stack table, adding
-// it (and its locations) if new.
+// it (and its locations) if new in this batch.
 func (e *Encoder) stack(frames []sample.Frame) int32 {
-	e.locBuf = e.locBuf[:0]
-	e.keyBuf = e.keyBuf[:0]
-	for i := range frames {
-		l := e.location(&frames[i])
-		e.locBuf = append(e.locBuf, l)
-		e.keyBuf = strconv.AppendInt(e.keyBuf, int64(l), 36)
-		e.keyBuf = append(e.keyBuf, ',')
+	if len(frames) == 0 {
+		return 0 // the table's zero entry: no frames
 	}
-	if i, ok := e.stacks[string(e.keyBuf)]; ok {
+	id := e.in.stack(frames)
+	if int(id) >= len(e.stackOf) {
+		e.stackOf = slices.Grow(e.stackOf, int(id)+1-len(e.stackOf))[:int(id)+1]
+	}
+	if i := e.stackOf[id]; i != 0 {
 		return i
+	}
+	e.locBuf = e.locBuf[:0]
+	for _, f := range e.in.stacks[id] {
+		if int(f) >= len(e.locOf) {
+			e.locOf = slices.Grow(e.locOf, int(f)+1-len(e.locOf))[:int(f)+1]
+		}
+		l := e.locOf[f]
+		if l == 0 {
+			l = e.location(&e.in.frames[f])
+			e.locOf[f] = l
+		}
+		e.locBuf = append(e.locBuf, l)
 	}
 	t := e.dict.StackTable()
 	i := int32(t.Len())
 	t.AppendEmpty().LocationIndices().Append(e.locBuf...)
-	e.stacks[string(e.keyBuf)] = i
+	e.stackOf[id] = i
 	return i
 }
 
-// location returns the index of a frame's location, adding it if new. A
-// Python frame is a location of no mapping and no address, its line the
+// location adds a frame's location (each frame id is added once a
+// batch) and returns its index. A Python frame is a location of no mapping and no address, its line the
 // line being run, its function's file the Python source and its start
 // line the function's first: the shape the eBPF profiler gives an
 // interpreted frame.
 func (e *Encoder) location(f *sample.Frame) int32 {
-	if i, ok := e.locs[*f]; ok {
-		return i
-	}
 	t := e.dict.LocationTable()
 	i := int32(t.Len())
 	l := t.AppendEmpty()
@@ -267,7 +281,6 @@ func (e *Encoder) location(f *sample.Frame) int32 {
 	if v, ok := unwindMethods[f.Method]; ok {
 		l.AttributeIndices().Append(e.strAttr(keyUnwindMethod, v))
 	}
-	e.locs[*f] = i
 	return i
 }
 
