@@ -29,10 +29,14 @@
 #include <bpf/bpf_tracing.h>
 
 #define MAX_FRAMES 127
-// Room for two full stacks plus the slack the verifier needs: the user stack
-// is written at a variable offset of at most 1023 bytes (see below), so the
-// array must hold 1023 + MAX_FRAMES * 8 bytes past its start.
-#define FRAME_SLOTS 256
+// Python frames per sample (profile_dwarf), each two slots (struct
+// hs_py_frame), after the user frames.
+#define MAX_PY_FRAMES 96
+// Room for the stacks plus the slack the verifier needs: the user stack is
+// written at a variable offset of at most 1023 bytes (see below), the
+// Python frames at one of at most 2047, so the array must hold 2047 +
+// MAX_PY_FRAMES * 16 bytes past its start.
+#define FRAME_SLOTS 448
 
 struct hs_sample {
 	__u64 ktime_ns;       // bpf_ktime_get_ns(): CLOCK_MONOTONIC
@@ -47,8 +51,30 @@ struct hs_sample {
 	// (frame 0, the sampled pc, needs no unwinding); clear for frame
 	// pointers. Only profile_dwarf sets bits.
 	__u64 dwarf_frames[2];
+	// Python frames (struct hs_py_frame) after the user frames, and
+	// HS_PY_* flags saying how the walk of them ended.
+	__u16 python_frames;
+	__u16 python_flags;
+	__u32 _pad;
 	__u64 frames[FRAME_SLOTS];
 };
+
+// One Python frame, innermost first: the code object's address, the byte
+// offset of the instruction being run in its co_code_adaptive (what
+// PyCode_Addr2Line takes; 0xffffffff when the frame points before its
+// code), HS_PYF_* flags.
+#define HS_PYF_ENTRY 1      // the first frame of a _PyEval_EvalFrameDefault call
+#define HS_PYF_INCOMPLETE 2 // being set up (before _co_firsttraceable): no name yet
+struct hs_py_frame {
+	__u64 code;
+	__u32 offset;
+	__u32 flags;
+};
+// hs_sample.python_flags.
+#define HS_PY_TRUNCATED 1   // more than MAX_PY_FRAMES frames: the outer ones left out
+#define HS_PY_READ_ERROR 2  // a frame could not be read: the chain is cut there
+#define HS_PY_NO_THREAD 4   // an interpreter, but no thread state for this thread
+#define HS_PY_WALKED 8      // the process has an interpreter, and its thread was looked for
 
 // Per-CPU counters, summed by the agent. Every lost sample is counted.
 struct hs_counters {
@@ -64,6 +90,15 @@ struct hs_counters {
 	__u64 fp_walks;
 	__u64 unsupported_rows;
 	__u64 truncated_walks;
+	// profile_dwarf only: samples of a process with a Python
+	// interpreter; of those, the ones of a thread with no thread state
+	// (a thread Python does not know, or not found within
+	// MAX_PY_THREADS), whose frame chain a read cut, or longer than
+	// MAX_PY_FRAMES.
+	__u64 py_walks;
+	__u64 py_no_thread;
+	__u64 py_read_errors;
+	__u64 py_truncated;
 };
 
 // Executable mappings of one process image. kind is one of HS_MAP_*.
@@ -224,6 +259,11 @@ struct hs_proc {
 	// A number the agent gives each entry it writes, never twice, from
 	// 1: what walk_cache's rows are kept under.
 	__u64 gen;
+	// The address of _PyRuntime in the process (0: no interpreter
+	// known), and the index of its layout in py_layouts.
+	__u64 py_runtime;
+	__u32 py_layout;
+	__u32 _pad;
 	struct hs_umap m[MAX_UMAPS];
 };
 
@@ -633,7 +673,7 @@ static __always_inline void request_maps(__u32 tgid, __u64 mm)
 // for a process whose tables are not in yet (the caller then uses frame
 // pointers).
 static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbytes,
-				      struct hs_counters *c)
+				      struct hs_counters *c, struct hs_proc **procp)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 mm = (__u64)task->mm;
@@ -644,6 +684,7 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 		request_maps(tgid, mm);
 		return -1;
 	}
+	*procp = proc;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return -1;
@@ -692,6 +733,287 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	return bytes;
 }
 
+// Python: where one CPython version keeps what the walk follows
+// (pyinterp.Layout, written by the agent), offsets in bytes. Every frame
+// field is within the first PY_FRAME_READ bytes of a frame (the agent
+// checks).
+#define HS_PY_NO_OFFSET 0xffffffff
+#define HS_PY_NO_OWNER 0xff
+#define PY_FRAME_READ 80
+struct hs_py_layout {
+	__u32 runtime_interpreters_head;
+	__u32 interp_next;
+	__u32 interp_threads_head;
+	__u32 thread_next;
+	__u32 thread_native_id;
+	__u32 thread_frame;          // cframe (3.11, 3.12) or current_frame (3.13)
+	__u32 cframe_current_frame;  // HS_PY_NO_OFFSET: thread_frame is the frame
+	__u32 frame_code;
+	__u32 frame_previous;
+	__u32 frame_instr;
+	__u32 frame_owner;
+	__u32 frame_is_entry;        // HS_PY_NO_OFFSET from 3.12
+	__u32 code_firsttraceable;
+	__u32 code_adaptive;
+	__u8 owner_generator;
+	__u8 owner_cstack;           // HS_PY_NO_OWNER before 3.12
+	__u8 _pad[2];
+};
+
+#define MAX_PY_LAYOUTS 8
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PY_LAYOUTS);
+	__type(key, __u32);
+	__type(value, struct hs_py_layout);
+} py_layouts SEC(".maps");
+
+// The thread state found last for each thread, and the process entry
+// (hs_proc.gen) it was found under; checked at each use (its
+// native_thread_id must still be the thread's).
+struct hs_py_thread {
+	__u64 tstate;
+	__u64 gen;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct hs_py_thread);
+} py_threads SEC(".maps");
+
+// The Python frames of the walk in progress, MAX_PY_FRAMES per CPU
+// (sized by the agent), copied into the sample when it is done, as
+// walk_frames; py_buf holds the frame being read.
+#define PY_CHUNK 16
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PY_FRAMES);
+	__type(key, __u32);
+	__type(value, struct hs_py_frame);
+} py_frames SEC(".maps");
+
+struct py_frame_buf {
+	__u8 b[128 + 8];
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_frame_buf);
+} py_buf SEC(".maps");
+
+// Thread states looked at per sample (across interpreters), and
+// interpreter frames (shims included) followed.
+#define MAX_PY_THREADS 64
+#define MAX_PY_STEPS 128
+
+struct py_thread_search {
+	struct hs_py_layout *l;
+	__u64 interp;
+	__u64 tstate;
+	__u32 tid;
+	__u32 error;
+};
+
+static long py_thread_step(__u64 i, struct py_thread_search *ts)
+{
+	struct hs_py_layout *l = ts->l;
+	if (ts->tstate == 0) {
+		// The interpreter's threads are done: the next interpreter's.
+		if (i > 0 && bpf_probe_read_user(&ts->interp, 8, (void *)(ts->interp + l->interp_next)) < 0)
+			goto error;
+		if (ts->interp == 0)
+			return 1;
+		if (bpf_probe_read_user(&ts->tstate, 8, (void *)(ts->interp + l->interp_threads_head)) < 0)
+			goto error;
+		return 0;
+	}
+	__u64 id = 0;
+	if (bpf_probe_read_user(&id, 8, (void *)(ts->tstate + l->thread_native_id)) < 0)
+		goto error;
+	if (id == ts->tid)
+		return 1;
+	if (bpf_probe_read_user(&ts->tstate, 8, (void *)(ts->tstate + l->thread_next)) < 0)
+		goto error;
+	return 0;
+error:
+	ts->error = 1;
+	ts->tstate = 0;
+	return 1;
+}
+
+// py_thread_state returns the thread state of the current thread tid in a
+// process whose _PyRuntime is at runtime, or 0; error is set when a read
+// failed.
+static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_proc *proc,
+					     __u64 runtime, __u32 tid, __u32 *error)
+{
+	struct hs_py_thread *cached = bpf_map_lookup_elem(&py_threads, &tid);
+	if (cached && cached->gen == proc->gen) {
+		__u64 id = 0;
+		__u64 tstate = cached->tstate;
+		if (bpf_probe_read_user(&id, 8, (void *)(tstate + l->thread_native_id)) == 0 && id == tid)
+			return tstate;
+	}
+	struct py_thread_search ts = {.l = l, .tid = tid};
+	if (bpf_probe_read_user(&ts.interp, 8, (void *)(runtime + l->runtime_interpreters_head)) < 0) {
+		*error = 1;
+		return 0;
+	}
+	bpf_loop(MAX_PY_THREADS, py_thread_step, &ts, 0);
+	if (ts.error)
+		*error = 1;
+	if (ts.tstate == 0 || ts.error)
+		return 0;
+	// tstate is set only where the loop stopped at a match, unless the
+	// bound cut it: check the match.
+	__u64 id = 0;
+	if (bpf_probe_read_user(&id, 8, (void *)(ts.tstate + l->thread_native_id)) < 0 || id != tid)
+		return 0;
+	struct hs_py_thread v = {.tstate = ts.tstate, .gen = proc->gen};
+	bpf_map_update_elem(&py_threads, &tid, &v, BPF_ANY);
+	return ts.tstate;
+}
+
+// The state of one Python frame walk, on the stack of the program that
+// calls bpf_loop; as in struct walk, nothing here indexes memory: the
+// frames go to py_frames by key.
+struct py_walk {
+	struct hs_py_layout *l;
+	__u64 frame;
+	__u32 key;            // py_frames key of the next frame
+	__u32 n;              // frames written
+	__u32 flags;          // HS_PY_*
+	__u32 _pad;
+};
+
+static long py_step(__u64 i, struct py_walk *w)
+{
+	if (w->frame == 0)
+		return 1;
+	if (w->n >= MAX_PY_FRAMES) {
+		w->flags |= HS_PY_TRUNCATED;
+		return 1;
+	}
+	__u32 zero = 0;
+	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
+	if (!buf)
+		return 1;
+	if (bpf_probe_read_user(buf->b, PY_FRAME_READ, (void *)w->frame) < 0) {
+		w->flags |= HS_PY_READ_ERROR;
+		return 1;
+	}
+	struct hs_py_layout *l = w->l;
+	__u8 owner = buf->b[l->frame_owner & 127];
+	__u64 previous = *(__u64 *)&buf->b[l->frame_previous & 127];
+	if (owner == l->owner_cstack) {
+		// The shim below the frames of one _PyEval_EvalFrameDefault
+		// call (3.12 on): the frame above it was that call's first.
+		if (w->n > 0) {
+			__u32 key = w->key - 1;
+			struct hs_py_frame *above = bpf_map_lookup_elem(&py_frames, &key);
+			if (above)
+				above->flags |= HS_PYF_ENTRY;
+		}
+		w->frame = previous;
+		return 0;
+	}
+	struct hs_py_frame *f = bpf_map_lookup_elem(&py_frames, &w->key);
+	if (!f)
+		return 1;
+	__u64 code = *(__u64 *)&buf->b[l->frame_code & 127];
+	__u64 instr = *(__u64 *)&buf->b[l->frame_instr & 127];
+	__u64 start = code + l->code_adaptive;
+	f->code = code;
+	f->flags = 0;
+	f->offset = instr >= start && instr - start < 0xffffffffULL ? (__u32)(instr - start) : 0xffffffff;
+	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 127])
+		f->flags |= HS_PYF_ENTRY;
+	// Incomplete (CPython's _PyFrame_IsIncomplete): not a generator's,
+	// and before the code's first traceable instruction. That is
+	// within the first few instructions (MAKE_CELL, COPY_FREE_VARS,
+	// RETURN_GENERATOR): only there is the code object read.
+	if (owner != l->owner_generator && (f->offset == 0xffffffff || f->offset < 512)) {
+		__u32 first = 0;
+		if (bpf_probe_read_user(&first, 4, (void *)(code + l->code_firsttraceable)) < 0) {
+			w->flags |= HS_PY_READ_ERROR;
+			return 1;
+		}
+		if (instr < start + (__u64)first * 2)
+			f->flags |= HS_PYF_INCOMPLETE;
+	}
+	w->key++;
+	w->n++;
+	w->frame = previous;
+	return 0;
+}
+
+// walk_python writes the current thread's Python frames to s->frames at
+// byte offset at, if the process runs an interpreter the agent found
+// (proc->py_runtime), and returns the bytes written.
+static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *proc, __u32 tid,
+					long at, struct hs_counters *c)
+{
+	s->python_frames = 0;
+	s->python_flags = 0;
+	__u64 runtime = proc->py_runtime;
+	if (!runtime)
+		return 0;
+	__u32 idx = proc->py_layout;
+	struct hs_py_layout *l = bpf_map_lookup_elem(&py_layouts, &idx);
+	if (!l)
+		return 0;
+	c->py_walks++;
+	__u32 error = 0;
+	__u64 tstate = py_thread_state(l, proc, runtime, tid, &error);
+	if (!tstate) {
+		s->python_flags = HS_PY_WALKED | (error ? HS_PY_READ_ERROR : HS_PY_NO_THREAD);
+		if (error)
+			c->py_read_errors++;
+		else
+			c->py_no_thread++;
+		return 0;
+	}
+	struct py_walk w = {.l = l};
+	__u64 frame = 0;
+	if (bpf_probe_read_user(&frame, 8, (void *)(tstate + l->thread_frame)) < 0)
+		goto read_error;
+	if (l->cframe_current_frame != HS_PY_NO_OFFSET && frame &&
+	    bpf_probe_read_user(&frame, 8, (void *)(frame + l->cframe_current_frame)) < 0)
+		goto read_error;
+	w.frame = frame;
+	__u32 first = bpf_get_smp_processor_id() * MAX_PY_FRAMES;
+	w.key = first;
+	// n starts at 0, read back from the record so that the verifier
+	// does not know it (see walk_user).
+	w.n = *(volatile __u16 *)&s->python_frames;
+	bpf_loop(MAX_PY_STEPS, py_step, &w, 0);
+	if (w.frame != 0 && !(w.flags & HS_PY_READ_ERROR))
+		w.flags |= HS_PY_TRUNCATED; // the loop's bound
+	struct hs_py_frame *frames = bpf_map_lookup_elem(&py_frames, &first);
+	if (!frames)
+		return 0;
+	for (__u32 i = 0; i < MAX_PY_FRAMES / PY_CHUNK; i++) {
+		if (i * PY_CHUNK >= w.n)
+			break;
+		if (bpf_probe_read_kernel((void *)s->frames + (at & 2047) + i * PY_CHUNK * 16,
+					  PY_CHUNK * 16, (void *)frames + i * PY_CHUNK * 16) < 0)
+			return 0;
+	}
+	s->python_flags = HS_PY_WALKED | w.flags;
+	if (w.flags & HS_PY_READ_ERROR)
+		c->py_read_errors++;
+	if (w.flags & HS_PY_TRUNCATED)
+		c->py_truncated++;
+	s->python_frames = w.n;
+	return (*(volatile __u16 *)&s->python_frames & 127) * 16;
+read_error:
+	s->python_flags = HS_PY_WALKED | HS_PY_READ_ERROR;
+	c->py_read_errors++;
+	return 0;
+}
+
 // sample takes one sample; dwarf selects the table walk for user stacks.
 static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 {
@@ -738,10 +1060,14 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 
 	long ubytes = 0;
 	s->dwarf_frames[0] = s->dwarf_frames[1] = 0;
+	s->python_frames = 0;
+	s->python_flags = 0;
+	s->_pad = 0;
+	struct hs_proc *proc = NULL;
 	if (collect_user && tgid != 0) {
 		ubytes = -1;
 		if (dwarf) {
-			ubytes = walk_user(s, tgid, kbytes, c);
+			ubytes = walk_user(s, tgid, kbytes, c, &proc);
 			if (ubytes >= 0)
 				c->dwarf_walks++;
 			else
@@ -761,6 +1087,10 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 	s->kernel_frames = kbytes / 8;
 	s->user_frames = ubytes / 8;
 
+	long pybytes = 0;
+	if (dwarf && proc)
+		pybytes = walk_python(s, proc, (__u32)id, kbytes + ubytes, c);
+
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u8 one = 1;
 	// Look before inserting: an LRU hash update takes a free node (and
@@ -774,7 +1104,9 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 			flags = BPF_RB_FORCE_WAKEUP;
 	}
 
-	__u64 size = offsetof(struct hs_sample, frames) + kbytes + ubytes;
+	__u64 size = offsetof(struct hs_sample, frames) + kbytes + ubytes + (pybytes & 2047);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
 	if (bpf_ringbuf_output(&events, s, size, flags) < 0)
 		c->lost++;
 	return 0;

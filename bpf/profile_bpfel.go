@@ -32,6 +32,10 @@ type ProfileHsCounters struct {
 	FpWalks           uint64
 	UnsupportedRows   uint64
 	TruncatedWalks    uint64
+	PyWalks           uint64
+	PyNoThread        uint64
+	PyReadErrors      uint64
+	PyTruncated       uint64
 }
 
 type ProfileHsMapping struct {
@@ -56,12 +60,49 @@ type ProfileHsMaps struct {
 }
 
 type ProfileHsProc struct {
-	_     structs.HostLayout
-	Mm    uint64
-	Count uint32
-	Flags uint32
-	Gen   uint64
-	M     [64]ProfileHsUmap
+	_         structs.HostLayout
+	Mm        uint64
+	Count     uint32
+	Flags     uint32
+	Gen       uint64
+	PyRuntime uint64
+	PyLayout  uint32
+	Pad       uint32
+	M         [64]ProfileHsUmap
+}
+
+type ProfileHsPyFrame struct {
+	_      structs.HostLayout
+	Code   uint64
+	Offset uint32
+	Flags  uint32
+}
+
+type ProfileHsPyLayout struct {
+	_                       structs.HostLayout
+	RuntimeInterpretersHead uint32
+	InterpNext              uint32
+	InterpThreadsHead       uint32
+	ThreadNext              uint32
+	ThreadNativeId          uint32
+	ThreadFrame             uint32
+	CframeCurrentFrame      uint32
+	FrameCode               uint32
+	FramePrevious           uint32
+	FrameInstr              uint32
+	FrameOwner              uint32
+	FrameIsEntry            uint32
+	CodeFirsttraceable      uint32
+	CodeAdaptive            uint32
+	OwnerGenerator          uint8
+	OwnerCstack             uint8
+	Pad                     [2]uint8
+}
+
+type ProfileHsPyThread struct {
+	_      structs.HostLayout
+	Tstate uint64
+	Gen    uint64
 }
 
 type ProfileHsRow struct {
@@ -86,7 +127,10 @@ type ProfileHsSample struct {
 	UserFrames   uint16
 	Comm         [16]int8
 	DwarfFrames  [2]uint64
-	Frames       [256]uint64
+	PythonFrames uint16
+	PythonFlags  uint16
+	Pad          uint32
+	Frames       [448]uint64
 }
 
 type ProfileHsUmap struct {
@@ -102,6 +146,11 @@ type ProfileHsUmap struct {
 	Pad     [7]uint8
 }
 
+type ProfilePyFrameBuf struct {
+	_ structs.HostLayout
+	B [136]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -111,6 +160,10 @@ const (
 	ProfileMapMapsScratch    = "maps_scratch"
 	ProfileMapMode           = "mode"
 	ProfileMapPendingPids    = "pending_pids"
+	ProfileMapPyBuf          = "py_buf"
+	ProfileMapPyFrames       = "py_frames"
+	ProfileMapPyLayouts      = "py_layouts"
+	ProfileMapPyThreads      = "py_threads"
 	ProfileMapScratch        = "scratch"
 	ProfileMapSeenPids       = "seen_pids"
 	ProfileMapStats          = "stats"
@@ -186,6 +239,10 @@ type ProfileMapSpecs struct {
 	MapsScratch   *ebpf.MapSpec `ebpf:"maps_scratch"`
 	Mode          *ebpf.MapSpec `ebpf:"mode"`
 	PendingPids   *ebpf.MapSpec `ebpf:"pending_pids"`
+	PyBuf         *ebpf.MapSpec `ebpf:"py_buf"`
+	PyFrames      *ebpf.MapSpec `ebpf:"py_frames"`
+	PyLayouts     *ebpf.MapSpec `ebpf:"py_layouts"`
+	PyThreads     *ebpf.MapSpec `ebpf:"py_threads"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
@@ -233,6 +290,10 @@ type ProfileMaps struct {
 	MapsScratch   *ebpf.Map `ebpf:"maps_scratch"`
 	Mode          *ebpf.Map `ebpf:"mode"`
 	PendingPids   *ebpf.Map `ebpf:"pending_pids"`
+	PyBuf         *ebpf.Map `ebpf:"py_buf"`
+	PyFrames      *ebpf.Map `ebpf:"py_frames"`
+	PyLayouts     *ebpf.Map `ebpf:"py_layouts"`
+	PyThreads     *ebpf.Map `ebpf:"py_threads"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
 	Stats         *ebpf.Map `ebpf:"stats"`
@@ -251,6 +312,10 @@ func (m *ProfileMaps) Close() error {
 		m.MapsScratch,
 		m.Mode,
 		m.PendingPids,
+		m.PyBuf,
+		m.PyFrames,
+		m.PyLayouts,
+		m.PyThreads,
 		m.Scratch,
 		m.SeenPids,
 		m.Stats,

@@ -150,6 +150,12 @@ type Counters struct {
 	// walks that stopped at a row they cannot follow, TruncatedWalks
 	// those that reached the frame limit.
 	DWARFWalks, FPWalks, UnsupportedRows, TruncatedWalks uint64
+	// PythonWalks counts the samples of processes that run a CPython
+	// the agent found (UnwindDWARF only); of those, PythonNoThread the
+	// ones of a thread with no thread state (a thread Python does not
+	// know), PythonReadErrors those whose frame chain a failed read cut,
+	// PythonTruncated those with more frames than MaxPythonFrames.
+	PythonWalks, PythonNoThread, PythonReadErrors, PythonTruncated uint64
 }
 
 func (c *Counters) add(o Counters) {
@@ -162,6 +168,10 @@ func (c *Counters) add(o Counters) {
 	c.FPWalks += o.FPWalks
 	c.UnsupportedRows += o.UnsupportedRows
 	c.TruncatedWalks += o.TruncatedWalks
+	c.PythonWalks += o.PythonWalks
+	c.PythonNoThread += o.PythonNoThread
+	c.PythonReadErrors += o.PythonReadErrors
+	c.PythonTruncated += o.PythonTruncated
 }
 
 // Stats is a snapshot of the sampler's counters.
@@ -431,6 +441,7 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 		}
 		spec.Maps[bpf.ProfileMapWalkFrames].MaxEntries = uint32(cpus * maxWalkFrames)
 		spec.Maps[bpf.ProfileMapWalkCache].MaxEntries = uint32(cpus * walkCacheSlots)
+		spec.Maps[bpf.ProfileMapPyFrames].MaxEntries = uint32(cpus * MaxPythonFrames)
 	}
 	if n := len(p.cfg.PIDs); n > 0 {
 		spec.Maps[bpf.ProfileMapTargetPids].MaxEntries = uint32(n)
@@ -681,7 +692,8 @@ func (p *Profiler) Counters() (Stats, error) {
 		v := perCPU[cpu]
 		c := Counters{Samples: v.Samples, Lost: v.Lost, KernelStackErrors: v.KernelStackErrors,
 			UserStackErrors: v.UserStackErrors, Filtered: v.Filtered, DWARFWalks: v.DwarfWalks,
-			FPWalks: v.FpWalks, UnsupportedRows: v.UnsupportedRows, TruncatedWalks: v.TruncatedWalks}
+			FPWalks: v.FpWalks, UnsupportedRows: v.UnsupportedRows, TruncatedWalks: v.TruncatedWalks,
+			PythonWalks: v.PyWalks, PythonNoThread: v.PyNoThread, PythonReadErrors: v.PyReadErrors, PythonTruncated: v.PyTruncated}
 		s.PerCPU[cpu] = c
 		s.add(c)
 	}

@@ -4,15 +4,49 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/heatscope/heatscope/pyinterp"
 )
 
 // MaxFrames is the most frames the BPF program records per stack (kernel
 // and user each).
 const MaxFrames = 127
 
+// MaxPythonFrames is the most Python frames the BPF program records per
+// sample (MAX_PY_FRAMES).
+const MaxPythonFrames = 96
+
 // recordHeaderSize is the size of struct hs_sample up to its frames array in
-// bpf/profile.bpf.c. A test checks it against the generated Go type.
-const recordHeaderSize = 64
+// bpf/profile.bpf.c, and pyFrameSize that of struct hs_py_frame. A test
+// checks them against the generated Go types.
+const (
+	recordHeaderSize = 72
+	pyFrameSize      = 16
+)
+
+// PythonWalk says how the BPF program's walk of a sample's Python frames
+// went (hs_sample.python_flags).
+type PythonWalk uint16
+
+// PythonWalk bits.
+const (
+	// PythonTruncated: the chain was longer than MaxPythonFrames (or
+	// than the walk's bound): the outermost frames are left out.
+	PythonTruncated PythonWalk = 1 << iota
+	// PythonReadError: a read of the process's memory failed (a frame
+	// being changed, or freed, while read): the chain is cut there.
+	PythonReadError
+	// PythonNoThread: the process runs a Python interpreter, but the
+	// thread has no thread state (a thread Python does not know, or one
+	// past the walk's bound of thread states).
+	PythonNoThread
+	// PythonWalked: the process runs an interpreter the agent found,
+	// and the sampled thread's frames were looked for.
+	PythonWalked
+)
+
+// Has reports whether all of the bits of f are set.
+func (w PythonWalk) Has(f PythonWalk) bool { return w&f == f }
 
 // Record is one decoded ring-buffer record: a raw, unsymbolized sample.
 type Record struct {
@@ -31,6 +65,11 @@ type Record struct {
 	// UserDWARF has bit i set when User[i+1] was found with an unwind
 	// table, clear when with frame pointers (UnwindDWARF only).
 	UserDWARF [2]uint64
+	// Python holds the thread's Python frames, innermost first, read
+	// where the process runs a CPython the agent found (UnwindDWARF
+	// only: the walk needs bpf_loop), and PythonWalk how their walk went.
+	Python     []pyinterp.Frame
+	PythonWalk PythonWalk
 }
 
 // UnwoundWithTable reports whether user frame i (i ≥ 1) was found with an
@@ -52,11 +91,15 @@ func (r *Record) Decode(b []byte) error {
 	le := binary.LittleEndian
 	nk := int(le.Uint16(b[28:30]))
 	nu := int(le.Uint16(b[30:32]))
+	np := int(le.Uint16(b[64:66]))
 	if nk > MaxFrames || nu > MaxFrames {
 		return fmt.Errorf("decode record: %d kernel and %d user frames, more than %d", nk, nu, MaxFrames)
 	}
-	if want := recordHeaderSize + 8*(nk+nu); len(b) < want {
-		return fmt.Errorf("decode record: %d bytes, want %d for %d kernel and %d user frames", len(b), want, nk, nu)
+	if np > MaxPythonFrames {
+		return fmt.Errorf("decode record: %d Python frames, more than %d", np, MaxPythonFrames)
+	}
+	if want := recordHeaderSize + 8*(nk+nu) + pyFrameSize*np; len(b) < want {
+		return fmt.Errorf("decode record: %d bytes, want %d for %d kernel, %d user and %d Python frames", len(b), want, nk, nu, np)
 	}
 	r.KernelTime = le.Uint64(b[0:8])
 	r.CgroupID = le.Uint64(b[8:16])
@@ -72,10 +115,32 @@ func (r *Record) Decode(b []byte) error {
 	}
 	r.UserDWARF[0] = le.Uint64(b[48:56])
 	r.UserDWARF[1] = le.Uint64(b[56:64])
+	r.PythonWalk = PythonWalk(le.Uint16(b[66:68]))
 	frames := b[recordHeaderSize:]
 	r.Kernel = decodeFrames(r.Kernel[:0], frames[:8*nk])
 	r.User = decodeFrames(r.User[:0], frames[8*nk:8*(nk+nu)])
+	r.Python = decodePython(r.Python[:0], frames[8*(nk+nu):8*(nk+nu)+pyFrameSize*np])
 	return nil
+}
+
+// The flags of struct hs_py_frame.
+const (
+	pyFrameEntry      = 1
+	pyFrameIncomplete = 2
+)
+
+func decodePython(dst []pyinterp.Frame, b []byte) []pyinterp.Frame {
+	le := binary.LittleEndian
+	for i := 0; i+pyFrameSize <= len(b); i += pyFrameSize {
+		flags := le.Uint32(b[i+12:])
+		dst = append(dst, pyinterp.Frame{
+			Code:       le.Uint64(b[i:]),
+			Offset:     le.Uint32(b[i+8:]),
+			Entry:      flags&pyFrameEntry != 0,
+			Incomplete: flags&pyFrameIncomplete != 0,
+		})
+	}
+	return dst
 }
 
 func decodeFrames(dst []uint64, b []byte) []uint64 {

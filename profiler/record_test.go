@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/pyinterp"
 )
 
 func TestRecordHeaderMatchesBPF(t *testing.T) {
@@ -14,14 +15,27 @@ func TestRecordHeaderMatchesBPF(t *testing.T) {
 	if got := int(unsafe.Offsetof(s.Frames)); got != recordHeaderSize {
 		t.Fatalf("struct hs_sample frames offset = %d, decoder assumes %d", got, recordHeaderSize)
 	}
-	if got := len(s.Frames); got < 2*MaxFrames {
-		t.Fatalf("hs_sample has %d frame slots, want at least %d", got, 2*MaxFrames)
+	if got := len(s.Frames); got < 2*MaxFrames+MaxPythonFrames*pyFrameSize/8 {
+		t.Fatalf("hs_sample has %d frame slots, want at least %d", got, 2*MaxFrames+MaxPythonFrames*pyFrameSize/8)
+	}
+	if got := int(unsafe.Offsetof(s.PythonFrames)); got != 64 {
+		t.Fatalf("struct hs_sample python_frames at %d, decoder reads it at 64", got)
+	}
+	if got := int(unsafe.Offsetof(s.PythonFlags)); got != 66 {
+		t.Fatalf("struct hs_sample python_flags at %d, decoder reads it at 66", got)
+	}
+	var f bpf.ProfileHsPyFrame
+	if got := int(unsafe.Sizeof(f)); got != pyFrameSize {
+		t.Fatalf("struct hs_py_frame is %d bytes, decoder assumes %d", got, pyFrameSize)
+	}
+	if unsafe.Offsetof(f.Offset) != 8 || unsafe.Offsetof(f.Flags) != 12 {
+		t.Fatalf("struct hs_py_frame: offset at %d, flags at %d; decoder reads them at 8 and 12", unsafe.Offsetof(f.Offset), unsafe.Offsetof(f.Flags))
 	}
 }
 
 // encodeRecord builds a record as the BPF program writes it.
 func encodeRecord(r Record) []byte {
-	b := make([]byte, recordHeaderSize+8*(len(r.Kernel)+len(r.User)))
+	b := make([]byte, recordHeaderSize+8*(len(r.Kernel)+len(r.User))+pyFrameSize*len(r.Python))
 	le := binary.LittleEndian
 	le.PutUint64(b[0:], r.KernelTime)
 	le.PutUint64(b[8:], r.CgroupID)
@@ -33,10 +47,25 @@ func encodeRecord(r Record) []byte {
 	copy(b[32:48], r.Comm)
 	le.PutUint64(b[48:], r.UserDWARF[0])
 	le.PutUint64(b[56:], r.UserDWARF[1])
+	le.PutUint16(b[64:], uint16(len(r.Python)))
+	le.PutUint16(b[66:], uint16(r.PythonWalk))
 	off := recordHeaderSize
 	for _, a := range append(append([]uint64{}, r.Kernel...), r.User...) {
 		le.PutUint64(b[off:], a)
 		off += 8
+	}
+	for _, f := range r.Python {
+		le.PutUint64(b[off:], f.Code)
+		le.PutUint32(b[off+8:], f.Offset)
+		var flags uint32
+		if f.Entry {
+			flags |= pyFrameEntry
+		}
+		if f.Incomplete {
+			flags |= pyFrameIncomplete
+		}
+		le.PutUint32(b[off+12:], flags)
+		off += pyFrameSize
 	}
 	return b
 }
@@ -59,6 +88,9 @@ func TestDecode(t *testing.T) {
 	if out.UnwoundWithTable(1) || !out.UnwoundWithTable(2) || out.UnwoundWithTable(0) {
 		t.Fatalf("unwind bits %b: want frame 2 by table, 1 by frame pointer", out.UserDWARF)
 	}
+	if len(out.Python) != 0 || out.PythonWalk != 0 {
+		t.Fatalf("no Python frames written, %d decoded (walk %b)", len(out.Python), out.PythonWalk)
+	}
 	// The kernel NUL-terminates comm, but a record without the NUL must
 	// still decode to the whole 16-byte field and no further.
 	in.Comm = "0123456789abcdef"
@@ -67,15 +99,53 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+func TestDecodePython(t *testing.T) {
+	in := Record{PID: 7, Kernel: []uint64{0xffffffff81000010}, User: []uint64{0x401000, 0x401100},
+		Python: []pyinterp.Frame{
+			{Code: 0x7f0000001000, Offset: 24},
+			{Code: 0x7f0000002000, Offset: 112, Entry: true},
+			{Code: 0x7f0000003000, Offset: pyinterp.NoInstr, Incomplete: true},
+			{Code: 0x7f0000004000, Offset: 6, Entry: true, Incomplete: true},
+		},
+		PythonWalk: PythonWalked | PythonTruncated}
+	var out Record
+	if err := out.Decode(encodeRecord(in)); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.User) != 2 || out.User[1] != 0x401100 {
+		t.Fatalf("user frames %x", out.User)
+	}
+	if len(out.Python) != len(in.Python) {
+		t.Fatalf("%d Python frames decoded, want %d", len(out.Python), len(in.Python))
+	}
+	for i := range in.Python {
+		if out.Python[i] != in.Python[i] {
+			t.Errorf("Python frame %d: %+v, want %+v", i, out.Python[i], in.Python[i])
+		}
+	}
+	if !out.PythonWalk.Has(PythonWalked|PythonTruncated) || out.PythonWalk.Has(PythonReadError) {
+		t.Fatalf("walk %b, want walked and truncated", out.PythonWalk)
+	}
+	// Reused for a record without Python frames: none left over.
+	if err := out.Decode(encodeRecord(Record{PID: 8})); err != nil || len(out.Python) != 0 || out.PythonWalk != 0 {
+		t.Fatalf("a record without Python frames: %d frames, walk %b, %v", len(out.Python), out.PythonWalk, err)
+	}
+}
+
 func TestDecodeRejectsBadRecords(t *testing.T) {
 	good := encodeRecord(Record{PID: 1, Kernel: []uint64{1}, User: []uint64{2}})
 	tooMany := append([]byte(nil), good...)
 	binary.LittleEndian.PutUint16(tooMany[28:], MaxFrames+1)
+	withPython := encodeRecord(Record{PID: 1, User: []uint64{2}, Python: []pyinterp.Frame{{Code: 0x1000}}})
+	tooManyPython := append([]byte(nil), withPython...)
+	binary.LittleEndian.PutUint16(tooManyPython[64:], MaxPythonFrames+1)
 	for name, b := range map[string][]byte{
-		"empty":           nil,
-		"short header":    good[:recordHeaderSize-1],
-		"short frames":    good[:len(good)-1],
-		"too many frames": tooMany,
+		"empty":                  nil,
+		"short header":           good[:recordHeaderSize-1],
+		"short frames":           good[:len(good)-1],
+		"too many frames":        tooMany,
+		"short Python frames":    withPython[:len(withPython)-1],
+		"too many Python frames": tooManyPython,
 	} {
 		var r Record
 		if err := r.Decode(b); err == nil {
@@ -88,16 +158,27 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encodeRecord(Record{KernelTime: 1, PID: 7, TID: 8, Comm: "sh", Kernel: []uint64{1, 2}, User: []uint64{3}}))
 	f.Add(encodeRecord(Record{}))
 	f.Add([]byte{1, 2, 3})
+	f.Add(encodeRecord(Record{PID: 9, User: []uint64{3}, PythonWalk: PythonWalked,
+		Python: []pyinterp.Frame{{Code: 0x1000, Offset: 8, Entry: true}, {Code: 0x2000, Offset: pyinterp.NoInstr, Incomplete: true}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r Record
 		if err := r.Decode(b); err != nil {
 			return
 		}
-		if len(r.Kernel) > MaxFrames || len(r.User) > MaxFrames {
-			t.Fatalf("decoded %d+%d frames", len(r.Kernel), len(r.User))
+		if len(r.Kernel) > MaxFrames || len(r.User) > MaxFrames || len(r.Python) > MaxPythonFrames {
+			t.Fatalf("decoded %d+%d+%d frames", len(r.Kernel), len(r.User), len(r.Python))
 		}
-		if want := recordHeaderSize + 8*(len(r.Kernel)+len(r.User)); len(b) < want {
-			t.Fatalf("decoded %d frames from %d bytes", len(r.Kernel)+len(r.User), len(b))
+		if want := recordHeaderSize + 8*(len(r.Kernel)+len(r.User)) + pyFrameSize*len(r.Python); len(b) < want {
+			t.Fatalf("decoded %d+%d frames from %d bytes", len(r.Kernel)+len(r.User), len(r.Python), len(b))
+		}
+		// Each Python frame is the one at its place in the record.
+		at := recordHeaderSize + 8*(len(r.Kernel)+len(r.User))
+		for i, f := range r.Python {
+			o := at + pyFrameSize*i
+			if f.Code != binary.LittleEndian.Uint64(b[o:]) || f.Offset != binary.LittleEndian.Uint32(b[o+8:]) ||
+				f.Entry != (b[o+12]&pyFrameEntry != 0) || f.Incomplete != (b[o+12]&pyFrameIncomplete != 0) {
+				t.Fatalf("Python frame %d decoded as %+v from %x", i, f, b[o:o+pyFrameSize])
+			}
 		}
 	})
 }

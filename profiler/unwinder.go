@@ -39,6 +39,8 @@ type UnwindStats struct {
 	// table map it would not create, fill or take into unwind_tables):
 	// their frames are walked with frame pointers.
 	LoadErrors uint64
+	// Python counts what was found of Python interpreters.
+	Python PythonStats
 	// Fallback is set when the table walk was asked for (--unwind auto)
 	// but cannot work on this kernel: user stacks are walked with frame
 	// pointers, Enabled is false.
@@ -179,6 +181,9 @@ type unwinder struct {
 	// tablesCPU and processesCPU time the work on tables and on
 	// processes' entries (UnwindStats).
 	tablesCPU, processesCPU workclock.Clock
+	// python finds the interpreter of the processes that run CPython,
+	// for their entries.
+	python *pythonFinder
 }
 
 func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf.MapSpec, cache unwind.Cache, maxBytes int64, periodNs func() int64,
@@ -194,6 +199,7 @@ func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
 		heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
 		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
+		python: newPythonFinder(objs.PyLayouts, log),
 	}
 	u.stats.Enabled, u.stats.MaxBytes = true, maxBytes
 	if u.cache.Pruned == nil {
@@ -254,6 +260,7 @@ func (u *unwinder) Stats() UnwindStats {
 		st.CachePrunedFiles, st.CachePrunedBytes = u.cache.Pruned.Files.Load(), u.cache.Pruned.Bytes.Load()
 	}
 	st.TablesCPU, st.ProcessesCPU = u.tablesCPU.Total(), u.processesCPU.Total()
+	st.Python = u.python.Stats()
 	return st
 }
 

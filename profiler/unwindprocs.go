@@ -39,6 +39,12 @@ type procState struct {
 	// (zero: never): its samples taken from walkSettle later count for
 	// checkWalk.
 	withTables time.Time
+	// pyChecked is set once its mappings were looked through for a
+	// Python interpreter (pythonFinder); pyRuntime is then the address
+	// of its _PyRuntime (0: none) and pyLayout its layout's index.
+	pyChecked bool
+	pyRuntime uint64
+	pyLayout  uint32
 }
 
 // taken is a request for a process's mappings taken out of
@@ -371,6 +377,11 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	entry.Mm = st.mm
 	u.gen++
 	entry.Gen = u.gen
+	if !st.pyChecked && u.python != nil && pid != u.self {
+		st.pyRuntime, st.pyLayout, _ = u.python.find(st.root, st.maps)
+	}
+	st.pyChecked = true
+	entry.PyRuntime, entry.PyLayout = st.pyRuntime, st.pyLayout
 	st.complete, st.unused = true, false
 	st.tables = st.tables[:0]
 	st.retry = time.Time{}

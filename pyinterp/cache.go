@@ -14,11 +14,14 @@ type FileID struct {
 }
 
 // MayBeInterpreter reports whether a mapped file's path may hold CPython
-// (its base name contains "python": python3.11, libpython3.12.so.1.0):
-// the test that keeps every other binary from being opened at all. An
-// interpreter linked into a binary of another name is not found.
+// (its base name starts with "python" or "libpython": python3.11,
+// libpython3.12.so.1.0; not an extension module's
+// zlib.cpython-311-x86_64-linux-gnu.so): the test that keeps every other
+// binary from being opened at all. An interpreter linked into a binary of
+// another name is not found.
 func MayBeInterpreter(path string) bool {
-	return strings.Contains(filepath.Base(path), "python")
+	base := filepath.Base(path)
+	return strings.HasPrefix(base, "python") || strings.HasPrefix(base, "libpython")
 }
 
 // Cache remembers what each binary is, so that a binary is read once

@@ -38,6 +38,6 @@
 //
 // A binary is read once, however many processes map it: Cache keeps each
 // file's answer (failures too) by device, inode and change time, and
-// MayBeInterpreter keeps every file whose name does not contain "python"
-// from being opened at all.
+// MayBeInterpreter keeps every file whose name does not start with
+// "python" or "libpython" from being opened at all.
 package pyinterp

@@ -167,12 +167,13 @@ func TestCacheReadsOnce(t *testing.T) {
 
 func TestMayBeInterpreter(t *testing.T) {
 	for path, want := range map[string]bool{
-		"/usr/bin/python3.11":                     true,
-		"/opt/py/lib/libpython3.12.so.1.0":        true,
-		"/usr/lib/x86_64-linux-gnu/libc.so.6":     false,
-		"/home/python/bin/ls":                     false,
-		"/usr/lib/python3/dist-packages/_x.so":    false,
-		"/usr/lib/python3.11/lib-dynload/zlib.so": false,
+		"/usr/bin/python3.11":                                                  true,
+		"/opt/py/lib/libpython3.12.so.1.0":                                     true,
+		"/usr/lib/x86_64-linux-gnu/libc.so.6":                                  false,
+		"/home/python/bin/ls":                                                  false,
+		"/usr/lib/python3/dist-packages/_x.so":                                 false,
+		"/usr/lib/python3.11/lib-dynload/zlib.cpython-311-x86_64-linux-gnu.so": false,
+		"/root/.pyenv/versions/3.12.1/bin/python3.12":                          true,
 	} {
 		if got := MayBeInterpreter(path); got != want {
 			t.Errorf("MayBeInterpreter(%q) = %v, want %v", path, got, want)

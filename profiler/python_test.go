@@ -1,0 +1,210 @@
+package profiler
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/pyinterp"
+)
+
+// pythons are the interpreters the Python tests run: Debian's static
+// python3.11 and pyenv's shared-library builds, where installed.
+var pythons = []struct{ name, path string }{
+	{"debian-3.11", "/usr/bin/python3.11"},
+	{"pyenv-3.11", "/root/.pyenv/versions/3.11.7/bin/python3.11"},
+	{"pyenv-3.12", "/root/.pyenv/versions/3.12.1/bin/python3.12"},
+	{"pyenv-3.13", "/root/.pyenv/versions/3.13.0/bin/python3.13"},
+}
+
+// pyProgram is a running testdata/pychains.py and what it printed.
+type pyProgram struct {
+	name string
+	cmd  *exec.Cmd
+	// ready is when it printed its line (wall time, ns): its threads run
+	// their chains from then on.
+	ready   int64
+	Pid     uint32 `json:"pid"`
+	Version string `json:"version"`
+	Threads []struct {
+		TID    uint32   `json:"tid"`
+		Chain  []uint64 `json:"chain"`
+		Module uint64   `json:"module"`
+	} `json:"threads"`
+}
+
+// startPython runs testdata/pychains.py with the interpreter at path and
+// waits for its line.
+func startPython(t *testing.T, name, path string) *pyProgram {
+	t.Helper()
+	cmd := exec.Command(path, "testdata/pychains.py")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("%s: reading its line: %v", name, err)
+	}
+	p := &pyProgram{name: name, cmd: cmd, ready: time.Now().UnixNano()}
+	if err := json.Unmarshal(line, p); err != nil {
+		t.Fatalf("%s printed %q: %v", name, line, err)
+	}
+	return p
+}
+
+// TestPythonFrames samples Python programs run by each interpreter
+// installed here, half started before the profiler and half after, each
+// with two threads running their own chains of functions, and checks the
+// code objects of the Python frames the BPF program read against the ids
+// the programs printed, innermost first, with the entry frames where
+// _PyEval_EvalFrameDefault calls began.
+func TestPythonFrames(t *testing.T) {
+	bpftest.Require(t)
+	if err := dwarfSupported(); err != nil {
+		t.Skipf("the Python walk runs in the table-walking program, which this kernel cannot run: %v", err)
+	}
+	var have []struct{ name, path string }
+	for _, py := range pythons {
+		if _, err := os.Stat(py.path); err != nil {
+			if py.name == "debian-3.11" && os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
+				t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but %s is not installed (.ci/run installs python3.11): %v", py.path, err)
+			}
+			t.Logf("%s skipped: %v", py.name, err)
+			continue
+		}
+		have = append(have, py)
+	}
+	if len(have) == 0 {
+		t.Skip("no CPython 3.11 to 3.13 installed here")
+	}
+	var progs []*pyProgram
+	for _, py := range have {
+		progs = append(progs, startPython(t, py.name+"/before", py.path))
+	}
+
+	p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, BPFStats: true})
+	if err != nil {
+		t.Fatalf("open profiler: %v", err)
+	}
+	defer p.Close()
+	type taken struct {
+		Record
+		wall int64
+	}
+	var (
+		mu      sync.Mutex
+		samples = map[uint32][]taken{} // by tid
+		after   = make([]*pyProgram, len(have))
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		// After the profiler: processes it has not seen start; the
+		// recording goes on for 3 s after the last is ready.
+		time.Sleep(300 * time.Millisecond)
+		var wg sync.WaitGroup
+		for i, py := range have {
+			wg.Go(func() { after[i] = startPython(t, py.name+"/after", py.path) })
+		}
+		wg.Wait()
+		time.Sleep(3 * time.Second)
+		cancel()
+	}()
+	err = p.Run(ctx, func(r *Record, wall int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		c := *r
+		c.Python = slices.Clone(r.Python)
+		c.Kernel, c.User = nil, nil
+		samples[r.TID] = append(samples[r.TID], taken{c, wall})
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, a := range after {
+		if a == nil {
+			t.Fatal("a program started after the profiler did not start")
+		}
+	}
+	progs = append(progs, after...)
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Python walks %d, no thread state %d, read errors %d, truncated %d; interpreters %+v; BPF %v over %d runs",
+		st.PythonWalks, st.PythonNoThread, st.PythonReadErrors, st.PythonTruncated, st.Unwind.Python, st.BPFRunTime, st.BPFRunCount)
+
+	for _, prog := range progs {
+		for i, th := range prog.Threads {
+			// The samples after the program was ready, from the
+			// first with Python frames: the agent reads a process's
+			// mappings after its first samples (askSamples).
+			var recs []Record
+			for _, r := range samples[th.TID] {
+				if r.wall > prog.ready && (len(recs) > 0 || len(r.Python) > 0) {
+					recs = append(recs, r.Record)
+				}
+			}
+			if len(recs) == 0 {
+				t.Errorf("%s (%s) thread %d: none of its %d samples has Python frames", prog.name, prog.Version, th.TID, len(samples[th.TID]))
+				continue
+			}
+			whole := 0
+			for _, r := range recs {
+				if !r.PythonWalk.Has(PythonWalked) {
+					t.Errorf("%s thread %d: a sample after the first with frames was not walked (flags %b)", prog.name, th.TID, r.PythonWalk)
+					break
+				}
+				if len(r.Python) < 3 || !slices.Equal(codes(r.Python[:3]), th.Chain) {
+					continue
+				}
+				whole++
+				f := r.Python
+				last := f[len(f)-1]
+				if !last.Entry {
+					t.Errorf("%s thread %d: the outermost frame is no entry frame: %+v", prog.name, th.TID, f)
+				}
+				if f[0].Entry || f[0].Incomplete || f[0].Offset == pyinterp.NoInstr {
+					t.Errorf("%s thread %d: the leaf frame %+v: want a complete frame with an instruction, no entry", prog.name, th.TID, f[0])
+				}
+				if i == 0 {
+					// module -> main_top -> map (C) -> main_mid -> main_leaf.
+					if !f[1].Entry || f[2].Entry || len(f) != 4 || f[3].Code != th.Module {
+						t.Errorf("%s main thread: want [leaf, mid (entry), top, <module> (entry)], got %+v (module %#x)", prog.name, f, th.Module)
+					}
+				}
+			}
+			// A sample may catch the thread between the calls of its
+			// loop (in top or mid): most must be in the leaf.
+			if len(recs) < 10 || whole < len(recs)*7/10 {
+				t.Errorf("%s (%s) thread %d: %d of %d samples have its chain %x", prog.name, prog.Version, th.TID, whole, len(recs), th.Chain)
+			} else {
+				t.Logf("%s (%s) thread %d: %d of %d samples have its whole chain", prog.name, prog.Version, th.TID, whole, len(recs))
+			}
+		}
+	}
+	if st.PythonWalks == 0 {
+		t.Errorf("no Python walks counted")
+	}
+}
+
+func codes(f []pyinterp.Frame) []uint64 {
+	out := make([]uint64, len(f))
+	for i := range f {
+		out[i] = f[i].Code
+	}
+	return out
+}
