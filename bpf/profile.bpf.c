@@ -4,7 +4,10 @@
 //
 // heatscope's sampler: a perf_event program that runs on every cpu-clock tick
 // of every CPU and sends one variable-length record per sample to a ring
-// buffer: time, CPU, tgid, tid, comm, cgroup id, kernel and user frames.
+// buffer: time, CPU, tgid, tid, comm, cgroup id, kernel and user frames,
+// and (profile_dwarf, for a process running a CPython the agent found) the
+// thread's Python frames, read from the interpreter's own structures with
+// the offsets package pyinterp gives per version (see walk_python).
 //
 // The first record of a process the program has not seen wakes the agent at
 // once, so that it reads /proc/PID/maps while the process lives. Under

@@ -112,6 +112,9 @@ type Config struct {
 	// the kernel a table unlike the template, which it refuses, as
 	// Debian 12's 6.1 refused every table: tests see the fallback.
 	refuseTables bool
+	// noPython finds no Python interpreter: processes' entries name none,
+	// and the sampler walks no Python frames (the cost benchmark).
+	noPython bool
 	// skewTables gives every unwind table a wrong load bias: the walk
 	// finds no row, as on a kernel where it cannot work (tests).
 	skewTables bool
@@ -327,6 +330,9 @@ func Open(cfg Config) (*Profiler, error) {
 			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
 		if cfg.skewTables {
 			p.unwinder.skew = 1 << 40
+		}
+		if cfg.noPython {
+			p.unwinder.python = nil
 		}
 		p.unwinder.start()
 	}

@@ -15,7 +15,7 @@ import (
 
 // startSpinner starts a shell that burns CPU until the test ends. Its comm
 // is "spin-<suffix>" so tests can tell it apart.
-func startSpinner(t *testing.T, comm string) *exec.Cmd {
+func startSpinner(t testing.TB, comm string) *exec.Cmd {
 	t.Helper()
 	link := filepath.Join(t.TempDir(), comm)
 	if err := os.Symlink("/bin/sh", link); err != nil {

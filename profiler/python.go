@@ -105,8 +105,11 @@ func (f *pythonFinder) count(add func(*PythonStats)) {
 	f.mu.Unlock()
 }
 
-// Stats returns the finder's counts.
+// Stats returns the finder's counts (none without a finder).
 func (f *pythonFinder) Stats() PythonStats {
+	if f == nil {
+		return PythonStats{}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stats

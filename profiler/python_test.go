@@ -42,7 +42,7 @@ type pyProgram struct {
 
 // startPython runs testdata/pychains.py with the interpreter at path and
 // waits for its line.
-func startPython(t *testing.T, name, path string) *pyProgram {
+func startPython(t testing.TB, name, path string) *pyProgram {
 	t.Helper()
 	cmd := exec.Command(path, "testdata/pychains.py")
 	out, err := cmd.StdoutPipe()
