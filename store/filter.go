@@ -62,7 +62,11 @@ type Filter struct {
 	// QoS keeps samples of pods of these QoS classes ("guaranteed",
 	// "burstable", "besteffort").
 	QoS []string
-	// Frame keeps samples with any frame whose function matches.
+	// Frame keeps samples with any frame whose function matches: its
+	// name or, for a Python frame, its qualified name or the name views
+	// give it, "qualname (file)" (sample.FunctionName), so that both
+	// ^Trainer\.step$ and trainer\.py match Trainer.step of
+	// /srv/trainer.py.
 	Frame *regexp.Regexp
 	// Stack keeps kernel or user frames only.
 	Stack StackPart
@@ -167,8 +171,9 @@ func compile(f *Filter, t *Table, idle *idleMasks) *compiled {
 		}
 	}
 	var funcMatch map[uint32]bool
+	var pyMatch map[[2]uint32]bool // by function and module
 	if f.Frame != nil {
-		funcMatch = map[uint32]bool{}
+		funcMatch, pyMatch = map[uint32]bool{}, map[[2]uint32]bool{}
 	}
 	c.stackOK = make([]bool, t.NumStacks())
 	for i := range c.stackOK {
@@ -181,11 +186,21 @@ func compile(f *Filter, t *Table, idle *idleMasks) *compiled {
 				if c.keepFrame != nil && !c.keepFrame[id] {
 					return false
 				}
-				fn := t.Frames[id].Function
-				m, seen := funcMatch[fn]
+				fr := &t.Frames[id]
+				if fr.Kind == sample.KindPython {
+					k := [2]uint32{fr.Function, fr.Module}
+					m, seen := pyMatch[k]
+					if !seen {
+						name := t.Strings[fr.Function]
+						m = f.Frame.MatchString(name) || f.Frame.MatchString(sample.FunctionName(name, t.Strings[fr.Module], fr.Kind))
+						pyMatch[k] = m
+					}
+					return m
+				}
+				m, seen := funcMatch[fr.Function]
 				if !seen {
-					m = f.Frame.MatchString(t.Strings[fn])
-					funcMatch[fn] = m
+					m = f.Frame.MatchString(t.Strings[fr.Function])
+					funcMatch[fr.Function] = m
 				}
 				return m
 			})
