@@ -113,7 +113,7 @@ func (a *accumulator) add(b *store.Batch, split int64) {
 			}
 			if frameID[fid] == 0 {
 				fr := t.Frames[fid]
-				frameID[fid] = int64(a.id(a.frames.Name(t.Strings[fr.Function]), fr.Kind.String())) + 1
+				frameID[fid] = int64(a.id(a.frames.FrameName(t, fid), fr.Kind.String())) + 1
 			}
 			a.path = append(a.path, uint32(frameID[fid]-1))
 		}

@@ -59,7 +59,8 @@ type Options struct {
 }
 
 // Func names a function: its name and kind ("kernel", "user", "jit",
-// "unknown").
+// "python", "unknown"), as the table names it (a Python function
+// "qualname (file)").
 type Func struct{ Name, Kind string }
 
 // Event is one event compared, and the CPU time of its node's samples

@@ -130,7 +130,7 @@ func (tb *treeBuilder) add(b *store.Batch) {
 				continue
 			}
 			if frameID[id] == 0 {
-				frameID[id] = int64(tb.id(tb.frames.Name(t.Strings[t.Frames[id].Function]), t.Frames[id].Kind)) + 1
+				frameID[id] = int64(tb.id(tb.frames.FrameName(t, id), t.Frames[id].Kind)) + 1
 			}
 			if t.Frames[id].Method == sample.MethodFP {
 				tb.fpAt = append(tb.fpAt, int32(len(tb.data)-off))

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
 )
 
 // Frames says how the views name frames that could not be resolved,
@@ -41,6 +42,21 @@ func (fr Frames) Name(name string) string {
 	}
 	if module, ok := UnresolvedModule(name); ok {
 		return "[" + module + "]"
+	}
+	return name
+}
+
+// FrameName is the name a view gives frame id of t: its function's as
+// Name gives it and, for a Python frame, with its file,
+// "qualname (file)" (sample.FunctionName), so that two Python functions
+// of one qualified name ("<module>", "forward") stay apart while a
+// function's lines add up. A Python frame whose code object could not be
+// read ("[python+0xADDRESS]") is grouped as an unresolved native one is.
+func (fr Frames) FrameName(t *store.Table, id uint32) string {
+	f := &t.Frames[id]
+	name := fr.Name(t.Strings[f.Function])
+	if f.Kind == sample.KindPython {
+		return sample.FunctionName(name, t.Strings[f.Module], f.Kind)
 	}
 	return name
 }

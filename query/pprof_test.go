@@ -28,7 +28,7 @@ import (
 // which changes the order samples come in, hence the ids.)
 func TestPprofOfMatchesSampleBySample(t *testing.T) {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano()
-	db, _ := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 45, Stacks: 300, Containers: true, Unwind: true})
+	db, _ := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 45, Stacks: 300, Containers: true, Unwind: true, Python: true})
 	r := store.Range{From: start, To: start + 45*int64(time.Second)}
 	for name, f := range filters {
 		got, _, err := PprofOf(context.Background(), db, r, &f)
@@ -239,7 +239,7 @@ func framePointerPaths(all []sample.Sample, f *store.Filter, r store.Range) map[
 		path := ";" + s.Comm
 		kept := keptFrames(f, s)
 		for j := len(kept) - 1; j >= 0; j-- {
-			path += ";" + kept[j].Function
+			path += ";" + kept[j].Name()
 			if kept[j].Method == sample.MethodFP {
 				want[path]++
 			}

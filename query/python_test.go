@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -182,4 +183,77 @@ func listed(t *testing.T, list string, n int) (flat, cum time.Duration) {
 	}
 	t.Fatalf("go tool pprof -list: no line %d:\n%s", n, list)
 	return 0, 0
+}
+
+// TestPythonFramesInViews: the flame graph and the top table name a
+// Python function "qualname (file)", of kind "python", its lines added
+// up (Trainer.step ran at two lines: one node, one row of all 40
+// samples); the frame filter matches a Python function by its qualified
+// name and by its file.
+func TestPythonFramesInViews(t *testing.T) {
+	db, file, r := pythonStore(t)
+	step := "Trainer.step (" + file + ")"
+	root, _, err := FlameGraphOf(context.Background(), db, r, &store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []*Node
+	var walk func(n *Node)
+	walk = func(n *Node) {
+		if n.Name == step {
+			found = append(found, n)
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(root)
+	if len(found) != 1 || found[0].Kind != "python" || found[0].Value != 40 || found[0].Self != 10 {
+		t.Errorf("flame graph nodes named %q: %+v, want one of kind python, 40 samples, 10 self", step, found)
+	}
+	top, _, err := TopOf(context.Background(), db, r, &store.Filter{}, GroupNone, GroupAddresses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, fn := range top.Functions {
+		kinds[fn.Name] = fn.Kind
+		if fn.Name == step && (fn.Total != 40 || fn.Self != 10) {
+			t.Errorf("top: %+v, want 40 samples, 10 self", fn)
+		}
+	}
+	if kinds[step] != "python" || kinds["<module> ("+file+")"] != "python" || kinds["main ("+file+")"] != "python" || kinds["main"] != "user" {
+		t.Errorf("top table's functions and kinds: %v", kinds)
+	}
+	for _, re := range []string{`^Trainer\.step$`, `train\.py\)$`, `^<module> \(`} {
+		f := store.Filter{Frame: regexp.MustCompile(re)}
+		top, _, err := TopOf(context.Background(), db, r, &f, GroupNone, GroupAddresses)
+		if err != nil || top.Samples != 40 {
+			t.Errorf("frame=%s: %d samples (%v), want all 40", re, top.Samples, err)
+		}
+	}
+	f := store.Filter{Frame: regexp.MustCompile(`^Trainer\.step \(/elsewhere`)}
+	if top, _, err := TopOf(context.Background(), db, r, &f, GroupNone, GroupAddresses); err != nil || top.Samples != 0 {
+		t.Errorf("frame= of another file: %d samples (%v), want none", top.Samples, err)
+	}
+
+	// Code objects that could not be read, at two addresses: one
+	// "[python]" node, as a stripped binary's addresses are one node.
+	for i, code := range []uint64{0x7f00aa, 0x7f00bb} {
+		s := sample.Sample{Time: r.From + int64(i+1)*int64(time.Millisecond), PID: 4242, TID: 4242, Comm: "python3",
+			Stack: []sample.Frame{{Function: sample.UnknownName("python", code), Module: "[python]", Kind: sample.KindPython}}}
+		if err := db.Append(&s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, _, err = FlameGraphOf(context.Background(), db, r, &store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found = nil
+	step = "[python]"
+	walk(root)
+	if len(found) != 1 || found[0].Kind != "python" || found[0].Value != 2 {
+		t.Errorf("flame graph nodes named [python]: %+v, want one of kind python, 2 samples", found)
+	}
 }

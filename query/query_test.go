@@ -65,7 +65,9 @@ func keeps(f *store.Filter, s *sample.Sample) bool {
 	if len(kept) == 0 && f.Stack != store.AllFrames {
 		return false
 	}
-	if f.Frame != nil && !slices.ContainsFunc(kept, func(fr sample.Frame) bool { return f.Frame.MatchString(fr.Function) }) {
+	if f.Frame != nil && !slices.ContainsFunc(kept, func(fr sample.Frame) bool {
+		return f.Frame.MatchString(fr.Function) || fr.Kind == sample.KindPython && f.Frame.MatchString(fr.Name())
+	}) {
 		return false
 	}
 	return true
@@ -94,11 +96,14 @@ var filters = map[string]store.Filter{
 	"kernel":      {Stack: store.KernelFrames},
 	"user":        {Stack: store.UserFrames},
 	"kernel+comm": {Stack: store.KernelFrames, Comm: "kubelet", Frame: regexp.MustCompile(`^vfs_read$`)},
+	// Python frames (synth's Python) by qualified name and by file.
+	"python-name": {Frame: regexp.MustCompile(`^Trainer\.fit$`)},
+	"python-file": {Frame: regexp.MustCompile(`/srv/model\.py`), Stack: store.UserFrames},
 }
 
 func TestHeatmapMatchesBruteForce(t *testing.T) {
 	start := time.Now().Add(-time.Hour).Truncate(time.Second).UnixNano() + 300e6
-	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 65, Stacks: 400})
+	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 65, Stacks: 400, Python: true})
 	r := store.Range{From: start + 2_500_000_000, To: start + 61_200_000_000}
 	for name, f := range filters {
 		t.Run(name, func(t *testing.T) {
@@ -153,7 +158,7 @@ func pathCounts(all []sample.Sample, f *store.Filter, r store.Range) map[string]
 		parts := []string{s.Comm}
 		kept := keptFrames(f, s)
 		for j := len(kept) - 1; j >= 0; j-- {
-			parts = append(parts, kept[j].Function)
+			parts = append(parts, kept[j].Name())
 		}
 		out[strings.Join(parts, ";")]++
 	}
@@ -182,7 +187,7 @@ func treePaths(n *Node, prefix []string, out map[string]int64) {
 // those of the samples, for every filter.
 func TestFlameGraphMatchesBruteForce(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
-	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 50, Stacks: 300, Unwind: true})
+	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 50, Stacks: 300, Unwind: true, Python: true})
 	r := store.Range{From: start + 5e9, To: start + 45e9}
 	for name, f := range filters {
 		t.Run(name, func(t *testing.T) {
@@ -214,7 +219,7 @@ func TestFlameGraphMatchesBruteForce(t *testing.T) {
 
 func TestTopAndDiff(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
-	db, all := testStore(t, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 40, Stacks: 200})
+	db, all := testStore(t, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 40, Stacks: 200, Python: true})
 	f := store.Filter{}
 	a := store.Range{From: start, To: start + 10e9}
 	b := store.Range{From: start + 10e9, To: start + 30e9}
@@ -227,7 +232,7 @@ func TestTopAndDiff(t *testing.T) {
 	for i := range all {
 		s := &all[i]
 		if s.Time >= a.From && s.Time < a.To && keeps(&f, s) {
-			self[s.Stack[0].Function]++
+			self[s.Stack[0].Name()]++
 			n++
 		}
 	}
@@ -305,7 +310,7 @@ func TestTimelineFastPathMatchesScan(t *testing.T) {
 
 func TestPerCPUMatchesBruteForce(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano() + 123_456_000
-	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 45, Stacks: 300})
+	db, all := testStore(t, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 45, Stacks: 300, Python: true})
 	r := store.Range{From: start + 2_250_000_000, To: start + 41_700_000_000}
 	for name, f := range filters {
 		t.Run(name, func(t *testing.T) {

@@ -101,7 +101,7 @@ func countFunctions(ctx context.Context, db Selector, r store.Range, f *store.Fi
 				}
 				if funcOf[id] == 0 {
 					fr := t.Frames[id]
-					k := key{names.Name(t.Strings[fr.Function]), fr.Kind.String(), group}
+					k := key{names.FrameName(t, id), fr.Kind.String(), group}
 					fi, ok := index[k]
 					if !ok {
 						fi = len(funcs)

@@ -103,10 +103,11 @@ func (f *Frame) Name() string { return FunctionName(f.Function, f.Module, f.Kind
 // itself, except for a Python frame, named "qualname (file)" (py-spy's
 // style, without the line): a qualified name alone ("<module>",
 // "forward", "__init__") is seldom unique in a program, and two functions
-// must not add up as one. A Python frame without a file keeps its
-// qualified name alone.
+// must not add up as one. A Python frame without a file (none, or a
+// pseudo module such as "[python]" for a code object that could not be
+// read, named "[python+0xADDRESS]") keeps its name alone.
 func FunctionName(function, module string, kind Kind) string {
-	if kind != KindPython || module == "" {
+	if kind != KindPython || module == "" || module[0] == '[' && module[len(module)-1] == ']' {
 		return function
 	}
 	return function + " (" + module + ")"

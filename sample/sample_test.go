@@ -84,6 +84,7 @@ func TestFunctionName(t *testing.T) {
 		{Frame{Function: "<module>", Module: "/srv/train.py", Kind: KindPython, Line: 3}, "<module> (/srv/train.py)"},
 		{Frame{Function: "Model.forward", Module: "model.py", Kind: KindPython}, "Model.forward (model.py)"},
 		{Frame{Function: "Model.forward", Kind: KindPython}, "Model.forward"},
+		{Frame{Function: "[python+0x7f3a1c]", Module: "[python]", Kind: KindPython}, "[python+0x7f3a1c]"},
 		{Frame{Function: "deflate", Module: "/usr/lib/libz.so.1", Kind: KindUser}, "deflate"},
 		{Frame{Function: "do_syscall_64", Module: KernelModule, Kind: KindKernel}, "do_syscall_64"},
 	} {

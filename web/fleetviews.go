@@ -339,10 +339,10 @@ func (s *Server) prediff(ctx context.Context, p *params, rep *reply) (store.Warn
 	if name := p.get("function"); name != "" {
 		o.Focus = &prediff.Func{Name: name, Kind: p.get("functionKind")}
 		if o.Focus.Kind == "" {
-			return nil, paramErr("functionKind", "required with function: kernel, user, jit or unknown")
+			return nil, paramErr("functionKind", "required with function: kernel, user, jit, python or unknown")
 		}
-		if !slices.Contains([]string{"kernel", "user", "jit", "unknown"}, o.Focus.Kind) {
-			return nil, paramErr("functionKind", "%q: want kernel, user, jit or unknown", query.Clip(o.Focus.Kind))
+		if !slices.Contains([]string{"kernel", "user", "jit", "python", "unknown"}, o.Focus.Kind) {
+			return nil, paramErr("functionKind", "%q: want kernel, user, jit, python or unknown", query.Clip(o.Focus.Kind))
 		}
 	} else if p.get("functionKind") != "" {
 		return nil, paramErr("functionKind", "applies with function only")

@@ -105,10 +105,23 @@ func New(cfg Config) *Generator {
 		// k of a binary shares its first levels with stacks k±1, k±2...
 		// A shorter stack is a prefix of longer ones.
 		if cfg.Python && s%4 == 1 {
-			st = append(st, PythonStack(s/4)...)
+			user := PythonStack(s / 4)
+			st = append(st, user...)
 			g.stacks = append(g.stacks, st)
 			if cfg.Unwind {
-				g.unwound = append(g.unwound, [2][]sample.Frame{st, st})
+				// The native frames as a walk finds them; the Python
+				// frames are read from the interpreter, not unwound.
+				tables := sample.Unwind{UserFrames: len(user), Table: [2]uint64{^uint64(0), ^uint64(0)}}
+				mixed := sample.Unwind{UserFrames: len(user), Table: [2]uint64{0x5555555555555555, 0x5555555555555555}}
+				marked := [2][]sample.Frame{tables.Mark(st), mixed.Mark(st)}
+				for _, m := range marked {
+					for i := range m {
+						if m[i].Kind == sample.KindPython {
+							m[i].Method = sample.MethodNotKnown
+						}
+					}
+				}
+				g.unwound = append(g.unwound, marked)
 			}
 			continue
 		}
