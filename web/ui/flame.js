@@ -86,7 +86,30 @@ export async function fetchTree(path, params, signal) {
   return decodeTree(await getBinary(path, p, signal));
 }
 
-// hue gives a stable colour per frame name and kind.
+// FRAME_KINDS are the kinds of frame, each with the name the legend gives
+// it and its colours: a hue range, saturation and lightness range, a
+// frame's place in them set by its name, so neighbours of one kind differ
+// a little and a kind's frames share a colour family.
+// Native code is red and kernel code orange, as FlameGraph's java palette
+// has them, apart enough to tell in the legend.
+export const FRAME_KINDS = [
+  { kind: 'kernel', name: 'kernel', hue: [30, 12], sat: 85, light: [55, 8] },
+  { kind: 'user', name: 'native', hue: [0, 14], sat: 75, light: [60, 10] },
+  { kind: 'jit', name: 'JIT', hue: [110, 30], sat: 55, light: [55, 10] },
+  { kind: 'python', name: 'Python', hue: [200, 20], sat: 70, light: [60, 10] },
+  { kind: 'unknown', name: 'unknown', hue: [0, 0], sat: 0, light: [75, 10] },
+];
+const KIND_STYLE = new Map(FRAME_KINDS.map((k) => [k.kind, k]));
+
+// kindColour is the colour of a frame of kind at v (0 to 1) in its range;
+// the middle of the range (v = 0.5) is what the legend shows. A kind not
+// known here is coloured as native.
+export function kindColour(kind, v = 0.5) {
+  const k = KIND_STYLE.get(kind) || KIND_STYLE.get('user');
+  return `hsl(${k.hue[0] + v * k.hue[1]}, ${k.sat}%, ${k.light[0] + v * k.light[1]}%)`;
+}
+
+// colour gives a stable colour per frame name and kind.
 function colour(name, kind) {
   let h = 0;
   for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
@@ -95,11 +118,28 @@ function colour(name, kind) {
     case 'root': return '#c8c8c8';
     case 'process': return `hsl(220, 15%, ${70 + v * 10}%)`;
     case 'group': return `hsl(280, 30%, ${72 + v * 10}%)`;
-    case 'kernel': return `hsl(${25 + v * 15}, 80%, ${58 + v * 8}%)`;
-    case 'jit': return `hsl(${110 + v * 30}, 55%, ${55 + v * 10}%)`;
-    case 'unknown': return `hsl(0, 0%, ${75 + v * 10}%)`;
-    default: return `hsl(${v * 50}, 85%, ${55 + v * 10}%)`;
+    default: return kindColour(kind, v);
   }
+}
+
+// drawKindLegend fills el with a swatch and name per kind of frame,
+// "colour: kind of frame ■ kernel ■ native ■ JIT ■ Python ■ unknown",
+// each swatch's data-kind its kind and its colour kindColour's middle.
+export function drawKindLegend(el) {
+  const caption = document.createElement('span');
+  caption.className = 'legend-caption';
+  caption.textContent = 'colour: kind of frame';
+  const items = FRAME_KINDS.map((k) => {
+    const item = document.createElement('span');
+    item.className = 'kind-item';
+    const swatch = document.createElement('span');
+    swatch.className = 'swatch';
+    swatch.dataset.kind = k.kind;
+    swatch.style.background = kindColour(k.kind);
+    item.append(swatch, k.name);
+    return item;
+  });
+  el.replaceChildren(caption, ...items);
 }
 
 // diffColour is red for frames with more CPU time in A than in B (B
@@ -266,6 +306,7 @@ export class FlameGraph {
     ctx.textBaseline = 'middle';
     this.rects = [];
     const names = new Set();
+    const kinds = new Set();
     for (const { i, d, x, w, parent: p } of boxes) {
       const y = this.icicle ? d * ROW : height - (d + 1) * ROW;
       ctx.fillStyle = this.hit(i) ? '#e040fb' : this.colour(i);
@@ -277,8 +318,11 @@ export class FlameGraph {
       }
       this.rects.push({ x, y, w, node: i, parent: p });
       names.add(t.name[i]);
+      kinds.add(this.kind(i));
     }
     this.canvas.dataset.depth = String(deepest);
+    // the kinds of frame drawn, for the legend and tests
+    this.canvas.dataset.kinds = [...kinds].filter((k) => KIND_STYLE.has(k)).sort().join(' ');
     // the frame names drawn, as text, for tests and assistive tools
     const items = [...names].map((id) => t.names[id]).sort().map((name) => {
       const li = document.createElement('li');

@@ -8,7 +8,7 @@
 import { $, getJSON, request, pct, formatTime, measureDraw, searchRegexp, setStatus, showEmpty } from '../util.js';
 import { Timeline } from '../timeline.js';
 import { Heatmap } from '../heatmap.js';
-import { FlameGraph, fetchTree } from '../flame.js';
+import { FlameGraph, fetchTree, drawKindLegend } from '../flame.js';
 import { PerCPU } from '../percpu.js';
 import { EventList } from '../events.js';
 import { drawLegend, formatCPU, formatChange } from '../legend.js';
@@ -317,6 +317,7 @@ export function mountNodeView() {
   const eventList = new EventList($('events'), (e) => pickEvent(e));
 
   const flame = new FlameGraph($('flame'), $('flame-names'), () => updateMatch());
+  drawKindLegend($('flame-kinds'));
 
   // loadSpan loads the views of the heatmap's span: the heatmap, the
   // per-CPU view, the selection's and the events.
@@ -404,6 +405,8 @@ export function mountNodeView() {
       : hasBaseline() ? `baseline B ${formatTime(state.bFrom)} + ${(state.bTo - state.bFrom).toFixed(3)} s (click two cells to change it)`
         : 'click a start cell, then an end cell, to select the baseline B';
     $('diff-legend').hidden = !hasBaseline();
+    // A differential graph colours by change, not by kind.
+    $('flame-kinds').hidden = hasBaseline();
   }
 
   async function loadTimeline() {
