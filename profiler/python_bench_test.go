@@ -3,6 +3,7 @@ package profiler
 import (
 	"context"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -11,11 +12,12 @@ import (
 
 // BenchmarkPythonWalkCost records, for 3 s each, the same Python program
 // (testdata/pychains.py, two threads, chains 4 and 6 frames deep) with the
-// Python walk and without it, and a shell loop (a native process), each
-// alone (PIDs), and reports the BPF program's run time per sample:
-// run_time_ns over the samples taken (the runs the pid filter skipped,
-// which cost a lookup each, are counted in run_time_ns but not in the
-// samples; the same for each case).
+// Python walk and without it, a shell loop (a native process), and a
+// sleeping process, each alone (PIDs), and reports the BPF program's run
+// time per sample. Every CPU tick runs the program, and the runs the pid
+// filter skips cost a lookup each: the sleeping process's case (no sample)
+// gives that cost per run, which is taken out of the others' run time
+// before dividing by their samples.
 func BenchmarkPythonWalkCost(b *testing.B) {
 	bpftest.Require(b)
 	if err := dwarfSupported(); err != nil {
@@ -28,11 +30,18 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 	for range b.N {
 		prog := startPython(b, "python3.11", py).Pid
 		spin := uint32(startSpinner(b, "spin-bench").Process.Pid)
+		sleeper := exec.Command("sleep", "60")
+		if err := sleeper.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+		var filteredNs float64
 		for _, c := range []struct {
 			name     string
 			pid      uint32
 			noPython bool
 		}{
+			{"filtered", uint32(sleeper.Process.Pid), false},
 			{"python-walk", prog, false},
 			{"python-native-only", prog, true},
 			{"shell-loop", spin, false},
@@ -42,10 +51,11 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			var walked, withFrames uint64
+			var walked, withFrames, frames uint64
 			err = p.Run(ctx, func(r *Record, _ int64) {
 				if len(r.Python) > 0 {
 					withFrames++
+					frames += uint64(len(r.Python))
 				}
 				if r.PythonWalk.Has(PythonWalked) {
 					walked++
@@ -57,12 +67,22 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 			if err != nil || serr != nil {
 				b.Fatal(err, serr)
 			}
+			if st.BPFRunCount == 0 {
+				b.Fatalf("%s: the program never ran (BPF stats off?)", c.name)
+			}
+			runNs := float64(st.BPFRunTime.Nanoseconds())
+			if c.name == "filtered" {
+				filteredNs = runNs / float64(st.BPFRunCount)
+				b.ReportMetric(filteredNs, "filtered-ns/run")
+				continue
+			}
 			if st.Samples == 0 {
 				b.Fatalf("%s: no samples", c.name)
 			}
-			b.ReportMetric(float64(st.BPFRunTime.Nanoseconds())/float64(st.Samples), c.name+"-ns/sample")
-			b.ReportMetric(float64(st.BPFRunTime.Nanoseconds())/float64(st.BPFRunCount), c.name+"-ns/run")
-			b.Logf("%s: %d samples (%d walked, %d with Python frames), %d runs, %v", c.name, st.Samples, walked, withFrames, st.BPFRunCount, st.BPFRunTime)
+			perSample := (runNs - filteredNs*float64(st.BPFRunCount-st.Samples)) / float64(st.Samples)
+			b.ReportMetric(perSample, c.name+"-ns/sample")
+			b.Logf("%s: %d samples (%d walked, %d with Python frames, %.1f frames each), %d runs, %v: %.0f ns per sample",
+				c.name, st.Samples, walked, withFrames, float64(frames)/float64(max(withFrames, 1)), st.BPFRunCount, st.BPFRunTime, perSample)
 		}
 	}
 }
