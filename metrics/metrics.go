@@ -138,6 +138,7 @@ var (
 	descPythonCodeBytes = desc("python_code_cache_bytes", "About the memory the cached code objects (names, location tables) take, bounded at 16 MiB.")
 	descUnwindWalks     = desc("unwind_walks_total", "User stacks walked with unwind tables (dwarf), or with frame pointers because the process's tables were not loaded yet (fp); --unwind dwarf only.", "method")
 	descUnwindStops     = desc("unwind_stops_total", "Table walks that stopped at a row they cannot follow (unsupported) or reached the frame limit (truncated).", "reason")
+	descPythonWalks     = desc("python_walks_total", "Samples of processes running a CPython the agent found (walked); of those, the ones of a thread with no thread state (no_thread), whose frame chain a failed read cut (read_error), or longer than the frame limit (truncated); --unwind dwarf only.", "outcome")
 	descUnwindTables    = desc("unwind_tables", "Unwind tables loaded into BPF maps.")
 	descUnwindBytes     = desc("unwind_table_bytes", "Bytes of the unwind tables loaded into BPF maps (bounded by --unwind-tables).")
 	descUnwindEvictions = desc("unwind_table_evictions_total", "Unwind tables evicted (least recently used) to stay within --unwind-tables.")
@@ -164,7 +165,7 @@ func (c *recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 		descFreqChanges, descBinaryHits, descBinaryMisses, descBinaryDiskHits, descBinaryErrors, descMapsReads, descMapsErrors,
 		descFrames, descStackHits, descUnknownRatio, descProcesses, descBinariesTracked, descBinaryBytes,
 		descPythonFrames, descPythonMisplaced, descPythonCodeHits, descPythonCodeMiss, descPythonCodes, descPythonCodeBytes,
-		descUnwindWalks, descUnwindStops, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
+		descUnwindWalks, descUnwindStops, descPythonWalks, descUnwindTables, descUnwindBytes, descUnwindEvictions, descUnwindNoCFI, descUnwindErrors,
 		descUnwindDeferred, descUnwindFrames, descUnwindPruned, descUnwindPrunedB, descUnwindRefused, descUnwindFallback} {
 		ch <- d
 	}
@@ -209,6 +210,10 @@ func (c *recorderCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descUnwindWalks, float64(st.FPWalks), "fp")
 			counter(descUnwindStops, float64(st.UnsupportedRows), "unsupported")
 			counter(descUnwindStops, float64(st.TruncatedWalks), "truncated")
+			counter(descPythonWalks, float64(st.PythonWalks), "walked")
+			counter(descPythonWalks, float64(st.PythonNoThread), "no_thread")
+			counter(descPythonWalks, float64(st.PythonReadErrors), "read_error")
+			counter(descPythonWalks, float64(st.PythonTruncated), "truncated")
 			gauge(descUnwindTables, float64(st.Unwind.Tables))
 			gauge(descUnwindBytes, float64(st.Unwind.TableBytes))
 			counter(descUnwindEvictions, float64(st.Unwind.Evictions))
