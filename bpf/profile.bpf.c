@@ -75,7 +75,7 @@ struct hs_py_frame {
 };
 // hs_sample.python_flags.
 #define HS_PY_TRUNCATED 1   // more than MAX_PY_FRAMES frames: the outer ones left out
-#define HS_PY_READ_ERROR 2  // a frame could not be read: the chain is cut there
+#define HS_PY_READ_ERROR 2  // a frame could not be read, or made no sense: the chain is cut there
 #define HS_PY_NO_THREAD 4   // an interpreter, but no thread state for this thread
 #define HS_PY_WALKED 8      // the process has an interpreter, and its thread was looked for
 
@@ -910,6 +910,13 @@ static long py_step(__u64 i, struct py_walk *w)
 	struct hs_py_layout *l = w->l;
 	__u8 owner = buf->b[l->frame_owner & 127];
 	__u64 previous = *(__u64 *)&buf->b[l->frame_previous & 127];
+	// A chain changed while read (another CPU runs the program) may
+	// point anywhere: a frame that is its own caller, or a caller not
+	// 8-byte aligned, is no frame, and the walk stops there.
+	if (previous == w->frame || (previous & 7)) {
+		w->flags |= HS_PY_READ_ERROR;
+		return 1;
+	}
 	if (owner == l->owner_cstack) {
 		// The shim below the frames of one _PyEval_EvalFrameDefault
 		// call (3.12 on): the frame above it was that call's first.
@@ -927,6 +934,10 @@ static long py_step(__u64 i, struct py_walk *w)
 		return 1;
 	__u64 code = *(__u64 *)&buf->b[l->frame_code & 127];
 	__u64 instr = *(__u64 *)&buf->b[l->frame_instr & 127];
+	if (code == 0 || (code & 7)) {
+		w->flags |= HS_PY_READ_ERROR; // no code object: not a frame
+		return 1;
+	}
 	__u64 start = code + l->code_adaptive;
 	f->code = code;
 	f->flags = 0;

@@ -28,7 +28,7 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 		b.Skipf("no %s: %v", py, err)
 	}
 	for range b.N {
-		prog := startPython(b, "python3.11", py).Pid
+		prog := startPython(b, "python3.11", py, "pychains.py").Pid
 		spin := uint32(startSpinner(b, "spin-bench").Process.Pid)
 		sleeper := exec.Command("sleep", "60")
 		if err := sleeper.Start(); err != nil {

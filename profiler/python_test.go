@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,9 +30,9 @@ var pythons = []struct{ name, path string }{
 type pyProgram struct {
 	name string
 	cmd  *exec.Cmd
-	// ready is when it printed its line (wall time, ns): its threads run
-	// their chains from then on.
-	ready   int64
+	// started is when it was started, ready when it printed its line
+	// (wall time, ns): its threads run their chains from then on.
+	started, ready int64
 	Pid     uint32 `json:"pid"`
 	Version string `json:"version"`
 	Threads []struct {
@@ -40,25 +42,28 @@ type pyProgram struct {
 	} `json:"threads"`
 }
 
-// startPython runs testdata/pychains.py with the interpreter at path and
-// waits for its line.
-func startPython(t testing.TB, name, path string) *pyProgram {
+// startPython runs script (in testdata) with the interpreter at path, in
+// a process group of its own (killed whole at the end: a pool's workers
+// too), and waits for its line.
+func startPython(t testing.TB, name, path, script string) *pyProgram {
 	t.Helper()
-	cmd := exec.Command(path, "testdata/pychains.py")
+	cmd := exec.Command(path, "testdata/"+script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadBytes('\n')
 	if err != nil {
 		t.Fatalf("%s: reading its line: %v", name, err)
 	}
-	p := &pyProgram{name: name, cmd: cmd, ready: time.Now().UnixNano()}
+	p := &pyProgram{name: name, cmd: cmd, started: started.UnixNano(), ready: time.Now().UnixNano()}
 	if err := json.Unmarshal(line, p); err != nil {
 		t.Fatalf("%s printed %q: %v", name, line, err)
 	}
@@ -92,7 +97,7 @@ func TestPythonFrames(t *testing.T) {
 	}
 	var progs []*pyProgram
 	for _, py := range have {
-		progs = append(progs, startPython(t, py.name+"/before", py.path))
+		progs = append(progs, startPython(t, py.name+"/before", py.path, "pychains.py"))
 	}
 
 	p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, BPFStats: true})
@@ -108,6 +113,7 @@ func TestPythonFrames(t *testing.T) {
 		mu      sync.Mutex
 		samples = map[uint32][]taken{} // by tid
 		after   = make([]*pyProgram, len(have))
+		pools   []*pyProgram
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -117,7 +123,22 @@ func TestPythonFrames(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		var wg sync.WaitGroup
 		for i, py := range have {
-			wg.Go(func() { after[i] = startPython(t, py.name+"/after", py.path) })
+			wg.Go(func() {
+				p := startPython(t, py.name+"/after", py.path, "pychains.py")
+				mu.Lock()
+				after[i] = p
+				mu.Unlock()
+			})
+			if py.name == "debian-3.11" || py.name == "pyenv-3.13" {
+				// A pool's worker, forked after the interpreter
+				// started (the oldest and newest versions).
+				wg.Go(func() {
+					p := startPython(t, py.name+"/pool", py.path, "pypool.py")
+					mu.Lock()
+					pools = append(pools, p)
+					mu.Unlock()
+				})
+			}
 		}
 		wg.Wait()
 		time.Sleep(3 * time.Second)
@@ -139,7 +160,7 @@ func TestPythonFrames(t *testing.T) {
 			t.Fatal("a program started after the profiler did not start")
 		}
 	}
-	progs = append(progs, after...)
+	progs = append(append(progs, after...), pools...)
 	st, err := p.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +183,13 @@ func TestPythonFrames(t *testing.T) {
 				t.Errorf("%s (%s) thread %d: none of its %d samples has Python frames", prog.name, prog.Version, th.TID, len(samples[th.TID]))
 				continue
 			}
+			if i == 0 && strings.HasSuffix(prog.name, "/after") {
+				// How soon a new process's samples had their frames.
+				all := samples[th.TID]
+				firstPy := slices.IndexFunc(all, func(r taken) bool { return len(r.Python) > 0 })
+				t.Logf("%s: first sample %v after the start, first with Python frames %v after it (its %dth)",
+					prog.name, time.Duration(all[0].wall-prog.started), time.Duration(all[firstPy].wall-all[0].wall), firstPy+1)
+			}
 			whole := 0
 			for _, r := range recs {
 				if !r.PythonWalk.Has(PythonWalked) {
@@ -180,7 +208,7 @@ func TestPythonFrames(t *testing.T) {
 				if f[0].Entry || f[0].Incomplete || f[0].Offset == pyinterp.NoInstr {
 					t.Errorf("%s thread %d: the leaf frame %+v: want a complete frame with an instruction, no entry", prog.name, th.TID, f[0])
 				}
-				if i == 0 {
+				if i == 0 && th.Module != 0 {
 					// module -> main_top -> map (C) -> main_mid -> main_leaf.
 					if !f[1].Entry || f[2].Entry || len(f) != 4 || f[3].Code != th.Module {
 						t.Errorf("%s main thread: want [leaf, mid (entry), top, <module> (entry)], got %+v (module %#x)", prog.name, f, th.Module)

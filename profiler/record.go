@@ -33,8 +33,10 @@ const (
 	// PythonTruncated: the chain was longer than MaxPythonFrames (or
 	// than the walk's bound): the outermost frames are left out.
 	PythonTruncated PythonWalk = 1 << iota
-	// PythonReadError: a read of the process's memory failed (a frame
-	// being changed, or freed, while read): the chain is cut there.
+	// PythonReadError: a read of the process's memory failed, or what it
+	// read made no sense (a frame being changed, or freed, while read: a
+	// frame its own caller, a pointer not 8-byte aligned, no code
+	// object): the chain is cut there.
 	PythonReadError
 	// PythonNoThread: the process runs a Python interpreter, but the
 	// thread has no thread state (a thread Python does not know, or one
