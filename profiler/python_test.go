@@ -33,9 +33,9 @@ type pyProgram struct {
 	// started is when it was started, ready when it printed its line
 	// (wall time, ns): its threads run their chains from then on.
 	started, ready int64
-	Pid     uint32 `json:"pid"`
-	Version string `json:"version"`
-	Threads []struct {
+	Pid            uint32 `json:"pid"`
+	Version        string `json:"version"`
+	Threads        []struct {
 		TID    uint32   `json:"tid"`
 		Chain  []uint64 `json:"chain"`
 		Module uint64   `json:"module"`
