@@ -20,6 +20,7 @@ import (
 	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/metrics"
+	"github.com/heatscope/heatscope/otlpexport"
 	"github.com/heatscope/heatscope/pipeline"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
@@ -100,6 +101,7 @@ type recordFlags struct {
 	events                                                                 eventFlags
 	saturation                                                             saturationFlags
 	ship                                                                   *shipFlags
+	otlp                                                                   *otlpFlags
 	listenSet, blockDurationSet, nodeSet                                   bool
 }
 
@@ -142,6 +144,7 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	f.events = addEventFlags(fs)
 	f.saturation = addSaturationFlags(fs)
 	f.ship = addShipFlags(fs)
+	f.otlp = addOTLPFlags(fs)
 	if err := parseFlagsWithConfig(fs, config, args); err != nil {
 		return nil, err
 	}
@@ -162,6 +165,9 @@ type recordPlan struct {
 	saturationOff bool
 	symCacheBytes int64
 	memoryLimit   int64
+	// otlp is the OTLP export's configuration when exportOTLP.
+	otlp       otlpexport.Config
+	exportOTLP bool
 }
 
 // plan checks the flags: a wrong one is a usage error that names it.
@@ -189,8 +195,11 @@ func (f *recordFlags) plan() (recordPlan, error) {
 	if p.memoryLimit, err = parseSize(*f.memLimit); err != nil {
 		return p, usageError{fmt.Errorf("--memory-limit: %w", err)}
 	}
-	if *f.data == "" && *f.output == "" {
-		return p, usageError{errors.New("nothing to write: give --data or --output")}
+	if p.otlp, p.exportOTLP, err = f.otlp.config(p.store.Node); err != nil {
+		return p, err
+	}
+	if *f.data == "" && *f.output == "" && !p.exportOTLP {
+		return p, usageError{errors.New("nothing to write: give --data, --output or --otlp-endpoint")}
 	}
 	if *f.data == "" && f.listenSet && *f.web.listen != "" {
 		return p, usageError{errors.New("--listen serves the data directory: give --data too")}
@@ -301,6 +310,7 @@ type recording struct {
 	profile   *pipeline.Profile
 	folded    *pipeline.Folded
 	saturated *pipeline.Saturation
+	otlp      *otlpexport.Exporter
 	start     time.Time
 }
 
@@ -420,6 +430,14 @@ func (r *recording) openSinks() error {
 	if *r.flags.output != "" && *r.flags.format == "folded" {
 		r.folded = pipeline.NewFolded(period)
 	}
+	if r.plan.exportOTLP {
+		x, err := otlpexport.New(r.plan.otlp)
+		if err != nil {
+			return usageError{err}
+		}
+		r.otlp = x
+		r.deferred(func() { x.Close() }) // the pipeline closes it; this, on a failed start
+	}
 	return nil
 }
 
@@ -437,6 +455,9 @@ func (r *recording) sinks() []pipeline.Sink {
 	}
 	if r.folded != nil {
 		sinks = append(sinks, r.folded)
+	}
+	if r.otlp != nil {
+		sinks = append(sinks, r.otlp)
 	}
 	return append(sinks, &r.counter)
 }
@@ -460,6 +481,11 @@ func (r *recording) serve() error {
 	}
 	if r.ship != nil {
 		if err := m.Register(r.ship.collector(r.db)); err != nil {
+			return err
+		}
+	}
+	if r.otlp != nil {
+		if err := m.RegisterOTLPExport(r.otlp); err != nil {
 			return err
 		}
 	}
@@ -538,6 +564,11 @@ func (r *recording) report(stdout, stderr io.Writer) error {
 	}
 	if r.ship != nil {
 		r.ship.finish(stderr)
+	}
+	if r.otlp != nil {
+		st := r.otlp.Stats()
+		fmt.Fprintf(stderr, "otlp %s: exported %d samples; not exported: %d dropped from a full queue, %d refused, %d left at stop\n",
+			*f.otlp.endpoint, st.ExportedSamples, st.DroppedQueueFull, st.DroppedRejected, st.DroppedShutdown)
 	}
 	if r.out != nil {
 		var err error

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/otlpprofile"
+	"github.com/heatscope/heatscope/sample"
+)
+
+// otlpSink is an OTLP profiles endpoint for record's tests: the
+// collector's own gRPC service, keeping the samples it takes decoded and
+// the authorization each request carried.
+type otlpSink struct {
+	pprofileotlp.UnimplementedGRPCServer
+	mu      sync.Mutex
+	samples []sample.Sample
+	auth    map[string]int
+}
+
+func (o *otlpSink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.auth[strings.Join(md.Get("authorization"), ",")]++
+	_, err := otlpprofile.Decode(req.Profiles(), otlpprofile.DecodeOptions{}, func(s *sample.Sample) error {
+		c := *s
+		c.Stack = slices.Clone(s.Stack)
+		o.samples = append(o.samples, c)
+		return nil
+	})
+	return pprofileotlp.NewExportResponse(), err
+}
+
+// TestRecordOTLP: a real recording of a busy program sent to an OTLP
+// endpoint while it records (record --otlp-endpoint, the token from a
+// headers file): the endpoint gets every sample the data directory holds,
+// field for field (time, period, CPU, pid, tid, command, container,
+// frames; the time to the microsecond the store keeps), each request
+// with the token, which record never prints.
+func TestRecordOTLP(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	busy := start(t, hotc)
+
+	sink := &otlpSink{auth: map[string]int{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pprofileotlp.RegisterGRPCServer(srv, sink)
+	go srv.Serve(l)
+	defer srv.Stop()
+
+	const token = "Bearer rec0rd-t0ken"
+	headers := filepath.Join(dir, "otlp-headers")
+	if err := os.WriteFile(headers, []byte("Authorization: "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	_, stderr, err := runHeatscope(bin, "record", "--data", data, "--duration", "6s", "--listen", "", "--progress", "0", "--node", "otlp-node",
+		"--otlp-endpoint", l.Addr().String(), "--otlp-insecure", "--otlp-interval", "1s", "--otlp-headers-file", headers)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	if strings.Contains(stderr, "rec0rd") {
+		t.Errorf("record printed the token:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "0 dropped from a full queue, 0 refused, 0 left at stop") {
+		t.Errorf("record's OTLP summary:\n%s", stderr)
+	}
+
+	// What the data directory holds, read through the same mapping.
+	out := filepath.Join(dir, "stored.otlp")
+	if _, stderr, err := runHeatscope(bin, "export", "--data", data, "--idle", "include", "--format", "otlp", "-o", out); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := otlpprofile.UnmarshalRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []sample.Sample
+	if _, err := otlpprofile.Decode(p, otlpprofile.DecodeOptions{}, func(s *sample.Sample) error {
+		c := *s
+		c.Stack = slices.Clone(s.Stack)
+		stored = append(stored, c)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	sink.mu.Lock()
+	got, auth := sink.samples, sink.auth
+	sink.mu.Unlock()
+	if len(auth) != 1 || auth[token] == 0 {
+		t.Errorf("authorization of the requests: %v, want the token on every one", auth)
+	}
+	// The store keeps times to the microsecond (store/FORMAT.md); the
+	// exporter sends the recorder's nanoseconds.
+	for i := range got {
+		got[i].Time -= got[i].Time % 1000
+	}
+	order := func(a, b sample.Sample) int {
+		if a.Time != b.Time {
+			return int(a.Time - b.Time)
+		}
+		return int(a.CPU) - int(b.CPU)
+	}
+	slices.SortFunc(got, order)
+	slices.SortFunc(stored, order)
+	busyPID := uint32(busy.Process.Pid)
+	busySamples := 0
+	for _, s := range stored {
+		if s.PID == busyPID {
+			busySamples++
+		}
+	}
+	if busySamples < 100 {
+		t.Fatalf("the data directory holds %d samples of the busy program: the recording did not work", busySamples)
+	}
+	if len(got) != len(stored) {
+		t.Fatalf("the endpoint got %d samples, the data directory holds %d", len(got), len(stored))
+	}
+	for i := range stored {
+		if !reflect.DeepEqual(got[i], stored[i]) {
+			t.Fatalf("sample %d:\nsent   %+v %+v\nstored %+v %+v", i, got[i], got[i].Container, stored[i], stored[i].Container)
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package otlpexport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	backoffconfig "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/heatscope/heatscope/otlpprofile"
+)
+
+// ProfilesPath is where an OTLP/HTTP endpoint takes profiles: the
+// OpenTelemetry Collector's OTLP receiver's path for them (v0.165.0),
+// which it does not let be changed.
+const ProfilesPath = "/v1development/profiles"
+
+// client sends one request to the endpoint.
+type client interface {
+	// export sends p. Its error is an *exportError saying whether the
+	// request may be retried.
+	export(ctx context.Context, p pprofile.Profiles) error
+	close() error
+}
+
+// exportError is a failed export: whether sending it again may succeed
+// (the endpoint is down, overloaded or throttling), and after how long
+// the endpoint asked to be left alone (0: it did not say).
+type exportError struct {
+	err       error
+	retryable bool
+	after     time.Duration
+}
+
+func (e *exportError) Error() string { return e.err.Error() }
+func (e *exportError) Unwrap() error { return e.err }
+
+// partialError is an export the endpoint took in part: the profiles it
+// rejected, and why. It is not retried.
+type partialError struct {
+	rejected int64
+	message  string
+}
+
+func (e *partialError) Error() string {
+	return fmt.Sprintf("the endpoint rejected %d of the request's profiles: %s", e.rejected, e.message)
+}
+
+// tlsConfig is the TLS configuration of a non-insecure endpoint: the
+// system's roots, or those of caFile.
+func tlsConfig(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("otlp CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("otlp CA file %s: no PEM certificate in it", caFile)
+	}
+	cfg.RootCAs = pool
+	return cfg, nil
+}
+
+// printable is an endpoint as errors show it: a URL's user information,
+// which may be a credential, left out.
+func printable(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && u.User != nil {
+		u.User = nil
+		return u.String() + " (its user information left out)"
+	}
+	if i := strings.LastIndex(endpoint, "@"); i >= 0 {
+		return "…" + endpoint[i:]
+	}
+	return endpoint
+}
+
+// splitEndpoint reads an endpoint, host:port or a URL, and checks its
+// scheme against insecure: http:// is plaintext, https:// is TLS.
+func splitEndpoint(endpoint string, insecure bool) (hostport, path string, err error) {
+	hostport, path, err = readEndpoint(endpoint, insecure)
+	if err != nil {
+		return "", "", fmt.Errorf("otlp endpoint %s: %w", printable(endpoint), err)
+	}
+	return hostport, path, nil
+}
+
+func readEndpoint(endpoint string, insecure bool) (hostport, path string, err error) {
+	if !strings.Contains(endpoint, "://") {
+		if _, _, err := net.SplitHostPort(endpoint); err != nil {
+			return "", "", errors.New("want host:port or a URL")
+		}
+		return endpoint, "", nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", "", errors.New("want host:port or a URL of a host, a port and a path")
+	}
+	switch {
+	case u.Scheme == "http" && !insecure:
+		return "", "", errors.New("http:// is plaintext: give https:// or, to send in the clear, --otlp-insecure")
+	case u.Scheme == "https" && insecure:
+		return "", "", errors.New("https:// with --otlp-insecure: choose one")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", "", fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		return "", "", errors.New("give the port")
+	}
+	return host, u.Path, nil
+}
+
+// grpcClient exports over OTLP/gRPC with the collector's own client.
+type grpcClient struct {
+	conn    *grpc.ClientConn
+	client  pprofileotlp.GRPCClient
+	headers metadata.MD
+}
+
+func newGRPCClient(cfg *Config, firstBackoff time.Duration) (*grpcClient, error) {
+	target, path, err := splitEndpoint(cfg.Endpoint, cfg.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	if path != "" && path != "/" {
+		return nil, fmt.Errorf("otlp endpoint %s: a gRPC endpoint has no path", printable(cfg.Endpoint))
+	}
+	creds := insecure.NewCredentials()
+	if !cfg.Insecure {
+		tc, err := tlsConfig(cfg.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	// gRPC's own reconnection backs off as the exporter does, not to
+	// its default two minutes: a Collector back from a restart is
+	// reached within maxBackoff.
+	reconnect := backoffconfig.DefaultConfig
+	reconnect.BaseDelay, reconnect.MaxDelay = firstBackoff, firstBackoff*(maxBackoff/minBackoff)
+	conn, err := grpc.NewClient("dns:///"+target, grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnect, MinConnectTimeout: cfg.Timeout}))
+	if err != nil {
+		return nil, fmt.Errorf("otlp endpoint %s: %w", printable(cfg.Endpoint), err)
+	}
+	return &grpcClient{conn: conn, client: pprofileotlp.NewGRPCClient(conn), headers: metadata.New(cfg.Headers)}, nil
+}
+
+func (c *grpcClient) export(ctx context.Context, p pprofile.Profiles) error {
+	ctx = metadata.NewOutgoingContext(ctx, c.headers)
+	resp, err := c.client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(p))
+	if err != nil {
+		return grpcError(err)
+	}
+	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 {
+		return &partialError{rejected: ps.RejectedProfiles(), message: ps.ErrorMessage()}
+	}
+	return nil
+}
+
+func (c *grpcClient) close() error { return c.conn.Close() }
+
+// grpcError classifies a gRPC error as OTLP/gRPC says: the codes of a
+// transient condition are retried, after the delay the server's RetryInfo
+// asks for; ResourceExhausted only with one (the server can recover).
+func grpcError(err error) *exportError {
+	st := status.Convert(err)
+	var after time.Duration
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			after = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	retryable := false
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Aborted, codes.OutOfRange, codes.Unavailable, codes.DataLoss:
+		retryable = true
+	case codes.ResourceExhausted:
+		retryable = after > 0
+	}
+	return &exportError{err: fmt.Errorf("otlp grpc: %s: %s", st.Code(), st.Message()), retryable: retryable, after: after}
+}
+
+// httpClient exports over OTLP/HTTP: the request's protobuf, POSTed.
+type httpClient struct {
+	url     string
+	headers map[string]string
+	client  *http.Client
+}
+
+func newHTTPClient(cfg *Config) (*httpClient, error) {
+	hostport, path, err := splitEndpoint(cfg.Endpoint, cfg.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" || path == "/" {
+		path = ProfilesPath
+	}
+	scheme := "https"
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.Insecure {
+		scheme = "http"
+	} else if transport.TLSClientConfig, err = tlsConfig(cfg.CAFile); err != nil {
+		return nil, err
+	}
+	transport.Proxy = nil // an endpoint is reached directly, as the gRPC exporter does
+	u := url.URL{Scheme: scheme, Host: hostport, Path: path}
+	return &httpClient{url: u.String(), headers: cfg.Headers, client: &http.Client{Transport: transport}}, nil
+}
+
+func (c *httpClient) export(ctx context.Context, p pprofile.Profiles) error {
+	body, err := otlpprofile.MarshalRequest(p)
+	if err != nil {
+		return &exportError{err: err}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return &exportError{err: fmt.Errorf("otlp http: %w", err)}
+	}
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
+	resp, err := c.client.Do(req)
+	if err != nil {
+		// Not reached, refused, reset, timed out: all transient. The
+		// URL is in the error, no header is.
+		return &exportError{err: fmt.Errorf("otlp http: %w", err), retryable: true}
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 == 2 {
+		r := pprofileotlp.NewExportResponse()
+		if err := r.UnmarshalProto(msg); err == nil && r.PartialSuccess().RejectedProfiles() > 0 {
+			return &partialError{rejected: r.PartialSuccess().RejectedProfiles(), message: r.PartialSuccess().ErrorMessage()}
+		}
+		return nil
+	}
+	e := &exportError{err: fmt.Errorf("otlp http: %s: %s", resp.Status, responseText(msg))}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		e.retryable = true
+		e.after = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return e
+}
+
+func (c *httpClient) close() error {
+	c.client.CloseIdleConnections()
+	return nil
+}
+
+// responseText is the start of an error response's body, as one line of
+// printable text (a Collector answers with a google.rpc.Status protobuf,
+// whose message is readable within it).
+func responseText(b []byte) string {
+	var out strings.Builder
+	for _, r := range string(b) {
+		if out.Len() >= 200 {
+			out.WriteString("…")
+			break
+		}
+		if r >= ' ' && r != 0x7f && r != '\uFFFD' {
+			out.WriteRune(r)
+		}
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// retryAfter reads a Retry-After header: seconds or an HTTP date; 0 when
+// absent or unreadable.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// errUnknownProtocol is the error of a protocol other than grpc or http.
+var errUnknownProtocol = errors.New("want grpc or http")
