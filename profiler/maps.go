@@ -249,7 +249,11 @@ func (p *Profiler) enableSnapshots() error {
 // is switched. It touches nothing the ring reader uses, so it may run on
 // another goroutine.
 func (p *Profiler) loadSnapshots() (*ebpf.Program, link.Link, *ring, error) {
-	if err := exitTracepointSeesMM(p.kernelTypes); err != nil {
+	cache := p.btfCache
+	// The exit program is loaded once: the kernel's BTF is not needed
+	// after it.
+	defer func() { p.btfCache = nil }()
+	if err := exitTracepointSeesMM(p.kernelTypes, cache); err != nil {
 		return nil, nil, nil, err
 	}
 	spec := p.spec.Copy()
@@ -263,6 +267,7 @@ func (p *Profiler) loadSnapshots() (*ebpf.Program, link.Link, *ring, error) {
 	}
 	opts := &ebpf.CollectionOptions{
 		Programs: ebpf.ProgramOptions{KernelTypes: p.kernelTypes},
+		Cache:    cache,
 		MapReplacements: map[string]*ebpf.Map{
 			bpf.ProfileMapSeenPids: p.objs.SeenPids, bpf.ProfileMapPendingPids: p.objs.PendingPids,
 			bpf.ProfileMapMapsRing: p.objs.MapsRing, bpf.ProfileMapMapsScratch: p.objs.MapsScratch,
@@ -270,6 +275,13 @@ func (p *Profiler) loadSnapshots() (*ebpf.Program, link.Link, *ring, error) {
 	}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		return nil, nil, nil, fmt.Errorf("load the exit snapshot program: %w", err)
+	}
+	if p.cfg.OnProgram != nil {
+		if sym, err := programSymbol(objs.OnExit); err != nil {
+			p.cfg.Logger.Debug("the exit snapshot program's frames are named from kallsyms", "err", err)
+		} else {
+			p.cfg.OnProgram(sym)
+		}
 	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.OnExit})
 	if err != nil {
@@ -288,11 +300,14 @@ func (p *Profiler) loadSnapshots() (*ebpf.Program, link.Link, *ring, error) {
 // exitTracepointSeesMM checks that the sched_process_exit tracepoint comes
 // before the exiting task's mm is released: since Linux 6.16, where it
 // also gained its group_dead argument, by which it is told apart.
-func exitTracepointSeesMM(kernelTypes *btf.Spec) error {
+func exitTracepointSeesMM(kernelTypes *btf.Spec, cache *btf.Cache) error {
 	spec := kernelTypes
 	if spec == nil {
+		if cache == nil {
+			cache = btf.NewCache()
+		}
 		var err error
-		if spec, err = btf.LoadKernelSpec(); err != nil {
+		if spec, err = cache.Kernel(); err != nil {
 			return err
 		}
 	}

@@ -101,6 +101,13 @@ type Config struct {
 	// then gives every mapping its table. Called from the unwinder's
 	// goroutine.
 	RecentMaps func(dst []symbolize.ExecMapping, pid uint32, since time.Time) ([]symbolize.ExecMapping, bool)
+	// OnProgram, when set, is told of the function of each BPF program
+	// the profiler loads that runs in the context of the tasks it samples
+	// (the exit snapshot program, in every exiting task), once it is
+	// loaded, so that the symbolizer names its frames as kallsyms does
+	// without reading kallsyms (symbolize.Kernel.AddProgram). It may be
+	// called from another goroutine than Run's.
+	OnProgram func(KernelSymbol)
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.
@@ -230,6 +237,11 @@ type Profiler struct {
 	// enableSnapshots); maps is the decoded snapshot handed to onMaps.
 	spec        *ebpf.CollectionSpec
 	kernelTypes *btf.Spec
+	// btfCache holds the kernel's BTF for the loads, parsed at most once:
+	// the exit program's CO-RE relocations, its attach target and
+	// exitTracepointSeesMM each parsed it (two parses, most of that load
+	// under churn). Dropped once the exit program is loaded.
+	btfCache *btf.Cache
 	// churnSince and churnWakeups start the second over which the
 	// wakeups that call for snapshots are counted; missedProcess is set
 	// when a process exited before its maps were read (MissedProcess);
@@ -309,7 +321,7 @@ func Open(cfg Config) (*Profiler, error) {
 		return nil, fmt.Errorf("the kernel lacks the BPF ring buffer the sampler writes to (Linux 5.8): %w", err)
 	}
 
-	p := &Profiler{cfg: cfg, clock: wallclock.New(), auto: cfg.Unwind == UnwindAuto}
+	p := &Profiler{cfg: cfg, clock: wallclock.New(), auto: cfg.Unwind == UnwindAuto, btfCache: btf.NewCache()}
 	if cfg.Unwind != UnwindFP {
 		if err := dwarfSupported(); err != nil {
 			if err := p.fallBack(CheckHelpers, err); err != nil {
@@ -463,7 +475,7 @@ func (p *Profiler) load(kernelTypes *btf.Spec) error {
 			return fmt.Errorf("set BPF option %s: %w", name, err)
 		}
 	}
-	opts := &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kernelTypes}}
+	opts := &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kernelTypes}, Cache: p.btfCache}
 	var sampler sampleObjects
 	if err := spec.LoadAndAssign(&sampler, opts); err != nil {
 		var verr *ebpf.VerifierError

@@ -77,6 +77,12 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 	if symOpts.Logger == nil {
 		symOpts.Logger = log
 	}
+	if kernel != nil && cfg.OnProgram == nil {
+		// The exit snapshot program runs in every exiting task: its
+		// frames are named from the kernel's account of it, not by
+		// reading kallsyms again for them.
+		cfg.OnProgram = func(s profiler.KernelSymbol) { kernel.AddProgram(s.Addr, s.Size, s.Name) }
+	}
 	sym := symbolize.New(kernel, symOpts)
 	if cfg.RecentMaps == nil {
 		// The symbolizer reads the maps of every process at its first

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -43,6 +44,62 @@ type Kernel struct {
 	// dynamic, the whole of kallsyms read when first needed.
 	static  []addrRange
 	dynamic *dynamicKernel
+
+	// programs are the agent's own BPF programs (AddProgram), sorted by
+	// address, copied on write.
+	programs atomic.Pointer[[]programSymbol]
+}
+
+// programSymbol is a BPF program's function in kernel text, its extent
+// known exactly from the kernel's own account of its JIT image.
+type programSymbol struct {
+	addr uint64
+	size uint32
+	name string
+}
+
+// BPFModule is the module kallsyms lists BPF programs under.
+const BPFModule = "[bpf]"
+
+// AddProgram names the kernel text [addr, addr+size) name in module
+// BPFModule: a function of a BPF program the agent loaded itself (its
+// exit snapshot program runs in the context of the tasks it snapshots, and
+// shows in their kernel stacks), as kallsyms names it
+// ("bpf_prog_<tag>_<name>"). Its frames are then named without reading
+// kallsyms again, which a table read from a KernelCache would otherwise do
+// (30-50 ms of CPU) the first time one is sampled, and named right by a
+// table read before the program was loaded, which would give its addresses
+// to the symbol below them. It is safe to call while others resolve.
+func (k *Kernel) AddProgram(addr uint64, size uint32, name string) {
+	if k == nil || size == 0 {
+		return
+	}
+	for {
+		old := k.programs.Load()
+		var progs []programSymbol
+		if old != nil {
+			progs = slices.Clone(*old)
+		}
+		i, _ := slices.BinarySearchFunc(progs, addr, func(p programSymbol, a uint64) int { return cmp.Compare(p.addr, a) })
+		progs = slices.Insert(progs, i, programSymbol{addr: addr, size: size, name: name})
+		if k.programs.CompareAndSwap(old, &progs) {
+			return
+		}
+	}
+}
+
+// program returns the agent's own BPF program function holding lookup.
+func (k *Kernel) program(addr, lookup uint64) (sample.Frame, bool) {
+	p := k.programs.Load()
+	if p == nil {
+		return sample.Frame{}, false
+	}
+	progs := *p
+	i := sort.Search(len(progs), func(i int) bool { return progs[i].addr > lookup }) - 1
+	if i < 0 || lookup-progs[i].addr >= uint64(progs[i].size) {
+		return sample.Frame{}, false
+	}
+	return sample.Frame{Function: progs[i].name, Module: BPFModule, Address: addr, Kind: sample.KindKernel}, true
 }
 
 // moduleRun marks that the symbols from index first on belong to module,
@@ -266,6 +323,11 @@ func (k *Kernel) Resolve(addr uint64) sample.Frame {
 // resolve returns the frame of addr, looking up lookup (addr-1 for return
 // addresses), and whether it was named.
 func (k *Kernel) resolve(addr, lookup uint64) (sample.Frame, bool) {
+	if k != nil && k.programs.Load() != nil {
+		if f, ok := k.program(addr, lookup); ok {
+			return f, true
+		}
+	}
 	if k != nil && k.dynamic != nil && !k.inStatic(lookup) {
 		return k.dynamic.resolve(addr, lookup)
 	}

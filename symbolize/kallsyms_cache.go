@@ -171,6 +171,8 @@ type dynamicKernel struct {
 	mu     sync.Mutex
 	kernel *Kernel
 	loaded time.Time
+	// reads counts the reads of kallsyms.
+	reads int
 }
 
 // resolve resolves addr from the whole of kallsyms, reading it if it was
@@ -187,6 +189,7 @@ func (d *dynamicKernel) resolve(addr, lookup uint64) (sample.Frame, bool) {
 	}
 	if time.Since(d.loaded) >= dynamicReloadInterval {
 		d.loaded = time.Now()
+		d.reads++
 		if k, err := LoadKernel(d.path); err == nil {
 			d.kernel = k
 		}

@@ -200,3 +200,50 @@ func FuzzDecodeKernelCache(f *testing.F) {
 		}
 	})
 }
+
+// TestOwnProgramNeedsNoKallsymsRead: under churn the agent's own exit
+// snapshot program runs in the exiting tasks and shows in their kernel
+// stacks. Named by AddProgram, its frames cost no read of kallsyms (a
+// table from the cache read the whole file for the first of them, 30-50 ms
+// of CPU), and a table read before the program was loaded names them
+// after it, not after the symbol below them.
+func TestOwnProgramNeedsNoKallsymsRead(t *testing.T) {
+	c := testKernelCache(t)
+	if _, _, err := c.Load(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := LoadKernel(c.Kallsyms) // read before the program was loaded
+	if err != nil {
+		t.Fatal(err)
+	}
+	kallsyms, _ := os.ReadFile(c.Kallsyms)
+	const name = "bpf_prog_0123456789abcdef_on_exit"
+	writeFile(t, c.Kallsyms, string(kallsyms)+"ffffffffc0500000 t "+name+"\t[bpf]\n")
+	k, hit, err := c.Load()
+	if err != nil || !hit {
+		t.Fatalf("Load: hit %v, err %v; want a hit", hit, err)
+	}
+	for _, kernel := range []*Kernel{k, before} {
+		kernel.AddProgram(0xffffffffc0500000, 0x180, name)
+	}
+	// Many samples in the program, as under churn: every exit runs it.
+	wrong := 0
+	for i := range 1000 {
+		addr := 0xffffffffc0500000 + uint64(i%0x180)
+		want := sample.Frame{Function: name, Module: BPFModule, Address: addr, Kind: sample.KindKernel}
+		for _, kernel := range []*Kernel{k, before} {
+			if got := kernel.Resolve(addr); got != want {
+				if wrong++; wrong == 1 {
+					t.Errorf("Resolve(%#x) = %+v, want %+v", addr, got, want)
+				}
+			}
+		}
+	}
+	if k.dynamic.reads != 0 {
+		t.Errorf("kallsyms read %d times for the agent's own program, want 0", k.dynamic.reads)
+	}
+	// Past the program's end it is not the program's.
+	if got := before.Resolve(0xffffffffc0500180); got.Function == name {
+		t.Errorf("Resolve past the program's end = %+v, want another symbol", got)
+	}
+}
