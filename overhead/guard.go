@@ -85,9 +85,12 @@ type Config struct {
 	// event).
 	OnShed func(Shedding)
 	// Parts, when not nil, returns the CPU time so far of the agent's
-	// work that does not fall with the sampling rate, by part (parts.go):
+	// work, by part (parts.go): the samples' own path, which falls with
+	// the sampling rate, and work that does not; work done in bursts is
+	// judged spread over the time it serves (Part.Spreads):
 	// every decision then says what the cost was made of, and a cost
-	// over the budget that is mostly such work keeps the rate (Kept).
+	// over the budget that is mostly work a lower rate does not reduce
+	// keeps the rate (Kept).
 	Parts func() []Part
 	// OnKept, when not nil, is called at the first window of each run of
 	// windows over the budget in which the rate was kept (e.g. to record
@@ -226,7 +229,9 @@ func (g *Guard) Run(ctx context.Context) error {
 			if !judging {
 				continue // the next window adds to it
 			}
-			share := 100 * max(0, judgedCPU).Seconds() / judgedWall.Seconds()
+			// Work done in bursts is judged spread over the time it
+			// serves (Part.Spreads), not in the window it fell in.
+			share := 100 * max(0, judgedCPU+spreadAdjustment(judgedParts)).Seconds() / judgedWall.Seconds()
 			cost := Cost{Share: share, Parts: partShares(judgedParts, judgedWall)}
 			g.cfg.Logger.Debug("overhead guard: judged", "share_pct", share, "outside_queries", judgedWall, "cpu_outside_queries", judgedCPU,
 				"parts", cost.split())

@@ -18,6 +18,15 @@ type Part struct {
 	Name      string
 	CPU       time.Duration
 	PerSample bool
+	// Spreads marks work done in bursts that each serve longer than a
+	// window (the store's: a block written every 2 minutes, merges of
+	// 10 and more of them), and Spread is then its CPU time with each
+	// burst spread over the time it serves, from its end on: the Guard
+	// judges the part by Spread, in place of CPU, so that a block's
+	// write is the share of a CPU it costs over its 2 minutes, not a
+	// window over the budget that halves the rate.
+	Spreads bool
+	Spread  time.Duration
 }
 
 // PartShare is a part's cost over a judged window, in percent of one CPU.
@@ -141,30 +150,55 @@ func (c Cost) over(budget float64) string {
 	return s
 }
 
+// judged is the CPU time the Guard judges a part by: Spread for a part
+// that Spreads, else CPU.
+func (p Part) judged() time.Duration {
+	if p.Spreads {
+		return p.Spread
+	}
+	return p.CPU
+}
+
 // partShares turns the parts' CPU time over a judged wall time into
-// shares, in percent of one CPU.
+// shares, in percent of one CPU (Part.judged).
 func partShares(cpu []Part, wall time.Duration) []PartShare {
 	if len(cpu) == 0 || wall <= 0 {
 		return nil
 	}
 	out := make([]PartShare, len(cpu))
 	for i, p := range cpu {
-		out[i] = PartShare{Name: p.Name, Share: 100 * max(0, p.CPU).Seconds() / wall.Seconds(), PerSample: p.PerSample}
+		out[i] = PartShare{Name: p.Name, Share: 100 * max(0, p.judged()).Seconds() / wall.Seconds(), PerSample: p.PerSample}
 	}
 	return out
 }
 
-// addParts adds the parts' CPU time from prev to now into sum, by name.
+// spreadAdjustment is what judging the parts that spread by their Spread
+// rather than their CPU adds to the CPU time measured (negative in a
+// window a burst fell in).
+func spreadAdjustment(parts []Part) time.Duration {
+	var d time.Duration
+	for _, p := range parts {
+		if p.Spreads {
+			d += p.Spread - p.CPU
+		}
+	}
+	return d
+}
+
+// addParts adds the parts' CPU time (and Spread) from prev to now into
+// sum, by name.
 func addParts(sum []Part, prev, now []Part) []Part {
 	for _, p := range now {
-		d := p.CPU
+		d, ds := p.CPU, p.Spread
 		if i := slices.IndexFunc(prev, func(q Part) bool { return q.Name == p.Name }); i >= 0 {
 			d -= prev[i].CPU
+			ds -= prev[i].Spread
 		}
 		if i := slices.IndexFunc(sum, func(q Part) bool { return q.Name == p.Name }); i >= 0 {
 			sum[i].CPU += d
+			sum[i].Spread += ds
 		} else {
-			sum = append(sum, Part{Name: p.Name, CPU: d, PerSample: p.PerSample})
+			sum = append(sum, Part{Name: p.Name, CPU: d, PerSample: p.PerSample, Spreads: p.Spreads, Spread: ds})
 		}
 	}
 	return sum

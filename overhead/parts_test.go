@@ -1,8 +1,13 @@
 package overhead
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +121,74 @@ func TestPartsOverWindows(t *testing.T) {
 	}
 	if c := (Cost{Share: 2}); !c.rateBound(1) || c.split() != "" || c.largest() != "samples" {
 		t.Errorf("a cost without parts: rate-bound %v, split %q, largest %q; want true, \"\", samples", c.rateBound(1), c.split(), c.largest())
+	}
+}
+
+// burstyAgent is an agent whose samples cost 0.5% of a CPU, and whose
+// store writes a block in one burst of 20 ms at burstAt, serving the
+// 10 s after it.
+type burstyAgent struct {
+	start   time.Time
+	burstAt time.Duration
+	spreads bool
+}
+
+const (
+	burstCPU    = 20 * time.Millisecond
+	burstServes = 10 * time.Second
+)
+
+func (a *burstyAgent) at() (samples, burst, spread time.Duration) {
+	el := time.Since(a.start)
+	samples = time.Duration(0.005 * float64(el))
+	if since := el - a.burstAt; since >= 0 {
+		burst = burstCPU
+		spread = time.Duration(float64(burstCPU) * min(1, float64(since)/float64(burstServes)))
+	}
+	return samples, burst, spread
+}
+
+func (a *burstyAgent) meter() (time.Duration, error) {
+	samples, burst, _ := a.at()
+	return samples + burst, nil
+}
+
+func (a *burstyAgent) parts() []Part {
+	samples, burst, spread := a.at()
+	return []Part{{Name: "samples", CPU: samples, PerSample: true}, {Name: "the store", CPU: burst, PerSample: true, Spreads: a.spreads, Spread: spread}}
+}
+
+// TestGuardJudgesBurstsSpread: a block written in a 20 ms burst, in a
+// 100 ms window, is 20% of a CPU there; spread over the 10 s it serves it
+// is 0.2%. Judged spread (Part.Spreads) the rate stays; judged as it fell
+// (the check that the test can fail), the Guard halves it.
+func TestGuardJudgesBurstsSpread(t *testing.T) {
+	for _, spreads := range []bool{true, false} {
+		a := &burstyAgent{start: time.Now(), burstAt: 350 * time.Millisecond, spreads: spreads}
+		s := &fixedSampler{hz: 99}
+		var log bytes.Buffer
+		g, err := New(Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond, Parts: a.parts,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))}, s, a.meter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		g.Run(ctx)
+		cancel()
+		switch {
+		case spreads && s.hz != 99:
+			t.Errorf("judged spread: %d Hz, want 99; log:\n%s", s.hz, log.String())
+		case !spreads && s.hz == 99:
+			t.Errorf("judged as it fell: 99 Hz, want the rate halved (the test's burst must be over the budget); log:\n%s", log.String())
+		case !spreads:
+			m := regexp.MustCompile(`from_hz=99 to_hz=49 reason="[^"]*the store (\d+\.\d+)%`).FindStringSubmatch(log.String())
+			share := 0.0
+			if m != nil {
+				share, _ = strconv.ParseFloat(m[1], 64)
+			}
+			if share < 5 {
+				t.Errorf("the halving's reason does not name the store's burst at its share of the window; log:\n%s", log.String())
+			}
+		}
 	}
 }

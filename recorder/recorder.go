@@ -47,6 +47,9 @@ type Recorder struct {
 	sym        *symbolize.Symbolizer
 	containers *container.Resolver
 
+	// upkeep is the sink's periodic work, for Parts (nil: none).
+	upkeep Upkeep
+
 	// change is the last frequency change, for PeriodAt.
 	changeMu sync.Mutex
 	change   periodChange
@@ -206,6 +209,17 @@ func (r *Recorder) Shed() (string, bool) { return r.prof.ShedTables() }
 // Restore loads unwind tables again after Shed.
 func (r *Recorder) Restore() { r.prof.RestoreTables() }
 
+// Upkeep is the periodic work of where the samples go, done in bursts:
+// the store's (store.DB.Upkeep), its CPU time so far and the same with
+// each burst spread over the time it serves.
+type Upkeep interface {
+	Upkeep() (cpu, spread time.Duration)
+}
+
+// TimeUpkeep makes Parts report u's periodic work as the part PartStore.
+// Call it before Parts is first called.
+func (r *Recorder) TimeUpkeep(u Upkeep) { r.upkeep = u }
+
 // Parts returns the CPU time so far of the agent's work that does not fall
 // with the sampling rate (overhead.Config.Parts): new processes (their
 // mappings read by the symbolizer and the unwinder, their unwind entries
@@ -215,7 +229,10 @@ func (r *Recorder) Restore() { r.prof.RestoreTables() }
 // The samples' own path is a part too, the one that falls with the rate:
 // the ring's drains (each sample decoded, symbolized, handed on to be
 // stored), the symbolizer's work on new processes and binaries inside
-// them left out.
+// them left out. So is the store's periodic work (TimeUpkeep): its WAL
+// writes, head cuts, block writes and compaction fall with the rate too,
+// but come in bursts, a block every 2 minutes, which the guard judges
+// spread over the time they serve (overhead.Part.Spreads).
 func (r *Recorder) Parts() []overhead.Part {
 	sym := r.sym.Stats()
 	processes := sym.ProcessesCPU
@@ -225,12 +242,17 @@ func (r *Recorder) Parts() []overhead.Part {
 		tables = st.Unwind.TablesCPU
 		drains = st.DrainCPU
 	}
-	return []overhead.Part{
+	parts := []overhead.Part{
 		{Name: PartSamples, CPU: max(0, drains-sym.SymbolsCPU-sym.ProcessesCPU), PerSample: true},
 		{Name: PartProcesses, CPU: processes},
 		{Name: PartSymbols, CPU: sym.SymbolsCPU},
 		{Name: PartTables, CPU: tables},
 	}
+	if r.upkeep != nil {
+		cpu, spread := r.upkeep.Upkeep()
+		parts = append(parts, overhead.Part{Name: PartStore, CPU: cpu, PerSample: true, Spreads: true, Spread: spread})
+	}
+	return parts
 }
 
 // The names of Parts.
@@ -239,6 +261,7 @@ const (
 	PartProcesses = "new processes"
 	PartSymbols   = "symbol tables"
 	PartTables    = "unwind tables"
+	PartStore     = "the store"
 )
 
 // Frequency is the sampling frequency now, in Hz per CPU.

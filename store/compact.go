@@ -190,6 +190,7 @@ func (db *DB) merge(blocks []*Block) error {
 	if err != nil {
 		return err // plan groups blocks by period: not reached
 	}
+	defer db.upkeepUnit()(time.Duration(merged.MaxTime - merged.MinTime))
 	peakOpen := 0
 	meta, err := writeBlockFrom(filepath.Join(db.dir, blocksDir), merged, nil, func(w *blockWriter) (err error) {
 		peakOpen, err = mergeInTimeOrder(blocks, w)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/workclock"
 	"github.com/heatscope/heatscope/lru"
 )
 
@@ -191,6 +192,10 @@ type headWriter struct {
 	// walErr holds the last WAL write's error (nil after a good write),
 	// for Health.
 	walErr atomic.Pointer[error]
+	// upkeep times the periodic work; upkeepSpread the same with each
+	// block write and merge spread over its samples' time (Upkeep).
+	upkeep       workclock.Clock
+	upkeepSpread workclock.Spread
 }
 
 // sealingHead is a head that has been cut and is being written as a block;

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/heatscope/heatscope/sample"
 )
@@ -163,6 +164,12 @@ func devNull() *os.File {
 
 // seal writes a sealed head as a block, then forgets it and its WAL.
 func (db *DB) seal(sh *sealingHead) {
+	var serves time.Duration
+	if t := sh.table.Time; len(t) > 0 {
+		serves = time.Duration(t[len(t)-1] - t[0])
+	}
+	end := db.upkeepUnit()
+	defer end(serves)
 	if err := db.writeHead(sh); err != nil {
 		db.mu.Lock()
 		db.sealing = slices.DeleteFunc(db.sealing, func(x *sealingHead) bool { return x == sh })

@@ -67,6 +67,7 @@ func (db *DB) Tick() {
 // reports whether a minute has passed since compaction and retention last
 // ran (and then counts them as run).
 func (db *DB) periodic(now time.Time) (maintain bool) {
+	defer db.upkeepUnit()(0)
 	db.events.sync()
 	db.mu.Lock()
 	sync := now.Sub(db.lastSync) >= walSyncInterval-tickSlack
@@ -100,7 +101,31 @@ func (db *DB) maintainAt(now time.Time) {
 	if err := db.compact(now); err != nil {
 		db.log.Warn("compaction failed", "err", err)
 	}
+	end := db.upkeepUnit()
 	db.applyRetention(now)
+	end(0)
+}
+
+// upkeepUnit starts timing a unit of the periodic work on the calling
+// goroutine; the function it returns ends it, spreading its CPU time over
+// the time the unit serves (0: none), see Upkeep.
+func (db *DB) upkeepUnit() (end func(serves time.Duration)) {
+	span := db.upkeep.Start()
+	return func(serves time.Duration) { db.upkeepSpread.Add(time.Now(), span.Stop(), serves) }
+}
+
+// Upkeep returns the CPU time the periodic work has taken so far (the
+// WAL's and the event log's writes and syncs, head cuts, the blocks
+// written from the heads, compaction and retention: each unit timed in its
+// thread's CPU time, see package workclock), and the same with each block
+// write and merge spread evenly over the time of the samples it holds,
+// from its end on (workclock.Spread). That work comes in bursts, a block
+// every BlockDuration and merges of 10, 60 and 360 of them, and what it
+// costs over time falls with the rate samples are appended at: spread, a
+// 2-minute block written in 80 ms costs 0.07% of a CPU for 2 minutes,
+// not 0.8% for the 10 s after it.
+func (db *DB) Upkeep() (cpu, spread time.Duration) {
+	return db.upkeep.Total(), db.upkeepSpread.Total(time.Now())
 }
 
 // Flush writes the WAL buffer to disk and syncs it.

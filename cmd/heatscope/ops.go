@@ -168,7 +168,7 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 
 // workDesc describes heatscope_agent_work_cpu_seconds_total.
 var workDesc = prometheus.NewDesc("heatscope_agent_work_cpu_seconds_total",
-	"The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables.",
+	"The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables, the store (its WAL, head cuts, block writes, compaction and retention: falls with the rate, in bursts).",
 	[]string{"part"}, nil)
 
 // workCollector exports the recorder's parts (Recorder.Parts), read once

@@ -398,6 +398,9 @@ func (r *recording) openSampler() error {
 			rec.LabelContainers(res)
 		}
 	}
+	if r.db != nil {
+		rec.TimeUpkeep(r.db) // the store's periodic work is a part of the agent's cost
+	}
 	if *f.maxCPU > 0 {
 		if r.guard, err = newGuard(rec, r.db, *f.maxCPU, *f.bpfStats); err != nil {
 			return err

@@ -42,15 +42,17 @@ func (c *Clock) Start() Span {
 	return Span{c: c, start: threadNs()}
 }
 
-// Stop ends the unit and adds its CPU time to the clock.
-func (s Span) Stop() {
+// Stop ends the unit, adds its CPU time to the clock and returns it (0
+// when the thread's clock could not be read).
+func (s Span) Stop() time.Duration {
 	end := threadNs()
 	runtime.UnlockOSThread()
 	if s.start < 0 || end < s.start {
-		return // the clock could not be read
+		return 0 // the clock could not be read
 	}
 	s.c.ns.Add(end - s.start)
 	s.c.units.Add(1)
+	return time.Duration(end - s.start)
 }
 
 // Total returns the CPU time of the units timed so far.
