@@ -39,6 +39,7 @@
 //	go run ./bench/churn -runs 5 -duration 30s
 //	go run ./bench/churn -cases b -runs 1 -duration 10m   # the rate held for 10 minutes
 //	go run ./bench/churn -cases b -agent-profiles DIR     # where the agent's CPU goes (go tool pprof -top)
+//	go run ./bench/churn -cases ab -before /tmp/heatscope-main   # a change against a build from before it, in the same runs
 package main
 
 import (
@@ -73,6 +74,8 @@ func main() {
 	steadyFrom := flag.Duration("steady-from", 10*time.Second, "the steady figures are taken from this long after the agent started to the end")
 	maxRunning := flag.Int("max-running", 200, "at most this many short-lived processes at once (the spawner skips a start beyond it)")
 	profiles := flag.String("agent-profiles", "", "write each heatscope run's own CPU profile (record --cpu-profile) into this existing directory")
+	before := flag.String("before", "", "also measure this heatscope binary (a build from before a change), beside the tree's in every case and run, in turns: "+
+		"rows say before and after; compare their ratios to perf, taken in the same runs")
 	flag.Parse()
 	log.SetFlags(0)
 	var cs []churnCase
@@ -91,7 +94,7 @@ func main() {
 			log.Fatalf("-agent-profiles %s: not a directory", *profiles)
 		}
 	}
-	b := bench{duration: *duration, hz: *hz, steadyFrom: *steadyFrom, maxRunning: *maxRunning, profiles: *profiles}
+	b := bench{duration: *duration, hz: *hz, steadyFrom: *steadyFrom, maxRunning: *maxRunning, profiles: *profiles, before: *before}
 	if err := b.run(cs, *runs); err != nil {
 		log.Fatalf("churn benchmark: %v", err)
 	}
@@ -103,13 +106,47 @@ type churnCase struct {
 	spinners   bool // the two CPU-bound processes
 	perSecond  int  // short-lived processes started a second
 	build      bool // the Go build
+	// label says which heatscope binary, bin, measures the case: "" for
+	// the tree's alone, "before" and "after" with -before.
+	label, bin string
+}
+
+// key names the case and the binary measuring it.
+func (c churnCase) key() string {
+	if c.label == "" {
+		return c.name
+	}
+	return c.name + " " + c.label
+}
+
+// withBuilds returns the cases measured by the tree's build, or with
+// -before each case by both builds, the first run's order alternating
+// with the next (run 1 starts with an empty --cache-dir).
+func (b *bench) withBuilds(cs []churnCase, run int) []churnCase {
+	var out []churnCase
+	for _, c := range cs {
+		if b.before == "" {
+			c.bin = b.heatscope
+			out = append(out, c)
+			continue
+		}
+		old, cur := c, c
+		old.label, old.bin = "before", b.before
+		cur.label, cur.bin = "after", b.heatscope
+		if run%2 == 0 {
+			out = append(out, old, cur)
+		} else {
+			out = append(out, cur, old)
+		}
+	}
+	return out
 }
 
 var allCases = []churnCase{
-	{"a", "two CPU-bound processes", true, 0, false},
-	{"b", "a + 100 new processes/s", true, 100, false},
-	{"c", "a + 500 new processes/s", true, 500, false},
-	{"d", "parallel Go build, clean cache", false, 0, true},
+	{name: "a", what: "two CPU-bound processes", spinners: true},
+	{name: "b", what: "a + 100 new processes/s", spinners: true, perSecond: 100},
+	{name: "c", what: "a + 500 new processes/s", spinners: true, perSecond: 500},
+	{name: "d", what: "parallel Go build, clean cache", build: true},
 }
 
 func caseNamed(name string) (churnCase, bool) {
@@ -126,6 +163,9 @@ type bench struct {
 	duration, steadyFrom time.Duration
 	hz, maxRunning       int
 	profiles             string
+	// before is -before: another heatscope binary to measure beside the
+	// tree's ("": none).
+	before string
 	// dir is the temporary directory; heatscope, spinner, tiny and
 	// script the programs; cacheDir heatscope's --cache-dir, kept over
 	// the runs (run 1 starts cold).
@@ -198,27 +238,27 @@ func (b *bench) run(cs []churnCase, runs int) error {
 	all := map[string][]result{}
 	var perProcess = map[string][]float64{}
 	for i := range runs {
-		var base *result
-		for _, c := range cs {
-			r, err := b.measure(c, filepath.Join(dir, fmt.Sprintf("run%d-%s", i+1, c.name)), i+1)
+		base := map[string]*result{} // case a's, per build
+		for _, c := range b.withBuilds(cs, i) {
+			r, err := b.measure(c, filepath.Join(dir, fmt.Sprintf("run%d-%s%s", i+1, c.name, c.label)), i+1)
 			if err != nil {
-				return fmt.Errorf("run %d, case %s: %w", i+1, c.name, err)
+				return fmt.Errorf("run %d, case %s: %w", i+1, c.key(), err)
 			}
-			all[c.name] = append(all[c.name], r)
+			all[c.key()] = append(all[c.key()], r)
 			if c.name == "a" {
-				base = &r
+				base[c.label] = &r
 			}
 			us := math.NaN()
-			if base != nil && c.name != "a" {
-				us = marginalMicros(r, *base)
+			if a := base[c.label]; a != nil && c.name != "a" {
+				us = marginalMicros(r, *a)
 				if !math.IsNaN(us) {
-					perProcess[c.name] = append(perProcess[c.name], us)
+					perProcess[c.key()] = append(perProcess[c.key()], us)
 				}
 			}
 			b.printRow(i+1, c, r, us)
 		}
 	}
-	b.printSummary(cs, all, perProcess)
+	b.printSummary(b.withBuilds(cs, 1), all, perProcess)
 	return nil
 }
 
@@ -266,7 +306,7 @@ func (b *bench) printRow(run int, c churnCase, r result, us float64) {
 		measured = fmt.Sprintf("%.1f, %.1f", p, w)
 	}
 	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %s | %s | %s |\n",
-		run, c.name, r.loadBefore, r.loadAfter, rate, r.forks/r.steadySecs,
+		run, c.key(), r.loadBefore, r.loadAfter, rate, r.forks/r.steadySecs,
 		100*r.hs.CPU.Seconds()/secs, 100*(r.sum.BPFTime+r.sum.ExitTime)/secs, 100*r.agentBPF()/secs,
 		100*(r.steadyAgent+r.steadyBPF)/r.steadySecs, 100*float64(r.sum.Received)/r.expected, guard,
 		float64(r.hs.MaxRSS)/1e6, 100*r.perf.CPU.Seconds()/b.duration.Seconds(),
@@ -279,7 +319,7 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | agent µs per new process: over case a | its count: processes | its count: + tables | reach main, %% |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cs {
-		rs := all[c.name]
+		rs := all[c.key()]
 		stat := func(format string, f func(result) float64) string {
 			var v []float64
 			for _, r := range rs {
@@ -299,10 +339,10 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 			}
 		}
 		perProc := "-"
-		if v := perProcess[c.name]; len(v) > 0 {
+		if v := perProcess[c.key()]; len(v) > 0 {
 			perProc = profrun.MedianRange(v, "%.1f")
 		}
-		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.name, c.what,
+		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key(), c.what,
 			stat("%.1f", func(r result) float64 { v, _ := strconv.ParseFloat(r.loadBefore, 64); return v }),
 			stat("%.3f", func(r result) float64 { return 100 * r.agentBPF() / r.sum.Recorded }),
 			stat("%.3f", func(r result) float64 { return 100 * (r.steadyAgent + r.steadyBPF) / r.steadySecs }),
@@ -355,9 +395,9 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	args := []string{"record", "--duration", b.duration.String(), "--frequency", strconv.Itoa(b.hz), "--data", data,
 		"--cache-dir", b.cacheDir, "--bpf-stats", "--listen", "127.0.0.1:" + port}
 	if b.profiles != "" {
-		args = append(args, "--cpu-profile", filepath.Join(b.profiles, fmt.Sprintf("run%d-%s.pprof", run, c.name)))
+		args = append(args, "--cpu-profile", filepath.Join(b.profiles, fmt.Sprintf("run%d-%s%s.pprof", run, c.name, c.label)))
 	}
-	hs := exec.Command(b.heatscope, args...)
+	hs := exec.Command(c.bin, args...)
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
 	perfData := filepath.Join(dir, "perf.data")
@@ -410,7 +450,7 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 		return r, err
 	}
 	if c.spinners {
-		out, err := exec.Command(b.heatscope, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "perf-script", "-o", "-").Output()
+		out, err := exec.Command(c.bin, "export", "--data", data, "--comm", "nofp", "--stack", "user", "--format", "perf-script", "-o", "-").Output()
 		if err != nil {
 			return r, fmt.Errorf("heatscope export: %w", err)
 		}
@@ -447,7 +487,11 @@ func (b *bench) reading(pid int, metrics string) (reading, error) {
 	}
 	rd.bpf = m["heatscope_bpf_program_seconds_total"] + m["heatscope_bpf_exit_program_seconds_total"]
 	rd.processes = m["heatscope_agent_work_cpu_seconds_total{part=new processes}"]
-	rd.work = m["heatscope_agent_work_cpu_seconds_total"]
+	// The parts that do not fall with the rate: not the samples' own
+	// path, nor the store's.
+	for _, part := range []string{"new processes", "symbol tables", "unwind tables"} {
+		rd.work += m["heatscope_agent_work_cpu_seconds_total{part="+part+"}"]
+	}
 	return rd, nil
 }
 
