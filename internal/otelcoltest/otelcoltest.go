@@ -243,16 +243,16 @@ func (c *Collector) yaml(cfg Config) string {
 		b.WriteString("    sending_queue:\n      enabled: true\n")
 	}
 	if cfg.GRPCEndpoint != "" {
-		fmt.Fprintf(&b, "  otlp:\n    endpoint: %s\n    tls:\n      insecure: true\n", cfg.GRPCEndpoint)
+		fmt.Fprintf(&b, "  otlp_grpc:\n    endpoint: %s\n    tls:\n      insecure: true\n", cfg.GRPCEndpoint)
 		headers()
 		retryOn()
-		exporters = append(exporters, "otlp")
+		exporters = append(exporters, "otlp_grpc")
 	}
 	if cfg.HTTPEndpoint != "" {
-		fmt.Fprintf(&b, "  otlphttp:\n    endpoint: %s\n", cfg.HTTPEndpoint)
+		fmt.Fprintf(&b, "  otlp_http:\n    endpoint: %s\n", cfg.HTTPEndpoint)
 		headers()
 		retryOn()
-		exporters = append(exporters, "otlphttp")
+		exporters = append(exporters, "otlp_http")
 	}
 	fmt.Fprintf(&b, "service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [%s]\n",
 		strings.Join(exporters, ", "))

@@ -34,7 +34,7 @@ func TestStartRestart(t *testing.T) {
 func TestConfigForwards(t *testing.T) {
 	c := &Collector{GRPCAddr: "127.0.0.1:4317", HTTPAddr: "127.0.0.1:4318"}
 	y := c.yaml(Config{GRPCEndpoint: "127.0.0.1:9", HTTPEndpoint: "http://127.0.0.1:10", Headers: map[string]string{"authorization": "Bearer x"}})
-	for _, want := range []string{"exporters: [debug, otlp, otlphttp]", "endpoint: 127.0.0.1:9", "endpoint: http://127.0.0.1:10",
+	for _, want := range []string{"exporters: [debug, otlp_grpc, otlp_http]", "endpoint: 127.0.0.1:9", "endpoint: http://127.0.0.1:10",
 		`authorization: "Bearer x"`, "retry_on_failure:", "profiles:"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("config lacks %q:\n%s", want, y)
