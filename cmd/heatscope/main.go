@@ -32,6 +32,7 @@ var commands = []command{
 	{"serve", "serve the UI and HTTP API over a data directory (no privileges needed)", runServe},
 	{"export", "write a time range of the data directory as pprof, folded stacks, perf script or OTLP profiles", runExport},
 	{"import", "store perf script, folded or pprof files in the data directory as sources", runImport},
+	{"receive", "receive OTLP profiles (gRPC and HTTP) from OpenTelemetry profilers and Collectors into a data directory per node", runReceive},
 	{"compact", "maintain a fleet's bucket: merge blocks, apply retention, write the bucket index", runCompact},
 	{"version", "print the version, commit, Go release and build tags (also --version)", runVersion},
 }

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/otlpreceive"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+// receiveFlags are the flags of heatscope receive.
+type receiveFlags struct {
+	data, grpcListen, httpListen, token, certFile, keyFile *string
+	nodeAttr, objstore, retention, maxRequest              *string
+	insecure                                               *bool
+	nodeRate, totalRate                                    *float64
+	blockDuration                                          *time.Duration
+}
+
+func runReceive(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("receive", "receive [--data DIR] [--grpc-listen ADDR] [--http-listen ADDR] [--objstore-config FILE]", stderr)
+	f := receiveFlags{
+		data:          fs.String("data", "./heatscope-received", "data directory: each node's samples go into DIR/NODE, a recorder's data directory (serve it with heatscope serve --data DIR/NODE)"),
+		grpcListen:    fs.String("grpc-listen", otlpreceive.DefaultGRPCAddr, "address of the OTLP gRPC receiver, host:port ('' for none; a non-loopback host needs --auth-token or --insecure-listen)"),
+		httpListen:    fs.String("http-listen", otlpreceive.DefaultHTTPAddr, "address of the OTLP/HTTP receiver (profiles at "+otlpreceive.HTTPPath+"), host:port ('' for none)"),
+		token:         fs.String("auth-token", "", "require \"Authorization: Bearer TOKEN\" on every request (default: $"+tokenEnv+"); give one to receive beyond this machine"),
+		insecure:      fs.Bool("insecure-listen", false, "receive on a non-loopback address without --auth-token: anyone who can reach it writes profiles"),
+		certFile:      fs.String("tls-cert-file", "", "serve both receivers over TLS with this PEM certificate (and --tls-key-file)"),
+		keyFile:       fs.String("tls-key-file", "", "the PEM private key of --tls-cert-file"),
+		nodeAttr:      fs.String("node-attribute", "host.name", "the resource attribute naming the node a sample was taken on"),
+		objstore:      fs.String("objstore-config", "", "ship every node's sealed blocks to the bucket this YAML file describes, under the node's name (README, A fleet)"),
+		retention:     fs.String("retention", "7d", "drop a node's blocks older than this (e.g. 7d, 36h; 0 keeps everything)"),
+		maxRequest:    fs.String("max-request-size", "16MiB", "refuse a request larger than this, uncompressed (413 / ResourceExhausted)"),
+		nodeRate:      fs.Float64("node-rate", otlpreceive.DefaultNodeRate, "samples per second a node may send (bursts of two seconds' worth); past it: 429 / ResourceExhausted with when to retry"),
+		totalRate:     fs.Float64("total-rate", otlpreceive.DefaultTotalRate, "samples per second all nodes together may send"),
+		blockDuration: fs.Duration("block-duration", 2*time.Minute, "how much time a node's head covers before it is written as a block (45s with --objstore-config)"),
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return f.run(stdout)
+}
+
+// run checks the flags, serves until SIGINT or SIGTERM, then writes every
+// node's head as a block and ships what is left.
+func (f receiveFlags) run(stdout io.Writer) error {
+	if *f.data == "" {
+		return usageError{errors.New("--data '': the received samples need a data directory")}
+	}
+	if *f.grpcListen == "" && *f.httpListen == "" {
+		return usageError{errors.New("--grpc-listen and --http-listen are both '': nothing to receive on")}
+	}
+	token := *f.token
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	for _, addr := range []string{*f.grpcListen, *f.httpListen} {
+		if token == "" && !*f.insecure && addr != "" && !isLoopback(addr) {
+			return usageError{fmt.Errorf("%s receives beyond this machine: give --auth-token (or $%s), or --insecure-listen to receive without authentication", addr, tokenEnv)}
+		}
+	}
+	tlsConfig, err := f.tlsConfig()
+	if err != nil {
+		return err
+	}
+	maxRequest, err := parseSize(*f.maxRequest)
+	if err != nil || maxRequest <= 0 || maxRequest > 1<<30 {
+		return usageError{fmt.Errorf("--max-request-size %q: want a size from 1 byte to 1GiB, such as 16MiB", *f.maxRequest)}
+	}
+	nodes := &receivedNodes{dir: *f.data, opts: store.Options{BlockDuration: *f.blockDuration, PeriodNs: sample.PeriodOf(99), Logger: slog.Default()}}
+	if nodes.opts.Retention, err = parseDays(*f.retention); err != nil {
+		return usageError{fmt.Errorf("--retention: %w", err)}
+	}
+	if err := os.MkdirAll(*f.data, 0o755); err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
+	if *f.objstore != "" {
+		if nodes.bucket, err = openReceiveBucket(*f.objstore); err != nil {
+			return err
+		}
+		nodes.config = *f.objstore
+		defer nodes.bucket.Close()
+		nodes.opts.BlockDuration = shipBlockDuration
+	}
+	defer nodes.close(stdout)
+	rcv, err := otlpreceive.New(otlpreceive.Options{Open: nodes.open, AuthToken: token, NodeAttribute: *f.nodeAttr,
+		MaxRequestBytes: int(maxRequest), NodeRate: *f.nodeRate, TotalRate: *f.totalRate, Logger: slog.Default()})
+	if err != nil {
+		return usageError{fmt.Errorf("--auth-token: %w", err)}
+	}
+	var grpcLn, httpLn net.Listener
+	if *f.grpcListen != "" {
+		if grpcLn, err = net.Listen("tcp", *f.grpcListen); err != nil {
+			return fmt.Errorf("--grpc-listen: %w", err)
+		}
+	}
+	if *f.httpListen != "" {
+		if httpLn, err = net.Listen("tcp", *f.httpListen); err != nil {
+			if grpcLn != nil {
+				grpcLn.Close()
+			}
+			return fmt.Errorf("--http-listen: %w", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+	}
+	if grpcLn != nil {
+		slog.Info("receiving OTLP profiles over gRPC", "address", grpcLn.Addr().String(), "tls", tlsConfig != nil)
+	}
+	if httpLn != nil {
+		slog.Info("receiving OTLP profiles over HTTP", "url", scheme+"://"+httpLn.Addr().String()+otlpreceive.HTTPPath)
+	}
+	slog.Info("each node's samples go into its own data directory", "data", *f.data, "node attribute", *f.nodeAttr)
+	err = rcv.Serve(ctx, grpcLn, httpLn, tlsConfig)
+	st := rcv.Stats()
+	fmt.Fprintf(stdout, "received %d requests: %d samples stored from %d nodes, %d left out (named in the responses), %d requests refused %v\n",
+		st.Requests, st.Samples, st.Nodes, st.Rejected, totalOf(st.Refused), st.Refused)
+	return err
+}
+
+func totalOf(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// tlsConfig loads --tls-cert-file and --tls-key-file, if given.
+func (f receiveFlags) tlsConfig() (*tls.Config, error) {
+	if *f.certFile == "" && *f.keyFile == "" {
+		return nil, nil
+	}
+	if *f.certFile == "" || *f.keyFile == "" {
+		return nil, usageError{errors.New("--tls-cert-file and --tls-key-file go together")}
+	}
+	cert, err := tls.LoadX509KeyPair(*f.certFile, *f.keyFile)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--tls-cert-file %s: %w", *f.certFile, err)}
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}, nil
+}
+
+// openReceiveBucket opens the bucket the nodes' blocks are shipped to and
+// checks that it answers.
+func openReceiveBucket(configPath string) (*bucket.Bucket, error) {
+	cfg, err := bucket.LoadConfig(configPath)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--objstore-config: %w", err)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bucket.Open(ctx, cfg, bucket.Options{Component: "receive"})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Check(ctx, ""); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("--objstore-config %s: %w", configPath, err)
+	}
+	return b, nil
+}
+
+// receivedNodes opens each node's data directory (DIR/NODE) the first
+// time it sends, and its shipping when there is a bucket, as record does
+// for its one node.
+type receivedNodes struct {
+	dir    string
+	opts   store.Options
+	bucket *bucket.Bucket
+	config string
+
+	mu    sync.Mutex
+	nodes []*receivedNode
+}
+
+type receivedNode struct {
+	name string
+	db   *store.DB
+	ship *shipping
+}
+
+func (n *receivedNodes) open(node string) (otlpreceive.Store, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	opts := n.opts
+	opts.Node, opts.Source = node, node
+	dir := filepath.Join(n.dir, node)
+	rn := &receivedNode{name: node}
+	if n.bucket != nil {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		rn.ship = &shipping{bucket: n.bucket, config: n.config, dataDir: abs, node: node}
+		rn.ship.hook(&opts)
+	}
+	db, err := store.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	rn.db = db
+	if rn.ship != nil {
+		if err := rn.ship.start(db); err != nil {
+			rn.ship.halt()
+			db.Close()
+			return nil, fmt.Errorf("node %s: %w", node, err)
+		}
+	}
+	slog.Info("a new node sends", "node", node, "data", dir)
+	n.nodes = append(n.nodes, rn)
+	return db, nil
+}
+
+// close writes every node's head as a block and ships what is left.
+func (n *receivedNodes) close(w io.Writer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, rn := range n.nodes {
+		if err := rn.db.Close(); err != nil {
+			slog.Error("closing a node's data directory", "node", rn.name, "err", err)
+		}
+		if rn.ship != nil {
+			fmt.Fprintf(w, "node %s: ", rn.name)
+			rn.ship.finish(w)
+		}
+	}
+	n.nodes = nil
+}

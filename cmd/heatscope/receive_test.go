@@ -1,0 +1,30 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestReceiveBadFlags: what receive refuses to start with, and why.
+func TestReceiveBadFlags(t *testing.T) {
+	t.Setenv(tokenEnv, "")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grpc-listen", "0.0.0.0:0", "--http-listen", ""}, "--auth-token"},
+		{[]string{"--grpc-listen", "", "--http-listen", ""}, "nothing to receive on"},
+		{[]string{"--tls-cert-file", "x.pem"}, "go together"},
+		{[]string{"--tls-cert-file", dir + "/none.pem", "--tls-key-file", dir + "/none.key"}, "none.pem"},
+		{[]string{"--max-request-size", "lots"}, "--max-request-size"},
+		{[]string{"--data", ""}, "data directory"},
+	} {
+		var out, errb bytes.Buffer
+		err := runReceive(append([]string{"--data", dir}, c.args...), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("receive %v: %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+}
