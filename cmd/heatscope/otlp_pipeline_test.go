@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/otelcoltest"
+	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
+)
+
+// recordingView is what the pipeline must keep of a recording: the CPU
+// time per command, the top functions and the subsecond heatmap.
+type recordingView struct {
+	samples  int
+	commands map[string]int64 // comm -> CPU ns
+	top      *query.Top
+	heatmap  *query.Heatmap
+}
+
+// viewOf reads a data directory's node over r, idle samples included.
+func viewOf(t *testing.T, dir, node string, r store.Range) recordingView {
+	t.Helper()
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Node: node})
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	f := &store.Filter{IncludeIdle: true}
+	v := recordingView{commands: map[string]int64{}}
+	if _, err := query.Samples(ctx, db, r, f, func(s *sample.Sample, period int64) error {
+		v.samples++
+		v.commands[s.Comm] += period
+		return nil
+	}); err != nil {
+		t.Fatalf("%s: samples: %v", dir, err)
+	}
+	if v.top, _, err = query.TopOf(ctx, db, r, f, query.GroupNone, query.GroupAddresses); err != nil {
+		t.Fatalf("%s: top: %v", dir, err)
+	}
+	if v.heatmap, _, err = query.HeatmapOf(ctx, db, r, f, 50); err != nil {
+		t.Fatalf("%s: heatmap: %v", dir, err)
+	}
+	return v
+}
+
+// spanOf is the time a data directory's samples cover.
+func spanOf(t *testing.T, dir, node string) store.Range {
+	t.Helper()
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Node: node})
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	defer db.Close()
+	r, ok := query.Span(db.Sources(), nil)
+	if !ok {
+		t.Fatalf("%s holds no samples", dir)
+	}
+	return r
+}
+
+// countSamples is how many samples dir holds now (a receiver's WAL
+// replayed), 0 when it cannot be read yet.
+func countSamples(dir, node string) int {
+	db, err := store.Open(dir, store.Options{ReadOnly: true, Node: node})
+	if err != nil {
+		return 0
+	}
+	defer db.Close()
+	n := 0
+	query.Samples(context.Background(), db, store.Range{From: math.MinInt64, To: math.MaxInt64}, &store.Filter{IncludeIdle: true},
+		func(*sample.Sample, int64) error { n++; return nil })
+	return n
+}
+
+// loopbackAddr is a loopback address whose port was free a moment ago.
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// receiver is a running `heatscope receive`.
+type receiver struct {
+	t                  *testing.T
+	bin, data, token   string
+	grpcAddr, httpAddr string
+	cmd                *exec.Cmd
+	out                bytes.Buffer
+}
+
+func startReceiver(t *testing.T, bin, data, token string) *receiver {
+	t.Helper()
+	r := &receiver{t: t, bin: bin, data: data, token: token, grpcAddr: loopbackAddr(t), httpAddr: loopbackAddr(t)}
+	r.start()
+	t.Cleanup(func() {
+		r.stop()
+		if t.Failed() {
+			t.Logf("receive's output:\n%s", r.out.String())
+		}
+	})
+	return r
+}
+
+func (r *receiver) start() {
+	r.t.Helper()
+	r.cmd = exec.Command(r.bin, "receive", "--data", r.data, "--grpc-listen", r.grpcAddr, "--http-listen", r.httpAddr, "--block-duration", "10s")
+	r.cmd.Env = append(os.Environ(), tokenEnv+"="+r.token)
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	for range 200 {
+		if c, err := net.Dial("tcp", r.grpcAddr); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.t.Fatalf("heatscope receive does not answer on %s:\n%s", r.grpcAddr, r.out.String())
+}
+
+// stop stops it as an operator would (SIGTERM: every node's head written
+// as a block).
+func (r *receiver) stop() {
+	if r.cmd == nil {
+		return
+	}
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	if err := r.cmd.Wait(); err != nil {
+		r.t.Errorf("heatscope receive: %v", err)
+	}
+	r.cmd = nil
+}
+
+// waitFor waits until the receiver's node holds n samples.
+func waitFor(t *testing.T, dir, node string, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	got := 0
+	for time.Now().Before(deadline) {
+		if got = countSamples(dir, node); got >= n {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("the receiver holds %d of the %d samples after %s", got, n, within)
+}
+
+// recordFixture records the C fixture burning CPU for a few seconds with
+// real BPF, as node "otlp-node", into a new data directory, and exports
+// it as an OTLP request file.
+func recordFixture(t *testing.T, bin, dir string) (data, request string) {
+	t.Helper()
+	hotc, _ := buildFixtures(t, dir)
+	c := start(t, hotc)
+	time.Sleep(200 * time.Millisecond)
+	data = filepath.Join(dir, "recorded")
+	if _, stderr, err := runHeatscope(bin, "record", "--duration", "4s", "--data", data, "--node", "otlp-node", "--listen", "", "--top", "0", "--progress", "0"); err != nil {
+		t.Fatalf("heatscope record: %v\n%s", err, stderr)
+	}
+	c.Process.Kill()
+	request = filepath.Join(dir, "request.pb")
+	if _, stderr, err := runHeatscope(bin, "export", "--data", data, "--format", "otlp", "--idle", "include", "-o", request); err != nil {
+		t.Fatalf("heatscope export --format otlp: %v\n%s", err, stderr)
+	}
+	return data, request
+}
+
+// postOTLP sends an OTLP request file to an OTLP/HTTP endpoint.
+func postOTLP(t *testing.T, url, file string) {
+	t.Helper()
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(url, "application/x-protobuf", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %s", url, resp.Status)
+	}
+}
+
+// TestOTLPPipeline: heatscope record (real BPF, a fixture burning CPU) →
+// its OTLP export → a real OpenTelemetry Collector (its OTLP receiver and
+// exporter, profiles gate on) → heatscope receive: the received node's CPU
+// time per command, top functions and subsecond heatmap equal the
+// recording's, cell for cell; the Collector's debug exporter printed the
+// profiles without an error.
+func TestOTLPPipeline(t *testing.T) {
+	bpftest.Require(t)
+	otelcoltest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	data, request := recordFixture(t, bin, dir)
+
+	token := "pipeline-" + strconv.Itoa(os.Getpid())
+	rcv := startReceiver(t, bin, filepath.Join(dir, "received"), token)
+	col := otelcoltest.Start(t, otelcoltest.Config{GRPCEndpoint: rcv.grpcAddr, Headers: map[string]string{"authorization": "Bearer " + token}})
+	postOTLP(t, "http://"+col.HTTPAddr+otelcoltest.HTTPPath, request)
+
+	span := spanOf(t, data, "otlp-node")
+	want := viewOf(t, data, "otlp-node", span)
+	if want.commands["hotc"] == 0 {
+		t.Fatalf("the recording holds no sample of the fixture: %v", want.commands)
+	}
+	received := filepath.Join(rcv.data, "otlp-node")
+	waitFor(t, received, "otlp-node", want.samples, time.Minute)
+	col.Stop() // first, so that its exporter does not log the receiver gone
+	rcv.stop()
+	got := viewOf(t, received, "otlp-node", span)
+	if got.samples != want.samples || !reflect.DeepEqual(got.commands, want.commands) {
+		t.Errorf("received %d samples, CPU ns per command %v; recorded %d, %v", got.samples, got.commands, want.samples, want.commands)
+	}
+	if !reflect.DeepEqual(got.top, want.top) {
+		t.Errorf("top functions differ:\n got  %+v\n want %+v", head(got.top.Functions, 5), head(want.top.Functions, 5))
+	}
+	if !reflect.DeepEqual(got.heatmap, want.heatmap) {
+		t.Errorf("heatmaps differ: %s", heatmapDiff(got.heatmap, want.heatmap))
+	}
+	if entries, _ := os.ReadDir(rcv.data); len(entries) != 1 {
+		t.Errorf("the receiver made %d node directories, want 1 (otlp-node)", len(entries))
+	}
+
+	out := col.Output()
+	for _, w := range []string{"ResourceProfiles #0", "host.name: Str(otlp-node)", "thread.name: Str(hotc)", "hot_c_function"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the Collector's debug output lacks %q", w)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "\terror\t") || strings.Contains(line, "\twarn\t") {
+			t.Errorf("the Collector logged: %s", line)
+		}
+	}
+}
+
+// TestOTLPReceiverRestart: heatscope's receiver stopped while a Collector
+// forwards to it and started again on the same data directory: the
+// Collector's exporter retries, and every sample arrives once.
+func TestOTLPReceiverRestart(t *testing.T) {
+	bpftest.Require(t)
+	otelcoltest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	data, request := recordFixture(t, bin, dir)
+	span := spanOf(t, data, "otlp-node")
+	want := viewOf(t, data, "otlp-node", span)
+
+	rcv := startReceiver(t, bin, filepath.Join(dir, "received"), "tok")
+	col := otelcoltest.Start(t, otelcoltest.Config{HTTPEndpoint: "http://" + rcv.httpAddr, Headers: map[string]string{"authorization": "Bearer tok"}})
+	rcv.stop()
+	start := time.Now()
+	postOTLP(t, "http://"+col.HTTPAddr+otelcoltest.HTTPPath, request) // queued: the Collector's OTLP receiver does not wait for the export
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the Collector took %s to take a request while heatscope's receiver was down", d)
+	}
+	time.Sleep(2 * time.Second) // a retry or two fails
+	rcv.start()
+	received := filepath.Join(rcv.data, "otlp-node")
+	waitFor(t, received, "otlp-node", want.samples, time.Minute)
+	rcv.stop()
+	got := viewOf(t, received, "otlp-node", span)
+	if got.samples != want.samples || !reflect.DeepEqual(got.heatmap, want.heatmap) {
+		t.Errorf("after the restart: %d samples (heatmaps equal: %v), want %d", got.samples, reflect.DeepEqual(got.heatmap, want.heatmap), want.samples)
+	}
+	if !strings.Contains(col.Output(), "retry") && !strings.Contains(col.Output(), "Retry") {
+		t.Errorf("the Collector's output says nothing of retrying the export")
+	}
+}
+
+func head[T any](s []T, n int) []T { return s[:min(n, len(s))] }
+
+// heatmapDiff names the first cell where two heatmaps differ.
+func heatmapDiff(got, want *query.Heatmap) string {
+	if len(got.Values) != len(want.Values) || got.Start != want.Start {
+		return fmt.Sprintf("%d columns from %v, want %d from %v", len(got.Values), got.Start, len(want.Values), want.Start)
+	}
+	for c := range want.Values {
+		if !slices.Equal(got.Values[c], want.Values[c]) {
+			return fmt.Sprintf("column %d: %v, want %v", c, got.Values[c], want.Values[c])
+		}
+		if !slices.Equal(got.CPU[c], want.CPU[c]) {
+			return fmt.Sprintf("column %d CPU: %v, want %v", c, got.CPU[c], want.CPU[c])
+		}
+	}
+	return "(the cells agree; another field differs)"
+}
