@@ -55,6 +55,9 @@ echo "   (the full 1-hour fleet: go run ./bench/fleet -span 1h)"
 echo "== Fleet overview: 500 nodes x 24 h x 8 CPUs, API and UI (headless chromium)"
 { machine; go run ./bench/overview; } | tee "$out/overview.md"
 
+echo "== OTLP receiver: heatscope receive on one CPU (GOMAXPROCS=1) under 10 nodes x 64 CPUs x 99 Hz, 5 runs of 20 s, and a flood at the size limit"
+{ machine; go run ./bench/otlpreceive -runs 5 -duration 20s; } | tee "$out/otlpreceive.md"
+
 echo "== perf script import (10 x a 30 s perf record -F 999 -a -g)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null || true' EXIT
