@@ -134,6 +134,10 @@ type Receiver struct {
 	requests, samples, rejected, appendErrors atomic.Uint64
 	refusedMu                                 sync.Mutex
 	refused                                   map[string]uint64
+	// lastLogged and unlogged are, per refusal kind, when one was last
+	// logged and how many were refused since without a line.
+	lastLogged map[string]time.Time
+	unlogged   map[string]uint64
 }
 
 // node is one node's store, its rate, and who sends under its name.
@@ -177,11 +181,13 @@ func New(opts Options) (*Receiver, error) {
 	}
 	return &Receiver{
 		opts: opts, log: opts.Logger,
-		tokenHash: sha256.Sum256([]byte(opts.AuthToken)),
-		inflight:  make(chan struct{}, opts.MaxInFlight),
-		total:     rate.NewLimiter(rate.Limit(opts.TotalRate), burst(opts.TotalRate)),
-		nodes:     map[string]*node{},
-		refused:   map[string]uint64{},
+		tokenHash:  sha256.Sum256([]byte(opts.AuthToken)),
+		inflight:   make(chan struct{}, opts.MaxInFlight),
+		total:      rate.NewLimiter(rate.Limit(opts.TotalRate), burst(opts.TotalRate)),
+		nodes:      map[string]*node{},
+		refused:    map[string]uint64{},
+		lastLogged: map[string]time.Time{},
+		unlogged:   map[string]uint64{},
 	}, nil
 }
 
@@ -227,12 +233,25 @@ func (r *Receiver) refuse(kind, format string, args ...any) *refusal {
 	return &refusal{kind: kind, msg: fmt.Sprintf(format, args...)}
 }
 
-// count records a refusal and logs it.
+// logEvery is how often refusals of one kind are logged: a flood of
+// them is one line per interval, saying how many it stands for.
+const logEvery = 10 * time.Second
+
+// count records a refusal and logs it, at most once per logEvery for
+// each kind (with how many were refused since the last line).
 func (r *Receiver) count(e *refusal, peer string) {
+	now := r.opts.Now()
 	r.refusedMu.Lock()
 	r.refused[e.kind]++
+	last, quiet := r.lastLogged[e.kind], r.unlogged[e.kind]
+	if !last.IsZero() && now.Sub(last) < logEvery {
+		r.unlogged[e.kind]++
+		r.refusedMu.Unlock()
+		return
+	}
+	r.lastLogged[e.kind], r.unlogged[e.kind] = now, 0
 	r.refusedMu.Unlock()
-	r.log.Warn("OTLP request refused", "reason", e.kind, "peer", peer, "err", e.msg)
+	r.log.Warn("OTLP request refused", "reason", e.kind, "peer", peer, "err", e.msg, "refused unlogged before it", quiet)
 }
 
 // authorized reports whether an Authorization value carries the token.

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -524,5 +525,30 @@ func TestTLS(t *testing.T) {
 	}
 	if n := r.Stats().Samples; n != 2*uint64(len(want)) {
 		t.Fatalf("%d samples stored over TLS, want %d", n, 2*len(want))
+	}
+}
+
+// TestRefusalsLoggedOncePerInterval: a flood of refusals is one log line
+// per kind and interval, the next one saying how many went unlogged.
+func TestRefusalsLoggedOncePerInterval(t *testing.T) {
+	var logs bytes.Buffer
+	now := time.Now()
+	r, err := New(Options{Open: newDirStores(t).open, AuthToken: "tok", Now: func() time.Time { return now },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := served(t, r)
+	for range 5 {
+		post(t, url, "wrong", []byte("x"), nil)
+	}
+	now = now.Add(logEvery)
+	post(t, url, "wrong", []byte("x"), nil)
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], `"refused unlogged before it"=4`) {
+		t.Fatalf("log of 6 refusals over two intervals:\n%s", logs.String())
+	}
+	if got := r.Stats().Refused[refUnauthenticated]; got != 6 {
+		t.Fatalf("%d refusals counted, want 6", got)
 	}
 }
