@@ -7,13 +7,13 @@ package pyfixture
 
 import (
 	"bufio"
-	"context"
 	"embed"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -65,6 +65,8 @@ type Ready struct {
 	Codes map[string]uint64 `json:"codes"`
 	// Workers are the pids of the processes it started (a pool's).
 	Workers []int `json:"workers"`
+	// Tids are the thread ids of its threads, by name (threads.py).
+	Tids map[string]int `json:"tids"`
 	// Lines are instructions the script saw run: a code object, the
 	// offset of an instruction in its code (f_lasti, bytes) and its line.
 	Lines []Instr `json:"lines"`
@@ -99,20 +101,20 @@ func Start(t testing.TB, py Interpreter, script string, args ...string) *Process
 	if err := os.WriteFile(path, src, 0o644); err != nil {
 		t.Fatalf("pyfixture: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, py.Path, append([]string{path}, args...)...)
+	cmd := exec.Command(py.Path, append([]string{path}, args...)...)
 	cmd.Stderr = os.Stderr
+	// A process group of its own, killed whole at the end: a pool's
+	// workers go with their parent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		cancel()
 		t.Fatalf("pyfixture: %v", err)
 	}
 	if err := cmd.Start(); err != nil {
-		cancel()
 		t.Fatalf("pyfixture: start %s %s: %v", py.Path, script, err)
 	}
 	t.Cleanup(func() {
-		cancel()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 	})
 	ready := make(chan error, 1)
