@@ -16,13 +16,12 @@ func BenchmarkFrame(b *testing.B) {
 	proc := pyfixture.Start(b, pyfixture.Interpreters[0], "busy.py")
 	p := pythonProcess(b, proc.PID)
 	in := proc.Lines[0]
-	ip := in.Code + uint64(p.Layout.CodeAdaptive) + uint64(in.Lasti)
 	frame := func(b *testing.B, r *Resolver) {
 		c, err := r.Code(p, in.Code)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if line, ok := c.Line(ip); !ok || line != in.Line {
+		if line, ok := c.Line(uint32(in.Lasti)); !ok || line != in.Line {
 			b.Fatalf("line %d, want %d", line, in.Line)
 		}
 	}

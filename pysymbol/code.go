@@ -26,21 +26,17 @@ type Code struct {
 	FirstLine int
 	// lines is co_linetable (see Line).
 	lines []byte
-	// adaptive is where the code object's instructions start in its
-	// process: its address plus the layout's co_code_adaptive.
-	adaptive uint64
 }
 
-// Line is the line of the instruction that instr (a frame's instruction
-// pointer: 3.11 and 3.12's prev_instr, 3.13's instr_ptr) points to, and
-// false when the location table does not say (see Line).
-func (c *Code) Line(instr uint64) (int, bool) {
-	if instr == 0 {
-		return 0, false
+// Line is the line of the instruction at byte offset off in the code
+// (pyinterp.Frame.Offset), and false when the location table does not say
+// (see Line). pyinterp.NoInstr, a frame that has not started, is on the
+// first line, as CPython says.
+func (c *Code) Line(off uint32) (int, bool) {
+	if off == pyinterp.NoInstr {
+		return c.FirstLine, true
 	}
-	// prev_instr is one unit before the code before the first instruction runs.
-	off := int64(instr - c.adaptive)
-	if off%2 != 0 || off < -2 || off > 2*int64(maxLineTable)*8 {
+	if off%2 != 0 {
 		return 0, false
 	}
 	return Line(c.lines, c.FirstLine, int(off/2))
@@ -66,7 +62,7 @@ func readCode(pid uint32, l *pyinterp.Layout, addr uint64) (*Code, error) {
 	if err := readMemory(pid, addr, head); err != nil {
 		return nil, fmt.Errorf("code object: %w", err)
 	}
-	c := &Code{adaptive: addr + uint64(l.CodeAdaptive)}
+	c := &Code{}
 	first := int32(word32(head, l.CodeFirstLineno))
 	if first < 0 || first > maxFirstLine {
 		return nil, fmt.Errorf("code object at %#x: first line %d: %w", addr, first, errGarbage)

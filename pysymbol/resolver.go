@@ -1,6 +1,6 @@
 // Package pysymbol names the Python frames the sampler reads: given a
-// process, the address of a code object and a frame's instruction pointer,
-// it reads the code object from the process's memory (process_vm_readv)
+// process, the address of a code object and the offset of the instruction
+// a frame runs in it (pyinterp.Frame), it reads the code object from the process's memory (process_vm_readv)
 // with the offsets package pyinterp gives for the interpreter's version,
 // and returns its qualified name (co_qualname), file (co_filename), first
 // line (co_firstlineno) and the line being run, from its location table

@@ -12,27 +12,16 @@ import (
 )
 
 // Python frames. The sampler reads, beside the native stack, the chain of
-// CPython interpreter frames of the sampled thread (leaf first): each
-// frame's code object and instruction pointer, and whether it is the
-// first frame a call of the evaluation loop, _PyEval_EvalFrameDefault,
-// ran (the entry frame: every frame above it, up to the previous entry
-// frame, ran in the same C call). Python names each frame (package
+// CPython interpreter frames of the sampled thread (pyinterp.Frame, leaf
+// first): each frame's code object and instruction offset, and whether it
+// is the first frame a call of the evaluation loop,
+// _PyEval_EvalFrameDefault, ran (the entry frame: every frame above it, up
+// to the previous entry frame, ran in the same C call). Python names each frame (package
 // pysymbol reads the code objects from the process's memory) and puts the
 // Python frames of each call of the loop in the place of that call's
 // native frame, so that a C extension called from Python shows its native
 // frames above its Python caller, and Python called back from C its
 // Python frames above the C code that called it.
-
-// PythonFrame is one interpreter frame of a sample, as the sampler read it.
-type PythonFrame struct {
-	// Code is the address of the frame's code object in the process, and
-	// Instr the instruction it runs (3.11 and 3.12's prev_instr, 3.13's
-	// instr_ptr).
-	Code, Instr uint64
-	// Entry marks the first frame a call of _PyEval_EvalFrameDefault ran:
-	// the outermost of that call's frames.
-	Entry bool
-}
 
 // evalLoop is the native function whose frames the Python frames replace:
 // CPython's evaluation loop, in python3.X or libpython3.X.so.
@@ -66,7 +55,7 @@ type pythonState struct {
 //
 // stack is not modified (it may be shared with other samples); the stack
 // returned is new.
-func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []PythonFrame) []sample.Frame {
+func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []pyinterp.Frame) []sample.Frame {
 	if len(py) == 0 {
 		return stack
 	}
@@ -78,11 +67,15 @@ func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []P
 	st := p.py
 	p.mu.Unlock()
 	frames := make([]sample.Frame, len(py))
+	named := 0
 	for i, f := range py {
-		frames[i] = s.pythonFrame(st, f)
+		if !f.Incomplete {
+			frames[i] = s.pythonFrame(st, f)
+			named++
+		}
 	}
 	out, placed := interleave(stack, kernel, frames, py)
-	s.stats.pythonFrames.Add(uint64(len(py)))
+	s.stats.pythonFrames.Add(uint64(named))
 	if !placed {
 		s.stats.pythonMisplaced.Add(1)
 	}
@@ -90,11 +83,11 @@ func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []P
 }
 
 // pythonFrame names one Python frame.
-func (s *Symbolizer) pythonFrame(st *pythonState, f PythonFrame) sample.Frame {
+func (s *Symbolizer) pythonFrame(st *pythonState, f pyinterp.Frame) sample.Frame {
 	if st.err == nil {
 		c, err := s.python.Code(st.proc, f.Code)
 		if err == nil {
-			line, _ := c.Line(f.Instr)
+			line, _ := c.Line(f.Offset)
 			return sample.Frame{Function: c.Qualname, Module: c.File, Kind: sample.KindPython,
 				Line: uint32(line), StartLine: uint32(c.FirstLine)}
 		}
@@ -106,9 +99,19 @@ func (s *Symbolizer) pythonFrame(st *pythonState, f PythonFrame) sample.Frame {
 }
 
 // interleave puts the Python frames py (named, leaf first; raw gives each
-// one's entry mark) in place of stack's evaluation-loop frames, and
-// reports whether each call of the loop on one side met one on the other.
-func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []PythonFrame) ([]sample.Frame, bool) {
+// one's entry and incomplete marks) in place of stack's evaluation-loop
+// frames, and reports whether each call of the loop on one side met one
+// on the other. Incomplete frames (being set up: CPython's tracebacks
+// leave them out) delimit their call's run but are not shown.
+func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []pyinterp.Frame) ([]sample.Frame, bool) {
+	run := func(out []sample.Frame, from, to int) []sample.Frame {
+		for i := from; i < to; i++ {
+			if !raw[i].Incomplete {
+				out = append(out, py[i])
+			}
+		}
+		return out
+	}
 	out := make([]sample.Frame, 0, len(stack)+len(py))
 	kernel = min(kernel, len(stack))
 	out = append(out, stack[:kernel]...)
@@ -129,12 +132,12 @@ func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []Pytho
 		for end < len(py)-1 && !raw[end].Entry {
 			end++
 		}
-		out = append(out, py[next:end+1]...)
+		out = run(out, next, end+1)
 		next = end + 1
 	}
 	if next < len(py) {
 		placed = false // the native stack ended first
-		out = append(out, py[next:]...)
+		out = run(out, next, len(py))
 	}
 	return out, placed
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/heatscope/heatscope/internal/pyfixture"
+	"github.com/heatscope/heatscope/pyinterp"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -29,15 +30,15 @@ func kernelFrames(names ...string) []sample.Frame {
 }
 
 // pyChain returns Python frames named by names, leaf first; a name ending
-// in "!" is an entry frame.
-func pyChain(names ...string) ([]sample.Frame, []PythonFrame) {
+// in "!" is an entry frame, one starting with "?" an incomplete frame.
+func pyChain(names ...string) ([]sample.Frame, []pyinterp.Frame) {
 	var fs []sample.Frame
-	var raw []PythonFrame
+	var raw []pyinterp.Frame
 	for i, n := range names {
-		entry := strings.HasSuffix(n, "!")
-		n = strings.TrimSuffix(n, "!")
+		entry, incomplete := strings.HasSuffix(n, "!"), strings.HasPrefix(n, "?")
+		n = strings.Trim(n, "!?")
 		fs = append(fs, sample.Frame{Function: n, Module: "/srv/app.py", Kind: sample.KindPython})
-		raw = append(raw, PythonFrame{Code: uint64(0x1000 + 8*i), Entry: entry})
+		raw = append(raw, pyinterp.Frame{Code: uint64(0x1000 + 8*i), Entry: entry, Incomplete: incomplete})
 	}
 	return fs, raw
 }
@@ -93,6 +94,12 @@ func TestInterleave(t *testing.T) {
 		py:     []string{"key"},
 		want:   []string{"py:key", "builtin_sorted", evalLoop, "main"},
 		placed: false,
+	}, {
+		name:   "incomplete frames delimit their run, unseen",
+		stack:  native(evalLoop, "_PyEval_Vector", evalLoop, "main"),
+		py:     []string{"?being_called!", "caller", "?setup", "<module>!"},
+		want:   []string{"_PyEval_Vector", "py:caller", "py:<module>", "main"},
+		placed: true,
 	}, {
 		name:   "no user stack",
 		stack:  kernelFrames("do_syscall_64"),
@@ -158,10 +165,9 @@ func TestPythonRealProcess(t *testing.T) {
 			if got := names(stack); !slices.Equal(got, []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"}) {
 				t.Fatalf("native stack %v", got)
 			}
-			var raw []PythonFrame
-			adaptive := s.codeAdaptive(t, pid)
+			var raw []pyinterp.Frame
 			for i, in := range proc.Lines {
-				raw = append(raw, PythonFrame{Code: in.Code, Instr: in.Code + uint64(adaptive) + uint64(in.Lasti), Entry: i == len(proc.Lines)-1})
+				raw = append(raw, pyinterp.Frame{Code: in.Code, Offset: uint32(in.Lasti), Entry: i == len(proc.Lines)-1})
 			}
 			check := func(when string) {
 				t.Helper()
@@ -193,20 +199,4 @@ func TestPythonRealProcess(t *testing.T) {
 			}
 		})
 	}
-}
-
-// codeAdaptive returns where code objects' instructions start in the
-// layout the symbolizer found for pid.
-func (s *Symbolizer) codeAdaptive(t testing.TB, pid uint32) uint32 {
-	t.Helper()
-	p := s.process(pid)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.py == nil {
-		p.py = s.findPython(p)
-	}
-	if p.py.err != nil {
-		t.Fatal(p.py.err)
-	}
-	return p.py.proc.Layout.CodeAdaptive
 }
