@@ -115,7 +115,10 @@ func (r *Recorder) OnPoll(fn func()) { r.prof.OnPoll(fn) }
 // (its Stack slice may be kept, but is shared with other samples of the
 // same stack: it must not be modified). With unwind tables, each user
 // frame above the sampled pc is marked with how it was found
-// (sample.Frame.Method, from Sample.Unwind). Each sample is stamped with
+// (sample.Frame.Method, from Sample.Unwind). A sample of a Python process
+// whose Python frames the sampler read has them in place of the
+// interpreter's evaluation-loop frames (symbolize.Symbolizer.Python), read
+// now, while the process likely lives. Each sample is stamped with
 // the period it weighs (Sample.PeriodNs, see PeriodAt): once a sample
 // taken at a new period is stamped, the samples after it are too, even
 // one from another CPU a little older than the change, so that the stamps
@@ -179,6 +182,14 @@ func (r *Recorder) Run(ctx context.Context, sink func(*sample.Sample)) error {
 			// the pprof labels: on a copy, as the symbolizer's frames
 			// are shared between samples (one copy per stack and bits).
 			s.Stack = marked.mark(s.Stack, &s.Unwind, shared)
+		}
+		if len(rec.Python) > 0 {
+			// The thread's Python frames in place of the interpreter's
+			// evaluation loop, on a new slice. The user frames are no
+			// longer the last len(rec.User) of the stack: each says how
+			// it was found (marked above), Unwind no longer can.
+			s.Stack = r.sym.Python(rec.PID, s.Stack, len(rec.Kernel), rec.Python)
+			s.Unwind = sample.Unwind{}
 		}
 		if r.containers != nil {
 			s.Container = r.containers.Lookup(rec.CgroupID)
