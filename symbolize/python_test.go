@@ -200,3 +200,29 @@ func TestPythonRealProcess(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPython is the symbolizer's cost of a sample's Python frames
+// once their code objects are cached: three frames of a running busy loop
+// named and put in place of the evaluation loop in a native stack of
+// three frames; reported per Python frame.
+//
+//	go test ./symbolize/ -run '^$' -bench Python -count 6
+func BenchmarkPython(b *testing.B) {
+	proc := pyfixture.Start(b, pyfixture.Interpreters[0], "busy.py")
+	pid := uint32(proc.PID)
+	s := New(nil, Options{})
+	s.Observe(pid, "python3")
+	stack := native(evalLoop, "PyEval_EvalCode", "Py_RunMain")
+	var raw []pyinterp.Frame
+	for i, in := range proc.Lines {
+		raw = append(raw, pyinterp.Frame{Code: in.Code, Offset: uint32(in.Lasti), Entry: i == len(proc.Lines)-1})
+	}
+	if got := s.Python(pid, stack, 0, raw); len(got) != 5 || got[0].Function != "inner" {
+		b.Fatalf("%v", names(got))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Python(pid, stack, 0, raw)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(raw)), "ns/frame")
+}
