@@ -221,20 +221,27 @@ func TestPythonEndToEnd(t *testing.T) {
 				},
 				want: "<module> -> outer -> middle -> inner below the interpreter's native frames, no evaluation loop left",
 			}}
+			// Each thread its own chain: judged together (a thread of three
+			// behind one GIL can get a handful of samples on this machine),
+			// each sample by its own thread's chain.
+			chainOf := map[uint32]string{}
 			for _, name := range []string{"alpha", "beta", "gamma"} {
 				tid := threads.Tids[name]
 				if tid == 0 {
 					t.Fatalf("threads.py named no thread %s: %v", name, threads.Tids)
 				}
-				checks = append(checks, pyCheck{
-					name: "thread " + name, pid: uint32(threads.PID), tid: uint32(tid),
-					whole: func(s pyStack) bool {
-						r := s.root()
-						return pyOrder(r, "py:Thread.run", "py:"+name, "py:"+name+"_mid", "py:"+name+"_leaf", "py:spin") && noEvalLoop(r)
-					},
-					want: "Thread.run -> " + name + " -> " + name + "_mid -> " + name + "_leaf -> spin, native frames between them allowed",
-				})
+				chainOf[uint32(tid)] = name
 			}
+			threadChains := pyCheck{
+				name: "threads", pid: uint32(threads.PID),
+				whole: func(s pyStack) bool {
+					name, ok := chainOf[s.tid]
+					r := s.root()
+					return ok && pyOrder(r, "py:Thread.run", "py:"+name, "py:"+name+"_mid", "py:"+name+"_leaf", "py:spin") && noEvalLoop(r)
+				},
+				want: "each thread's own Thread.run -> NAME -> NAME_mid -> NAME_leaf -> spin, native frames between them allowed",
+			}
+			checks = append(checks, threadChains)
 			for _, w := range pool.Workers {
 				checks = append(checks, pyCheck{
 					name: "pool worker " + strconv.Itoa(w), pid: uint32(w),
@@ -246,6 +253,11 @@ func TestPythonEndToEnd(t *testing.T) {
 				cextCheck("sha256", sha, "hash_loop", []string{"libcrypto", "_sha2", "_sha256"}, []string{"sha256", "SHA256"}))
 			for _, c := range checks {
 				c.judge(t, stacks)
+			}
+			for tid, name := range chainOf {
+				if !slices.ContainsFunc(stacks, func(s pyStack) bool { return s.tid == tid && threadChains.whole(s) }) {
+					t.Errorf("thread %s (tid %d): no sample with its own chain", name, tid)
+				}
 			}
 		})
 	}
