@@ -45,6 +45,9 @@ type Report struct {
 	// TruncatedStacks counts the samples whose stack was cut to
 	// MaxStackFrames.
 	TruncatedStacks int
+	// NoCPU counts the samples that did not say which CPU they ran on
+	// (no cpu.logical_number, or one out of range): their CPU is 0.
+	NoCPU int
 	// Skipped lists the profiles that were not CPU time (an off-CPU or
 	// memory profile), which Decode left out.
 	Skipped []SkippedProfile
@@ -107,6 +110,8 @@ type decoder struct {
 	nCached int
 	scratch []sample.Frame
 	boxes   map[sample.Container]*sample.Container
+	// noCPU says the sample being emitted named no CPU (Report.NoCPU).
+	noCPU bool
 }
 
 func newDecoder(p pprofile.Profiles, opts DecodeOptions) (*decoder, error) {
@@ -438,6 +443,7 @@ func (d *decoder) emit(fn func(*sample.Sample) error) error {
 					f.fill(&s, d.boxes)
 					var truncated bool
 					s.Stack, truncated = d.stack(os.StackIndex())
+					d.noCPU = !f.hasCPU
 					if err := d.emitSample(&s, os, p, w, truncated, fn); err != nil {
 						return err
 					}
@@ -470,6 +476,9 @@ func (d *decoder) emitSample(s *sample.Sample, os pprofile.Sample, p pprofile.Pr
 		}
 		if truncated {
 			d.report.TruncatedStacks++
+		}
+		if d.noCPU {
+			d.report.NoCPU++
 		}
 		d.report.Samples++
 		if err := fn(s); err != nil {
@@ -517,6 +526,7 @@ func (d *decoder) stack(index int32) ([]sample.Frame, bool) {
 // resource's, then its own.
 type fields struct {
 	pid, tid, cpu, cgroupID    int64
+	hasCPU                     bool
 	threadName, executableName string
 	container                  sample.Container
 }
@@ -531,6 +541,7 @@ func (f *fields) set(key string, v pcommon.Value) {
 		f.tid = intValue(v)
 	case keyCPU:
 		f.cpu = intValue(v)
+		f.hasCPU = v.Type() == pcommon.ValueTypeInt && f.cpu >= 0 && f.cpu <= math.MaxUint32
 	case keyCgroupID:
 		f.cgroupID = intValue(v)
 	case keyThreadName:

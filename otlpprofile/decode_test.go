@@ -151,8 +151,9 @@ func TestDecodeEBPFProfiler(t *testing.T) {
 // TestDecodeTolerant: what a sender leaves out is unknown, never a panic:
 // no attributes at all, attributes of the wrong type or out of range, a
 // count without a period (weight unknown, counted), values without
-// timestamps (the profile's time, counted), a profile that is not CPU
-// time (left out, named), another attribute naming the node.
+// timestamps (the profile's time, counted), no CPU or one out of range
+// (CPU 0, counted), a profile that is not CPU time (left out, named),
+// another attribute naming the node.
 func TestDecodeTolerant(t *testing.T) {
 	p := pprofile.NewProfiles()
 	b := newDictBuilder(p)
@@ -195,7 +196,7 @@ func TestDecodeTolerant(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
-	wantRep := Report{Samples: 3, NoTimestamp: 3, NoPeriod: 1, Skipped: []SkippedProfile{{Type: "off_cpu", Unit: "nanoseconds", Samples: 1}}}
+	wantRep := Report{Samples: 3, NoTimestamp: 3, NoPeriod: 1, NoCPU: 3, Skipped: []SkippedProfile{{Type: "off_cpu", Unit: "nanoseconds", Samples: 1}}}
 	if !reflect.DeepEqual(rep, wantRep) {
 		t.Errorf("report %+v, want %+v", rep, wantRep)
 	}
