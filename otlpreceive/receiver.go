@@ -333,6 +333,10 @@ func (r *Receiver) ingest(ctx context.Context, p pprofile.Profiles) (result, *re
 	for _, s := range rep.Skipped {
 		why = append(why, s.String()+": left out")
 	}
+	if rep.NoCPU > 0 {
+		why = append(why, fmt.Sprintf("%d samples did not say which CPU they ran on (cpu.logical_number): stored on CPU 0, "+
+			"so the per-CPU view and the fleet overview's busiest CPU add them up as one CPU", rep.NoCPU))
+	}
 	if rep.TruncatedStacks > 0 {
 		why = append(why, fmt.Sprintf("%d stacks cut to their %d leaf-most frames", rep.TruncatedStacks, otlpprofile.MaxStackFrames))
 	}

@@ -552,3 +552,30 @@ func TestRefusalsLoggedOncePerInterval(t *testing.T) {
 		t.Fatalf("%d refusals counted, want 6", got)
 	}
 }
+
+// TestNoCPUNamed: samples that do not say which CPU they ran on are
+// stored (their CPU time is known) on CPU 0, and the partial success
+// says so.
+func TestNoCPUNamed(t *testing.T) {
+	ds := newDirStores(t)
+	r, err := New(Options{Open: ds.open})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := served(t, r)
+	_, p := workload(t, "nocpu", 2, 1, 4)
+	attrs := p.Dictionary().AttributeTable()
+	for i := range attrs.Len() {
+		if attrs.At(i).KeyStrindex() != 0 && p.Dictionary().StringTable().At(int(attrs.At(i).KeyStrindex())) == "cpu.logical_number" {
+			attrs.At(i).Value().SetStr("not a number")
+		}
+	}
+	resp, body := post(t, url, "", marshal(t, p), nil)
+	out := pprofileotlp.NewExportResponse()
+	if resp.StatusCode != 200 || out.UnmarshalProto(body) != nil {
+		t.Fatalf("%s %s", resp.Status, statusMessage(body))
+	}
+	if ps := out.PartialSuccess(); ps.RejectedProfiles() != 0 || !strings.Contains(ps.ErrorMessage(), "did not say which CPU") {
+		t.Fatalf("partial success %d %q, want the samples stored and named", ps.RejectedProfiles(), ps.ErrorMessage())
+	}
+}
