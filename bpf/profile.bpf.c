@@ -888,7 +888,11 @@ struct py_walk {
 	__u32 key;            // py_frames key of the next frame
 	__u32 n;              // frames written
 	__u32 flags;          // HS_PY_*
-	__u32 _pad;
+	// Set when the next frame is the innermost of its
+	// _PyEval_EvalFrameDefault call's: the only one that may be
+	// incomplete (its callers in that call have run a CALL, past their
+	// first traceable instruction).
+	__u32 innermost;
 };
 
 static long py_step(__u64 i, struct py_walk *w)
@@ -926,6 +930,7 @@ static long py_step(__u64 i, struct py_walk *w)
 			if (above)
 				above->flags |= HS_PYF_ENTRY;
 		}
+		w->innermost = 1;
 		w->frame = previous;
 		return 0;
 	}
@@ -942,13 +947,12 @@ static long py_step(__u64 i, struct py_walk *w)
 	f->code = code;
 	f->flags = 0;
 	f->offset = instr >= start && instr - start < 0xffffffffULL ? (__u32)(instr - start) : 0xffffffff;
-	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 127])
-		f->flags |= HS_PYF_ENTRY;
 	// Incomplete (CPython's _PyFrame_IsIncomplete): not a generator's,
 	// and before the code's first traceable instruction. That is
 	// within the first few instructions (MAKE_CELL, COPY_FREE_VARS,
-	// RETURN_GENERATOR): only there is the code object read.
-	if (owner != l->owner_generator && (f->offset == 0xffffffff || f->offset < 512)) {
+	// RETURN_GENERATOR) of the innermost frame of a call: only there is
+	// the code object read.
+	if (w->innermost && owner != l->owner_generator && (f->offset == 0xffffffff || f->offset < 512)) {
 		__u32 first = 0;
 		if (bpf_probe_read_user(&first, 4, (void *)(code + l->code_firsttraceable)) < 0) {
 			w->flags |= HS_PY_READ_ERROR;
@@ -956,6 +960,11 @@ static long py_step(__u64 i, struct py_walk *w)
 		}
 		if (instr < start + (__u64)first * 2)
 			f->flags |= HS_PYF_INCOMPLETE;
+	}
+	w->innermost = 0;
+	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 127]) {
+		f->flags |= HS_PYF_ENTRY;
+		w->innermost = 1;
 	}
 	w->key++;
 	w->n++;
@@ -989,7 +998,7 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 			c->py_no_thread++;
 		return 0;
 	}
-	struct py_walk w = {.l = l};
+	struct py_walk w = {.l = l, .innermost = 1};
 	__u64 frame = 0;
 	if (bpf_probe_read_user(&frame, 8, (void *)(tstate + l->thread_frame)) < 0)
 		goto read_error;
