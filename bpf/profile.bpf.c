@@ -773,10 +773,15 @@ struct {
 
 // The thread state found last for each thread, and the process entry
 // (hs_proc.gen) it was found under; checked at each use (its
-// native_thread_id must still be the thread's).
+// native_thread_id must still be the thread's). tstate 0: the thread had
+// none when looked for at checked_ns (a native thread of a Python
+// process, such as a math library's workers): it is looked for again
+// PY_NO_THREAD_NS later, not at every sample.
+#define PY_NO_THREAD_NS 1000000000ULL
 struct hs_py_thread {
 	__u64 tstate;
 	__u64 gen;
+	__u64 checked_ns;
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -850,13 +855,15 @@ error:
 // process whose _PyRuntime is at runtime, or 0; error is set when a read
 // failed.
 static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_proc *proc,
-					     __u64 runtime, __u32 tid, __u32 *error)
+					     __u64 runtime, __u32 tid, __u64 now, __u32 *error)
 {
 	struct hs_py_thread *cached = bpf_map_lookup_elem(&py_threads, &tid);
 	if (cached && cached->gen == proc->gen) {
-		__u64 id = 0;
 		__u64 tstate = cached->tstate;
-		if (bpf_probe_read_user(&id, 8, (void *)(tstate + l->thread_native_id)) == 0 && id == tid)
+		if (!tstate && now - cached->checked_ns < PY_NO_THREAD_NS)
+			return 0;
+		__u64 id = 0;
+		if (tstate && bpf_probe_read_user(&id, 8, (void *)(tstate + l->thread_native_id)) == 0 && id == tid)
 			return tstate;
 	}
 	struct py_thread_search ts = {.l = l, .tid = tid};
@@ -865,16 +872,16 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 		return 0;
 	}
 	bpf_loop(MAX_PY_THREADS, py_thread_step, &ts, 0);
-	if (ts.error)
+	if (ts.error) {
 		*error = 1;
-	if (ts.tstate == 0 || ts.error)
 		return 0;
+	}
 	// tstate is set only where the loop stopped at a match, unless the
 	// bound cut it: check the match.
 	__u64 id = 0;
-	if (bpf_probe_read_user(&id, 8, (void *)(ts.tstate + l->thread_native_id)) < 0 || id != tid)
-		return 0;
-	struct hs_py_thread v = {.tstate = ts.tstate, .gen = proc->gen};
+	if (ts.tstate && (bpf_probe_read_user(&id, 8, (void *)(ts.tstate + l->thread_native_id)) < 0 || id != tid))
+		ts.tstate = 0;
+	struct hs_py_thread v = {.tstate = ts.tstate, .gen = proc->gen, .checked_ns = now};
 	bpf_map_update_elem(&py_threads, &tid, &v, BPF_ANY);
 	return ts.tstate;
 }
@@ -989,7 +996,7 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 		return 0;
 	c->py_walks++;
 	__u32 error = 0;
-	__u64 tstate = py_thread_state(l, proc, runtime, tid, &error);
+	__u64 tstate = py_thread_state(l, proc, runtime, tid, s->ktime_ns, &error);
 	if (!tstate) {
 		s->python_flags = HS_PY_WALKED | (error ? HS_PY_READ_ERROR : HS_PY_NO_THREAD);
 		if (error)

@@ -100,9 +100,10 @@ type ProfileHsPyLayout struct {
 }
 
 type ProfileHsPyThread struct {
-	_      structs.HostLayout
-	Tstate uint64
-	Gen    uint64
+	_         structs.HostLayout
+	Tstate    uint64
+	Gen       uint64
+	CheckedNs uint64
 }
 
 type ProfileHsRow struct {

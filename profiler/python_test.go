@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/fixture"
 	"github.com/heatscope/heatscope/pyinterp"
 )
 
@@ -35,6 +36,7 @@ type pyProgram struct {
 	started, ready int64
 	Pid            uint32 `json:"pid"`
 	Version        string `json:"version"`
+	Native         uint32 `json:"native"`
 	Threads        []struct {
 		TID    uint32   `json:"tid"`
 		Chain  []uint64 `json:"chain"`
@@ -45,9 +47,9 @@ type pyProgram struct {
 // startPython runs script (in testdata) with the interpreter at path, in
 // a process group of its own (killed whole at the end: a pool's workers
 // too), and waits for its line.
-func startPython(t testing.TB, name, path, script string) *pyProgram {
+func startPython(t testing.TB, name, path, script string, args ...string) *pyProgram {
 	t.Helper()
-	cmd := exec.Command(path, "testdata/"+script)
+	cmd := exec.Command(path, append([]string{"testdata/" + script}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -235,4 +237,73 @@ func codes(f []pyinterp.Frame) []uint64 {
 		out[i] = f[i].Code
 	}
 	return out
+}
+
+// TestPythonNativeThread: a thread of a Python process that Python does
+// not know (a pthread a C library started, spinning in C) has no thread
+// state: its samples are walked and say so (PythonNoThread, counted),
+// without frames, while the Python thread beside it keeps its chain.
+func TestPythonNativeThread(t *testing.T) {
+	bpftest.Require(t)
+	if err := dwarfSupported(); err != nil {
+		t.Skipf("the Python walk runs in the table-walking program, which this kernel cannot run: %v", err)
+	}
+	const py = "/usr/bin/python3.11"
+	if _, err := os.Stat(py); err != nil {
+		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
+			t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but %s is not installed (.ci/run installs python3.11): %v", py, err)
+		}
+		t.Skipf("%s is not installed: %v", py, err)
+	}
+	lib := fixture.BuildC(t, "", "gcc", "libspin.so", `
+#include <pthread.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+static volatile long tid;
+static void *spin(void *arg) { tid = syscall(SYS_gettid); for (;;) {} return arg; }
+long start_native(void) { pthread_t t; pthread_create(&t, 0, spin, 0); while (!tid) {} return tid; }
+`, "-O1", "-shared", "-fPIC", "-pthread")
+	prog := startPython(t, "debian-3.11/native", py, "pynative.py", lib)
+	p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, PIDs: []uint32{prog.Pid}})
+	if err != nil {
+		t.Fatalf("open profiler: %v", err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var native, noThread, pyWalked, pyWhole int
+	err = p.Run(ctx, func(r *Record, _ int64) {
+		switch r.TID {
+		case prog.Native:
+			native++
+			if r.PythonWalk.Has(PythonWalked) {
+				if !r.PythonWalk.Has(PythonNoThread) || len(r.Python) > 0 {
+					t.Errorf("a sample of the native thread: walk %b, %d Python frames", r.PythonWalk, len(r.Python))
+				}
+				noThread++
+			}
+		case prog.Threads[0].TID:
+			if r.PythonWalk.Has(PythonWalked) {
+				pyWalked++
+				if len(r.Python) >= 2 && slices.Equal(codes(r.Python[:2]), prog.Threads[0].Chain) {
+					pyWhole++
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("native thread: %d samples, %d walked without a thread state; Python thread: %d of %d walked samples with its chain; counters: walks %d, no thread %d",
+		native, noThread, pyWhole, pyWalked, st.PythonWalks, st.PythonNoThread)
+	if noThread < 10 || st.PythonNoThread < uint64(noThread) {
+		t.Errorf("%d samples of the native thread walked without a thread state (counted %d), want 10 or more", noThread, st.PythonNoThread)
+	}
+	if pyWalked < 10 || pyWhole < pyWalked*7/10 {
+		t.Errorf("the Python thread: %d of %d walked samples with its chain", pyWhole, pyWalked)
+	}
 }
