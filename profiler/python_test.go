@@ -170,6 +170,7 @@ func TestPythonFrames(t *testing.T) {
 	t.Logf("Python walks %d, no thread state %d, read errors %d, truncated %d; interpreters %+v; BPF %v over %d runs",
 		st.PythonWalks, st.PythonNoThread, st.PythonReadErrors, st.PythonTruncated, st.Unwind.Python, st.BPFRunTime, st.BPFRunCount)
 
+	var total, totalWhole int
 	for _, prog := range progs {
 		for i, th := range prog.Threads {
 			// The samples after the program was ready, from the
@@ -218,13 +219,20 @@ func TestPythonFrames(t *testing.T) {
 				}
 			}
 			// A sample may catch the thread between the calls of its
-			// loop (in top or mid): most must be in the leaf.
-			if len(recs) < 10 || whole < len(recs)*7/10 {
+			// loop (in top or mid): most must be in the leaf. A thread
+			// of a loaded machine may get few samples: each is judged
+			// alone from 5, and all together below.
+			totalWhole += whole
+			total += len(recs)
+			if whole == 0 || len(recs) >= 5 && whole < len(recs)*7/10 {
 				t.Errorf("%s (%s) thread %d: %d of %d samples have its chain %x", prog.name, prog.Version, th.TID, whole, len(recs), th.Chain)
 			} else {
 				t.Logf("%s (%s) thread %d: %d of %d samples have its whole chain", prog.name, prog.Version, th.TID, whole, len(recs))
 			}
 		}
+	}
+	if total < 50 || totalWhole < total*8/10 {
+		t.Errorf("%d of %d samples of the programs' threads have their chains, want 80%% of 50 or more", totalWhole, total)
 	}
 	if st.PythonWalks == 0 {
 		t.Errorf("no Python walks counted")
