@@ -32,15 +32,22 @@ type Process struct {
 	// does not share.
 	PID       uint32
 	StartTime uint64
+	// Image tells the program images a process runs apart: a caller
+	// changes it when the process's mappings change (an exec keeps the
+	// pid and start time), so that a code object of a new image is not
+	// taken for one of the old image at the same address; the
+	// symbolizer hashes the mappings.
+	Image uint64
 	// Layout is where its interpreter's version keeps what is read.
 	Layout *pyinterp.Layout
 }
 
-// key is a cache entry's: the process's identity and the code object's
-// address.
+// key is a cache entry's: the process's identity and image, and the code
+// object's address.
 type key struct {
 	pid   uint32
 	start uint64
+	image uint64
 	code  uint64
 }
 
@@ -69,7 +76,7 @@ func New(maxBytes int64) *Resolver {
 // read from the process's memory. The error of a failed read wraps
 // ErrExited when the process has exited.
 func (r *Resolver) Code(p Process, addr uint64) (*Code, error) {
-	k := key{p.PID, p.StartTime, addr}
+	k := key{p.PID, p.StartTime, p.Image, addr}
 	if c, ok := r.codes.Get(k); ok {
 		r.stats.hits.Add(1)
 		return c, nil
@@ -88,7 +95,7 @@ func (r *Resolver) Code(p Process, addr uint64) (*Code, error) {
 }
 
 // Forget drops the cached code objects of the processes gone says are
-// gone (by pid and start time), and returns how many.
+// gone (by pid and start time; every image), and returns how many.
 func (r *Resolver) Forget(gone func(pid uint32, start uint64) bool) int {
 	return r.codes.RemoveFunc(func(k key) bool { return gone(k.pid, k.start) })
 }

@@ -173,3 +173,26 @@ func TestExitedProcess(t *testing.T) {
 		t.Errorf("stats %+v, want none cached and one read of an exited process", st)
 	}
 }
+
+// TestImageKeysTheCache: a process's new image (after an exec) does not
+// take the old image's code object at the same address from the cache.
+func TestImageKeysTheCache(t *testing.T) {
+	proc := pyfixture.Start(t, pyfixture.Interpreters[0], "busy.py")
+	p := pythonProcess(t, proc.PID)
+	r := New(0)
+	for range 2 {
+		if _, err := r.Code(p, proc.Codes["inner"]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Image++
+	if _, err := r.Code(p, proc.Codes["inner"]); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Misses != 2 || st.Hits != 1 || st.Codes != 2 {
+		t.Errorf("stats %+v, want the new image read (2 misses, 1 hit)", st)
+	}
+	if n := r.Forget(func(pid uint32, start uint64) bool { return pid == p.PID }); n != 2 {
+		t.Errorf("Forget dropped %d, want both images' 2", n)
+	}
+}

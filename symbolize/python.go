@@ -1,8 +1,10 @@
 package symbolize
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"path/filepath"
 	"syscall"
 
@@ -37,6 +39,10 @@ type pythonState struct {
 	// proc is how pysymbol reads it; err, when set, why it cannot be.
 	proc pysymbol.Process
 	err  error
+	// version is the version of the process's mappings (process.version)
+	// it was last checked against; proc.Image hashes the mappings it
+	// was found with (mapsImage).
+	version uint64
 }
 
 // Python returns stack (kernel frames, then user frames, leaf first, as
@@ -61,8 +67,22 @@ func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []p
 	}
 	p := s.process(pid)
 	p.mu.Lock()
-	if p.py == nil {
-		p.py = s.findPython(p)
+	if p.py == nil || p.py.version != p.version {
+		// First sight, or its mappings were read again. When they
+		// changed (an exec, a dlopen) the interpreter is found again
+		// and its code objects are read again under the new image. A
+		// process that exited since (its mappings from an exit
+		// snapshot) keeps what was found.
+		if p.py == nil || p.py.err != nil || mapsImage(p.maps) != p.py.proc.Image {
+			if st := s.findPython(p); st.err == nil || p.py == nil {
+				p.py = st
+			}
+		}
+		if p.py.version != p.version {
+			kept := *p.py // readers may hold the old one
+			kept.version = p.version
+			p.py = &kept
+		}
 	}
 	st := p.py
 	p.mu.Unlock()
@@ -148,7 +168,7 @@ func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []pyint
 func (s *Symbolizer) findPython(p *process) *pythonState {
 	start, err := pysymbol.StartTime(s.opts.ProcRoot, p.pid)
 	if err != nil {
-		return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, err)}
+		return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, err), version: p.version}
 	}
 	var errs []error
 	seen := map[string]bool{}
@@ -160,7 +180,7 @@ func (s *Symbolizer) findPython(p *process) *pythonState {
 		seen[m.path] = true
 		in, err := s.interpreter(p.pid, m)
 		if err == nil {
-			return &pythonState{proc: pysymbol.Process{PID: p.pid, StartTime: start, Layout: &in.Layout}}
+			return &pythonState{proc: pysymbol.Process{PID: p.pid, StartTime: start, Image: mapsImage(p.maps), Layout: &in.Layout}, version: p.version}
 		}
 		if !errors.Is(err, pyinterp.ErrNotInterpreter) {
 			errs = append(errs, err)
@@ -169,7 +189,25 @@ func (s *Symbolizer) findPython(p *process) *pythonState {
 	if len(errs) == 0 {
 		errs = append(errs, errors.New("no CPython interpreter among its mappings"))
 	}
-	return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, errors.Join(errs...))}
+	return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, errors.Join(errs...)), version: p.version}
+}
+
+// mapsImage hashes a process's executable mappings (where each file is
+// mapped): a new image after an exec (address space layout
+// randomisation), or a library loaded, changes it; reading the same
+// mappings again does not.
+func mapsImage(maps []userMapping) uint64 {
+	h := fnv.New64a()
+	var b [32]byte
+	for i := range maps {
+		m := &maps[i]
+		binary.LittleEndian.PutUint64(b[0:], m.start)
+		binary.LittleEndian.PutUint64(b[8:], m.end)
+		binary.LittleEndian.PutUint64(b[16:], m.offset)
+		binary.LittleEndian.PutUint64(b[24:], m.inode)
+		h.Write(b[:])
+	}
+	return h.Sum64()
 }
 
 // interpreter reads (or finds in the cache) the interpreter in the file

@@ -146,8 +146,10 @@ func interpreterBinary(t testing.TB, pid int) string {
 // TestPythonRealProcess names the Python frames of a running busy loop
 // three calls deep, under each interpreter installed, reading its code
 // objects from its memory, and puts them in place of the evaluation loop
-// in a native stack of the interpreter's real addresses; once the process
-// has exited, the names read stay until the process is forgotten.
+// in a native stack of the interpreter's real addresses. Its code objects
+// are read once, and again only when its mappings change (as after an
+// exec); once the process has exited, and once its exit snapshot replaced
+// its mappings, the names read stay until the process is forgotten.
 func TestPythonRealProcess(t *testing.T) {
 	for _, py := range pyfixture.Interpreters {
 		t.Run(py.Name, func(t *testing.T) {
@@ -184,11 +186,33 @@ func TestPythonRealProcess(t *testing.T) {
 				}
 			}
 			check("running")
+			// The same mappings read again: the code objects stay cached.
+			p := s.process(pid)
+			p.mu.Lock()
+			s.readMaps(p)
+			p.mu.Unlock()
+			check("its mappings read again")
+			if st := s.Stats(); st.PythonCode.Misses != 3 {
+				t.Errorf("%d code objects read after the same mappings were read again, want the first 3", st.PythonCode.Misses)
+			}
+			// New mappings (as after an exec): read again.
+			p.mu.Lock()
+			p.maps = append(slices.Clone(p.maps), userMapping{mapping: mapping{start: 1 << 46, end: 1<<46 + 4096, exec: true}})
+			p.version = s.versions.Add(1)
+			p.mu.Unlock()
+			check("new mappings")
+			if st := s.Stats(); st.PythonCode.Misses != 6 {
+				t.Errorf("%d code objects read after the mappings changed, want 6", st.PythonCode.Misses)
+			}
 			_ = proc.Cmd.Process.Kill()
 			_ = proc.Cmd.Wait()
 			check("after the exit")
+			// The exit snapshot's mappings (a new version of them) do not
+			// lose what was read while the process lived.
+			s.SetMaps(pid, nil)
+			check("after the exit snapshot")
 			st := s.Stats()
-			if st.PythonFrames != 6 || st.PythonUnknown != 0 || st.PythonMisplaced != 0 || st.PythonCode.Misses != 3 || st.PythonCode.Hits != 3 {
+			if st.PythonFrames != 15 || st.PythonUnknown != 0 || st.PythonMisplaced != 0 || st.PythonCode.Misses != 6 || st.PythonCode.Hits != 9 {
 				t.Errorf("stats %+v", st)
 			}
 			if n := s.ForgetExited(0); n != 1 {
