@@ -18,12 +18,12 @@ import (
 // first): each frame's code object and instruction offset, and whether it
 // is the first frame a call of the evaluation loop,
 // _PyEval_EvalFrameDefault, ran (the entry frame: every frame above it, up
-// to the previous entry frame, ran in the same C call). Python names each frame (package
-// pysymbol reads the code objects from the process's memory) and puts the
-// Python frames of each call of the loop in the place of that call's
-// native frame, so that a C extension called from Python shows its native
-// frames above its Python caller, and Python called back from C its
-// Python frames above the C code that called it.
+// to the previous entry frame, ran in the same C call). Python names each
+// frame (package pysymbol reads the code objects from the process's
+// memory) and puts the Python frames of each call of the loop in the
+// place of that call's native frame, so that a C extension called from
+// Python shows its native frames above its Python caller, and Python
+// called back from C its Python frames above the C code that called it.
 
 // evalLoop is the native function whose frames the Python frames replace:
 // CPython's evaluation loop, in python3.X or libpython3.X.so.
