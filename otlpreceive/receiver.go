@@ -218,6 +218,9 @@ type refusal struct {
 
 func (e *refusal) Error() string { return e.msg }
 
+// RefusalReasons are the keys of Stats.Refused.
+var RefusalReasons = []string{refInvalid, refTooLarge, refRateLimited, refBusy, refUnauthenticated, refConflict, refStore}
+
 // Refusal kinds.
 const (
 	refInvalid         = "invalid"
