@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -107,13 +108,14 @@ type receiver struct {
 	t                  *testing.T
 	bin, data, token   string
 	grpcAddr, httpAddr string
+	metricsAddr        string
 	cmd                *exec.Cmd
 	out                bytes.Buffer
 }
 
 func startReceiver(t *testing.T, bin, data, token string) *receiver {
 	t.Helper()
-	r := &receiver{t: t, bin: bin, data: data, token: token, grpcAddr: loopbackAddr(t), httpAddr: loopbackAddr(t)}
+	r := &receiver{t: t, bin: bin, data: data, token: token, grpcAddr: loopbackAddr(t), httpAddr: loopbackAddr(t), metricsAddr: loopbackAddr(t)}
 	r.start()
 	t.Cleanup(func() {
 		r.stop()
@@ -126,7 +128,8 @@ func startReceiver(t *testing.T, bin, data, token string) *receiver {
 
 func (r *receiver) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(r.bin, "receive", "--data", r.data, "--grpc-listen", r.grpcAddr, "--http-listen", r.httpAddr, "--block-duration", "10s")
+	r.cmd = exec.Command(r.bin, "receive", "--data", r.data, "--grpc-listen", r.grpcAddr, "--http-listen", r.httpAddr, "--block-duration", "10s",
+		"--metrics-listen", r.metricsAddr)
 	r.cmd.Env = append(os.Environ(), tokenEnv+"="+r.token)
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -154,6 +157,27 @@ func (r *receiver) stop() {
 		r.t.Errorf("heatscope receive: %v", err)
 	}
 	r.cmd = nil
+}
+
+// metric reads one unlabelled metric of the receiver's /metrics, with
+// its token.
+func (r *receiver) metric(t *testing.T, name string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+r.metricsAddr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("/metrics (%s) has no %s", resp.Status, name)
+	return ""
 }
 
 // waitFor waits until the receiver's node holds n samples.
@@ -267,6 +291,9 @@ func TestOTLPPipeline(t *testing.T) {
 	}
 	received := filepath.Join(rcv.data, "otlp-node")
 	waitFor(t, received, "otlp-node", want.samples, time.Minute)
+	if m := rcv.metric(t, "heatscope_otlp_receive_samples_total"); m != strconv.Itoa(want.samples) {
+		t.Errorf("heatscope_otlp_receive_samples_total %s, want %d", m, want.samples)
+	}
 	col.Stop() // first, so that its exporter does not log the receiver gone
 	rcv.stop()
 	got := viewOf(t, received, "otlp-node", span)

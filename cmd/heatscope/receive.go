@@ -2,20 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/metrics"
 	"github.com/heatscope/heatscope/otlpreceive"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -24,7 +28,7 @@ import (
 // receiveFlags are the flags of heatscope receive.
 type receiveFlags struct {
 	data, grpcListen, httpListen, token, certFile, keyFile *string
-	nodeAttr, objstore, retention, maxRequest              *string
+	nodeAttr, objstore, retention, maxRequest, metricsAddr *string
 	insecure                                               *bool
 	nodeRate, totalRate                                    *float64
 	blockDuration                                          *time.Duration
@@ -46,6 +50,7 @@ func runReceive(args []string, stdout, stderr io.Writer) error {
 		maxRequest:    fs.String("max-request-size", "16MiB", "refuse a request larger than this, uncompressed (413 / ResourceExhausted)"),
 		nodeRate:      fs.Float64("node-rate", otlpreceive.DefaultNodeRate, "samples per second a node may send (bursts of two seconds' worth); past it: 429 / ResourceExhausted with when to retry"),
 		totalRate:     fs.Float64("total-rate", otlpreceive.DefaultTotalRate, "samples per second all nodes together may send"),
+		metricsAddr:   fs.String("metrics-listen", "", "serve Prometheus /metrics (heatscope_otlp_receive_*: requests, samples stored, refusals by reason, samples left out, nodes) on this address, with --auth-token's token when one is set ('' for none)"),
 		blockDuration: fs.Duration("block-duration", 2*time.Minute, "how much time a node's head covers before it is written as a block (45s with --objstore-config)"),
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -101,6 +106,13 @@ func (f receiveFlags) run(stdout io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--auth-token: %w", err)}
 	}
+	if *f.metricsAddr != "" {
+		stopMetrics, err := serveReceiveMetrics(*f.metricsAddr, token, rcv)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	var grpcLn, httpLn net.Listener
 	if *f.grpcListen != "" {
 		if grpcLn, err = net.Listen("tcp", *f.grpcListen); err != nil {
@@ -141,6 +153,42 @@ func totalOf(m map[string]uint64) uint64 {
 		n += v
 	}
 	return n
+}
+
+// serveReceiveMetrics serves the receiver's /metrics on addr (behind the
+// token, when there is one) until the returned function is called.
+func serveReceiveMetrics(addr, token string, rcv *otlpreceive.Receiver) (func(), error) {
+	if token == "" && !isLoopback(addr) {
+		slog.Warn("--metrics-listen serves beyond this machine without a token", "address", addr)
+	}
+	m := metrics.New()
+	if err := m.RegisterOTLPReceive(rcv); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	h := m.Handler()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && !bearerIs(r.Header.Get("Authorization"), token) {
+			http.Error(w, "unauthorized: send the token as \"Authorization: Bearer TOKEN\"", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	slog.Info("serving the receiver's metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { srv.Close() }, nil
+}
+
+// bearerIs reports whether an Authorization value carries token,
+// compared in constant time.
+func bearerIs(header, token string) bool {
+	scheme, got, ok := strings.Cut(header, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // tlsConfig loads --tls-cert-file and --tls-key-file, if given.
