@@ -56,8 +56,8 @@ test:
 	$(GO) vet -tags gcs,azure ./bucket/ ./cmd/heatscope/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	# The OTLP tests' OpenTelemetry Collector, built into ~/.cache/heatscope-otelcol
-	# first (minutes the first time, nothing after), so that no package's
-	# timeout pays for it.
+	# first (about 3 minutes of CPU the first time, nothing after), so that no
+	# package's timeout pays for it.
 	$(GO) test -count=1 -timeout 30m -run TestStartRestart ./internal/otelcoltest/
 	$(GO) test $(TESTFLAGS) ./...
 	$(GO) test $(TESTFLAGS) -tags gcs,azure ./bucket/
