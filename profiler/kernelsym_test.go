@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/symbolize"
 )
 
 // TestExitProgramSymbol: the exit snapshot program, once loaded, is named
@@ -18,8 +20,8 @@ import (
 // the symbolizer needs no read of kallsyms for its frames.
 func TestExitProgramSymbol(t *testing.T) {
 	bpftest.Require(t)
-	var got []KernelSymbol
-	p, err := Open(Config{Frequency: 99, PIDs: []uint32{uint32(os.Getpid())}, OnProgram: func(s KernelSymbol) { got = append(got, s) }})
+	var got []symbolize.ProgramSymbol
+	p, err := Open(Config{Frequency: 99, PIDs: []uint32{uint32(os.Getpid())}, OnProgram: func(s symbolize.ProgramSymbol) { got = append(got, s) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +33,13 @@ func TestExitProgramSymbol(t *testing.T) {
 		t.Fatalf("OnProgram told of %d symbols, want the exit program's: %+v", len(got), got)
 	}
 	sym := got[0]
+	listed, err := ListPrograms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(listed, sym) {
+		t.Errorf("ListPrograms %+v lacks the exit program %+v", listed, sym)
+	}
 	if !strings.HasPrefix(sym.Name, "bpf_prog_") || !strings.HasSuffix(sym.Name, "_on_exit") || sym.Size == 0 {
 		t.Fatalf("symbol %+v: want bpf_prog_<tag>_on_exit with a size", sym)
 	}

@@ -107,7 +107,7 @@ type Config struct {
 	// loaded, so that the symbolizer names its frames as kallsyms does
 	// without reading kallsyms (symbolize.Kernel.AddProgram). It may be
 	// called from another goroutine than Run's.
-	OnProgram func(KernelSymbol)
+	OnProgram func(symbolize.ProgramSymbol)
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.

@@ -81,10 +81,12 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 		symOpts.Logger = log
 	}
 	if kernel != nil && cfg.OnProgram == nil {
-		// The exit snapshot program runs in every exiting task: its
-		// frames are named from the kernel's account of it, not by
-		// reading kallsyms again for them.
-		cfg.OnProgram = func(s profiler.KernelSymbol) { kernel.AddProgram(s.Addr, s.Size, s.Name) }
+		// The exit snapshot program runs in every exiting task, other
+		// BPF programs in the tasks they serve: their frames are named
+		// from the kernel's account of them, not by reading kallsyms
+		// again for them.
+		cfg.OnProgram = kernel.AddProgram
+		kernel.ListPrograms(profiler.ListPrograms)
 	}
 	sym := symbolize.New(kernel, symOpts)
 	if cfg.RecentMaps == nil {

@@ -61,8 +61,8 @@ type programSymbol struct {
 // BPFModule is the module kallsyms lists BPF programs under.
 const BPFModule = "[bpf]"
 
-// AddProgram names the kernel text [addr, addr+size) name in module
-// BPFModule: a function of a BPF program the agent loaded itself (its
+// AddProgram names the kernel text [p.Addr, p.Addr+p.Size) p.Name in
+// module BPFModule: a function of a BPF program the agent loaded itself (its
 // exit snapshot program runs in the context of the tasks it snapshots, and
 // shows in their kernel stacks), as kallsyms names it
 // ("bpf_prog_<tag>_<name>"). Its frames are then named without reading
@@ -70,7 +70,8 @@ const BPFModule = "[bpf]"
 // (30-50 ms of CPU) the first time one is sampled, and named right by a
 // table read before the program was loaded, which would give its addresses
 // to the symbol below them. It is safe to call while others resolve.
-func (k *Kernel) AddProgram(addr uint64, size uint32, name string) {
+func (k *Kernel) AddProgram(p ProgramSymbol) {
+	addr, size, name := p.Addr, p.Size, p.Name
 	if k == nil || size == 0 {
 		return
 	}
@@ -94,12 +95,40 @@ func (k *Kernel) program(addr, lookup uint64) (sample.Frame, bool) {
 	if p == nil {
 		return sample.Frame{}, false
 	}
-	progs := *p
+	return programAt(*p, addr, lookup)
+}
+
+// programAt returns the function of progs (sorted by address) holding
+// lookup.
+func programAt(progs []programSymbol, addr, lookup uint64) (sample.Frame, bool) {
 	i := sort.Search(len(progs), func(i int) bool { return progs[i].addr > lookup }) - 1
 	if i < 0 || lookup-progs[i].addr >= uint64(progs[i].size) {
 		return sample.Frame{}, false
 	}
 	return sample.Frame{Function: progs[i].name, Module: BPFModule, Address: addr, Kind: sample.KindKernel}, true
+}
+
+// ProgramSymbol is a BPF program's function in kernel text: where its JIT
+// image lies and the name kallsyms gives it ("bpf_prog_<tag>_<name>").
+type ProgramSymbol struct {
+	Addr uint64
+	Size uint32
+	Name string
+}
+
+// ListPrograms gives a table read from a KernelCache a way to name the BPF
+// programs loaded on the machine without reading kallsyms: list returns
+// their functions, as the kernel accounts for them (the profiler's
+// ListPrograms, a few system calls a program: under a millisecond for a
+// handful, where a read of kallsyms costs 30-50 ms). An address outside
+// the kernel image and the modules is looked up in the last list first,
+// then, the first time it is seen, in a new list (at most every
+// relistInterval), and only then in kallsyms, read if need be. Call it
+// before the table is used.
+func (k *Kernel) ListPrograms(list func() ([]ProgramSymbol, error)) {
+	if k != nil && k.dynamic != nil {
+		k.dynamic.list = list
+	}
 }
 
 // moduleRun marks that the symbols from index first on belong to module,

@@ -35,8 +35,10 @@ import (
 // BPF programs, ftrace trampolines and kprobe slots come and go without
 // changing that key. A table loaded from the cache therefore resolves only
 // addresses inside the kernel image and the loaded modules; any other
-// address loads the whole of kallsyms, once (and again at most every
-// dynamicReloadInterval while such addresses stay unresolved).
+// address is looked up in the BPF programs the kernel lists
+// (Kernel.ListPrograms), then loads the whole of kallsyms, once (and again
+// at most every dynamicReloadInterval while such addresses stay
+// unresolved).
 type KernelCache struct {
 	// Dir holds the cache files ("" for no cache).
 	Dir string
@@ -54,6 +56,15 @@ func DefaultKernelCache(dir string) KernelCache {
 // dynamicReloadInterval is how often a table loaded from the cache may
 // re-read kallsyms for addresses outside the kernel image and modules.
 const dynamicReloadInterval = 10 * time.Second
+
+// relistInterval is how often at most a table loaded from the cache
+// lists the BPF programs loaded (Kernel.ListPrograms) for an address in
+// none of those it listed: a program loaded since, sampled. A list costs
+// about 0.1 ms a program; each address is listed for once (unlisted).
+const relistInterval = 100 * time.Millisecond
+
+// maxUnlisted bounds the addresses remembered as held by no program.
+const maxUnlisted = 4096
 
 // kernelCacheMagic starts every cache file.
 const kernelCacheMagic = "heatscope kallsyms cache 1\n"
@@ -173,14 +184,42 @@ type dynamicKernel struct {
 	loaded time.Time
 	// reads counts the reads of kallsyms.
 	reads int
+	// list lists the BPF programs loaded (Kernel.ListPrograms; nil:
+	// none); listed is its last list, sorted, taken at listedAt.
+	list     func() ([]ProgramSymbol, error)
+	listed   []programSymbol
+	listedAt time.Time
+	// unlisted holds the addresses a list taken after they were seen
+	// did not hold, which are not listed again for (at most
+	// maxUnlisted).
+	unlisted map[uint64]struct{}
 }
 
-// resolve resolves addr from the whole of kallsyms, reading it if it was
-// not read yet, or if it leaves addr unresolved and was read more than
-// dynamicReloadInterval ago.
+// resolve resolves addr as a BPF program's (list), or else from the whole
+// of kallsyms, reading it if it was not read yet, or if it leaves addr
+// unresolved and was read more than dynamicReloadInterval ago.
 func (d *dynamicKernel) resolve(addr, lookup uint64) (sample.Frame, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.list != nil {
+		if f, ok := programAt(d.listed, addr, lookup); ok {
+			return f, true
+		}
+		// A program loaded since the last list, or an address no
+		// program holds (an ftrace trampoline, a kprobe slot): listed
+		// again once per such address, kallsyms for the rest.
+		if _, seen := d.unlisted[lookup]; !seen && (d.listedAt.IsZero() || time.Since(d.listedAt) >= relistInterval) {
+			d.listedAt = time.Now()
+			d.listPrograms()
+			if f, ok := programAt(d.listed, addr, lookup); ok {
+				return f, true
+			}
+			if d.unlisted == nil || len(d.unlisted) >= maxUnlisted {
+				d.unlisted = map[uint64]struct{}{}
+			}
+			d.unlisted[lookup] = struct{}{}
+		}
+	}
 	if d.kernel != nil {
 		f, ok := d.kernel.resolve(addr, lookup)
 		if ok || time.Since(d.loaded) < dynamicReloadInterval {
@@ -195,6 +234,23 @@ func (d *dynamicKernel) resolve(addr, lookup uint64) (sample.Frame, bool) {
 		}
 	}
 	return d.kernel.resolve(addr, lookup) // a nil *Kernel resolves nothing
+}
+
+// listPrograms replaces the programs listed with those loaded now (kept
+// when they cannot be listed).
+func (d *dynamicKernel) listPrograms() {
+	progs, err := d.list()
+	if err != nil {
+		return
+	}
+	listed := make([]programSymbol, 0, len(progs))
+	for _, p := range progs {
+		if p.Size > 0 && p.Name != "" {
+			listed = append(listed, programSymbol{addr: p.Addr, size: p.Size, name: p.Name})
+		}
+	}
+	slices.SortFunc(listed, func(a, b programSymbol) int { return cmp.Compare(a.addr, b.addr) })
+	d.listed = listed
 }
 
 // Cache file layout, little-endian: the magic, the 32-byte key, the

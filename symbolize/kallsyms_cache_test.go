@@ -1,8 +1,10 @@
 package symbolize
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/heatscope/heatscope/sample"
@@ -224,7 +226,7 @@ func TestOwnProgramNeedsNoKallsymsRead(t *testing.T) {
 		t.Fatalf("Load: hit %v, err %v; want a hit", hit, err)
 	}
 	for _, kernel := range []*Kernel{k, before} {
-		kernel.AddProgram(0xffffffffc0500000, 0x180, name)
+		kernel.AddProgram(ProgramSymbol{Addr: 0xffffffffc0500000, Size: 0x180, Name: name})
 	}
 	// Many samples in the program, as under churn: every exit runs it.
 	wrong := 0
@@ -245,5 +247,68 @@ func TestOwnProgramNeedsNoKallsymsRead(t *testing.T) {
 	// Past the program's end it is not the program's.
 	if got := before.Resolve(0xffffffffc0500180); got.Function == name {
 		t.Errorf("Resolve past the program's end = %+v, want another symbol", got)
+	}
+}
+
+// TestListedProgramsNeedNoKallsymsRead: BPF programs other than the
+// agent's (other agents', a network plugin's) are loaded one after
+// another and sampled as they run. Listed (Kernel.ListPrograms), each is
+// named without a read of kallsyms, also one loaded after the last list,
+// and so is one loaded after kallsyms was read, which kallsyms would have
+// named after the program below it. Before, the first of them read
+// kallsyms.
+func TestListedProgramsNeedNoKallsymsRead(t *testing.T) {
+	c := testKernelCache(t)
+	if _, _, err := c.Load(); err != nil {
+		t.Fatal(err)
+	}
+	kallsyms, _ := os.ReadFile(c.Kallsyms)
+	writeFile(t, c.Kallsyms, string(kallsyms)+"ffffffffc0400000 t ftrace_trampoline\t[__builtin__ftrace]\n")
+	k, hit, err := c.Load()
+	if err != nil || !hit {
+		t.Fatalf("Load: hit %v, err %v; want a hit", hit, err)
+	}
+	var loaded []ProgramSymbol
+	lists := 0
+	k.ListPrograms(func() ([]ProgramSymbol, error) { lists++; return slices.Clone(loaded), nil })
+	program := func(i int) ProgramSymbol {
+		return ProgramSymbol{Addr: 0xffffffffc0600000 + uint64(i)*0x1000, Size: 0x200, Name: fmt.Sprintf("bpf_prog_%016x_prog%d", i, i)}
+	}
+	check := func(p ProgramSymbol) {
+		t.Helper()
+		for off := range uint64(100) {
+			addr := p.Addr + off*4
+			want := sample.Frame{Function: p.Name, Module: BPFModule, Address: addr, Kind: sample.KindKernel}
+			if got := k.Resolve(addr); got != want {
+				t.Fatalf("Resolve(%#x) = %+v, want %+v", addr, got, want)
+			}
+		}
+	}
+	for i := range 10 {
+		loaded = append(loaded, program(i))
+		k.dynamic.listedAt = k.dynamic.listedAt.Add(-relistInterval) // the next list is due
+		check(program(i))
+	}
+	if k.dynamic.reads != 0 || lists != 10 {
+		t.Errorf("10 programs loaded and sampled: kallsyms read %d times, programs listed %d times; want 0 and 10", k.dynamic.reads, lists)
+	}
+	// An address no program holds (an ftrace trampoline) is listed for
+	// once, then read from kallsyms, once.
+	for range 3 {
+		k.dynamic.listedAt = k.dynamic.listedAt.Add(-relistInterval)
+		if got := k.Resolve(0xffffffffc0400010); got.Function != "ftrace_trampoline" {
+			t.Fatalf("an address of kallsyms alone: %+v", got)
+		}
+	}
+	if k.dynamic.reads != 1 || lists != 11 {
+		t.Errorf("a trampoline sampled thrice: kallsyms read %d times, programs listed %d times; want 1 and 11", k.dynamic.reads, lists)
+	}
+	// A program loaded after kallsyms was read, which kallsyms would
+	// give to the symbol below it.
+	loaded = append(loaded, program(10))
+	k.dynamic.listedAt = k.dynamic.listedAt.Add(-relistInterval)
+	check(program(10))
+	if k.dynamic.reads != 1 {
+		t.Errorf("kallsyms read %d times, want 1 (for the trampoline)", k.dynamic.reads)
 	}
 }
