@@ -30,6 +30,11 @@ type DecodeOptions struct {
 	// NodeAttribute is the resource attribute naming the node a sample
 	// was taken on (sample.Sample.Node); "" means host.name.
 	NodeAttribute string
+	// RequireCPU leaves out the samples that do not say which CPU they
+	// ran on (counted in Report.NoCPU) instead of giving them CPU 0: a
+	// store adds a CPU's samples up as that CPU's time, and those of
+	// every CPU on one would read busier than a CPU can be.
+	RequireCPU bool
 }
 
 // Report says what Decode read, and what it had to guess or leave out.
@@ -46,7 +51,8 @@ type Report struct {
 	// MaxStackFrames.
 	TruncatedStacks int
 	// NoCPU counts the samples that did not say which CPU they ran on
-	// (no cpu.logical_number, or one out of range): their CPU is 0.
+	// (no cpu.logical_number, or one out of range): their CPU is 0, or,
+	// under DecodeOptions.RequireCPU, they were left out.
 	NoCPU int
 	// Skipped lists the profiles that were not CPU time (an off-CPU or
 	// memory profile), which Decode left out.
@@ -460,6 +466,12 @@ func (d *decoder) emitSample(s *sample.Sample, os pprofile.Sample, p pprofile.Pr
 	values, times := os.Values(), os.TimestampsUnixNano()
 	n := max(values.Len(), times.Len())
 	for i := range n {
+		if d.noCPU {
+			d.report.NoCPU++
+			if d.opts.RequireCPU {
+				continue
+			}
+		}
 		if times.Len() > 0 {
 			s.Time = int64(times.At(i))
 		} else {
@@ -476,9 +488,6 @@ func (d *decoder) emitSample(s *sample.Sample, os pprofile.Sample, p pprofile.Pr
 		}
 		if truncated {
 			d.report.TruncatedStacks++
-		}
-		if d.noCPU {
-			d.report.NoCPU++
 		}
 		d.report.Samples++
 		if err := fn(s); err != nil {

@@ -337,8 +337,9 @@ func (r *Receiver) ingest(ctx context.Context, p pprofile.Profiles) (result, *re
 		why = append(why, s.String()+": left out")
 	}
 	if rep.NoCPU > 0 {
-		why = append(why, fmt.Sprintf("%d samples did not say which CPU they ran on (cpu.logical_number): stored on CPU 0, "+
-			"so the per-CPU view and the fleet overview's busiest CPU add them up as one CPU", rep.NoCPU))
+		why = append(why, fmt.Sprintf("%d samples did not say which CPU they ran on (cpu.logical_number): left out, "+
+			"since heatscope keeps each CPU's time apart and theirs would be added to one CPU's", rep.NoCPU))
+		res.rejected += rep.NoCPU
 	}
 	if rep.TruncatedStacks > 0 {
 		why = append(why, fmt.Sprintf("%d stacks cut to their %d leaf-most frames", rep.TruncatedStacks, otlpprofile.MaxStackFrames))
@@ -380,7 +381,7 @@ func (r *Receiver) plan(p pprofile.Profiles, now time.Time) (*plan, otlpprofile.
 		return nil, otlpprofile.Report{}, herr
 	}
 	var badNode string
-	rep, err := otlpprofile.Decode(p, otlpprofile.DecodeOptions{NodeAttribute: r.opts.NodeAttribute}, func(s *sample.Sample) error {
+	rep, err := otlpprofile.Decode(p, otlpprofile.DecodeOptions{NodeAttribute: r.opts.NodeAttribute, RequireCPU: true}, func(s *sample.Sample) error {
 		if ok, why := accepts(s, now); !ok {
 			pl.rejected[why]++
 			return nil
@@ -528,7 +529,7 @@ func (r *Receiver) store(p pprofile.Profiles, now time.Time) (stored, failed int
 	var cur *node
 	curName := ""
 	var lastErr error
-	otlpprofile.Decode(p, otlpprofile.DecodeOptions{NodeAttribute: r.opts.NodeAttribute}, func(s *sample.Sample) error {
+	otlpprofile.Decode(p, otlpprofile.DecodeOptions{NodeAttribute: r.opts.NodeAttribute, RequireCPU: true}, func(s *sample.Sample) error {
 		if ok, _ := accepts(s, now); !ok {
 			return nil
 		}

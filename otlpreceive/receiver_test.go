@@ -553,9 +553,10 @@ func TestRefusalsLoggedOncePerInterval(t *testing.T) {
 	}
 }
 
-// TestNoCPUNamed: samples that do not say which CPU they ran on are
-// stored (their CPU time is known) on CPU 0, and the partial success
-// says so.
+// TestNoCPUNamed: samples that do not say which CPU they ran on are left
+// out and named in the partial success: stored on one CPU, a node's
+// CPUs would add up as one CPU busier than a CPU can be (they were stored
+// on CPU 0 before).
 func TestNoCPUNamed(t *testing.T) {
 	ds := newDirStores(t)
 	r, err := New(Options{Open: ds.open})
@@ -563,7 +564,7 @@ func TestNoCPUNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, url := served(t, r)
-	_, p := workload(t, "nocpu", 2, 1, 4)
+	want, p := workload(t, "nocpu", 2, 1, 4)
 	attrs := p.Dictionary().AttributeTable()
 	for i := range attrs.Len() {
 		if attrs.At(i).KeyStrindex() != 0 && p.Dictionary().StringTable().At(int(attrs.At(i).KeyStrindex())) == "cpu.logical_number" {
@@ -575,7 +576,10 @@ func TestNoCPUNamed(t *testing.T) {
 	if resp.StatusCode != 200 || out.UnmarshalProto(body) != nil {
 		t.Fatalf("%s %s", resp.Status, statusMessage(body))
 	}
-	if ps := out.PartialSuccess(); ps.RejectedProfiles() != 0 || !strings.Contains(ps.ErrorMessage(), "did not say which CPU") {
-		t.Fatalf("partial success %d %q, want the samples stored and named", ps.RejectedProfiles(), ps.ErrorMessage())
+	if ps := out.PartialSuccess(); ps.RejectedProfiles() != int64(len(want)) || !strings.Contains(ps.ErrorMessage(), "did not say which CPU") {
+		t.Fatalf("partial success %d %q, want all %d samples left out and named", ps.RejectedProfiles(), ps.ErrorMessage(), len(want))
+	}
+	if got := ds.readBack(t)["nocpu"]; len(got) != 0 {
+		t.Errorf("%d samples that named no CPU were stored", len(got))
 	}
 }
