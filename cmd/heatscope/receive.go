@@ -28,7 +28,8 @@ import (
 // receiveFlags are the flags of heatscope receive.
 type receiveFlags struct {
 	data, grpcListen, httpListen, token, certFile, keyFile *string
-	nodeAttr, objstore, retention, maxRequest, metricsAddr *string
+	nodeAttr, objstore, retention, retentionSize           *string
+	maxRequest, metricsAddr                                *string
 	insecure                                               *bool
 	nodeRate, totalRate                                    *float64
 	blockDuration                                          *time.Duration
@@ -47,6 +48,7 @@ func runReceive(args []string, stdout, stderr io.Writer) error {
 		nodeAttr:      fs.String("node-attribute", "host.name", "the resource attribute naming the node a sample was taken on"),
 		objstore:      fs.String("objstore-config", "", "ship every node's sealed blocks to the bucket this YAML file describes, under the node's name (README, A fleet)"),
 		retention:     fs.String("retention", "7d", "drop a node's blocks older than this (e.g. 7d, 36h; 0 keeps everything)"),
+		retentionSize: fs.String("retention-size", "10GB", "drop a node's oldest blocks while they take more than this (0: no limit); every node has its own"),
 		maxRequest:    fs.String("max-request-size", "16MiB", "refuse a request larger than this, uncompressed (413 / ResourceExhausted)"),
 		nodeRate:      fs.Float64("node-rate", otlpreceive.DefaultNodeRate, "samples per second a node may send (bursts of two seconds' worth); past it: 429 / ResourceExhausted with when to retry"),
 		totalRate:     fs.Float64("total-rate", otlpreceive.DefaultTotalRate, "samples per second all nodes together may send"),
@@ -88,6 +90,9 @@ func (f receiveFlags) run(stdout io.Writer) error {
 	nodes := &receivedNodes{dir: *f.data, opts: store.Options{BlockDuration: *f.blockDuration, PeriodNs: sample.PeriodOf(99), Logger: slog.Default()}}
 	if nodes.opts.Retention, err = parseDays(*f.retention); err != nil {
 		return usageError{fmt.Errorf("--retention: %w", err)}
+	}
+	if nodes.opts.RetentionSize, err = parseSize(*f.retentionSize); err != nil {
+		return usageError{fmt.Errorf("--retention-size: %w", err)}
 	}
 	if err := os.MkdirAll(*f.data, 0o755); err != nil {
 		return fmt.Errorf("--data: %w", err)

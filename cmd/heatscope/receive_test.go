@@ -20,6 +20,8 @@ func TestReceiveBadFlags(t *testing.T) {
 		{[]string{"--tls-cert-file", dir + "/none.pem", "--tls-key-file", dir + "/none.key"}, "none.pem"},
 		{[]string{"--max-request-size", "lots"}, "--max-request-size"},
 		{[]string{"--data", ""}, "data directory"},
+		{[]string{"--retention", "forever"}, "--retention"},
+		{[]string{"--retention-size", "big"}, "--retention-size"},
 	} {
 		var out, errb bytes.Buffer
 		err := runReceive(append([]string{"--data", dir}, c.args...), &out, &errb)
