@@ -319,7 +319,7 @@ func TestCorruptBlocksSkippedAndNamed(t *testing.T) {
 	}
 	look := func(indexMaxAge time.Duration) (view, bucketstore.Stats) {
 		src := bucketstore.New(bkt, "test bucket", bucketstore.Options{IndexMaxAge: indexMaxAge})
-		db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}})
+		db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ import (
 
 // reader opens a read-only store over the bucket, as the query service
 // (heatscope serve --objstore-config) does.
-func reader(t *testing.T, bkt objstore.Bucket) *store.DB {
+func reader(t *testing.T, bkt objstore.Bucket) *store.Reader {
 	t.Helper()
 	return readerAt(t, bkt, nil)
 }
@@ -32,9 +32,9 @@ func reader(t *testing.T, bkt objstore.Bucket) *store.DB {
 // readerAt is reader on the compactor's clock (now; nil for the wall
 // clock), so that a pass the test moves the clock past is one the reader
 // sees as newer than the bucket index it read last.
-func readerAt(t *testing.T, bkt objstore.Bucket, now func() time.Time) *store.DB {
+func readerAt(t *testing.T, bkt objstore.Bucket, now func() time.Time) *store.Reader {
 	t.Helper()
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{Now: now})}})
+	db, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, "test bucket", bucketstore.Options{Now: now})}, store.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func readerAt(t *testing.T, bkt objstore.Bucket, now func() time.Time) *store.DB
 // are and a hash of them, sorted, each with its node, time, CPU, thread
 // and stack (with how each frame was found): equal digests mean identical
 // samples.
-func digest(t *testing.T, db *store.DB, hold func()) (int, string) {
+func digest(t *testing.T, db *store.Reader, hold func()) (int, string) {
 	t.Helper()
 	var rows []string
 	first := true
@@ -165,7 +165,7 @@ func countSuffix(names []string, suffix string) int {
 
 // framePointerFrames counts the frames of db's samples found with frame
 // pointers in a table walk.
-func framePointerFrames(t *testing.T, db *store.DB) int {
+func framePointerFrames(t *testing.T, db *store.Reader) int {
 	t.Helper()
 	n := 0
 	if _, err := db.Select(context.Background(), store.Range{From: 0, To: 1 << 62}, &store.Filter{IncludeIdle: true}, func(b *store.Batch) error {

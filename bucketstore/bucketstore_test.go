@@ -37,7 +37,7 @@ func upload(t testing.TB, bkt *bucket.Bucket, node, dir string) []string {
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // count selects every sample (idle included) and counts them per node.
-func count(t testing.TB, db *store.DB, f store.Filter) (map[string]int, store.Warnings, error) {
+func count(t testing.TB, db *store.Reader, f store.Filter) (map[string]int, store.Warnings, error) {
 	t.Helper()
 	f.IncludeIdle = true
 	got := map[string]int{}
@@ -67,7 +67,7 @@ func TestQueriesAcrossNodes(t *testing.T) {
 	}
 
 	src := New(bkt, bkt.Name(), Options{})
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: quiet()})
+	db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestFollowsUploads(t *testing.T) {
 	bkt := m.Open("")
 	dirA, nA := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 30, Seed: 1})
 	idsA := upload(t, bkt, "node-a", dirA)
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
+	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestDamagedObjects(t *testing.T) {
 	if err := bkt.Upload(ctx, "node-a/blocks/"+corrupt+"/data", bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
+	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestBucketStopped(t *testing.T) {
 	bkt := m.Open("")
 	dir, n := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 60, Seed: 1})
 	upload(t, bkt, "node-a", dir)
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{New(bkt, bkt.Name(), Options{Timeout: 3 * time.Second})}, Logger: quiet()})
+	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{Timeout: 3 * time.Second})}, store.ReaderOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestEventsAcrossNodes(t *testing.T) {
 		}
 		miniotest.UploadEvents(t, bkt, node, evs)
 	}
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{New(bkt, bkt.Name(), Options{})}, Logger: quiet()})
+	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestReadsTheBucketIndex(t *testing.T) {
 	var skew atomic.Int64 // the reader's clock ahead of the compactor's
 	src := New(bkt, bkt.Name(), Options{Logger: quiet(), Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	// No index yet: the source lists.
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: quiet()})
+	db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestDiskCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := New(bkt, bkt.Name(), Options{DiskCache: disk, IndexMaxAge: -1})
-		db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: quiet()})
+		db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ func TestOverviewFiltersPythonFrames(t *testing.T) {
 		}
 		sources = append(sources, store.DirSource(dir))
 	}
-	fleet, err := store.Open("", store.Options{ReadOnly: true, BlockSources: sources, Logger: slog.New(slog.DiscardHandler)})
+	fleet, err := store.OpenReader(sources, store.ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

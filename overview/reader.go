@@ -6,7 +6,7 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// Reader is what an overview reads (*store.DB implements it): the nodes'
+// Reader is what an overview reads (*store.Reader implements it): the nodes'
 // CPU time per step, from the blocks' per-CPU summaries where it can, the
 // nodes' events, and the nodes known (to say why an overview is empty).
 type Reader interface {

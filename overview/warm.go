@@ -10,7 +10,7 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// WarmStore is what warming reads and warms (*store.DB).
+// WarmStore is what warming reads and warms (*store.Reader).
 type WarmStore interface {
 	// SourcesOf gives the recordings' spans (the whole span to warm).
 	SourcesOf(f *store.Filter) []store.SourceInfo
@@ -26,7 +26,7 @@ const maxTime = int64(1) << 62
 // as many as fit its width, three pixels each), and for every coarser step
 // of Ladder (a narrower window, a longer span): it reads the blocks'
 // per-CPU summaries not yet warm at that overview's WarmStep, in the
-// caller's goroutine (store.DB.WarmCPUSteps). With no node yet, it does
+// caller's goroutine (store.Reader.WarmCPUSteps). With no node yet, it does
 // nothing.
 func Warm(ctx context.Context, st WarmStore, columns int) (store.WarmResult, error) {
 	if columns < 1 || columns > MaxColumns {

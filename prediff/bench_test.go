@@ -59,8 +59,7 @@ func BenchmarkCompare(b *testing.B) {
 		}
 		fleetfixture.Upload(b, bkt, name, path)
 	}
-	db, err := store.Open("", store.Options{ReadOnly: true, Logger: slog.New(slog.DiscardHandler),
-		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+	db, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}, store.ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // all the events into one differential flame graph and one table of the
 // functions that grew, each saying before how many of the events it grew.
 //
-// It reads events and samples through a Reader only (a store.DB), so it answers the
+// It reads events and samples through a Reader only (a store.Reader), so it answers the
 // same over a data directory and over a fleet's bucket. Every figure is
 // CPU time in nanoseconds: each sample weighs its own sampling period.
 package prediff

@@ -25,12 +25,12 @@ const sec = int64(time.Second)
 // openFleet uploads the standard fixture fleet to a real MinIO and opens
 // a read-only DB over the bucket, as heatscope serve --objstore-config
 // does.
-func openFleet(t *testing.T) *store.DB {
+func openFleet(t *testing.T) *store.Reader {
 	m := miniotest.Start(t)
 	bkt := m.Open("fleet")
 	fleetfixture.WriteFleet(t, bkt, t.TempDir(), fleetfixture.Fleet())
 	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: slog.New(slog.DiscardHandler)})
+	db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

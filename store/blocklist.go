@@ -22,10 +22,10 @@ import (
 // blocks (opened when first queried). A source that cannot be listed fails
 // the open, its error naming it, unless it is unavailable and
 // Options.OpenUnavailable says to go on.
-func (db *DB) loadBlocks() error {
+func (rd *Reader) loadBlocks() error {
 	var blocks []*Block
-	if db.localBlocks != nil {
-		root := filepath.Join(db.dir, blocksDir)
+	if rd.localBlocks != nil {
+		root := filepath.Join(rd.dir, blocksDir)
 		entries, err := os.ReadDir(root)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("list blocks: %w", err)
@@ -33,7 +33,7 @@ func (db *DB) loadBlocks() error {
 		for _, e := range entries {
 			path := filepath.Join(root, e.Name())
 			if strings.HasSuffix(e.Name(), ".tmp") {
-				if !db.opts.ReadOnly {
+				if !rd.opts.ReadOnly {
 					os.RemoveAll(path) // an interrupted write
 				}
 				continue
@@ -41,22 +41,22 @@ func (db *DB) loadBlocks() error {
 			if !e.IsDir() {
 				continue
 			}
-			b, err := db.openLocal(path)
+			b, err := rd.openLocal(path)
 			if err != nil {
-				db.corrupt.Add(1)
-				db.log.Warn("skipping unreadable block", "block", path, "err", err)
+				rd.corrupt.Add(1)
+				rd.log.Warn("skipping unreadable block", "block", path, "err", err)
 				continue
 			}
 			blocks = append(blocks, b)
 		}
 	}
-	for i, src := range db.blockSources {
-		if src == db.localBlocks {
+	for i, src := range rd.blockSources {
+		if src == rd.localBlocks {
 			continue
 		}
-		added, err := db.listNew(i, nil)
-		if err != nil && db.opts.OpenUnavailable && errors.Is(err, ErrUnavailable) {
-			db.log.Warn("a source does not answer: its blocks are listed once it does", "err", err)
+		added, err := rd.listNew(i, nil)
+		if err != nil && rd.opts.OpenUnavailable && errors.Is(err, ErrUnavailable) {
+			rd.log.Warn("a source does not answer: its blocks are listed once it does", "err", err)
 			continue
 		}
 		if err != nil {
@@ -73,26 +73,26 @@ func (db *DB) loadBlocks() error {
 	for _, b := range blocks {
 		if replaced[parentKey{b.src, b.recorded(), b.Meta.ID}] {
 			b.Close()
-			if !db.opts.ReadOnly && b.Dir != "" {
+			if !rd.opts.ReadOnly && b.Dir != "" {
 				os.RemoveAll(b.Dir)
 			}
 			continue
 		}
-		db.blocks = append(db.blocks, b)
+		rd.blocks = append(rd.blocks, b)
 	}
-	for _, b := range db.separateInstancesLocked() {
+	for _, b := range rd.separateInstancesLocked() {
 		b.Close()
 	}
-	db.sortBlocks()
+	rd.sortBlocks()
 	return nil
 }
 
 // openLocal opens a block of the data directory. A block that names no
 // node is this directory's node's.
-func (db *DB) openLocal(path string) (*Block, error) {
+func (rd *Reader) openLocal(path string) (*Block, error) {
 	b, err := openBlock(path)
 	if err == nil && b.Meta.Node == "" {
-		b.Meta.Node = db.opts.Node
+		b.Meta.Node = rd.opts.Node
 	}
 	return b, err
 }
@@ -120,8 +120,8 @@ func replacedBy(blocks []*Block) map[parentKey]bool {
 // directory are opened at once; others when a query first needs them. A
 // block still being written (no meta yet) is left for a later listing; a
 // block whose meta cannot be read is skipped with a warning.
-func (db *DB) listNew(i int, known map[string]bool) ([]*Block, error) {
-	added, _, err := db.listBlockSource(i, known)
+func (rd *Reader) listNew(i int, known map[string]bool) ([]*Block, error) {
+	added, _, err := rd.listBlockSource(i, known)
 	return added, err
 }
 
@@ -134,24 +134,24 @@ func blockSourceError(src BlockSource, err error) error {
 	return fmt.Errorf("%s: %w", src, err)
 }
 
-func (db *DB) listBlockSource(i int, known map[string]bool) (added []*Block, listed map[string]bool, err error) {
-	src := db.blockSources[i]
+func (rd *Reader) listBlockSource(i int, known map[string]bool) (added []*Block, listed map[string]bool, err error) {
+	src := rd.blockSources[i]
 	ctx := context.Background()
 	keys, err := src.List(ctx)
 	if err != nil {
 		err = blockSourceError(src, err)
-		db.blockSourceErr[i].Store(&err)
+		rd.blockSourceErr[i].Store(&err)
 		return nil, nil, err
 	}
-	db.blockSourceErr[i].Store(nil)
+	rd.blockSourceErr[i].Store(nil)
 	listed = make(map[string]bool, len(keys))
 	for _, key := range keys {
 		listed[key] = true
 		if known[key] {
 			continue
 		}
-		if src == db.localBlocks {
-			b, err := db.openLocal(filepath.Join(db.dir, blocksDir, key))
+		if src == rd.localBlocks {
+			b, err := rd.openLocal(filepath.Join(rd.dir, blocksDir, key))
 			if err != nil {
 				continue // being written or damaged: next time, or never
 			}
@@ -165,16 +165,16 @@ func (db *DB) listBlockSource(i int, known map[string]bool) (added []*Block, lis
 		if err != nil {
 			if errors.Is(err, ErrUnavailable) {
 				err = blockSourceError(src, err)
-				db.blockSourceErr[i].Store(&err)
+				rd.blockSourceErr[i].Store(&err)
 				for _, b := range added {
 					b.Close()
 				}
 				return nil, nil, err
 			}
-			if !db.badMeta[key] {
-				db.badMeta[key] = true
-				db.corrupt.Add(1)
-				db.log.Warn("skipping block with an unreadable meta", "source", src.String(), "block", key, "err", err)
+			if !rd.badMeta[key] {
+				rd.badMeta[key] = true
+				rd.corrupt.Add(1)
+				rd.log.Warn("skipping block with an unreadable meta", "source", src.String(), "block", key, "err", err)
 			}
 			continue
 		}
@@ -183,8 +183,8 @@ func (db *DB) listBlockSource(i int, known map[string]bool) (added []*Block, lis
 	return added, listed, nil
 }
 
-func (db *DB) sortBlocks() {
-	slices.SortFunc(db.blocks, func(a, b *Block) int {
+func (rd *Reader) sortBlocks() {
+	slices.SortFunc(rd.blocks, func(a, b *Block) int {
 		return cmp.Or(cmp.Compare(a.Meta.MinTime, b.Meta.MinTime), cmp.Compare(a.Meta.ID, b.Meta.ID))
 	})
 }
@@ -196,26 +196,26 @@ func (db *DB) sortBlocks() {
 // shows up once the head is cut into a block (record's own server shows it
 // at once). A source that cannot be listed keeps the blocks it had; the
 // error names it.
-func (db *DB) Refresh() error {
-	if !db.opts.ReadOnly {
+func (rd *Reader) Refresh() error {
+	if !rd.opts.ReadOnly {
 		return nil
 	}
-	if err := db.events.refresh(); err != nil {
+	if err := rd.events.refresh(); err != nil {
 		return err
 	}
-	db.refreshMu.Lock()
-	defer db.refreshMu.Unlock()
+	rd.refreshMu.Lock()
+	defer rd.refreshMu.Unlock()
 	var errs []error
-	for i, src := range db.blockSources {
-		db.mu.RLock()
+	for i, src := range rd.blockSources {
+		rd.mu.RLock()
 		known := map[string]bool{}
-		for _, b := range db.blocks {
+		for _, b := range rd.blocks {
 			if b.src == src {
 				known[b.key] = true
 			}
 		}
-		db.mu.RUnlock()
-		added, listed, err := db.listBlockSource(i, known)
+		rd.mu.RUnlock()
+		added, listed, err := rd.listBlockSource(i, known)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -229,29 +229,29 @@ func (db *DB) Refresh() error {
 		}
 		// A compacted block replaces its parents even before they are deleted.
 		replaced := replacedBy(added)
-		db.mu.Lock()
-		db.blocks = append(db.blocks, added...)
+		rd.mu.Lock()
+		rd.blocks = append(rd.blocks, added...)
 		var gone []*Block
-		db.blocks = slices.DeleteFunc(db.blocks, func(b *Block) bool {
+		rd.blocks = slices.DeleteFunc(rd.blocks, func(b *Block) bool {
 			if b.src == src && (!listed[b.key] || replaced[parentKey{b.src, b.recorded(), b.Meta.ID}]) {
 				gone = append(gone, b)
 				return true
 			}
 			return false
 		})
-		db.sortBlocks()
-		db.mu.Unlock()
+		rd.sortBlocks()
+		rd.mu.Unlock()
 		for _, b := range gone {
-			db.retire(b)
+			rd.retire(b)
 		}
 	}
-	db.mu.Lock()
-	retired := db.separateInstancesLocked()
-	db.mu.Unlock()
+	rd.mu.Lock()
+	retired := rd.separateInstancesLocked()
+	rd.mu.Unlock()
 	for _, b := range retired {
-		db.retire(b)
+		rd.retire(b)
 	}
-	if err := db.refreshBlockSourceEvents(); err != nil {
+	if err := rd.refreshBlockSourceEvents(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -260,11 +260,11 @@ func (db *DB) Refresh() error {
 // refreshBlockSourceEvents reads the events of the sources that hold some,
 // keeping the newest MaxEvents. A source that fails keeps its events out
 // until it answers again; the error names it.
-func (db *DB) refreshBlockSourceEvents() error {
+func (rd *Reader) refreshBlockSourceEvents() error {
 	var all []events.Event
 	var errs []error
 	found := false
-	for _, src := range db.blockSources {
+	for _, src := range rd.blockSources {
 		es, ok := src.(EventSource)
 		if !ok {
 			continue
@@ -280,16 +280,16 @@ func (db *DB) refreshBlockSourceEvents() error {
 		return nil
 	}
 	slices.SortStableFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Time, b.Time) })
-	if limit := db.events.maxEvents; len(all) > limit {
+	if limit := rd.events.maxEvents; len(all) > limit {
 		all = all[len(all)-limit:]
 	}
-	db.mu.RLock()
-	blockNotices := slices.Clone(db.notices)
-	db.mu.RUnlock()
+	rd.mu.RLock()
+	blockNotices := slices.Clone(rd.notices)
+	rd.mu.RUnlock()
 	notices := separateEventInstances(all, blockNotices)
-	db.mu.Lock()
-	db.eventNotices = notices
-	db.mu.Unlock()
-	db.blockSourceEvents.Store(&all)
+	rd.mu.Lock()
+	rd.eventNotices = notices
+	rd.mu.Unlock()
+	rd.blockSourceEvents.Store(&all)
 	return errors.Join(errs...)
 }

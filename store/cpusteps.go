@@ -66,7 +66,7 @@ const maxNodeSteps = 100_000
 // reads nothing. Other blocks, heads and other filters are scanned. Memory
 // is one node's steps × CPUs counters per worker, the answer, and the two
 // kinds of cells.
-func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) ([]NodeCPU, Warnings, error) {
+func (rd *Reader) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) ([]NodeCPU, Warnings, error) {
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("node cpu steps: empty range or step")
 	}
@@ -74,10 +74,10 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 	if n > maxNodeSteps {
 		return nil, nil, fmt.Errorf("node cpu steps: %d steps, at most %d", n, maxNodeSteps)
 	}
-	db.mu.RLock()
-	blocks := db.blocksLocked(r, f)
-	heads := db.headsLocked(r, f)
-	db.mu.RUnlock()
+	rd.mu.RLock()
+	blocks := rd.blocksLocked(r, f)
+	heads := rd.headsLocked(r, f)
+	rd.mu.RUnlock()
 
 	type nodeWork struct {
 		name   string
@@ -111,7 +111,7 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 		w := get(h.node)
 		w.heads = append(w.heads, h)
 		if w.labels == nil {
-			w.labels = db.opts.NodeLabels
+			w.labels = rd.opts.NodeLabels
 		}
 		if h.head.Len() > 0 {
 			w.data.From = min(w.data.From, slices.Min(h.head.Time)-weightOf(h.periodNs))
@@ -134,7 +134,7 @@ func (db *DB) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) 
 				w := work[i]
 				acc.reset()
 				if wctx.Err() == nil {
-					warns[i], errs[i] = db.nodeCPU(wctx, acc, w.blocks, w.heads, r, step, f)
+					warns[i], errs[i] = rd.nodeCPU(wctx, acc, w.blocks, w.heads, r, step, f)
 					if errs[i] != nil {
 						cancel()
 					}
@@ -265,7 +265,7 @@ func (f *Filter) cpuSummaryOK() bool { return f.allThreads() && f.Frame == nil &
 // allows, else by scanning its chunks in r, and closes it. A block that
 // cannot be read is added to warnings; the context's end, an unavailable
 // source (ErrUnavailable) and a scan's error end the node.
-func (db *DB) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warnings, useSummary bool, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
+func (rd *Reader) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warnings, useSummary bool, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
 	defer b.Close()
 	if err := ctx.Err(); err != nil {
 		return warnings, err
@@ -274,10 +274,10 @@ func (db *DB) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warn
 		if errors.Is(err, ErrUnavailable) {
 			return warnings, err
 		}
-		return db.skipped(warnings, err), nil
+		return rd.skipped(warnings, err), nil
 	}
 	if useSummary && b.Meta.Version >= 4 {
-		cells, err := db.blockCPUSteps(b, r, step, f.IncludeIdle)
+		cells, err := rd.blockCPUSteps(b, r, step, f.IncludeIdle)
 		if err != nil {
 			return skip(err)
 		}
@@ -287,12 +287,12 @@ func (db *DB) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warn
 	if err := b.header(); err != nil {
 		return skip(err)
 	}
-	more, err := db.selectParts(ctx, b.chunkParts(r), r, f, scan)
+	more, err := rd.selectParts(ctx, b.chunkParts(r), r, f, scan)
 	return append(warnings, more...), err
 }
 
 // nodeCPU adds one node's blocks and heads to acc, closing the blocks.
-func (db *DB) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads []part, r Range, step int64, f *Filter) (Warnings, error) {
+func (rd *Reader) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads []part, r Range, step int64, f *Filter) (Warnings, error) {
 	bucket := int64(summaryBucket) * 1000 // ns
 	useSummary := f.cpuSummaryOK() && step%bucket == 0 && r.From%bucket == 0 && (r.To-r.From)%step == 0
 	// A scanned sample's CPU time is spread over its period before it, as
@@ -315,14 +315,14 @@ func (db *DB) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads [
 	var warnings Warnings
 	for i, b := range blocks {
 		var err error
-		if warnings, err = db.blockCPU(ctx, acc, b, warnings, useSummary, r, step, f, scan); err != nil {
+		if warnings, err = rd.blockCPU(ctx, acc, b, warnings, useSummary, r, step, f, scan); err != nil {
 			for _, rest := range blocks[i+1:] {
 				rest.Close()
 			}
 			return warnings, err
 		}
 	}
-	more, err := db.selectParts(ctx, heads, r, f, scan)
+	more, err := rd.selectParts(ctx, heads, r, f, scan)
 	return append(warnings, more...), err
 }
 
@@ -368,9 +368,9 @@ const defaultStepCellsBytes = 16 << 20
 // when both do, else cells computed at step over r from b's per-CPU
 // summary section alone (no table is read) and kept in that cache. The
 // caller holds a reference to b.
-func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepCells, error) {
+func (rd *Reader) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepCells, error) {
 	var best *cpuStepCells
-	cached, _ := db.stepCells.Get(b)
+	cached, _ := rd.stepCells.Get(b)
 	for _, c := range []*cpuStepCells{b.warmSteps.Load(), cached} {
 		if c != nil && c.serves(r, step, idle) && (best == nil || c.step > best.step) {
 			best = c
@@ -379,18 +379,18 @@ func (db *DB) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepC
 	if best != nil {
 		return best, nil
 	}
-	c, err := db.cpuStepCells(b, step, r.From%step, idle, r)
+	c, err := rd.cpuStepCells(b, step, r.From%step, idle, r)
 	if err != nil {
 		return nil, err
 	}
-	db.stepCells.Remove(b)
-	db.stepCells.AddIf(b, c, func() bool { return !b.retired.Load() })
+	rd.stepCells.Remove(b)
+	rd.stepCells.AddIf(b, c, func() bool { return !b.retired.Load() })
 	return c, nil
 }
 
 // cpuStepCells computes b's cells for steps of step at phase over r from
 // its per-CPU summary section. The caller holds a reference to b.
-func (db *DB) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) (*cpuStepCells, error) {
+func (rd *Reader) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) (*cpuStepCells, error) {
 	if err := b.header(); err != nil {
 		return nil, err
 	}
@@ -398,7 +398,7 @@ func (db *DB) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) (*cp
 	if err != nil {
 		return nil, fmt.Errorf("block %s section %d: %w", b, sectionCPUSummary, err)
 	}
-	db.cpuSummaryReads.Add(1)
+	rd.cpuSummaryReads.Add(1)
 	sum, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
 	if err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)

@@ -54,7 +54,7 @@ func TestNodeCPUSteps(t *testing.T) {
 	// CPUs 40% busy, at 50 Hz.
 	a := dutyNode(t, "node-a", map[string]string{"zone": "z1"}, start, 60, 10*ms, []float64{1, 0.1})
 	b := dutyNode(t, "node-b", map[string]string{"zone": "z2"}, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
-	db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a), DirSource(b)}})
+	db, err := OpenReader([]BlockSource{DirSource(a), DirSource(b)}, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

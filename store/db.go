@@ -89,37 +89,29 @@ type Options struct {
 	OnBlock func(Meta)
 }
 
-// DB is a data directory: sealed blocks plus, for the recording source, an
-// in-memory head backed by a WAL. Its state has two halves: blockReader,
-// what every DB reads (the blocks, the block sources they come from, the
-// caches queries share), and headWriter, what a recording DB writes (the
-// head, its WAL, the periodic work; zero in a read-only DB). mu guards the
-// blocks and the heads together, so that a query sees each sample once.
-type DB struct {
+// Reader reads sealed blocks: those of its block sources (a data
+// directory's, a bucket's) and, in a DB, the heads not yet in a block. It
+// is the reading half of the store, as a TSDB's block queriers are apart
+// from its head: Select, Timeline, NodeCPUSteps, the recordings, nodes and
+// events, Refresh and Close; it writes nothing. OpenReader opens one over
+// block sources alone (a fleet query service); every DB holds one
+// (DB.Reader). Safe for concurrent use.
+type Reader struct {
+	// dir is the data directory whose blocks and events it reads, ""
+	// for none.
 	dir  string
 	opts Options
 	log  *slog.Logger
-	// identity is the data directory's (identity.go).
-	identity Identity
 
+	// mu guards the blocks and, in a DB, its heads together, so that a
+	// query sees each sample once.
 	mu     sync.RWMutex
 	events *eventLog
+	// heads are the samples not yet in a block that a DB's Reader reads
+	// beside its blocks (its own heads, or a replayed WAL's); nil in a
+	// Reader of block sources alone.
+	heads liveHeads
 
-	blockReader
-	headWriter
-
-	// corrupt counts the corrupt blocks and WAL segments skipped.
-	corrupt atomic.Uint64
-	closed  atomic.Bool
-	// closedBlocks and closedBytes are the blocks the directory held when
-	// Close released them, for Stats after Close.
-	closedBlocks int
-	closedBytes  int64
-}
-
-// blockReader is the reading half of a DB: its blocks and where they come
-// from (blocklist.go), and the caches the queries share.
-type blockReader struct {
 	// blockSources are where blocks are read from: the data directory's
 	// (localBlocks, nil without a directory) and Options.BlockSources.
 	localBlocks  BlockSource
@@ -159,6 +151,52 @@ type blockReader struct {
 	// and warmBytes the memory its cells hold.
 	cpuSummaryReads     atomic.Uint64
 	warmStep, warmBytes atomic.Int64
+
+	// corrupt counts the corrupt blocks and WAL segments skipped.
+	corrupt atomic.Uint64
+	closed  atomic.Bool
+	// closedBlocks and closedBytes are the blocks the directory held when
+	// Close released them, for Stats after Close.
+	closedBlocks int
+	closedBytes  int64
+}
+
+// liveHeads is what a DB's Reader reads beside its blocks: the heads not
+// yet in a block. Both are called with the Reader's mu held.
+type liveHeads interface {
+	liveParts(r Range, f *Filter) []part
+	liveSpans(fn func(first, last int64, n int))
+}
+
+// headsLocked lists the heads' samples in r that f may keep as parts
+// (none in a Reader of block sources alone). rd.mu must be held.
+func (rd *Reader) headsLocked(r Range, f *Filter) []part {
+	if rd.heads == nil {
+		return nil
+	}
+	return rd.heads.liveParts(r, f)
+}
+
+// headSpans calls fn with each non-empty head's first and last sample
+// times and its sample count. rd.mu must be held.
+func (rd *Reader) headSpans(fn func(first, last int64, n int)) {
+	if rd.heads != nil {
+		rd.heads.liveSpans(fn)
+	}
+}
+
+// DB is a data directory: its Reader (the sealed blocks, and the heads)
+// and, when it records, the writer (headWriter): an in-memory head backed
+// by a WAL, cut into blocks, compacted and retained. The Reader's mu
+// guards the blocks and the heads together, so that a query sees each
+// sample once. A read-only DB reads a directory another process records
+// into (its WAL replayed into memory), beside more block sources if given.
+type DB struct {
+	Reader
+	// identity is the data directory's (identity.go).
+	identity Identity
+
+	headWriter
 }
 
 // headWriter is the writing half of a DB (head.go, maintain.go,
@@ -217,8 +255,101 @@ const (
 
 // Open opens (creating it if needed) the data directory dir. Corrupt blocks
 // and WAL segments are skipped with a warning that names them; everything
-// else is still served.
+// else is still served. A read-only DB may read more block sources beside
+// its directory (Options.BlockSources); block sources alone are read by a
+// Reader (OpenReader).
 func Open(dir string, opts Options) (*DB, error) {
+	opts.setDefaults()
+	if len(opts.BlockSources) > 0 && !opts.ReadOnly {
+		return nil, errors.New("open: block sources other than the data directory need a read-only DB")
+	}
+	if dir == "" {
+		return nil, errors.New("open: no data directory (block sources alone are read by store.OpenReader)")
+	}
+	db := &DB{}
+	db.init(dir, opts)
+	db.heads = db
+	db.maxMergedIndexBytes = MaxMergedIndexBytes
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Join(dir, blocksDir), 0o755); err != nil {
+			return nil, fmt.Errorf("open data directory: %w", err)
+		}
+		lock, err := lockDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		db.lock = lock
+		if db.walNode, err = db.takeIdentity(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	} else {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("open data directory: %w", err)
+		}
+		if id, ok, err := readIdentity(dir); err != nil {
+			db.log.Warn("reading the data directory's identity", "err", err)
+		} else if ok {
+			db.identity = id
+		}
+	}
+	if err := db.loadBlocks(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := db.loadWAL(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := db.openEvents(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	db.lastTick, db.lastSync, db.lastMaintain = time.Now(), time.Now(), time.Now()
+	if !opts.ReadOnly && !opts.CallerTicks {
+		db.stop, db.done = make(chan struct{}), make(chan struct{})
+		go db.background()
+	}
+	return db, nil
+}
+
+// ReaderOptions configures a Reader of block sources (OpenReader); the
+// fields are those of Options.
+type ReaderOptions struct {
+	Logger            *slog.Logger
+	ChunkCacheSamples int
+	IndexCacheBytes   int64
+	StepCellsBytes    int64
+	OpenUnavailable   bool
+}
+
+// OpenReader opens a Reader of the blocks (and events) of sources, with no
+// data directory, head or WAL: a fleet query service over a bucket. A
+// source that cannot be listed fails it, unless it is unavailable and
+// opts.OpenUnavailable says to go on (Health says why meanwhile, and
+// Refresh lists it once it answers).
+func OpenReader(sources []BlockSource, opts ReaderOptions) (*Reader, error) {
+	if len(sources) == 0 {
+		return nil, errors.New("open reader: no block source")
+	}
+	o := Options{ReadOnly: true, BlockSources: sources, Logger: opts.Logger, ChunkCacheSamples: opts.ChunkCacheSamples,
+		IndexCacheBytes: opts.IndexCacheBytes, StepCellsBytes: opts.StepCellsBytes, OpenUnavailable: opts.OpenUnavailable}
+	o.setDefaults()
+	rd := &Reader{}
+	rd.init("", o)
+	if err := rd.loadBlocks(); err != nil {
+		rd.Close()
+		return nil, err
+	}
+	if err := rd.openEvents(); err != nil {
+		rd.Close()
+		return nil, err
+	}
+	return rd, nil
+}
+
+// setDefaults fills in the options left zero.
+func (opts *Options) setDefaults() {
 	if opts.BlockDuration <= 0 {
 		opts.BlockDuration = defaultBlockDuration
 	}
@@ -245,71 +376,58 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.StepCellsBytes <= 0 {
 		opts.StepCellsBytes = defaultStepCellsBytes
 	}
-	if len(opts.BlockSources) > 0 && !opts.ReadOnly {
-		return nil, errors.New("open: block sources other than the data directory need a read-only DB")
-	}
-	if dir == "" && (!opts.ReadOnly || len(opts.BlockSources) == 0) {
-		return nil, errors.New("open: no data directory")
-	}
-	db := &DB{dir: dir, opts: opts, log: opts.Logger, blockReader: blockReader{badMeta: map[string]bool{}}}
+}
+
+// init makes rd a Reader of dir's blocks ("" for none) and of
+// opts.BlockSources, nothing listed yet, its caches empty.
+func (rd *Reader) init(dir string, opts Options) {
+	rd.dir, rd.opts, rd.log, rd.badMeta = dir, opts, opts.Logger, map[string]bool{}
 	if dir != "" {
-		db.localBlocks = DirSource(dir)
-		db.blockSources = append(db.blockSources, db.localBlocks)
+		rd.localBlocks = DirSource(dir)
+		rd.blockSources = append(rd.blockSources, rd.localBlocks)
 	}
-	db.blockSources = append(db.blockSources, opts.BlockSources...)
-	db.blockSourceErr = make([]atomic.Pointer[error], len(db.blockSources))
-	db.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
-	db.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
-	db.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
-	db.maxMergedIndexBytes = MaxMergedIndexBytes
-	switch {
-	case dir == "":
-		// Other sources only: no directory, WAL or events of its own.
-	case !opts.ReadOnly:
-		if err := os.MkdirAll(filepath.Join(dir, blocksDir), 0o755); err != nil {
-			return nil, fmt.Errorf("open data directory: %w", err)
-		}
-		lock, err := lockDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		db.lock = lock
-		if db.walNode, err = db.takeIdentity(); err != nil {
-			db.Close()
-			return nil, err
-		}
-	default:
-		if _, err := os.Stat(dir); err != nil {
-			return nil, fmt.Errorf("open data directory: %w", err)
-		}
-		if id, ok, err := readIdentity(dir); err != nil {
-			db.log.Warn("reading the data directory's identity", "err", err)
-		} else if ok {
-			db.identity = id
-		}
-	}
-	if err := db.loadBlocks(); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := db.loadWAL(); err != nil {
-		db.Close()
-		return nil, err
-	}
+	rd.blockSources = append(rd.blockSources, opts.BlockSources...)
+	rd.blockSourceErr = make([]atomic.Pointer[error], len(rd.blockSources))
+	rd.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
+	rd.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
+	rd.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
+}
+
+// openEvents opens the directory's event log (none without a directory)
+// and reads the block sources' events.
+func (rd *Reader) openEvents() error {
 	var err error
-	if db.events, err = openEventLog(dir, opts.ReadOnly, opts.MaxEvents, db.log); err != nil {
-		db.Close()
-		return nil, err
+	if rd.events, err = openEventLog(rd.dir, rd.opts.ReadOnly, rd.opts.MaxEvents, rd.log); err != nil {
+		return err
 	}
-	if err := db.refreshBlockSourceEvents(); err != nil {
-		db.log.Warn("reading events", "err", err)
+	if err := rd.refreshBlockSourceEvents(); err != nil {
+		rd.log.Warn("reading events", "err", err)
 	}
-	db.lastTick, db.lastSync, db.lastMaintain = time.Now(), time.Now(), time.Now()
-	if !opts.ReadOnly && !opts.CallerTicks {
-		db.stop, db.done = make(chan struct{}), make(chan struct{})
-		go db.background()
+	return nil
+}
+
+// Close releases the blocks and the event log. Closing twice is harmless.
+func (rd *Reader) Close() error {
+	if rd.closed.Swap(true) {
+		return nil
 	}
-	return db, nil
+	rd.release()
+	return nil
+}
+
+// release closes the event log and the blocks.
+func (rd *Reader) release() {
+	if rd.events != nil {
+		rd.events.close()
+	}
+	rd.mu.Lock()
+	for _, b := range rd.blocks {
+		rd.closedBlocks++
+		rd.closedBytes += b.Meta.Bytes
+		b.Close()
+	}
+	rd.blocks = nil
+	rd.mu.Unlock()
 }
 
 // Close stops background work, writes the head as a block, and releases
@@ -324,7 +442,6 @@ func (db *DB) Close() error {
 		db.stop = nil
 	}
 	db.maintaining.Wait()
-	var err error
 	if !db.opts.ReadOnly && db.head != nil {
 		db.mu.Lock()
 		db.cutLocked()
@@ -343,19 +460,9 @@ func (db *DB) Close() error {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	if db.events != nil {
-		db.events.close()
-	}
-	db.mu.Lock()
-	for _, b := range db.blocks {
-		db.closedBlocks++
-		db.closedBytes += b.Meta.Bytes
-		b.Close()
-	}
-	db.blocks = nil
-	db.mu.Unlock()
+	db.release()
 	if db.lock != nil {
 		db.lock.Close()
 	}
-	return err
+	return nil
 }

@@ -469,9 +469,9 @@ func (db *DB) AppendEvent(e events.Event) error { return db.events.append(e) }
 // events are kept sorted by time: a query finds r's first by binary
 // search and stops at limit, so that its cost is the events it returns,
 // not all that are kept (a fleet's 200,000).
-func (db *DB) Events(r Range, f EventFilter, limit int) (evs []events.Event, more bool) {
-	remote := db.blockSourceEvents.Load()
-	local, localMore := db.events.query(r, f, limit)
+func (rd *Reader) Events(r Range, f EventFilter, limit int) (evs []events.Event, more bool) {
+	remote := rd.blockSourceEvents.Load()
+	local, localMore := rd.events.query(r, f, limit)
 	if remote == nil {
 		return local, localMore
 	}

@@ -243,3 +243,41 @@ func (db *DB) addBlock(meta Meta, from *sealingHead, parents []*Block) error {
 	db.mu.Unlock()
 	return nil
 }
+
+// liveParts lists the heads as parts for its Reader (liveHeads), with
+// db.mu held: what it lists and the blocks the caller lists under the same
+// lock are one consistent view (a head being sealed is in exactly one of
+// the sealing heads and the blocks).
+func (db *DB) liveParts(r Range, f *Filter) []part {
+	var parts []part
+	if f.keepsSource(db.opts.Source) && f.KeepsNode(db.opts.Node, db.opts.NodeLabels) {
+		add := func(h *Table, period int64) {
+			parts = append(parts, part{source: db.opts.Source, node: db.opts.Node, head: h, mask: compile(f, h, nil), periodNs: period})
+		}
+		for _, s := range db.sealing {
+			add(s.table.snapshot(), s.periodNs)
+		}
+		if db.head != nil && db.head.T.Len() > 0 {
+			add(db.head.T.snapshot(), db.head.periodNs)
+		}
+	}
+	return parts
+}
+
+// liveSpans calls fn with the first and last sample times and the sample
+// count of each non-empty table not yet in a block: the heads being sealed,
+// then the head (liveHeads). The caller holds db.mu.
+func (db *DB) liveSpans(fn func(first, last int64, n int)) {
+	heads := []*Table{}
+	for _, s := range db.sealing {
+		heads = append(heads, s.table)
+	}
+	if db.head != nil {
+		heads = append(heads, &db.head.T)
+	}
+	for _, h := range heads {
+		if h.Len() > 0 {
+			fn(slices.Min(h.Time), slices.Max(h.Time), h.Len())
+		}
+	}
+}

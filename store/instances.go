@@ -65,14 +65,14 @@ func (n *InstanceNotice) Error() string {
 // InstanceNotices returns a notice for each node that two recorders
 // recorded over the same time (see InstanceNotice), by node name: the
 // nodes whose blocks overlap, then those whose events alone do.
-func (db *DB) InstanceNotices() Warnings {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
-	out := make(Warnings, 0, len(db.notices)+len(db.eventNotices))
-	for _, n := range db.notices {
+func (rd *Reader) InstanceNotices() Warnings {
+	rd.mu.RLock()
+	defer rd.mu.RUnlock()
+	out := make(Warnings, 0, len(rd.notices)+len(rd.eventNotices))
+	for _, n := range rd.notices {
 		out = append(out, n)
 	}
-	for _, n := range db.eventNotices {
+	for _, n := range rd.eventNotices {
 		out = append(out, n)
 	}
 	return out
@@ -87,7 +87,7 @@ func (b *Block) recorded() string { return cmp.Or(b.recordedNode, b.Meta.Node) }
 // block whose shown name changes is replaced by a new Block (its cached
 // data goes with the old one, which the caller retires). db.mu is held
 // for writing.
-func (db *DB) separateInstancesLocked() (retired []*Block) {
+func (rd *Reader) separateInstancesLocked() (retired []*Block) {
 	type instance struct {
 		id     string
 		blocks []*Block
@@ -95,7 +95,7 @@ func (db *DB) separateInstancesLocked() (retired []*Block) {
 		spans  [][2]int64 // merged [min, max] of its blocks, by time
 	}
 	byNode := map[string]map[string]*instance{}
-	for _, b := range db.blocks {
+	for _, b := range rd.blocks {
 		node := b.recorded()
 		if byNode[node] == nil {
 			byNode[node] = map[string]*instance{}
@@ -108,8 +108,8 @@ func (db *DB) separateInstancesLocked() (retired []*Block) {
 		in.blocks = append(in.blocks, b)
 		in.first = min(in.first, b.Meta.MinTime)
 	}
-	db.notices = db.notices[:0]
-	var at map[*Block]int // db.blocks' indexes, built at the first replacement
+	rd.notices = rd.notices[:0]
+	var at map[*Block]int // rd.blocks' indexes, built at the first replacement
 	nodes := make([]string, 0, len(byNode))
 	for node := range byNode {
 		nodes = append(nodes, node)
@@ -148,7 +148,7 @@ func (db *DB) separateInstancesLocked() (retired []*Block) {
 						}
 					}
 				}
-				db.notices = append(db.notices, &InstanceNotice{Node: node, Shown: shown, From: from, To: to})
+				rd.notices = append(rd.notices, &InstanceNotice{Node: node, Shown: shown, From: from, To: to})
 			}
 		}
 		for _, in := range insts {
@@ -177,12 +177,12 @@ func (db *DB) separateInstancesLocked() (retired []*Block) {
 					nb.recordedSource = src
 				}
 				if at == nil {
-					at = make(map[*Block]int, len(db.blocks))
-					for i, x := range db.blocks {
+					at = make(map[*Block]int, len(rd.blocks))
+					for i, x := range rd.blocks {
 						at[x] = i
 					}
 				}
-				db.blocks[at[b]] = nb
+				rd.blocks[at[b]] = nb
 				retired = append(retired, b)
 			}
 		}

@@ -27,7 +27,7 @@ func TestInstancesShownApart(t *testing.T) {
 		return id.Instance
 	}
 	cloneName := InstanceNodeName("a", instanceOf(clone))
-	db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(clone), DirSource(later), DirSource(first)}})
+	db, err := OpenReader([]BlockSource{DirSource(clone), DirSource(later), DirSource(first)}, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestInstancesShownApart(t *testing.T) {
 		t.Errorf("Nodes(): %v", names)
 	}
 	// Once the clone's blocks are gone, the node is whole again.
-	db2, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(first), DirSource(later)}})
+	db2, err := OpenReader([]BlockSource{DirSource(first), DirSource(later)}, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

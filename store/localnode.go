@@ -10,15 +10,15 @@ const NodeLabel = "node"
 // Options.Node, or, for a reader, the node of the directory's newest
 // block (Options.Node when it holds none). The directory's own events,
 // which carry no node label, are this node's.
-func (db *DB) LocalNode() string {
-	if !db.opts.ReadOnly || db.localBlocks == nil {
-		return db.opts.Node
+func (rd *Reader) LocalNode() string {
+	if !rd.opts.ReadOnly || rd.localBlocks == nil {
+		return rd.opts.Node
 	}
-	db.mu.RLock()
-	defer db.mu.RUnlock()
-	node, newest, found := db.opts.Node, int64(0), false
-	for _, b := range db.blocks {
-		if b.src == db.localBlocks && b.Meta.Node != "" && (!found || b.Meta.MaxTime > newest) {
+	rd.mu.RLock()
+	defer rd.mu.RUnlock()
+	node, newest, found := rd.opts.Node, int64(0), false
+	for _, b := range rd.blocks {
+		if b.src == rd.localBlocks && b.Meta.Node != "" && (!found || b.Meta.MaxTime > newest) {
 			node, newest, found = b.Meta.Node, b.Meta.MaxTime, true
 		}
 	}
@@ -27,11 +27,11 @@ func (db *DB) LocalNode() string {
 
 // EventNode is the node an event was recorded on: its node label, else
 // the DB's LocalNode.
-func (db *DB) EventNode(e *events.Event) string {
+func (rd *Reader) EventNode(e *events.Event) string {
 	if n := e.Labels[NodeLabel]; n != "" {
 		return n
 	}
-	return db.LocalNode()
+	return rd.LocalNode()
 }
 
 // NodeEvent is an event with the node it was recorded on.
@@ -46,15 +46,15 @@ type NodeEvent struct {
 // NodeEvents returns the events in r that ef selects and that were
 // recorded (EventNode) on the nodes f selects by name and by node label,
 // in time order. f's other parts are not looked at.
-func (db *DB) NodeEvents(r Range, ef EventFilter, f *Filter) []NodeEvent {
-	evs, _ := db.Events(r, ef, 0)
+func (rd *Reader) NodeEvents(r Range, ef EventFilter, f *Filter) []NodeEvent {
+	evs, _ := rd.Events(r, ef, 0)
 	labels := map[string]map[string]string{}
-	for _, n := range db.Nodes() {
+	for _, n := range rd.Nodes() {
 		labels[n.Name] = n.Labels
 	}
 	out := make([]NodeEvent, 0, len(evs))
 	for i := range evs {
-		node := db.EventNode(&evs[i])
+		node := rd.EventNode(&evs[i])
 		if f.KeepsNode(node, labels[node]) {
 			out = append(out, NodeEvent{Event: evs[i], Node: node, NodeLabels: labels[node]})
 		}

@@ -34,7 +34,7 @@ func nodeDir(t *testing.T, node string, labels map[string]string, cfg synth.Conf
 }
 
 // perNode counts the samples of a Select by their batch's node.
-func perNode(t *testing.T, db *DB, f Filter) map[string]int {
+func perNode(t *testing.T, db *Reader, f Filter) map[string]int {
 	t.Helper()
 	f.IncludeIdle = true
 	got := map[string]int{}
@@ -55,7 +55,7 @@ func TestBlocksFromSeveralSources(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
 	a, wantA := nodeDir(t, "node-a", map[string]string{"zone": "us-east-1a"}, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 60, Seed: 1})
 	b, wantB := nodeDir(t, "node-b", map[string]string{"zone": "us-east-1b"}, synth.Config{CPUs: 4, Hz: 99, Start: start, Seconds: 60, Seed: 2})
-	db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a), DirSource(b)}})
+	db, err := OpenReader([]BlockSource{DirSource(a), DirSource(b)}, ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func mapsEqual(a, b map[string]int) bool {
 func TestSourceRefresh(t *testing.T) {
 	start := time.Now().Add(-time.Hour).UnixNano()
 	a, _ := nodeDir(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 40, Seed: 1})
-	db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a)}, Logger: slog.New(slog.DiscardHandler)})
+	db, err := OpenReader([]BlockSource{DirSource(a)}, ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestSourceRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db, err = Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a)}, Logger: slog.New(slog.DiscardHandler)})
+	db, err = OpenReader([]BlockSource{DirSource(a)}, ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +235,11 @@ func TestOpenRefusesSourcesOnAWriter(t *testing.T) {
 	if _, err := Open(t.TempDir(), Options{BlockSources: []BlockSource{DirSource(t.TempDir())}}); err == nil {
 		t.Error("a writable DB took another block source")
 	}
-	if _, err := Open("", Options{ReadOnly: true}); err == nil {
-		t.Error("a DB without a directory or sources opened")
+	if _, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(t.TempDir())}}); err == nil {
+		t.Error("a DB without a directory opened")
+	}
+	if _, err := OpenReader(nil, ReaderOptions{}); err == nil {
+		t.Error("a reader without sources opened")
 	}
 }
 
@@ -251,7 +254,7 @@ func TestDirectoryBesideSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if got := perNode(t, db, Filter{}); got["node-a"] != nA || got["node-b"] != nB {
+	if got := perNode(t, &db.Reader, Filter{}); got["node-a"] != nA || got["node-b"] != nB {
 		t.Fatalf("samples per node %v, want node-a %d (the directory) and node-b %d (the other source)", got, nA, nB)
 	}
 }

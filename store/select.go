@@ -83,16 +83,16 @@ func (p *part) release() {
 // head, chunks in time order. Chunks are decoded on all CPUs, a few ahead
 // of fn, and cached; fn is called from one goroutine. Data that cannot be
 // read is skipped and named in the returned Warnings.
-func (db *DB) Select(ctx context.Context, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
-	parts, warnings, err := db.plan(r, f)
+func (rd *Reader) Select(ctx context.Context, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
+	parts, warnings, err := rd.plan(r, f)
 	if err != nil {
 		return warnings, err
 	}
-	more, err := db.selectParts(ctx, parts, r, f, fn)
+	more, err := rd.selectParts(ctx, parts, r, f, fn)
 	return append(warnings, more...), err
 }
 
-func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
+func (rd *Reader) selectParts(ctx context.Context, parts []part, r Range, f *Filter, fn func(*Batch) error) (Warnings, error) {
 	type result struct {
 		batch *Batch
 		err   error
@@ -124,7 +124,7 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 				return
 			}
 			workers.Go(func() {
-				b, err := db.runPart(&parts[i], r, masks)
+				b, err := rd.runPart(&parts[i], r, masks)
 				parts[i].release()
 				results[i] <- result{b, err}
 			})
@@ -143,7 +143,7 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 			if errors.Is(res.err, ErrUnavailable) {
 				return warnings, res.err
 			}
-			warnings = db.skipped(warnings, res.err)
+			warnings = rd.skipped(warnings, res.err)
 			continue
 		}
 		if res.batch == nil || len(res.batch.Rows) == 0 {
@@ -159,12 +159,12 @@ func (db *DB) selectParts(ctx context.Context, parts []part, r Range, f *Filter,
 // skipped records that a query skipped unreadable data: counted, logged
 // and added to its warnings, once (a damaged index fails every chunk of its
 // block with the same error).
-func (db *DB) skipped(warnings Warnings, err error) Warnings {
+func (rd *Reader) skipped(warnings Warnings, err error) Warnings {
 	if slices.Contains(warnings, err) {
 		return warnings
 	}
-	db.corrupt.Add(1)
-	db.log.Warn("query skipped unreadable data", "err", err)
+	rd.corrupt.Add(1)
+	rd.log.Warn("query skipped unreadable data", "err", err)
 	return append(warnings, err)
 }
 
@@ -173,11 +173,11 @@ func (db *DB) skipped(warnings Warnings, err error) Warnings {
 // once it has been read. A block whose header cannot be read is skipped
 // and named in the warnings, unless its storage is unavailable: that fails
 // the plan.
-func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
-	db.mu.RLock()
-	blocks := db.blocksLocked(r, f)
-	heads := db.headsLocked(r, f)
-	db.mu.RUnlock()
+func (rd *Reader) plan(r Range, f *Filter) ([]part, Warnings, error) {
+	rd.mu.RLock()
+	blocks := rd.blocksLocked(r, f)
+	heads := rd.headsLocked(r, f)
+	rd.mu.RUnlock()
 	errs := openHeaders(blocks)
 	var parts []part
 	var warnings Warnings
@@ -192,7 +192,7 @@ func (db *DB) plan(r Range, f *Filter) ([]part, Warnings, error) {
 				}
 				return nil, warnings, err
 			}
-			warnings = db.skipped(warnings, err)
+			warnings = rd.skipped(warnings, err)
 			b.Close()
 			continue
 		}
@@ -245,35 +245,15 @@ func openHeaders(blocks []*Block) []error {
 
 // blocksLocked returns the blocks that may hold samples in r that pass f,
 // each with a reference taken for the caller. db.mu must be held.
-func (db *DB) blocksLocked(r Range, f *Filter) []*Block {
+func (rd *Reader) blocksLocked(r Range, f *Filter) []*Block {
 	var blocks []*Block
-	for _, b := range db.blocks {
+	for _, b := range rd.blocks {
 		if f.keepsBlock(&b.Meta) && r.overlaps(b.Meta.MinTime, b.Meta.MaxTime) {
 			b.acquire()
 			blocks = append(blocks, b)
 		}
 	}
 	return blocks
-}
-
-// headsLocked lists the heads as parts, with db.mu held: what it lists and
-// the blocks the caller lists under the same lock are one consistent view
-// (a head being sealed is in exactly one of the sealing heads and the
-// blocks).
-func (db *DB) headsLocked(r Range, f *Filter) []part {
-	var parts []part
-	if f.keepsSource(db.opts.Source) && f.KeepsNode(db.opts.Node, db.opts.NodeLabels) {
-		add := func(h *Table, period int64) {
-			parts = append(parts, part{source: db.opts.Source, node: db.opts.Node, head: h, mask: compile(f, h, nil), periodNs: period})
-		}
-		for _, s := range db.sealing {
-			add(s.table.snapshot(), s.periodNs)
-		}
-		if db.head != nil && db.head.T.Len() > 0 {
-			add(db.head.T.snapshot(), db.head.periodNs)
-		}
-	}
-	return parts
 }
 
 // maskCache compiles a filter once per block for one query.
@@ -321,16 +301,16 @@ func (mc *maskCache) pathWarnings(parts []part) Warnings {
 }
 
 // runPart reads one part and returns its matching rows.
-func (db *DB) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
+func (rd *Reader) runPart(p *part, r Range, masks *maskCache) (*Batch, error) {
 	t, mask, period := p.head, p.mask, p.periodNs
 	var shift int64
 	if p.block != nil {
 		period, shift = p.block.Meta.PeriodNs, p.block.Meta.ClockShift
-		ix, err := db.blockIndex(p.block)
+		ix, err := rd.blockIndex(p.block)
 		if err != nil {
 			return nil, err
 		}
-		if t, err = db.chunk(p.block, ix, p.chunk); err != nil {
+		if t, err = rd.chunk(p.block, ix, p.chunk); err != nil {
 			return nil, err
 		}
 		mask = masks.get(p.block, ix)
@@ -358,28 +338,28 @@ const defaultChunkCacheSamples = 2 << 20
 
 // chunk returns chunk i of b, from the cache of decoded chunks (bounded
 // by their samples) or decoded into it.
-func (db *DB) chunk(b *Block, ix *blockIndex, i int) (*Table, error) {
+func (rd *Reader) chunk(b *Block, ix *blockIndex, i int) (*Table, error) {
 	key := chunkKey{b, i}
-	if t, ok := db.chunks.Get(key); ok {
+	if t, ok := rd.chunks.Get(key); ok {
 		return t, nil
 	}
 	t, err := b.readChunk(ix, i)
 	if err != nil {
 		return nil, err
 	}
-	db.chunks.AddIf(key, t, func() bool { return !b.retired.Load() })
+	rd.chunks.AddIf(key, t, func() bool { return !b.retired.Load() })
 	return t, nil
 }
 
 // retire drops a block that has left db.blocks: its cached index and
 // chunks, and the DB's reference. Queries that planned to read it still
 // can.
-func (db *DB) retire(b *Block) {
+func (rd *Reader) retire(b *Block) {
 	b.retired.Store(true)
-	db.chunks.RemoveFunc(func(k chunkKey) bool { return k.block == b })
-	db.indexes.Remove(b)
-	db.stepCells.Remove(b)
-	db.unwarm(b)
+	rd.chunks.RemoveFunc(func(k chunkKey) bool { return k.block == b })
+	rd.indexes.Remove(b)
+	rd.stepCells.Remove(b)
+	rd.unwarm(b)
 	b.Close()
 }
 
@@ -390,8 +370,8 @@ const defaultIndexCacheBytes = 32 << 20
 
 // blockIndex returns b's index, from the cache or read from b's file (the
 // caller holds a reference to b).
-func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
-	if ix, ok := db.indexes.Get(b); ok {
+func (rd *Reader) blockIndex(b *Block) (*blockIndex, error) {
+	if ix, ok := rd.indexes.Get(b); ok {
 		return ix, nil
 	}
 	if err := b.header(); err != nil {
@@ -399,13 +379,13 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 	}
 	b.loading.Lock()
 	defer b.loading.Unlock()
-	if ix, ok := db.indexes.Get(b); ok {
+	if ix, ok := rd.indexes.Get(b); ok {
 		return ix, nil // read by another query meanwhile
 	}
 	if b.indexErr != nil {
 		return nil, b.indexErr
 	}
-	db.indexReads.Add(1)
+	rd.indexReads.Add(1)
 	ix, err := b.readIndex()
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) {
@@ -413,7 +393,7 @@ func (db *DB) blockIndex(b *Block) (*blockIndex, error) {
 		}
 		return nil, err
 	}
-	db.indexes.AddIf(b, ix, func() bool { return !b.retired.Load() })
+	rd.indexes.AddIf(b, ix, func() bool { return !b.retired.Load() })
 	return ix, nil
 }
 

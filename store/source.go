@@ -31,16 +31,16 @@ type SourceInfo struct {
 }
 
 // Sources lists the sources in the store, by name.
-func (db *DB) Sources() []SourceInfo { return db.SourcesOf(&Filter{}) }
+func (rd *Reader) Sources() []SourceInfo { return rd.SourcesOf(&Filter{}) }
 
 // SourcesOf lists, by name, the sources of the nodes f keeps (its node,
 // node regexp and label filters; the rest of f is not looked at), each
 // with those nodes' samples only: two nodes whose recordings share a
 // source name (their hostname) are one source of both in Sources, and of
 // one node each here.
-func (db *DB) SourcesOf(f *Filter) []SourceInfo {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
+func (rd *Reader) SourcesOf(f *Filter) []SourceInfo {
+	rd.mu.RLock()
+	defer rd.mu.RUnlock()
 	bySource := map[string]*SourceInfo{}
 	add := func(name string, first, last int64, n int, imported bool, period int64) *SourceInfo {
 		s, ok := bySource[name]
@@ -52,16 +52,16 @@ func (db *DB) SourcesOf(f *Filter) []SourceInfo {
 		s.PeriodNs = max(s.PeriodNs, period)
 		return s
 	}
-	for _, b := range db.blocks {
+	for _, b := range rd.blocks {
 		if !f.KeepsNode(b.Meta.Node, b.Meta.NodeLabels) {
 			continue
 		}
 		s := add(b.Meta.Source, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples, b.Meta.ImportedAt > 0, b.Meta.PeriodNs)
 		s.Relative = s.Relative || b.Meta.Relative
 	}
-	if f.KeepsNode(db.opts.Node, db.opts.NodeLabels) {
-		db.headSpans(func(first, last int64, n int) {
-			add(db.opts.Source, first, last, n, false, db.opts.PeriodNs)
+	if f.KeepsNode(rd.opts.Node, rd.opts.NodeLabels) {
+		rd.headSpans(func(first, last int64, n int) {
+			add(rd.opts.Source, first, last, n, false, rd.opts.PeriodNs)
 		})
 	}
 	out := make([]SourceInfo, 0, len(bySource))
@@ -70,24 +70,6 @@ func (db *DB) SourcesOf(f *Filter) []SourceInfo {
 	}
 	slices.SortFunc(out, func(a, b SourceInfo) int { return cmp.Compare(a.Name, b.Name) })
 	return out
-}
-
-// headSpans calls fn with the first and last sample times and the sample
-// count of each non-empty table not yet in a block: the heads being sealed,
-// then the head. The caller holds db.mu.
-func (db *DB) headSpans(fn func(first, last int64, n int)) {
-	heads := []*Table{}
-	for _, s := range db.sealing {
-		heads = append(heads, s.table)
-	}
-	if db.head != nil {
-		heads = append(heads, &db.head.T)
-	}
-	for _, h := range heads {
-		if h.Len() > 0 {
-			fn(slices.Min(h.Time), slices.Max(h.Time), h.Len())
-		}
-	}
 }
 
 // importBlockSamples is how many samples an import gathers per block.
@@ -257,9 +239,9 @@ type NodeInfo struct {
 }
 
 // Nodes lists the nodes whose samples the store holds, by name.
-func (db *DB) Nodes() []NodeInfo {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
+func (rd *Reader) Nodes() []NodeInfo {
+	rd.mu.RLock()
+	defer rd.mu.RUnlock()
 	byNode := map[string]*NodeInfo{}
 	newest := map[string]int64{}
 	add := func(name, source string, labels map[string]string, first, last int64, n int) *NodeInfo {
@@ -277,11 +259,11 @@ func (db *DB) Nodes() []NodeInfo {
 		ni.First, ni.Last, ni.Samples = min(ni.First, first), max(ni.Last, last), ni.Samples+n
 		return ni
 	}
-	for _, b := range db.blocks {
+	for _, b := range rd.blocks {
 		add(b.Meta.Node, b.Meta.Source, b.Meta.NodeLabels, b.Meta.MinTime, b.Meta.MaxTime, b.Meta.Samples).Blocks++
 	}
-	db.headSpans(func(first, last int64, n int) {
-		add(db.opts.Node, db.opts.Source, db.opts.NodeLabels, first, last, n)
+	rd.headSpans(func(first, last int64, n int) {
+		add(rd.opts.Node, rd.opts.Source, rd.opts.NodeLabels, first, last, n)
 	})
 	out := make([]NodeInfo, 0, len(byNode))
 	for _, ni := range byNode {

@@ -49,16 +49,14 @@ type Stats struct {
 	EventsDropped          uint64 // system events deleted by retention
 }
 
-// Stats returns the DB's counters.
-func (db *DB) Stats() Stats {
-	db.mu.RLock()
-	defer db.mu.RUnlock()
-	s := Stats{Appended: db.appended.Load(), Lost: db.lost.Load(), WALDropped: db.walDropped.Load(),
-		Cuts: db.cuts.Load(), Compactions: db.compactions.Load(), RetentionDrop: db.dropped.Load(),
-		UnshippedDropped: db.unshippedDropped.Load(),
-		CorruptSkips:     db.corrupt.Load(), Blocks: len(db.blocks), Sealing: len(db.sealing)}
-	warmStep := db.warmStep.Load()
-	for _, b := range db.blocks {
+// Stats returns what the Reader counts: its blocks, caches, the
+// overview's cells and the events; a DB's Stats adds the writer's.
+func (rd *Reader) Stats() Stats {
+	rd.mu.RLock()
+	defer rd.mu.RUnlock()
+	s := Stats{CorruptSkips: rd.corrupt.Load(), Blocks: len(rd.blocks)}
+	warmStep := rd.warmStep.Load()
+	for _, b := range rd.blocks {
 		s.BlockBytes += b.Meta.Bytes
 		if warmStep == 0 || b.Meta.Version < 4 {
 			continue
@@ -69,47 +67,69 @@ func (db *DB) Stats() Stats {
 			s.OverviewWarmPending++
 		}
 	}
-	s.CPUSummaryReads, s.OverviewWarmBytes = db.cpuSummaryReads.Load(), db.warmBytes.Load()
-	if db.closed.Load() && db.blocks == nil {
+	s.CPUSummaryReads, s.OverviewWarmBytes = rd.cpuSummaryReads.Load(), rd.warmBytes.Load()
+	if rd.closed.Load() && rd.blocks == nil {
 		// What the directory held when it was closed (the summary a
 		// recorder prints after Close).
-		s.Blocks, s.BlockBytes = db.closedBlocks, db.closedBytes
+		s.Blocks, s.BlockBytes = rd.closedBlocks, rd.closedBytes
 	}
-	s.IndexesCached, s.IndexCacheBytes = db.indexes.Len(), db.indexes.Weight()
-	s.OverviewStepCellsBytes = db.stepCells.Weight()
-	s.IndexReads = db.indexReads.Load()
+	s.IndexesCached, s.IndexCacheBytes = rd.indexes.Len(), rd.indexes.Weight()
+	s.OverviewStepCellsBytes = rd.stepCells.Weight()
+	s.IndexReads = rd.indexReads.Load()
+	rd.events.mu.Lock()
+	s.Events, s.EventsDropped = rd.events.total, rd.events.dropped
+	rd.events.mu.Unlock()
+	return s
+}
+
+// Stats returns the DB's counters: its Reader's and the writer's.
+func (db *DB) Stats() Stats {
+	s := db.Reader.Stats()
+	s.Appended, s.Lost, s.WALDropped = db.appended.Load(), db.lost.Load(), db.walDropped.Load()
+	s.Cuts, s.Compactions, s.RetentionDrop = db.cuts.Load(), db.compactions.Load(), db.dropped.Load()
+	s.UnshippedDropped = db.unshippedDropped.Load()
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	s.Sealing = len(db.sealing)
 	if db.head != nil {
 		s.HeadSamples = db.head.T.Len()
 	}
 	if db.wal != nil {
 		s.WALBytes = db.wal.size
 	}
-	db.events.mu.Lock()
-	s.Events, s.EventsDropped = db.events.total, db.events.dropped
-	db.events.mu.Unlock()
 	return s
 }
 
-// Health returns nil while the DB works: its directory is there and, when
-// it records, its last WAL write succeeded. Otherwise it says what is wrong.
-func (db *DB) Health() error {
-	if db.closed.Load() {
+// Health returns nil while the Reader works: its block sources' last
+// listings succeeded and its directory, if any, is there. Otherwise it
+// says what is wrong.
+func (rd *Reader) Health() error {
+	if rd.closed.Load() {
 		return errors.New("data directory closed")
 	}
-	for i := range db.blockSourceErr {
-		if p := db.blockSourceErr[i].Load(); p != nil {
+	for i := range rd.blockSourceErr {
+		if p := rd.blockSourceErr[i].Load(); p != nil {
 			return *p
 		}
 	}
-	if db.localBlocks == nil {
+	if rd.localBlocks == nil {
 		return nil
 	}
-	dir := db.dir
-	if !db.opts.ReadOnly {
-		dir = filepath.Join(db.dir, blocksDir)
+	dir := rd.dir
+	if !rd.opts.ReadOnly {
+		dir = filepath.Join(rd.dir, blocksDir)
 	}
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("data directory: %w", err)
+	}
+	return nil
+}
+
+// Health returns nil while the DB works: its Reader's Health, and, when it
+// records, its last WAL write succeeded. Otherwise it says what is wrong.
+func (db *DB) Health() error {
+	if err := db.Reader.Health(); err != nil {
+		return err
 	}
 	if p := db.walErr.Load(); p != nil {
 		return fmt.Errorf("WAL write failed: %w", *p)

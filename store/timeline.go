@@ -35,7 +35,7 @@ type Steps struct {
 // filter that keeps every thread is answered from each block's totals per
 // 10 s, kept in memory once read: the overview of a week retained reads no
 // index after the first.
-func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*Steps, Warnings, error) {
+func (rd *Reader) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*Steps, Warnings, error) {
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("timeline: empty range or step")
 	}
@@ -57,10 +57,10 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 	}
 	bucket := int64(summaryBucket) * 1000 // ns
 	if !f.threadOnly() || step%bucket != 0 || r.From%bucket != 0 || (r.To-r.From)%step != 0 {
-		warnings, err := db.Select(ctx, r, f, scan)
+		warnings, err := rd.Select(ctx, r, f, scan)
 		return tl, warnings, err
 	}
-	warnings, err := db.timelineSummaries(ctx, tl, r, step, f, scan)
+	warnings, err := rd.timelineSummaries(ctx, tl, r, step, f, scan)
 	if err != nil {
 		return nil, warnings, err
 	}
@@ -70,7 +70,7 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 	// Cut it at what every thread of the nodes kept had in the step,
 	// each CPU at most the wall time the node's data cover in it.
 	all := Filter{Sources: f.Sources, Nodes: f.Nodes, NodeRegex: f.NodeRegex, NodeLabels: f.NodeLabels, IncludeIdle: f.IncludeIdle}
-	nodes, more, err := db.NodeCPUSteps(ctx, r, step, &all)
+	nodes, more, err := rd.NodeCPUSteps(ctx, r, step, &all)
 	for _, w := range more {
 		if !slices.Contains(warnings, w) {
 			warnings = append(warnings, w)
@@ -92,14 +92,14 @@ func (db *DB) Timeline(ctx context.Context, r Range, step int64, f *Filter) (*St
 // timelineSummaries adds to tl the samples in r that pass f (which looks
 // only at threads) and their CPU time, from the blocks' 10 s summaries,
 // and from the heads by scanning them.
-func (db *DB) timelineSummaries(ctx context.Context, tl *Steps, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
+func (rd *Reader) timelineSummaries(ctx context.Context, tl *Steps, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
 	bucket := int64(summaryBucket) * 1000 // ns
 	// Blocks and heads under one lock: a head sealed in between would be
 	// in neither list, or in both.
-	db.mu.RLock()
-	blocks := db.blocksLocked(r, f)
-	heads := db.headsLocked(r, f)
-	db.mu.RUnlock()
+	rd.mu.RLock()
+	blocks := rd.blocksLocked(r, f)
+	heads := rd.headsLocked(r, f)
+	rd.mu.RUnlock()
 	add := func(b int64, count, idle uint32, weight int64) {
 		start := b * bucket
 		if start < r.From || start >= r.To {
@@ -130,7 +130,7 @@ func (db *DB) timelineSummaries(ctx context.Context, tl *Steps, r Range, step in
 			}
 			continue
 		}
-		ix, err := db.blockIndex(b)
+		ix, err := rd.blockIndex(b)
 		b.Close()
 		if errors.Is(err, ErrUnavailable) {
 			for _, rest := range blocks[i+1:] {
@@ -139,7 +139,7 @@ func (db *DB) timelineSummaries(ctx context.Context, tl *Steps, r Range, step in
 			return warnings, err
 		}
 		if err != nil {
-			warnings = db.skipped(warnings, err)
+			warnings = rd.skipped(warnings, err)
 			continue
 		}
 		if allThreads {
@@ -157,6 +157,6 @@ func (db *DB) timelineSummaries(ctx context.Context, tl *Steps, r Range, step in
 		}
 	}
 	// Heads have no summaries: scan them.
-	headWarnings, err := db.selectParts(ctx, heads, r, f, scan)
+	headWarnings, err := rd.selectParts(ctx, heads, r, f, scan)
 	return append(warnings, headWarnings...), err
 }

@@ -46,21 +46,21 @@ type WarmResult struct {
 // whose summary cannot be read is left to the queries, which warn about
 // it, and no later pass reads it again. Stats reports the progress
 // (OverviewWarmBlocks, OverviewWarmPending).
-func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) {
+func (rd *Reader) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) {
 	start := time.Now()
 	res := WarmResult{Step: step}
 	if step <= 0 || step%(int64(summaryBucket)*1000) != 0 {
 		return res, fmt.Errorf("warm cpu steps: step %d ns is not a whole multiple of the summaries' 10 s", step)
 	}
-	db.mu.RLock()
+	rd.mu.RLock()
 	var blocks []*Block
-	for _, b := range db.blocks {
+	for _, b := range rd.blocks {
 		if b.Meta.Version >= 4 {
 			b.acquire()
 			blocks = append(blocks, b)
 		}
 	}
-	db.mu.RUnlock()
+	rd.mu.RUnlock()
 	defer func() {
 		for _, b := range blocks {
 			b.Close()
@@ -82,21 +82,21 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 		}
 		cold = append(cold, b)
 	}
-	db.warmStep.Store(step)
+	rd.warmStep.Store(step)
 	failedBefore := res.Failed
 	var err error
 	for _, b := range cold {
 		if err = ctx.Err(); err != nil {
 			break
 		}
-		if db.warmBytes.Load() >= db.opts.IndexCacheBytes {
+		if rd.warmBytes.Load() >= rd.opts.IndexCacheBytes {
 			break
 		}
 		runtime.Gosched()
 		if b.retired.Load() {
 			continue
 		}
-		c, cerr := db.cpuStepCells(b, step, 0, false, Range{From: math.MinInt64, To: math.MaxInt64})
+		c, cerr := rd.cpuStepCells(b, step, 0, false, Range{From: math.MinInt64, To: math.MaxInt64})
 		if errors.Is(cerr, ErrUnavailable) {
 			err = cerr
 			break
@@ -107,16 +107,16 @@ func (db *DB) WarmCPUSteps(ctx context.Context, step int64) (WarmResult, error) 
 			continue
 		}
 		if old := b.warmSteps.Swap(c); old != nil {
-			db.warmBytes.Add(-old.bytes())
+			rd.warmBytes.Add(-old.bytes())
 		}
-		db.warmBytes.Add(c.bytes())
+		rd.warmBytes.Add(c.bytes())
 		if b.retired.Load() {
-			db.unwarm(b) // retired meanwhile: retire may have missed these cells
+			rd.unwarm(b) // retired meanwhile: retire may have missed these cells
 		}
 		res.Warmed++
 	}
 	res.Pending = len(cold) - res.Warmed - (res.Failed - failedBefore)
-	res.Bytes = db.warmBytes.Load()
+	res.Bytes = rd.warmBytes.Load()
 	res.Took = time.Since(start)
 	return res, err
 }
@@ -136,8 +136,8 @@ func (c *cpuStepCells) bytes() int64 {
 }
 
 // unwarm drops b's warm cells (b leaves the DB).
-func (db *DB) unwarm(b *Block) {
+func (rd *Reader) unwarm(b *Block) {
 	if old := b.warmSteps.Swap(nil); old != nil {
-		db.warmBytes.Add(-old.bytes())
+		rd.warmBytes.Add(-old.bytes())
 	}
 }

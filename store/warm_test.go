@@ -20,8 +20,8 @@ func TestWarmCPUSteps(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	a := dutyNode(t, "node-a", nil, start, 60, 10*ms, []float64{1, 0.1})
 	b := dutyNode(t, "node-b", nil, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
-	open := func(budget int64) *DB {
-		db, err := Open("", Options{ReadOnly: true, BlockSources: []BlockSource{DirSource(a), DirSource(b)}, IndexCacheBytes: budget})
+	open := func(budget int64) *Reader {
+		db, err := OpenReader([]BlockSource{DirSource(a), DirSource(b)}, ReaderOptions{IndexCacheBytes: budget})
 		if err != nil {
 			t.Fatal(err)
 		}

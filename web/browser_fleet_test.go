@@ -85,8 +85,7 @@ func TestBrowserFleetOverview(t *testing.T) {
 		}
 		return "", 0, false
 	}))
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})},
-		Logger: discard()})
+	db, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})}, store.ReaderOptions{Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,8 +58,7 @@ func TestEventsOfEveryInstance(t *testing.T) {
 	reinstalled := ship(t0+int64(time.Minute), "reinstalled 1", "reinstalled 2")
 	miniotest.UploadEvents(t, bkt, "b", []events.Event{{Time: t0, Source: "kmsg", Severity: events.Info, Text: "old object"}})
 
-	db, err := store.Open("", store.Options{ReadOnly: true, Logger: discard(),
-		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+	db, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}, store.ReaderOptions{Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,8 +89,7 @@ func BenchmarkFleetEventList(b *testing.B) {
 	for n := range 200 {
 		fleetfixture.Upload(b, bkt, fmt.Sprintf("node-%03d", n), node)
 	}
-	fleet, err := store.Open("", store.Options{ReadOnly: true, Logger: discard(),
-		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+	fleet, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}, store.ReaderOptions{Logger: discard()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -128,9 +128,9 @@ type postedEvent struct {
 // postEvent answers POST /api/events: 201 and the stored event; 400
 // naming the field of a malformed event; 413 for a body over 64 KiB; 415
 // unless the body is JSON; 429 past the rate limit; 405 on a read-only
-// data directory (heatscope serve).
+// data directory or a bucket (heatscope serve).
 func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
-	if s.db.ReadOnly() {
+	if s.events == nil {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeError(w, http.StatusMethodNotAllowed, "this server reads the data directory read-only: POST events to the recorder's server (heatscope record --listen)", "")
 		return
@@ -173,7 +173,7 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error(), "")
 		return
 	}
-	if err := s.db.AppendEvent(e); err != nil {
+	if err := s.events.AppendEvent(e); err != nil {
 		s.log.Error("store a posted event", "err", err)
 		writeError(w, http.StatusInternalServerError, "the event could not be stored", "")
 		return

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -95,12 +96,20 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 // fixture is a real HTTP server over a test store.
 type fixture struct {
-	db  *store.DB
+	db  fixtureStore
 	srv *Server
 	url string
 }
 
-func newFixture(t testing.TB, db *store.DB, opts Options) *fixture {
+// fixtureStore is what the tests read of a store beside the API: a
+// *store.DB or a *store.Reader.
+type fixtureStore interface {
+	Reader
+	Stats() store.Stats
+	WarmCPUSteps(ctx context.Context, step int64) (store.WarmResult, error)
+}
+
+func newFixture(t testing.TB, db fixtureStore, opts Options) *fixture {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = discard()

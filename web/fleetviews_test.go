@@ -24,13 +24,12 @@ import (
 // with resets and the culprit before each, n3 with one cpu-saturation
 // event, n4 quiet) to a real MinIO and opens it as serve
 // --objstore-config does.
-func bucketFleet(t testing.TB) *store.DB {
+func bucketFleet(t testing.TB) *store.Reader {
 	t.Helper()
 	m := miniotest.Start(t)
 	bkt := m.Open("fleet")
 	fleetfixture.WriteFleet(t, bkt, t.TempDir(), fleetfixture.Fleet())
-	db, err := store.Open("", store.Options{ReadOnly: true, Logger: discard(),
-		BlockSources: []store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}})
+	db, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, bkt.Name(), bucketstore.Options{})}, store.ReaderOptions{Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // us-east-1b; node-c runs only "kubelet"), and opens them together as
 // the query service opens a bucket: through block sources. It returns the
 // store and each node's sample count.
-func fleetStore(t testing.TB) (*store.DB, map[string]int) {
+func fleetStore(t testing.TB) (*store.Reader, map[string]int) {
 	t.Helper()
 	counts := map[string]int{}
 	var sources []store.BlockSource
@@ -49,7 +49,7 @@ func fleetStore(t testing.TB) (*store.DB, map[string]int) {
 		}
 		sources = append(sources, store.DirSource(dir))
 	}
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: sources, Logger: discard()})
+	db, err := store.OpenReader(sources, store.ReaderOptions{Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

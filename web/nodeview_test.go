@@ -67,8 +67,7 @@ func sharedSourceFleet(t *testing.T) (*fixture, []*sharedSource) {
 		// its one bucket directory, as its shipper would put them.
 		uploadDir(t, bkt, r.node, dir)
 	}
-	db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})},
-		Logger: discard()})
+	db, err := store.OpenReader([]store.BlockSource{bucketstore.New(bkt, "fleet", bucketstore.Options{})}, store.ReaderOptions{Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,7 +168,10 @@ func uiFile(urlPath string) ([]byte, string, bool) {
 
 // Server answers the API over one store. It is safe for concurrent use.
 type Server struct {
-	db        Store
+	db Reader
+	// events takes POST /api/events: db when it is an EventLog that is
+	// not read-only (a recorder's store), else nil.
+	events    EventLog
 	opts      Options
 	log       *slog.Logger
 	tokenHash [sha256.Size]byte
@@ -176,10 +179,12 @@ type Server struct {
 	postLimit *tokenBucket // POST /api/events
 }
 
-// New returns a server for db. The token, if any, must be printable ASCII
-// without spaces, quotes, commas, semicolons or backslashes, so that it
-// travels unchanged in a header, a cookie and a URL.
-func New(db Store, opts Options) (*Server, error) {
+// New returns a server for db. Posted events go to db when it is also an
+// EventLog that is not read-only (a recorder's store); a reader's server
+// refuses them. The token, if any, must be printable ASCII without spaces,
+// quotes, commas, semicolons or backslashes, so that it travels unchanged
+// in a header, a cookie and a URL.
+func New(db Reader, opts Options) (*Server, error) {
 	if db == nil {
 		return nil, errors.New("web: no store")
 	}
@@ -198,6 +203,9 @@ func New(db Store, opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{db: db, opts: opts, log: opts.Logger, tokenHash: sha256.Sum256([]byte(opts.AuthToken))}
+	if log, ok := db.(EventLog); ok && !log.ReadOnly() {
+		s.events = log
+	}
 	s.api = s.endpoints()
 	s.postLimit = newTokenBucket(postRate, postBurst)
 	return s, nil

@@ -27,7 +27,7 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-func sourceNamed(t *testing.T, db *store.DB, name string) store.SourceInfo {
+func sourceNamed(t *testing.T, db Reader, name string) store.SourceInfo {
 	t.Helper()
 	for _, s := range db.Sources() {
 		if s.Name == name {

@@ -10,9 +10,10 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// Reader is what the API reads (*store.DB implements it): the samples and
-// events its views ask for (query, overview and prediff say what each of
-// them reads), and the recordings and nodes its parameters name.
+// Reader is what the API reads (*store.Reader, and so *store.DB, implement
+// it): the samples and events its views ask for (query, overview and
+// prediff say what each of them reads), and the recordings and nodes its
+// parameters name.
 type Reader interface {
 	query.Selector
 	overview.Reader
@@ -27,16 +28,9 @@ type Reader interface {
 	InstanceNotices() store.Warnings
 }
 
-// EventLog takes the events POST /api/events stores: a recorder's, not a
-// read-only query service's.
+// EventLog takes the events POST /api/events stores: a recorder's store
+// (*store.DB), not a read-only query service's. New finds it in its Reader.
 type EventLog interface {
 	ReadOnly() bool
 	AppendEvent(e events.Event) error
-}
-
-// Store is what a Server serves: reads, and the event log posted events
-// go to. *store.DB implements it.
-type Store interface {
-	Reader
-	EventLog
 }

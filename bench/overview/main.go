@@ -156,7 +156,7 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNod
 	// The first request after a start, -runs times, each on a store
 	// opened afresh: without warming, and once serve's warming (at the
 	// step of this overview) finished; and how long the warming took.
-	openDir := func() (*store.DB, func(), error) {
+	openDir := func() (servedStore, func(), error) {
 		db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: benchweb.Quiet()})
 		if err != nil {
 			return nil, nil, err
@@ -230,7 +230,15 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNod
 // which must read none either), and a zoom into an hour in the middle of
 // the range in columns (a step finer than the warm one) twice: cold, then
 // from the cache. It prints them as table rows.
-func firstRequests(open func() (*store.DB, func(), error), api string, columns, runs, blocks int) error {
+// servedStore is what the first requests serve and measure: a read-only
+// *store.DB or a *store.Reader of a bucket.
+type servedStore interface {
+	web.Reader
+	Stats() store.Stats
+	WarmCPUSteps(ctx context.Context, step int64) (store.WarmResult, error)
+}
+
+func firstRequests(open func() (servedStore, func(), error), api string, columns, runs, blocks int) error {
 	var colds, warmings, afterWarm, other, zoomCold, zoomWarm []float64
 	var res store.WarmResult
 	var otherStep, zoomStep float64
@@ -395,9 +403,9 @@ func throughMinIO(dir string, nodes, runs, columns int) error {
 	// warmed, cold, warmed, ….
 	var gets, getBytes [2][]float64
 	opened := 0
-	open := func() (*store.DB, func(), error) {
+	open := func() (servedStore, func(), error) {
 		src := bucketstore.New(bkt, "minio", bucketstore.Options{Logger: benchweb.Quiet()})
-		db, err := store.Open("", store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: benchweb.Quiet()})
+		db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: benchweb.Quiet()})
 		if err != nil {
 			return nil, nil, err
 		}

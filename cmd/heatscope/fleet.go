@@ -10,7 +10,9 @@ import (
 
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketstore"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/store"
+	"github.com/heatscope/heatscope/web"
 )
 
 // queryFlags choose what serve and export read: a data directory, the
@@ -49,6 +51,18 @@ const bucketChunkCacheSamples = 1 << 20
 // fails within about this.
 const defaultBucketTimeout = 5 * time.Second
 
+// queryStore is what serve and export read: a read-only *store.DB (a data
+// directory, with a bucket beside it when both are given) or a
+// *store.Reader (a bucket alone).
+type queryStore interface {
+	web.Reader
+	overview.WarmStore
+	Stats() store.Stats
+	Health() error
+	Refresh() error
+	Close() error
+}
+
 // open opens the store the flags name, read-only. With a bucket it checks
 // at once that the bucket answers and the credentials may list it, so a
 // wrong config fails at start with the bucket and the operation named.
@@ -56,7 +70,7 @@ const defaultBucketTimeout = 5 * time.Second
 // which errors are not that) does not stop it: the store opens without
 // its blocks and lists them once it answers (serve); without, it fails
 // (export).
-func (q queryFlags) open(component string, waitForBucket bool) (*store.DB, *bucketstore.Source, func(), error) {
+func (q queryFlags) open(component string, waitForBucket bool) (queryStore, *bucketstore.Source, func(), error) {
 	dataGiven := false
 	q.fs.Visit(func(f *flag.Flag) { dataGiven = dataGiven || f.Name == "data" })
 	dir := *q.data
@@ -65,7 +79,10 @@ func (q queryFlags) open(component string, waitForBucket bool) (*store.DB, *buck
 	}
 	if *q.objstore == "" {
 		db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: slog.Default()})
-		return db, nil, func() {}, err
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return db, nil, func() {}, nil
 	}
 	if !dataGiven {
 		dir = ""
@@ -109,12 +126,31 @@ func (q queryFlags) open(component string, waitForBucket bool) (*store.DB, *buck
 		}
 	}
 	src := bucketstore.New(bkt, bkt.Name(), bucketstore.Options{Timeout: timeout, DiskCache: disk})
-	db, err := store.Open(dir, store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: slog.Default(),
-		ChunkCacheSamples: bucketChunkCacheSamples, OpenUnavailable: unavailable})
+	db, err := openBucketStore(dir, src, unavailable)
 	if err != nil {
 		bkt.Close()
 		return nil, nil, nil, err
 	}
 	slog.Info("reading the fleet's blocks", "bucket", bkt.Name(), "nodes", len(db.Nodes()))
 	return db, src, func() { bkt.Close() }, nil
+}
+
+// openBucketStore opens a reader of the bucket src (a fleet query
+// service), or, when a data directory is given too, a read-only DB of it
+// with the bucket beside.
+func openBucketStore(dir string, src *bucketstore.Source, unavailable bool) (queryStore, error) {
+	if dir == "" {
+		rd, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: slog.Default(),
+			ChunkCacheSamples: bucketChunkCacheSamples, OpenUnavailable: unavailable})
+		if err != nil {
+			return nil, err
+		}
+		return rd, nil
+	}
+	db, err := store.Open(dir, store.Options{ReadOnly: true, BlockSources: []store.BlockSource{src}, Logger: slog.Default(),
+		ChunkCacheSamples: bucketChunkCacheSamples, OpenUnavailable: unavailable})
+	if err != nil {
+		return nil, err
+	}
+	return db, nil
 }

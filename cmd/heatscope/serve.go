@@ -48,7 +48,7 @@ func addWebFlags(fs *flag.FlagSet, listenHelp string) webFlags {
 // server returns the web server for db with opts (metrics, health) and the
 // flags' token. A non-loopback address without a token is refused unless
 // --insecure-listen says so.
-func (wf webFlags) server(db *store.DB, opts web.Options) (*web.Server, error) {
+func (wf webFlags) server(db web.Reader, opts web.Options) (*web.Server, error) {
 	token, err := wf.authToken()
 	if err != nil {
 		return nil, err
@@ -157,7 +157,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 // serveOptions are the web server's options of a query service over db
 // and, when not nil, the bucket src: its metrics (the store's, the
 // bucket's reads) and its health, and the bucket's outage.
-func serveOptions(db *store.DB, src *bucketstore.Source) (web.Options, error) {
+func serveOptions(db queryStore, src *bucketstore.Source) (web.Options, error) {
 	m := metrics.New()
 	if err := m.RegisterStore(db); err != nil {
 		return web.Options{}, err
@@ -250,7 +250,7 @@ const defaultOverviewWarmColumns = 362
 // new blocks appear, compacted and expired ones go. It calls warm at once
 // and after every refresh, in its own goroutine: one block at a time, the
 // queries being served go first.
-func refreshEvery(ctx context.Context, db *store.DB, every time.Duration, warm func()) {
+func refreshEvery(ctx context.Context, db queryStore, every time.Duration, warm func()) {
 	warm()
 	t := time.NewTicker(every)
 	defer t.Stop()
