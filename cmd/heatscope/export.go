@@ -67,20 +67,40 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	// never as a date in 1970.
 	relative := query.Relative(db.Sources(), f.Sources)
 
+	if !nodeFramesSet {
+		*nodeFrames = len(selectedNodes(db, &f)) > 1
+	}
+	n, warnings, err := writeOutput(*output, stdout, func(w io.Writer) (int, store.Warnings, error) {
+		return exportSamples(db, r, &f, *format, foldedOptions{nodeFrames: *nodeFrames, addresses: *addresses}, w, stderr)
+	})
+	if err != nil {
+		return err
+	}
+	printWarnings(stderr, warnings) // first: they may say why nothing was selected
+	if n == 0 {
+		data, found := query.Span(db.SourcesOf(&f), f.Sources)
+		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
+	}
+	reportExport(stderr, n, r, relative, *format, db.InstanceNotices())
+	return nil
+}
+
+// writeOutput runs write into the file named output (- for stdout),
+// buffered, and returns what it returned, its error and the flush's
+// wrapped as export's. A write that exported nothing leaves no file.
+func writeOutput(output string, stdout io.Writer, write func(io.Writer) (int, store.Warnings, error)) (int, store.Warnings, error) {
 	var w io.Writer = stdout
 	var file *os.File
-	if *output != "-" {
-		if file, err = os.Create(*output); err != nil {
-			return fmt.Errorf("create output: %w", err)
+	if output != "-" {
+		var err error
+		if file, err = os.Create(output); err != nil {
+			return 0, nil, fmt.Errorf("create output: %w", err)
 		}
 		defer file.Close()
 		w = file
 	}
 	bw := bufio.NewWriterSize(w, 1<<20)
-	if !nodeFramesSet {
-		*nodeFrames = len(selectedNodes(db, &f)) > 1
-	}
-	n, warnings, err := exportSamples(db, r, &f, *format, foldedOptions{nodeFrames: *nodeFrames, addresses: *addresses}, bw, stderr)
+	n, warnings, err := write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -88,18 +108,12 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		err = file.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("export: %w", err)
+		return n, warnings, fmt.Errorf("export: %w", err)
 	}
-	printWarnings(stderr, warnings) // first: they may say why nothing was selected
-	if n == 0 {
-		if file != nil {
-			os.Remove(*output)
-		}
-		data, found := query.Span(db.SourcesOf(&f), f.Sources)
-		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
+	if n == 0 && file != nil {
+		os.Remove(output)
 	}
-	reportExport(stderr, n, r, relative, *format, db.InstanceNotices())
-	return nil
+	return n, warnings, nil
 }
 
 // reportExport says what export wrote: the instances of a node shown
@@ -120,7 +134,7 @@ func reportExport(stderr io.Writer, n int, r store.Range, relative bool, format 
 // exportRange resolves --from and --to, an end not given defaulting to the
 // selected sources' first or last sample. A range that cannot hold a
 // sample says where the data is.
-func exportRange(db *store.DB, f *store.Filter, from, to string) (store.Range, error) {
+func exportRange(db queryStore, f *store.Filter, from, to string) (store.Range, error) {
 	data, found := query.Span(db.SourcesOf(f), f.Sources)
 	open, err := timeFlags(from, to, store.Range{From: math.MinInt64, To: math.MaxInt64})
 	if err != nil || from != "" && to != "" {
@@ -175,7 +189,7 @@ type foldedOptions struct {
 // each weighing its own period (the overhead guard may have changed the
 // rate within the range), and returns how many it wrote and what it had
 // to skip.
-func exportSamples(db *store.DB, r store.Range, f *store.Filter, format string, fo foldedOptions, w io.Writer, stderr io.Writer) (n int, warnings store.Warnings, err error) {
+func exportSamples(db queryStore, r store.Range, f *store.Filter, format string, fo foldedOptions, w io.Writer, stderr io.Writer) (n int, warnings store.Warnings, err error) {
 	ctx := context.Background()
 	switch format {
 	case "pprof":
@@ -243,7 +257,7 @@ func exportSamples(db *store.DB, r store.Range, f *store.Filter, format string, 
 }
 
 // selectedNodes lists the nodes f selects of those db holds.
-func selectedNodes(db *store.DB, f *store.Filter) []string {
+func selectedNodes(db queryStore, f *store.Filter) []string {
 	var names []string
 	for _, n := range db.Nodes() {
 		if f.KeepsNode(n.Name, n.Labels) {
