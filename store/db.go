@@ -293,15 +293,7 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.identity = id
 		}
 	}
-	if err := db.loadBlocks(); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := db.loadWAL(); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := db.openEvents(); err != nil {
+	if err := db.load(db.loadWAL); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -337,11 +329,7 @@ func OpenReader(sources []BlockSource, opts ReaderOptions) (*Reader, error) {
 	o.setDefaults()
 	rd := &Reader{}
 	rd.init("", o)
-	if err := rd.loadBlocks(); err != nil {
-		rd.Close()
-		return nil, err
-	}
-	if err := rd.openEvents(); err != nil {
+	if err := rd.load(nil); err != nil {
 		rd.Close()
 		return nil, err
 	}
@@ -393,9 +381,18 @@ func (rd *Reader) init(dir string, opts Options) {
 	rd.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
 }
 
-// openEvents opens the directory's event log (none without a directory)
-// and reads the block sources' events.
-func (rd *Reader) openEvents() error {
+// load lists the blocks, runs heads (a DB's: its WAL's replay; nil for
+// none), opens the directory's event log (none without a directory) and
+// reads the block sources' events.
+func (rd *Reader) load(heads func() error) error {
+	if err := rd.loadBlocks(); err != nil {
+		return err
+	}
+	if heads != nil {
+		if err := heads(); err != nil {
+			return err
+		}
+	}
 	var err error
 	if rd.events, err = openEventLog(rd.dir, rd.opts.ReadOnly, rd.opts.MaxEvents, rd.log); err != nil {
 		return err
