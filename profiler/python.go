@@ -3,6 +3,7 @@ package profiler
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sync"
 
@@ -64,6 +65,12 @@ func (f *pythonFinder) find(root string, maps []symbolize.ExecMapping) (runtime 
 			continue
 		}
 		in, fresh, err := f.cache.Lookup(pyinterp.FileID{Dev: m.Dev, Inode: m.Inode}, root+"/root"+m.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The process has exited (its mappings came from its exit
+			// snapshot): nothing is known of the binary, which the cache
+			// did not remember; the next process mapping it reads it.
+			continue
+		}
 		if fresh {
 			f.count(func(s *PythonStats) { s.Binaries++ })
 		}

@@ -157,3 +157,57 @@ func BenchmarkPythonFinderNoPython(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(maps)), "mappings")
 }
+
+// TestPythonFinderProcessGone: a process seen only after it exited (its
+// mappings from the exit snapshot, its /proc/PID/root gone) tells nothing
+// of its interpreter: nothing is warned, and the next process of the same
+// binary has its interpreter found (the gone process's "no such file" was
+// remembered for the binary, and every later process of it kept native
+// frames only).
+func TestPythonFinderProcessGone(t *testing.T) {
+	const py = "/usr/bin/python3.11"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("no %s here: %v", py, err)
+	}
+	f := newTestFinder(t)
+	var logged strings.Builder
+	f.log = slog.New(slog.NewTextHandler(&logged, nil))
+	cmd := exec.Command(py, "-c", `import ctypes, sys
+print(ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime")), flush=True)
+sys.stdin.read()`)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	var want uint64
+	if _, err := fmt.Fscan(out, &want); err != nil {
+		t.Fatal(err)
+	}
+	root := fmt.Sprintf("/proc/%d", cmd.Process.Pid)
+	maps, err := symbolize.ReadExecMappings(root + "/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same mappings through the root of a process that has exited.
+	if _, _, ok := f.find("/proc/0", maps); ok {
+		t.Fatal("an interpreter found through an exited process's root")
+	}
+	if strings.Contains(logged.String(), "cannot read") {
+		t.Fatalf("an exited process's interpreter warned about as unreadable:\n%s", logged.String())
+	}
+	rt, _, ok := f.find(root, maps)
+	if !ok || rt != want {
+		t.Fatalf("the next process of %s: find gives _PyRuntime %#x (found %v), the process says %#x", py, rt, ok, want)
+	}
+	if s := f.Stats(); s.Unsupported != 0 || s.Processes != 1 {
+		t.Fatalf("stats %+v, want no unsupported binary, one process", s)
+	}
+}

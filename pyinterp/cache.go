@@ -1,6 +1,8 @@
 package pyinterp
 
 import (
+	"errors"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
@@ -26,8 +28,11 @@ func MayBeInterpreter(path string) bool {
 
 // Cache remembers what each binary is, so that a binary is read once
 // however many processes map it; failures are remembered too (a binary
-// that is no interpreter, or an unsupported one, is not read again). It
-// is safe for concurrent use.
+// that is no interpreter, or an unsupported one, is not read again),
+// except a path that no longer exists: that says nothing of the binary,
+// only that the process whose /proc/PID/root named it has exited (a
+// process seen from its exit snapshot), and the next process mapping the
+// binary reads it. It is safe for concurrent use.
 type Cache struct {
 	entries *lru.Cache[FileID, result]
 }
@@ -51,6 +56,9 @@ func (c *Cache) Lookup(id FileID, path string) (in *Interpreter, fresh bool, err
 		return r.in, false, r.err
 	}
 	in, err = Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, true, err
+	}
 	c.entries.Add(id, result{in: in, err: err})
 	return in, true, err
 }
