@@ -312,6 +312,18 @@ type recording struct {
 	saturated *pipeline.Saturation
 	otlp      *otlpexport.Exporter
 	start     time.Time
+	// stopped is when the recorder stopped sampling, its ring drained:
+	// the sinks' closing after it (the OTLP queue's last sends, up to
+	// --otlp-timeout) is no recording time.
+	stopped time.Time
+}
+
+// Run runs the recorder as the pipeline's source and notes when it
+// stopped, before the pipeline closes its sinks.
+func (r *recording) Run(ctx context.Context, sink func(*sample.Sample)) error {
+	err := r.rec.Run(ctx, sink)
+	r.stopped = time.Now()
+	return err
 }
 
 // deferred adds fn to what cleanUp runs.
@@ -538,7 +550,7 @@ func (r *recording) run(ctx context.Context, stderr io.Writer) error {
 	if r.guard != nil {
 		stopGuard = runGuard(ctx, r.guard)
 	}
-	err := pipeline.New(r.sinks()...).Run(ctx, r.rec)
+	err := pipeline.New(r.sinks()...).Run(ctx, r)
 	stopEvents()
 	stopGuard()
 	r.stopServer()
@@ -549,7 +561,10 @@ func (r *recording) run(ctx context.Context, stderr io.Writer) error {
 // shipping and writes --output and --top.
 func (r *recording) report(stdout, stderr io.Writer) error {
 	f := r.flags
-	printSummary(r.rec, time.Since(r.start), stderr)
+	if r.stopped.IsZero() {
+		r.stopped = time.Now()
+	}
+	printSummary(r.rec, r.stopped.Sub(r.start), stderr)
 	if r.db != nil && *f.events.kmsg != "" {
 		printEventSummary(r.kmsg.Status(), stderr)
 	}

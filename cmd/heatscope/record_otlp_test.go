@@ -6,10 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
@@ -144,5 +147,56 @@ func TestRecordOTLP(t *testing.T) {
 		if !reflect.DeepEqual(got[i], stored[i]) {
 			t.Fatalf("sample %d:\nsent   %+v %+v\nstored %+v %+v", i, got[i], got[i].Container, stored[i], stored[i].Container)
 		}
+	}
+}
+
+// TestRecordOTLPEndpointDown: with --otlp-endpoint refusing every
+// connection, record still stops, counts the samples left unsent and
+// logs the failure without the token, and its "recorded" figure is the
+// time it sampled, not that plus the wait for the queue at stop
+// (--otlp-timeout): a 2 s run read "recorded 8.0s" before this fix.
+func TestRecordOTLPEndpointDown(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	headers := filepath.Join(dir, "otlp-headers")
+	if err := os.WriteFile(headers, []byte("Authorization: Bearer d0wn-t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 6 * time.Second
+	began := time.Now()
+	_, stderr, err := runHeatscope(bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "2s", "--listen", "", "--progress", "0",
+		"--otlp-endpoint", down, "--otlp-insecure", "--otlp-interval", "500ms", "--otlp-timeout", timeout.String(), "--otlp-headers-file", headers)
+	wall := time.Since(began)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	if strings.Contains(stderr, "d0wn") {
+		t.Errorf("record printed the token:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "OTLP export failing") || !regexp.MustCompile(`exported 0 samples; not exported: .*[1-9][0-9]* left at stop`).MatchString(stderr) {
+		t.Errorf("the failing endpoint and the samples left unsent are not named:\n%s", stderr)
+	}
+	m := regexp.MustCompile(`recorded ([0-9.]+)s:`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no summary:\n%s", stderr)
+	}
+	recorded, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run waited for the queue at stop (up to the timeout) after it
+	// sampled; that wait is no recording.
+	if wall < timeout {
+		t.Skipf("record ran %v, less than the queue's wait at stop: nothing to tell apart", wall)
+	}
+	if recorded > (wall - timeout*2/3).Seconds() {
+		t.Fatalf("recorded %.1fs in a run of %.1fs that waited up to %v for the endpoint at stop: the wait counted as recording\n%s", recorded, wall.Seconds(), timeout, stderr)
 	}
 }
