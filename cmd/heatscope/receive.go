@@ -147,17 +147,27 @@ func (f receiveFlags) run(stdout io.Writer) error {
 	slog.Info("each node's samples go into its own data directory", "data", *f.data, "node attribute", *f.nodeAttr)
 	err = rcv.Serve(ctx, grpcLn, httpLn, tlsConfig)
 	st := rcv.Stats()
-	fmt.Fprintf(stdout, "received %d requests: %d samples stored from %d nodes, %d left out (named in the responses), %d requests refused %v\n",
-		st.Requests, st.Samples, st.Nodes, st.Rejected, totalOf(st.Refused), st.Refused)
+	fmt.Fprintf(stdout, "received %d requests: %d samples stored from %d nodes, %d left out (named in the responses), %s\n",
+		st.Requests, st.Samples, st.Nodes, st.Rejected, refusedSummary(st.Refused))
 	return err
 }
 
-func totalOf(m map[string]uint64) uint64 {
-	var n uint64
-	for _, v := range m {
-		n += v
+// refusedSummary says how many requests were refused and why, in
+// otlpreceive.RefusalReasons' order: "3 requests refused (busy 1,
+// rate-limited 2)", "0 requests refused".
+func refusedSummary(refused map[string]uint64) string {
+	var total uint64
+	var parts []string
+	for _, reason := range otlpreceive.RefusalReasons {
+		if n := refused[reason]; n > 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%s %d", reason, n))
+		}
 	}
-	return n
+	if total == 0 {
+		return "0 requests refused"
+	}
+	return fmt.Sprintf("%d requests refused (%s)", total, strings.Join(parts, ", "))
 }
 
 // serveReceiveMetrics serves the receiver's /metrics on addr (behind the

@@ -30,3 +30,21 @@ func TestReceiveBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedSummary: receive's last line names each refusal's reason
+// and count in words (it printed Go's "map[busy:1]").
+func TestRefusedSummary(t *testing.T) {
+	for _, c := range []struct {
+		refused map[string]uint64
+		want    string
+	}{
+		{nil, "0 requests refused"},
+		{map[string]uint64{"busy": 0}, "0 requests refused"},
+		{map[string]uint64{"busy": 1}, "1 requests refused (busy 1)"},
+		{map[string]uint64{"rate-limited": 2, "invalid": 3}, "5 requests refused (invalid 3, rate-limited 2)"},
+	} {
+		if got := refusedSummary(c.refused); got != c.want {
+			t.Errorf("refusedSummary(%v) = %q, want %q", c.refused, got, c.want)
+		}
+	}
+}
