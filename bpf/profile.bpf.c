@@ -738,11 +738,13 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 
 // Python: where one CPython version keeps what the walk follows
 // (pyinterp.Layout, written by the agent), offsets in bytes. Every frame
-// field is within the first PY_FRAME_READ bytes of a frame (the agent
-// checks).
+// field is within the first PY_FRAME_READ bytes of a frame, and a thread
+// state's native_thread_id and frame (or cframe) pointer within its first
+// PY_THREAD_READ bytes (the agent checks): each is read at once.
 #define HS_PY_NO_OFFSET 0xffffffff
 #define HS_PY_NO_OWNER 0xff
 #define PY_FRAME_READ 80
+#define PY_THREAD_READ 176
 struct hs_py_layout {
 	__u32 runtime_interpreters_head;
 	__u32 interp_next;
@@ -792,7 +794,7 @@ struct {
 
 // The Python frames of the walk in progress, MAX_PY_FRAMES per CPU
 // (sized by the agent), copied into the sample when it is done, as
-// walk_frames; py_buf holds the frame being read.
+// walk_frames; py_buf holds the frame (or thread state) being read.
 #define PY_CHUNK 16
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -802,7 +804,7 @@ struct {
 } py_frames SEC(".maps");
 
 struct py_frame_buf {
-	__u8 b[128 + 8];
+	__u8 b[256 + 8];
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -852,18 +854,19 @@ error:
 }
 
 // py_thread_state returns the thread state of the current thread tid in a
-// process whose _PyRuntime is at runtime, or 0; error is set when a read
-// failed.
+// process whose _PyRuntime is at runtime, its first PY_THREAD_READ bytes
+// in buf, or 0; error is set when a read failed.
 static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_proc *proc,
-					     __u64 runtime, __u32 tid, __u64 now, __u32 *error)
+					     __u64 runtime, __u32 tid, __u64 now,
+					     struct py_frame_buf *buf, __u32 *error)
 {
 	struct hs_py_thread *cached = bpf_map_lookup_elem(&py_threads, &tid);
 	if (cached && cached->gen == proc->gen) {
 		__u64 tstate = cached->tstate;
 		if (!tstate && now - cached->checked_ns < PY_NO_THREAD_NS)
 			return 0;
-		__u64 id = 0;
-		if (tstate && bpf_probe_read_user(&id, 8, (void *)(tstate + l->thread_native_id)) == 0 && id == tid)
+		if (tstate && bpf_probe_read_user(buf->b, PY_THREAD_READ, (void *)tstate) == 0 &&
+		    *(__u64 *)&buf->b[l->thread_native_id & 255] == tid)
 			return tstate;
 	}
 	struct py_thread_search ts = {.l = l, .tid = tid};
@@ -878,8 +881,8 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 	}
 	// tstate is set only where the loop stopped at a match, unless the
 	// bound cut it: check the match.
-	__u64 id = 0;
-	if (ts.tstate && (bpf_probe_read_user(&id, 8, (void *)(ts.tstate + l->thread_native_id)) < 0 || id != tid))
+	if (ts.tstate && (bpf_probe_read_user(buf->b, PY_THREAD_READ, (void *)ts.tstate) < 0 ||
+			  *(__u64 *)&buf->b[l->thread_native_id & 255] != tid))
 		ts.tstate = 0;
 	struct hs_py_thread v = {.tstate = ts.tstate, .gen = proc->gen, .checked_ns = now};
 	bpf_map_update_elem(&py_threads, &tid, &v, BPF_ANY);
@@ -891,6 +894,7 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 // frames go to py_frames by key.
 struct py_walk {
 	struct hs_py_layout *l;
+	struct py_frame_buf *buf; // the CPU's py_buf
 	__u64 frame;
 	__u32 key;            // py_frames key of the next frame
 	__u32 n;              // frames written
@@ -910,17 +914,14 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->flags |= HS_PY_TRUNCATED;
 		return 1;
 	}
-	__u32 zero = 0;
-	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
-	if (!buf)
-		return 1;
+	struct py_frame_buf *buf = w->buf;
 	if (bpf_probe_read_user(buf->b, PY_FRAME_READ, (void *)w->frame) < 0) {
 		w->flags |= HS_PY_READ_ERROR;
 		return 1;
 	}
 	struct hs_py_layout *l = w->l;
-	__u8 owner = buf->b[l->frame_owner & 127];
-	__u64 previous = *(__u64 *)&buf->b[l->frame_previous & 127];
+	__u8 owner = buf->b[l->frame_owner & 255];
+	__u64 previous = *(__u64 *)&buf->b[l->frame_previous & 255];
 	// A chain changed while read (another CPU runs the program) may
 	// point anywhere: a frame that is its own caller, or a caller not
 	// 8-byte aligned, is no frame, and the walk stops there.
@@ -944,8 +945,8 @@ static long py_step(__u64 i, struct py_walk *w)
 	struct hs_py_frame *f = bpf_map_lookup_elem(&py_frames, &w->key);
 	if (!f)
 		return 1;
-	__u64 code = *(__u64 *)&buf->b[l->frame_code & 127];
-	__u64 instr = *(__u64 *)&buf->b[l->frame_instr & 127];
+	__u64 code = *(__u64 *)&buf->b[l->frame_code & 255];
+	__u64 instr = *(__u64 *)&buf->b[l->frame_instr & 255];
 	if (code == 0 || (code & 7)) {
 		w->flags |= HS_PY_READ_ERROR; // no code object: not a frame
 		return 1;
@@ -969,7 +970,7 @@ static long py_step(__u64 i, struct py_walk *w)
 			f->flags |= HS_PYF_INCOMPLETE;
 	}
 	w->innermost = 0;
-	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 127]) {
+	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 255]) {
 		f->flags |= HS_PYF_ENTRY;
 		w->innermost = 1;
 	}
@@ -994,9 +995,13 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 	struct hs_py_layout *l = bpf_map_lookup_elem(&py_layouts, &idx);
 	if (!l)
 		return 0;
+	__u32 zero = 0;
+	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
+	if (!buf)
+		return 0;
 	c->py_walks++;
 	__u32 error = 0;
-	__u64 tstate = py_thread_state(l, proc, runtime, tid, s->ktime_ns, &error);
+	__u64 tstate = py_thread_state(l, proc, runtime, tid, s->ktime_ns, buf, &error);
 	if (!tstate) {
 		s->python_flags = HS_PY_WALKED | (error ? HS_PY_READ_ERROR : HS_PY_NO_THREAD);
 		if (error)
@@ -1005,10 +1010,8 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 			c->py_no_thread++;
 		return 0;
 	}
-	struct py_walk w = {.l = l, .innermost = 1};
-	__u64 frame = 0;
-	if (bpf_probe_read_user(&frame, 8, (void *)(tstate + l->thread_frame)) < 0)
-		goto read_error;
+	struct py_walk w = {.l = l, .buf = buf, .innermost = 1};
+	__u64 frame = *(__u64 *)&buf->b[l->thread_frame & 255];
 	if (l->cframe_current_frame != HS_PY_NO_OFFSET && frame &&
 	    bpf_probe_read_user(&frame, 8, (void *)(frame + l->cframe_current_frame)) < 0)
 		goto read_error;

@@ -149,7 +149,7 @@ type ProfileHsUmap struct {
 
 type ProfilePyFrameBuf struct {
 	_ structs.HostLayout
-	B [136]uint8
+	B [264]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -14,12 +14,14 @@ import (
 	"github.com/heatscope/heatscope/symbolize"
 )
 
-// maxPyLayouts is MAX_PY_LAYOUTS, and pyFrameRead PY_FRAME_READ, in
-// bpf/profile.bpf.c: the layouts the BPF program holds, and the bytes of
-// an interpreter frame it reads at once.
+// maxPyLayouts is MAX_PY_LAYOUTS, pyFrameRead PY_FRAME_READ and
+// pyThreadRead PY_THREAD_READ in bpf/profile.bpf.c: the layouts the BPF
+// program holds, and the bytes of an interpreter frame and of a thread
+// state it reads at once.
 const (
 	maxPyLayouts = 8
 	pyFrameRead  = 80
+	pyThreadRead = 176
 )
 
 // pythonFinder finds the CPython interpreter a process maps, for its
@@ -146,8 +148,16 @@ func (f *pythonFinder) layoutIndex(l pyinterp.Layout) (uint32, error) {
 }
 
 // bpfLayout converts a layout to the BPF program's, refusing one whose
-// frame fields lie beyond the bytes it reads of a frame.
+// frame or thread state fields lie beyond the bytes it reads of them.
 func bpfLayout(l pyinterp.Layout) (bpf.ProfileHsPyLayout, error) {
+	for _, fd := range []struct {
+		name string
+		off  uint32
+	}{{"thread state native_thread_id", l.ThreadNativeID}, {"thread state frame", l.ThreadFrame}} {
+		if fd.off+8 > pyThreadRead {
+			return bpf.ProfileHsPyLayout{}, fmt.Errorf("%s at byte %d, beyond the %d bytes the sampler reads of a thread state", fd.name, fd.off, pyThreadRead)
+		}
+	}
 	for _, fd := range []struct {
 		name      string
 		off, size uint32

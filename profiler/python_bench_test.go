@@ -12,9 +12,9 @@ import (
 
 // BenchmarkPythonWalkCost records, for 3 s each, the same Python program
 // (testdata/pychains.py, two threads, chains 4 and 6 frames deep) with the
-// Python walk and without it, a shell loop (a native process), and a
-// sleeping process, each alone (PIDs), and reports the BPF program's run
-// time per sample. Every CPU tick runs the program, and the runs the pid
+// Python walk and without it, one 40 calls deep (testdata/pydeep.py) with
+// the walk, a shell loop (a native process), and a sleeping process, each
+// alone (PIDs), and reports the BPF program's run time per sample. Every CPU tick runs the program, and the runs the pid
 // filter skips cost a lookup each: the sleeping process's case (no sample)
 // gives that cost per run, which is taken out of the others' run time
 // before dividing by their samples.
@@ -29,6 +29,7 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 	}
 	for range b.N {
 		prog := startPython(b, "python3.11", py, "pychains.py").Pid
+		deep := startPython(b, "python3.11", py, "pydeep.py", "40").Pid
 		spin := uint32(startSpinner(b, "spin-bench").Process.Pid)
 		sleeper := exec.Command("sleep", "60")
 		if err := sleeper.Start(); err != nil {
@@ -44,6 +45,7 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 			{"filtered", uint32(sleeper.Process.Pid), false},
 			{"python-walk", prog, false},
 			{"python-native-only", prog, true},
+			{"python-deep-walk", deep, false},
 			{"shell-loop", spin, false},
 		} {
 			p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, BPFStats: true, PIDs: []uint32{c.pid}, noPython: c.noPython})

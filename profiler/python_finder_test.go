@@ -134,9 +134,15 @@ func TestBPFLayoutRefusesFarFields(t *testing.T) {
 		if _, err := bpfLayout(l); err != nil {
 			t.Fatalf("%s: %v", v, err)
 		}
-		l.FrameOwner = pyFrameRead
-		if _, err := bpfLayout(l); err == nil {
+		far := l
+		far.FrameOwner = pyFrameRead
+		if _, err := bpfLayout(far); err == nil {
 			t.Fatalf("%s: owner at byte %d accepted", v, pyFrameRead)
+		}
+		far = l
+		far.ThreadNativeID = pyThreadRead - 4
+		if _, err := bpfLayout(far); err == nil {
+			t.Fatalf("%s: native_thread_id at byte %d accepted", v, far.ThreadNativeID)
 		}
 	}
 }
