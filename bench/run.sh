@@ -34,6 +34,10 @@ if [ -z "${QUICK:-}" ]; then
   { machine; go run ./bench/churn -cases b -runs 1 -duration 10m; } | tee "$out/churn-10m.md"
 fi
 
+down=10m; [ -n "${QUICK:-}" ] && down=3m
+echo "== OTLP export: record --otlp-endpoint beside record, 5 runs of 30 s; $down with the endpoint down"
+{ machine; go run ./bench/otlp -runs 5 -duration 30s -down "$down"; } | tee "$out/otlp.md"
+
 soak=${SOAK:-30m}; [ -n "${QUICK:-}" ] && soak=${SOAK:-3m}
 echo "== Always-on soak: $soak at 99 Hz with 200 short-lived processes a second"
 { machine; go run ./bench/soak -duration "$soak" -hz 99 -churn 200; } | tee "$out/soak-99hz.md"

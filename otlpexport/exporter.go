@@ -34,7 +34,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultInterval   = 5 * time.Second
-	DefaultQueueBytes = 16 << 20
+	DefaultQueueBytes = 4 << 20
 	DefaultTimeout    = 10 * time.Second
 )
 

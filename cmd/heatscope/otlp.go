@@ -37,7 +37,7 @@ func addOTLPFlags(fs *flag.FlagSet) *otlpFlags {
 		headersFile: fs.String("otlp-headers-file", "", "file of 'Name: value' lines sent as headers with every export, e.g. 'Authorization: Bearer TOKEN' "+
 			"(also $"+otlpHeadersEnv+" and $"+otlpProfilesHeadersEnv+", as name=value,...; the file wins)"),
 		interval:  fs.Duration("otlp-interval", otlpexport.DefaultInterval, "how often a batch is sent to --otlp-endpoint"),
-		queueSize: fs.String("otlp-queue-size", "16MiB", "bound of the batches waiting for --otlp-endpoint (their protobuf): past it the oldest are dropped and counted, recording never waits"),
+		queueSize: fs.String("otlp-queue-size", "4MiB", "bound of the batches waiting for --otlp-endpoint (their protobuf; about twice that in memory): past it the oldest are dropped and counted, recording never waits"),
 		timeout:   fs.Duration("otlp-timeout", otlpexport.DefaultTimeout, "bound of one export request, and of the wait for the queue when recording stops"),
 	}
 }
@@ -58,7 +58,7 @@ func (f *otlpFlags) config(node string) (otlpexport.Config, bool, error) {
 	}
 	size, err := parseSize(*f.queueSize)
 	if err != nil || size < 1 {
-		return cfg, true, usageError{fmt.Errorf("--otlp-queue-size %q: want a size like 16MiB", *f.queueSize)}
+		return cfg, true, usageError{fmt.Errorf("--otlp-queue-size %q: want a size like 4MiB", *f.queueSize)}
 	}
 	cfg.QueueBytes = size
 	if cfg.Headers, err = otlpHeaders(*f.headersFile); err != nil {

@@ -1,0 +1,276 @@
+// Command otlp benchmarks record --otlp-endpoint: what sending the
+// samples as OTLP profiles while recording adds to the agent's CPU, and
+// the agent's memory while the endpoint is down.
+//
+// CPU: in each run two recorders sample the same busy machine at the
+// same time, at -hz, with the overhead guard off (a fixed rate on both):
+// one with --otlp-endpoint (an OTLP/gRPC endpoint in this process, the
+// collector's own pprofileotlp service, which decodes and counts what it
+// takes), one without. Their CPU (user + system, from rusage) is compared
+// run by run, and the median of the ratios printed: a same-run ratio
+// holds however loaded the machine is.
+//
+// Memory: a recorder with --otlp-endpoint at a port nobody listens on,
+// beside one without, for -down; both RSS every 10 s, with the exporter's
+// queue and drops from the first one's /metrics.
+//
+// Run it as root from the repository root:
+//
+//	go run ./bench/otlp -runs 5 -duration 30s -down 10m
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+
+	"github.com/heatscope/heatscope/bench/internal/loadavg"
+	"github.com/heatscope/heatscope/bench/internal/profrun"
+	"github.com/heatscope/heatscope/otlpprofile"
+	"github.com/heatscope/heatscope/sample"
+)
+
+func main() {
+	runs := flag.Int("runs", 5, "CPU runs")
+	duration := flag.Duration("duration", 30*time.Second, "length of each CPU run")
+	hz := flag.Int("hz", 99, "sampling frequency")
+	down := flag.Duration("down", 10*time.Minute, "how long the memory run keeps the endpoint down (0: no memory run)")
+	queue := flag.String("queue", "4MiB", "--otlp-queue-size of the memory run")
+	flag.Parse()
+	log.SetFlags(0)
+
+	tmp, err := os.MkdirTemp("", "otlp-bench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "heatscope")
+	build(exec.Command("go", "build", "-o", bin, "./cmd/heatscope"))
+	hotc := filepath.Join(tmp, "hotc")
+	build(exec.Command("gcc", "-O0", "-fno-omit-frame-pointer", "-o", hotc, "cmd/heatscope/testdata/hotc.c"))
+	hotgo := filepath.Join(tmp, "hotgo")
+	build(exec.Command("go", "build", "-o", hotgo, "./cmd/heatscope/testdata/hotgo"))
+	for _, w := range []string{hotc, hotgo} {
+		cmd := exec.Command(w)
+		if err := cmd.Start(); err != nil {
+			log.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+	}
+
+	fmt.Printf("# record --otlp-endpoint: the agent's cost\n\n%s\n\n", loadavg.Line())
+	r := &receiver{}
+	addr := serve(r)
+	cpuRuns(bin, tmp, addr, r, *runs, *duration, *hz)
+	if *down > 0 {
+		memoryRun(bin, tmp, *down, *hz, *queue)
+	}
+}
+
+func build(cmd *exec.Cmd) {
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+}
+
+// receiver is the OTLP endpoint: the collector's gRPC service, decoding
+// and counting what it takes.
+type receiver struct {
+	pprofileotlp.UnimplementedGRPCServer
+	samples atomic.Int64
+}
+
+func (r *receiver) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	_, err := otlpprofile.Decode(req.Profiles(), otlpprofile.DecodeOptions{}, func(*sample.Sample) error {
+		r.samples.Add(1)
+		return nil
+	})
+	return pprofileotlp.NewExportResponse(), err
+}
+
+func serve(r *receiver) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := grpc.NewServer()
+	pprofileotlp.RegisterGRPCServer(s, r)
+	go s.Serve(l)
+	return l.Addr().String()
+}
+
+// record starts heatscope record for d into its own data and cache
+// directories, with the guard off and extra flags.
+func record(bin, dir string, d time.Duration, hz int, extra ...string) (*exec.Cmd, *strings.Builder) {
+	args := []string{"record", "--duration", d.String(), "--frequency", strconv.Itoa(hz), "--max-cpu", "0",
+		"--data", filepath.Join(dir, "data"), "--cache-dir", filepath.Join(dir, "cache"), "--listen", "", "--progress", "0"}
+	cmd := exec.Command(bin, append(args, extra...)...)
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	return cmd, stderr
+}
+
+// cpuRuns prints each run's CPU with and without the export, and the
+// median ratio.
+func cpuRuns(bin, tmp, addr string, r *receiver, runs int, d time.Duration, hz int) {
+	dirs := [2]string{filepath.Join(tmp, "plain"), filepath.Join(tmp, "otlp")}
+	otlpFlags := []string{"--otlp-endpoint", addr, "--otlp-insecure"}
+	// A short first run of each fills its cache directory (kernel
+	// symbols), as an always-on agent's is.
+	for i, dir := range dirs {
+		os.RemoveAll(dir)
+		extra := []string{}
+		if i == 1 {
+			extra = otlpFlags
+		}
+		cmd, stderr := record(bin, dir, 3*time.Second, hz, extra...)
+		if err := cmd.Wait(); err != nil {
+			log.Fatalf("warm-up: %v\n%s", err, stderr)
+		}
+	}
+	fmt.Printf("## CPU: %d runs of %v at %d Hz, the guard off, both recorders at once\n\n", runs, d, hz)
+	fmt.Println("| run | agent CPU without | with --otlp-endpoint | ratio | samples recorded (with) | samples the endpoint took | load |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	var ratios, shares []float64
+	for run := 1; run <= runs; run++ {
+		before := r.samples.Load()
+		var usage [2]profrun.Usage
+		var summary [2]string
+		var wg sync.WaitGroup
+		order := []int{0, 1}
+		if run%2 == 0 {
+			order = []int{1, 0} // neither always starts first
+		}
+		for _, i := range order {
+			extra := []string{}
+			if i == 1 {
+				extra = otlpFlags
+			}
+			os.RemoveAll(filepath.Join(dirs[i], "data"))
+			cmd, stderr := record(bin, dirs[i], d, hz, extra...)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := cmd.Wait(); err != nil {
+					log.Fatalf("record: %v\n%s", err, stderr)
+				}
+				usage[i] = profrun.UsageOf(cmd.ProcessState)
+				summary[i] = stderr.String()
+			}()
+		}
+		wg.Wait()
+		m := recordedRe.FindStringSubmatch(summary[1])
+		if m == nil {
+			log.Fatalf("no samples count in record's summary:\n%s", summary[1])
+		}
+		took := r.samples.Load() - before
+		ratio := usage[1].CPU.Seconds() / usage[0].CPU.Seconds()
+		ratios = append(ratios, ratio)
+		shares = append(shares, 100*(usage[1].CPU-usage[0].CPU).Seconds()/d.Seconds())
+		fmt.Printf("| %d | %.3f s (%.2f%% of a CPU) | %.3f s (%.2f%%) | %.3f | %s | %d | %s |\n", run,
+			usage[0].CPU.Seconds(), 100*usage[0].CPU.Seconds()/d.Seconds(),
+			usage[1].CPU.Seconds(), 100*usage[1].CPU.Seconds()/d.Seconds(), ratio, m[1], took, loadavg.OneMinute())
+	}
+	slices.Sort(ratios)
+	slices.Sort(shares)
+	fmt.Printf("\nmedian ratio (with / without): %.3f (range %.3f to %.3f); median difference %.3f%% of a CPU\n\n",
+		profrun.Median(ratios), ratios[0], ratios[len(ratios)-1], profrun.Median(shares))
+}
+
+// memoryRun prints both recorders' RSS every 10 s while the endpoint is
+// down, and the exporter's queue and drops.
+func memoryRun(bin, tmp string, d time.Duration, hz int, queue string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	deadAddr := l.Addr().String()
+	l.Close() // nobody listens: connections are refused
+	port, err := profrun.FreePort()
+	if err != nil {
+		log.Fatal(err)
+	}
+	dirs := [2]string{filepath.Join(tmp, "plain-down"), filepath.Join(tmp, "otlp-down")}
+	plain, plainErr := record(bin, dirs[0], d, hz)
+	down, downErr := record(bin, dirs[1], d, hz, "--otlp-endpoint", deadAddr, "--otlp-insecure", "--otlp-queue-size", queue,
+		"--listen", "127.0.0.1:"+port)
+	metrics := "http://127.0.0.1:" + port + "/metrics"
+	if err := profrun.WaitHTTP(metrics, 30*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("## Memory with the endpoint down: %v at %d Hz, --otlp-queue-size %s, beside a recorder without export\n\n", d, hz, queue)
+	fmt.Println("| time | RSS without | RSS with the endpoint down | queue (protobuf bytes) | queued samples | dropped (queue full) | failed requests |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	var maxDiff int64
+	start := time.Now()
+	for t := time.NewTicker(10 * time.Second); time.Since(start) < d-5*time.Second; <-t.C {
+		a, b := rss(plain.Process.Pid), rss(down.Process.Pid)
+		m, err := profrun.ReadMetrics(metrics)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if time.Since(start) > d/2 {
+			maxDiff = max(maxDiff, b-a)
+		}
+		fmt.Printf("| %v | %.1f MiB | %.1f MiB | %.0f | %.0f | %.0f | %.0f |\n", time.Since(start).Round(time.Second), mib(a), mib(b),
+			m["heatscope_otlp_queue_bytes"], m["heatscope_otlp_queue_samples"], m["heatscope_otlp_dropped_samples_total{reason=queue_full}"],
+			m["heatscope_otlp_failed_requests_total"])
+	}
+	for _, c := range []struct {
+		cmd    *exec.Cmd
+		stderr *strings.Builder
+	}{{plain, plainErr}, {down, downErr}} {
+		if err := c.cmd.Wait(); err != nil {
+			log.Fatalf("record: %v\n%s", err, c.stderr)
+		}
+	}
+	fmt.Printf("\nlargest RSS over the plain recorder's in the second half: %.1f MiB; peak RSS (rusage) without %.1f MiB, with %.1f MiB\n",
+		mib(maxDiff), mib(profrun.UsageOf(plain.ProcessState).MaxRSS), mib(profrun.UsageOf(down.ProcessState).MaxRSS))
+	for _, line := range strings.Split(downErr.String(), "\n") {
+		if strings.HasPrefix(line, "otlp ") {
+			fmt.Println(line)
+		}
+	}
+}
+
+// recordedRe finds the samples record's summary says it recorded.
+var recordedRe = regexp.MustCompile(`recorded [0-9.]+s: (\d+) samples`)
+
+// rss reads a process's resident set size, in bytes.
+func rss(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			return kb << 10
+		}
+	}
+	log.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
