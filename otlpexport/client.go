@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -37,9 +36,10 @@ const ProfilesPath = "/v1development/profiles"
 
 // client sends one request to the endpoint.
 type client interface {
-	// export sends p. Its error is an *exportError saying whether the
-	// request may be retried.
-	export(ctx context.Context, p pprofile.Profiles) error
+	// export sends a batch (a client may marshal it: it is retried as
+	// it is left). Its error is an *exportError saying whether the
+	// request may be retried, or a *partialError.
+	export(ctx context.Context, b *batch) error
 	close() error
 }
 
@@ -170,7 +170,15 @@ func newGRPCClient(cfg *Config, firstBackoff time.Duration) (*grpcClient, error)
 	return &grpcClient{conn: conn, client: pprofileotlp.NewGRPCClient(conn), headers: metadata.New(cfg.Headers)}, nil
 }
 
-func (c *grpcClient) export(ctx context.Context, p pprofile.Profiles) error {
+func (c *grpcClient) export(ctx context.Context, b *batch) error {
+	p := b.p
+	if !b.hasP {
+		// A batch that waited is protobuf; the client takes pdata.
+		var err error
+		if p, err = otlpprofile.UnmarshalRequest(b.body); err != nil {
+			return &exportError{err: err}
+		}
+	}
 	ctx = metadata.NewOutgoingContext(ctx, c.headers)
 	resp, err := c.client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(p))
 	if err != nil {
@@ -232,11 +240,11 @@ func newHTTPClient(cfg *Config) (*httpClient, error) {
 	return &httpClient{url: u.String(), headers: cfg.Headers, client: &http.Client{Transport: transport}}, nil
 }
 
-func (c *httpClient) export(ctx context.Context, p pprofile.Profiles) error {
-	body, err := otlpprofile.MarshalRequest(p)
-	if err != nil {
+func (c *httpClient) export(ctx context.Context, b *batch) error {
+	if err := b.marshal(); err != nil {
 		return &exportError{err: err}
 	}
+	body := b.body
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return &exportError{err: fmt.Errorf("otlp http: %w", err)}

@@ -68,7 +68,8 @@ type Config struct {
 	// Interval is how often a batch is cut (DefaultInterval when 0).
 	Interval time.Duration
 	// QueueBytes bounds the batches waiting to be sent, by the size of
-	// their protobuf (DefaultQueueBytes when 0).
+	// their protobuf, which is what they take in memory
+	// (DefaultQueueBytes when 0).
 	QueueBytes int64
 	// Timeout bounds one request, and Close's wait for the queue
 	// (DefaultTimeout when 0).
@@ -98,11 +99,32 @@ type Stats struct {
 	QueuedBytes   int64
 }
 
-// batch is one request's samples.
+// batch is one request, and how many samples it carries. A batch that
+// waits in the queue behind another is kept as its protobuf (body):
+// exactly its size in memory, and nothing the garbage collector scans.
+// The batch cut while the queue is empty, the usual case, keeps its pdata
+// instead (p, when hasP), which the gRPC client takes as it is: it is
+// sent at once, and marshaling it to unmarshal it again would only make
+// garbage. size is its protobuf's size either way.
 type batch struct {
 	p       pprofile.Profiles
+	hasP    bool
+	body    []byte
+	size    int64
 	samples int
-	bytes   int64
+}
+
+// marshal turns a batch kept as pdata into its protobuf.
+func (b *batch) marshal() error {
+	if !b.hasP {
+		return nil
+	}
+	body, err := otlpprofile.MarshalRequest(b.p)
+	if err != nil {
+		return err
+	}
+	b.body, b.p, b.hasP = body, pprofile.Profiles{}, false
+	return nil
 }
 
 // Exporter is the sink. Add and Close are called on the recorder's
@@ -194,7 +216,7 @@ func start(cfg Config, c client, firstBackoff time.Duration) *Exporter {
 func (x *Exporter) Add(s *sample.Sample) {
 	x.encMu.Lock()
 	x.enc.Add(s)
-	var b batch
+	var b pending
 	if x.enc.Len() >= maxBatchSamples {
 		b = x.cutLocked()
 	}
@@ -204,13 +226,19 @@ func (x *Exporter) Add(s *sample.Sample) {
 	}
 }
 
-// cutLocked takes the current batch; encMu is held.
-func (x *Exporter) cutLocked() batch {
+// cutLocked takes the current batch's profiles; encMu is held.
+func (x *Exporter) cutLocked() pending {
 	n := x.enc.Len()
 	if n == 0 {
-		return batch{}
+		return pending{}
 	}
-	return batch{p: x.enc.Profiles(), samples: n}
+	return pending{p: x.enc.Profiles(), samples: n}
+}
+
+// pending is a batch cut, not yet marshaled.
+type pending struct {
+	p       pprofile.Profiles
+	samples int
 }
 
 // cut takes the current batch and queues it.
@@ -238,22 +266,34 @@ func (x *Exporter) cutEvery() {
 	}
 }
 
-// enqueue adds b to the queue, dropping the oldest waiting batches while
-// the queue is over its bound (b itself when it alone is).
-func (x *Exporter) enqueue(b batch) {
-	sizer := pprofile.ProtoMarshaler{}
-	b.bytes = int64(sizer.ProfilesSize(b.p))
+// enqueue adds a batch to the queue (as its protobuf when others wait),
+// dropping the oldest waiting batches while the queue is over its bound
+// (this one itself when it alone is).
+func (x *Exporter) enqueue(pb pending) {
+	b := batch{p: pb.p, hasP: true, samples: pb.samples}
+	b.size = int64((&pprofile.ProtoMarshaler{}).ProfilesSize(b.p))
+	x.qMu.Lock()
+	waiting := len(x.queue) > 0
+	x.qMu.Unlock()
+	if waiting {
+		if err := b.marshal(); err != nil {
+			// pdata marshals what it built; this is not expected.
+			x.droppedRejected.Add(uint64(b.samples))
+			x.log.Error("OTLP export: a batch did not marshal: dropped", "samples", b.samples, "err", err)
+			return
+		}
+	}
 	x.qMu.Lock()
 	x.queue = append(x.queue, b)
 	x.queuedSamples += int64(b.samples)
-	x.queuedBytes += b.bytes
+	x.queuedBytes += b.size
 	var dropped uint64
 	for x.queuedBytes > x.cfg.QueueBytes && len(x.queue) > 0 {
 		old := x.queue[0]
 		x.queue[0] = batch{}
 		x.queue = x.queue[1:]
 		x.queuedSamples -= int64(old.samples)
-		x.queuedBytes -= old.bytes
+		x.queuedBytes -= old.size
 		dropped += uint64(old.samples)
 	}
 	first := dropped > 0 && !x.overflowing
@@ -306,7 +346,7 @@ func (x *Exporter) next() (batch, bool) {
 func (x *Exporter) sent(b batch) {
 	x.qMu.Lock()
 	x.queuedSamples -= int64(b.samples)
-	x.queuedBytes -= b.bytes
+	x.queuedBytes -= b.size
 	var ended uint64
 	if x.overflowing && x.queuedBytes < x.cfg.QueueBytes/2 {
 		ended, x.overflowing, x.overflowDropped = x.overflowDropped, false, 0
@@ -338,7 +378,7 @@ func (x *Exporter) deliver(b batch, failing int) int {
 	defer x.sent(b)
 	for {
 		ctx, cancel := context.WithTimeout(x.ctx, x.cfg.Timeout)
-		err := x.client.export(ctx, b.p)
+		err := x.client.export(ctx, &b)
 		cancel()
 		if err == nil {
 			x.exported.Add(uint64(b.samples))
@@ -423,7 +463,7 @@ func (x *Exporter) Close() error {
 		for _, b := range x.queue {
 			x.droppedShutdown.Add(uint64(b.samples))
 			x.queuedSamples -= int64(b.samples)
-			x.queuedBytes -= b.bytes
+			x.queuedBytes -= b.size
 		}
 		x.queue = nil
 		x.qMu.Unlock()

@@ -2,6 +2,7 @@ package otlpprofile
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -21,21 +22,53 @@ type Encoder struct {
 
 	profiles pprofile.Profiles
 	dict     pprofile.ProfilesDictionary
+	n        int
+
+	// The batch's tables: each value's index in the dictionary. They are
+	// emptied, not dropped, between batches (their room is reused), and
+	// hold nothing of a batch past it: the agent's memory is small, and
+	// its garbage collector's work grows with what it holds.
 	strings  map[string]int32
 	attrs    map[attrKey]int32
 	mappings map[mappingKey]int32
 	funcs    map[funcKey]int32
-	nodes    map[string]*nodeProfile
-	n        int
+	locs     map[sample.Frame]int32
+	stacks   map[string]int32
+	// shared finds the stack of a slice the batch has seen: the
+	// recorder's samples of one stack share one slice (symbolize caches
+	// it).
+	shared map[stackRef]sharedStack
+	nodes  map[string]*nodeProfile
+	// obs holds each sample's time and weight until Profiles writes them
+	// into their OTLP samples, each slice allocated once at its size.
+	obs []observation
 
-	// in numbers frames and stacks across batches; locOf and stackOf
-	// are the batch's location and stack indices of the interner's
-	// frame and stack ids, 0 for those not in the batch yet.
-	in      *interner
-	locOf   []int32
-	stackOf []int32
-	// locBuf is scratch space for one stack's location indices.
+	// locBuf and keyBuf are scratch space for one stack.
 	locBuf []int32
+	keyBuf []byte
+}
+
+// observation is one sample: its OTLP sample (its node's profile and
+// index there), time and weight.
+type observation struct {
+	node   *nodeProfile
+	sample int32
+	time   uint64
+	period int64
+}
+
+// stackRef names a stack slice by its first frame's address and length.
+type stackRef struct {
+	first *sample.Frame
+	n     int
+}
+
+// sharedStack is a stack slice seen in the batch, and its stack's index.
+// The frames are checked on each hit: a slice of the same address may
+// hold other frames by now (the recorder's marked copies are reused so).
+type sharedStack struct {
+	frames []sample.Frame
+	index  int32
 }
 
 // attrKey is one attribute: a key and a string or integer value.
@@ -72,6 +105,7 @@ type sampleKey struct {
 type nodeProfile struct {
 	profile  pprofile.Profile
 	samples  map[sampleKey]int
+	counts   []int32 // the observations of each OTLP sample
 	periods  map[int64]int
 	from, to int64 // the first and last sample's time
 	n        int   // samples added
@@ -99,16 +133,20 @@ func (e *Encoder) Len() int { return e.n }
 func (e *Encoder) reset() {
 	e.profiles = pprofile.NewProfiles()
 	e.dict = e.profiles.Dictionary()
-	e.strings = map[string]int32{}
-	e.attrs = map[attrKey]int32{}
-	e.mappings = map[mappingKey]int32{}
-	e.funcs = map[funcKey]int32{}
-	if e.in == nil || e.in.full() {
-		e.in, e.locOf, e.stackOf = newInterner(), nil, nil
+	if e.strings == nil {
+		e.strings, e.attrs, e.mappings, e.funcs = map[string]int32{}, map[attrKey]int32{}, map[mappingKey]int32{}, map[funcKey]int32{}
+		e.locs, e.stacks, e.shared, e.nodes = map[sample.Frame]int32{}, map[string]int32{}, map[stackRef]sharedStack{}, map[string]*nodeProfile{}
 	}
-	clear(e.locOf)
-	clear(e.stackOf)
-	e.nodes = map[string]*nodeProfile{}
+	clear(e.strings)
+	clear(e.attrs)
+	clear(e.mappings)
+	clear(e.funcs)
+	clear(e.locs)
+	clear(e.stacks)
+	clear(e.shared)
+	clear(e.nodes)
+	clear(e.obs) // no pointer into the last batch kept
+	e.obs = e.obs[:0]
 	e.n = 0
 	// Every dictionary table starts with its zero value, which an index
 	// of 0 means ("not set").
@@ -121,6 +159,7 @@ func (e *Encoder) reset() {
 	e.dict.StackTable().AppendEmpty()
 	e.mappings[mappingKey{}] = 0
 	e.funcs[funcKey{}] = 0
+	e.stacks[""] = 0
 }
 
 // Add adds one sample, which weighs its own period (s.PeriodNs, else the
@@ -147,15 +186,15 @@ func (e *Encoder) Add(s *sample.Sample) {
 	if !ok {
 		i = np.profile.Samples().Len()
 		np.samples[key] = i
+		np.counts = append(np.counts, 0)
 		e.newSample(np.profile.Samples().AppendEmpty(), &key)
 	}
 	period := s.PeriodNs
 	if period <= 0 {
 		period = e.period
 	}
-	os := np.profile.Samples().At(i)
-	os.TimestampsUnixNano().Append(uint64(s.Time))
-	os.Values().Append(period)
+	np.counts[i]++
+	e.obs = append(e.obs, observation{node: np, sample: int32(i), time: uint64(s.Time), period: period})
 	np.periods[period]++
 	if np.n == 0 || s.Time < np.from {
 		np.from = s.Time
@@ -231,34 +270,36 @@ func (e *Encoder) stack(frames []sample.Frame) int32 {
 	if len(frames) == 0 {
 		return 0 // the table's zero entry: no frames
 	}
-	id := e.in.stack(frames)
-	if int(id) >= len(e.stackOf) {
-		e.stackOf = slices.Grow(e.stackOf, int(id)+1-len(e.stackOf))[:int(id)+1]
-	}
-	if i := e.stackOf[id]; i != 0 {
-		return i
+	ref := stackRef{&frames[0], len(frames)}
+	if c, ok := e.shared[ref]; ok && slices.Equal(c.frames, frames) {
+		return c.index
 	}
 	e.locBuf = e.locBuf[:0]
-	for _, f := range e.in.stacks[id] {
-		if int(f) >= len(e.locOf) {
-			e.locOf = slices.Grow(e.locOf, int(f)+1-len(e.locOf))[:int(f)+1]
-		}
-		l := e.locOf[f]
-		if l == 0 {
-			l = e.location(&e.in.frames[f])
-			e.locOf[f] = l
+	e.keyBuf = e.keyBuf[:0]
+	for i := range frames {
+		l, ok := e.locs[frames[i]]
+		if !ok {
+			l = e.location(&frames[i])
+			e.locs[frames[i]] = l
 		}
 		e.locBuf = append(e.locBuf, l)
+		e.keyBuf = binary.LittleEndian.AppendUint32(e.keyBuf, uint32(l))
 	}
-	t := e.dict.StackTable()
-	i := int32(t.Len())
-	t.AppendEmpty().LocationIndices().Append(e.locBuf...)
-	e.stackOf[id] = i
+	i, ok := e.stacks[string(e.keyBuf)]
+	if !ok {
+		t := e.dict.StackTable()
+		i = int32(t.Len())
+		st := t.AppendEmpty().LocationIndices()
+		st.EnsureCapacity(len(e.locBuf))
+		st.Append(e.locBuf...)
+		e.stacks[string(e.keyBuf)] = i
+	}
+	e.shared[ref] = sharedStack{frames, i}
 	return i
 }
 
-// location adds a frame's location (each frame id is added once a
-// batch) and returns its index. A Python frame is a location of no mapping and no address, its line the
+// location adds a frame's location (once a batch) and returns its
+// index. A Python frame is a location of no mapping and no address, its line the
 // line being run, its function's file the Python source and its start
 // line the function's first: the shape the eBPF profiler gives an
 // interpreted frame.
@@ -373,6 +414,16 @@ func (e *Encoder) Profiles() pprofile.Profiles {
 				p.SetPeriod(period)
 			}
 		}
+		for i, n := range np.counts {
+			os := p.Samples().At(i)
+			os.TimestampsUnixNano().EnsureCapacity(int(n))
+			os.Values().EnsureCapacity(int(n))
+		}
+	}
+	for _, o := range e.obs {
+		os := o.node.profile.Samples().At(int(o.sample))
+		os.TimestampsUnixNano().Append(o.time)
+		os.Values().Append(o.period)
 	}
 	out := e.profiles
 	e.reset()

@@ -338,7 +338,8 @@ func (r *recording) cleanUp() {
 }
 
 // openOutputs starts the agent's own profiles and opens what the samples
-// are written to: --output, the bucket, the data directory.
+// are written to: --output, the OTLP endpoint, the bucket, the data
+// directory.
 func (r *recording) openOutputs() error {
 	f := r.flags
 	if *f.heapDir != "" {
@@ -361,6 +362,13 @@ func (r *recording) openOutputs() error {
 			return fmt.Errorf("create output: %w", err)
 		}
 		r.deferred(func() { r.out.Close() })
+	}
+	if r.plan.exportOTLP {
+		if r.otlp, err = otlpexport.New(r.plan.otlp); err != nil {
+			return usageError{err}
+		}
+		x := r.otlp
+		r.deferred(func() { x.Close() }) // the pipeline closes it; this, on a failed start
 	}
 	if *f.ship.objstore != "" {
 		if r.ship, err = openShipping(*f.ship.objstore, *f.data, r.plan.store.Node); err != nil {
@@ -444,14 +452,6 @@ func (r *recording) openSinks() error {
 	}
 	if *r.flags.output != "" && *r.flags.format == "folded" {
 		r.folded = pipeline.NewFolded(period)
-	}
-	if r.plan.exportOTLP {
-		x, err := otlpexport.New(r.plan.otlp)
-		if err != nil {
-			return usageError{err}
-		}
-		r.otlp = x
-		r.deferred(func() { x.Close() }) // the pipeline closes it; this, on a failed start
 	}
 	return nil
 }
