@@ -52,6 +52,7 @@ func main() {
 	hz := flag.Int("hz", 99, "sampling frequency")
 	down := flag.Duration("down", 10*time.Minute, "how long the memory run keeps the endpoint down (0: no memory run)")
 	queue := flag.String("queue", "4MiB", "--otlp-queue-size of the memory run")
+	interval := flag.Duration("interval", 0, "--otlp-interval of the CPU runs (0: record's default)")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -77,7 +78,7 @@ func main() {
 	fmt.Printf("# record --otlp-endpoint: the agent's cost\n\n%s\n\n", loadavg.Line())
 	r := &receiver{}
 	addr := serve(r)
-	cpuRuns(bin, tmp, addr, r, *runs, *duration, *hz)
+	cpuRuns(bin, tmp, addr, r, *runs, *duration, *hz, *interval)
 	if *down > 0 {
 		memoryRun(bin, tmp, *down, *hz, *queue)
 	}
@@ -131,9 +132,12 @@ func record(bin, dir string, d time.Duration, hz int, extra ...string) (*exec.Cm
 
 // cpuRuns prints each run's CPU with and without the export, and the
 // median ratio.
-func cpuRuns(bin, tmp, addr string, r *receiver, runs int, d time.Duration, hz int) {
+func cpuRuns(bin, tmp, addr string, r *receiver, runs int, d time.Duration, hz int, interval time.Duration) {
 	dirs := [2]string{filepath.Join(tmp, "plain"), filepath.Join(tmp, "otlp")}
 	otlpFlags := []string{"--otlp-endpoint", addr, "--otlp-insecure"}
+	if interval > 0 {
+		otlpFlags = append(otlpFlags, "--otlp-interval", interval.String())
+	}
 	// A short first run of each fills its cache directory (kernel
 	// symbols), as an always-on agent's is.
 	for i, dir := range dirs {
@@ -147,7 +151,7 @@ func cpuRuns(bin, tmp, addr string, r *receiver, runs int, d time.Duration, hz i
 			log.Fatalf("warm-up: %v\n%s", err, stderr)
 		}
 	}
-	fmt.Printf("## CPU: %d runs of %v at %d Hz, the guard off, both recorders at once\n\n", runs, d, hz)
+	fmt.Printf("## CPU: %d runs of %v at %d Hz, the guard off, both recorders at once; %s\n\n", runs, d, hz, strings.Join(otlpFlags[2:], " "))
 	fmt.Println("| run | agent CPU without | with --otlp-endpoint | ratio | samples recorded (with) | samples the endpoint took | load |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	var ratios, shares []float64
