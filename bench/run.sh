@@ -38,6 +38,9 @@ down=10m; [ -n "${QUICK:-}" ] && down=3m
 echo "== OTLP export: record --otlp-endpoint beside record, 5 runs of 30 s; $down with the endpoint down"
 { machine; go run ./bench/otlp -runs 5 -duration 30s -down "$down"; } | tee "$out/otlp.md"
 
+echo "== Python frames: each installed CPython's busy.py recorded (whole chains, BPF µs per sample against a native process, the code cache), new processes' first Python frames, the agent's CPU without Python against a build from before them; 3 runs"
+{ machine; go run ./bench/python -runs 3; } | tee "$out/python.md"
+
 soak=${SOAK:-30m}; [ -n "${QUICK:-}" ] && soak=${SOAK:-3m}
 echo "== Always-on soak: $soak at 99 Hz with 200 short-lived processes a second"
 { machine; go run ./bench/soak -duration "$soak" -hz 99 -churn 200; } | tee "$out/soak-99hz.md"

@@ -1,0 +1,684 @@
+// Command python benchmarks Python frames (issue 24) with the real
+// `heatscope record` binary and the scripts of internal/pyfixture, for
+// each CPython interpreter installed (pyfixture.Interpreters):
+//
+//	coverage  busy.py (a pure-Python loop three calls deep) recorded
+//	          alone (--pid) with --unwind dwarf: the share of its samples
+//	          whose Python frames are its whole chain down to <module>
+//	          (read from the perf-script export), over all its samples and
+//	          over those from its first sample with Python frames on; and
+//	          the code-object cache's hits, misses, objects and bytes
+//	          (/metrics, heatscope_python_code_cache_*) against its bound
+//	cost      the BPF program's run time per sample (kernel.bpf_stats_enabled,
+//	          /metrics) of busy.py against a native process (nofp.c, built
+//	          without frame pointers: its stacks walked with tables too),
+//	          each recorded alone at -cost-hz; a sleeping process recorded
+//	          alone gives the pid filter's cost per skipped run, taken out
+//	          of the others' before dividing by their samples; read over a
+//	          window from -warm-up after the agent served /metrics
+//	start     -spawn busy.py processes per interpreter started one after
+//	          another while the whole machine is recorded: for each, the
+//	          time from its first sample to its first sample with Python
+//	          frames (a py:: frame in the export)
+//	no-python the agent's CPU (user + system, and its BPF program's) when
+//	          it records the whole machine running only native CPU-bound
+//	          processes, this tree's build against -before (a build from
+//	          before Python frames), in turns, in the same runs, over a
+//	          window from -warm-up on; each build's --cache-dir warmed by
+//	          one record first. Others' Python processes running meanwhile
+//	          (a shared machine) are counted and named in the output
+//
+// Each is measured -runs times; the tables give every run and the
+// medians with their ranges. Run it as root from the repository root:
+//
+//	go run ./bench/python -runs 3
+//	go run ./bench/python -before /tmp/heatscope-89abb8b   # a build from before issue 24 (default: built from -before-commit)
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heatscope/heatscope/bench/internal/loadavg"
+	"github.com/heatscope/heatscope/bench/internal/profrun"
+	"github.com/heatscope/heatscope/internal/pyfixture"
+	"github.com/heatscope/heatscope/pysymbol"
+)
+
+func main() {
+	runs := flag.Int("runs", 3, "how many times to measure each figure")
+	duration := flag.Duration("duration", 8*time.Second, "how long busy.py is recorded for its coverage, per interpreter and run")
+	costDuration := flag.Duration("cost-duration", 4*time.Second, "how long each process is recorded for the BPF cost per sample")
+	costHz := flag.Int("cost-hz", 499, "sampling frequency of the BPF cost records")
+	warmUp := flag.Duration("warm-up", 1500*time.Millisecond, "the cost and CPU windows start this long after the agent serves /metrics (its tables loaded)")
+	spawn := flag.Int("spawn", 10, "new busy.py processes per interpreter and run whose first Python frames are timed")
+	cpuDuration := flag.Duration("cpu-duration", 15*time.Second, "how long each build records the machine without Python, per run")
+	before := flag.String("before", "", "heatscope binary from before Python frames to compare the agent's CPU with ('': build -before-commit)")
+	beforeCommit := flag.String("before-commit", "89abb8b", "the commit -before is built from when not given")
+	flag.Parse()
+	log.SetFlags(0)
+	if *runs < 1 || *warmUp+time.Second > *costDuration || *warmUp+time.Second > *cpuDuration {
+		log.Fatal("want -runs ≥ 1 and -cost-duration, -cpu-duration at least 1 s over -warm-up")
+	}
+	b := &bench{runs: *runs, duration: *duration, costDuration: *costDuration, costHz: *costHz, warmUp: *warmUp,
+		spawn: *spawn, cpuDuration: *cpuDuration, before: *before}
+	if err := b.run(*beforeCommit); err != nil {
+		log.Fatalf("python benchmark: %v", err)
+	}
+}
+
+type bench struct {
+	runs, costHz, spawn                         int
+	duration, costDuration, cpuDuration, warmUp time.Duration
+	// dir is the temporary directory; heatscope the tree's build, before
+	// the older one, spinner the native CPU-bound program, busy the
+	// fixture script.
+	dir, heatscope, before, spinner, busy string
+	pythons                               []pyfixture.Interpreter
+}
+
+func (b *bench) run(beforeCommit string) error {
+	dir, err := os.MkdirTemp("", "heatscope-bench-python-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b.dir = dir
+	b.heatscope, b.spinner = filepath.Join(dir, "heatscope"), filepath.Join(dir, "nofp")
+	if b.busy, err = filepath.Abs("internal/pyfixture/scripts/busy.py"); err != nil {
+		return err
+	}
+	for _, cmd := range [][]string{
+		{"go", "build", "-o", b.heatscope, "./cmd/heatscope"},
+		{"gcc", "-O2", "-fomit-frame-pointer", "-o", b.spinner, "bench/sampler/testdata/nofp.c"},
+	} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
+		}
+	}
+	if b.before == "" {
+		if b.before, err = buildBefore(dir, beforeCommit); err != nil {
+			return err
+		}
+	}
+	for _, py := range pyfixture.Interpreters {
+		if _, err := os.Stat(py.Path); err != nil {
+			fmt.Printf("(%s: not installed, %v)\n", py.Name, err)
+			continue
+		}
+		b.pythons = append(b.pythons, py)
+	}
+	if len(b.pythons) == 0 {
+		return errors.New("no CPython interpreter of internal/pyfixture installed")
+	}
+	fmt.Printf("## Python frames: heatscope record with each interpreter, %d runs (kernel %s)\n\n", b.runs, profrun.KernelRelease())
+	fmt.Printf("Load average at the start: %s. Build before Python frames: %s.\n\n", loadavg.Line(), b.before)
+
+	cov := map[string][]coverage{}
+	costs := map[string][]float64{} // ns per sample, by interpreter and "native"
+	ratios := map[string][]float64{}
+	lat := map[string][]float64{} // ms, every process of every run
+	never := map[string]int{}
+	var cpuBefore, cpuAfter, cpuRatio []float64
+	// Each build's --cache-dir warmed once (kernel symbols, unwind
+	// tables), so that neither's first run builds them alone.
+	for _, bin := range []string{b.before, b.heatscope} {
+		a, err := b.record(bin, filepath.Join(b.dir, "warm-"+filepath.Base(bin)), 3*time.Second, 99)
+		if err != nil {
+			return fmt.Errorf("warm %s's cache: %w", bin, err)
+		}
+		if err := a.wait(); err != nil {
+			return err
+		}
+	}
+	for run := 1; run <= b.runs; run++ {
+		fmt.Printf("### Run %d (load %s)\n\n", run, loadavg.OneMinute())
+		for _, py := range b.pythons {
+			c, err := b.coverage(py, run)
+			if err != nil {
+				return fmt.Errorf("run %d, coverage, %s: %w", run, py.Name, err)
+			}
+			cov[py.Name] = append(cov[py.Name], c)
+		}
+		cost, err := b.cost(run)
+		if err != nil {
+			return fmt.Errorf("run %d, BPF cost: %w", run, err)
+		}
+		for k, v := range cost {
+			costs[k] = append(costs[k], v)
+			if k != "native" {
+				ratios[k] = append(ratios[k], v/cost["native"])
+			}
+		}
+		starts, err := b.start(run)
+		if err != nil {
+			return fmt.Errorf("run %d, new processes: %w", run, err)
+		}
+		for k, v := range starts {
+			for _, ms := range v {
+				if ms < 0 {
+					never[k]++
+					continue
+				}
+				lat[k] = append(lat[k], ms)
+			}
+		}
+		cpu, err := b.noPython(run)
+		if err != nil {
+			return fmt.Errorf("run %d, agent CPU without Python: %w", run, err)
+		}
+		cpuBefore, cpuAfter = append(cpuBefore, cpu[0]), append(cpuAfter, cpu[1])
+		cpuRatio = append(cpuRatio, cpu[1]/cpu[0])
+	}
+
+	fmt.Printf("### Medians of %d runs (range); load at the end %s\n\n", b.runs, loadavg.Line())
+	fmt.Printf("| interpreter | samples with the whole chain to <module>: all | from its first Python frames on | BPF µs per sample | same-run ratio to native | new process: first sample to first with Python frames, median (max), ms | never had them | code cache hit rate | code cache objects, bytes (bound %d MiB) |\n", pysymbol.DefaultMaxBytes>>20)
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|\n")
+	for _, py := range b.pythons {
+		cs := cov[py.Name]
+		all, steady, hit, objs, bytes := field(cs, func(c coverage) float64 { return c.all }), field(cs, func(c coverage) float64 { return c.steady }),
+			field(cs, func(c coverage) float64 { return c.hitRate }), field(cs, func(c coverage) float64 { return c.objects }),
+			field(cs, func(c coverage) float64 { return c.bytes })
+		l := "-"
+		if v := lat[py.Name]; len(v) > 0 {
+			l = fmt.Sprintf("%.0f (%.0f), %d processes", profrun.Median(slices.Sorted(slices.Values(v))), slices.Max(v), len(v))
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s, %s |\n", py.Name,
+			profrun.MedianRange(all, "%.1f%%"), profrun.MedianRange(steady, "%.1f%%"),
+			profrun.MedianRange(micros(costs[py.Name]), "%.1f"), profrun.MedianRange(ratios[py.Name], "%.2f×"),
+			l, never[py.Name], profrun.MedianRange(hit, "%.4f%%"), profrun.MedianRange(objs, "%.0f"), profrun.MedianRange(bytes, "%.0f"))
+	}
+	fmt.Printf("| native (nofp) | | | %s | | | | | |\n\n", profrun.MedianRange(micros(costs["native"]), "%.1f"))
+	fmt.Printf("Agent CPU without Python, %% of one CPU (agent + BPF program) over the window: before %s, this tree %s; same-run ratio this tree / before **%s**\n",
+		profrun.MedianRange(cpuBefore, "%.2f"), profrun.MedianRange(cpuAfter, "%.2f"), profrun.MedianRange(cpuRatio, "%.2f×"))
+	return nil
+}
+
+func micros(ns []float64) []float64 {
+	out := make([]float64, len(ns))
+	for i, v := range ns {
+		out[i] = v / 1000
+	}
+	return out
+}
+
+func field(cs []coverage, f func(coverage) float64) []float64 {
+	var out []float64
+	for _, c := range cs {
+		out = append(out, f(c))
+	}
+	return out
+}
+
+// buildBefore builds heatscope at commit in a temporary worktree.
+func buildBefore(dir, commit string) (string, error) {
+	wt, bin := filepath.Join(dir, "before-src"), filepath.Join(dir, "heatscope-before")
+	if out, err := exec.Command("git", "worktree", "add", "--detach", wt, commit).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git worktree add %s: %v\n%s", commit, err, out)
+	}
+	defer exec.Command("git", "worktree", "remove", "--force", wt).Run()
+	build := exec.Command("go", "build", "-o", bin, "./cmd/heatscope")
+	build.Dir = wt
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %v\n%s", commit, err, out)
+	}
+	return bin, nil
+}
+
+// agent is a running heatscope record.
+type agent struct {
+	cmd     *exec.Cmd
+	stderr  bytes.Buffer
+	metrics string
+	data    string
+}
+
+// record starts bin recording for d (after its set-up) into a new data
+// directory under dir, with extra flags, and waits for its /metrics.
+func (b *bench) record(bin, dir string, d time.Duration, hz int, extra ...string) (*agent, error) {
+	port, err := profrun.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	a := &agent{data: filepath.Join(dir, "data"), metrics: "http://127.0.0.1:" + port + "/metrics"}
+	args := append([]string{"record", "--duration", d.String(), "--frequency", strconv.Itoa(hz), "--data", a.data,
+		"--cache-dir", filepath.Join(b.dir, "cache-"+filepath.Base(bin)), "--bpf-stats", "--unwind", "dwarf", "--listen", "127.0.0.1:" + port}, extra...)
+	a.cmd = exec.Command(bin, args...)
+	a.cmd.Stderr = &a.stderr
+	if err := a.cmd.Start(); err != nil {
+		return nil, err
+	}
+	if err := profrun.WaitHTTP(a.metrics, 60*time.Second); err != nil {
+		a.cmd.Process.Kill()
+		a.cmd.Wait()
+		return nil, fmt.Errorf("heatscope record never served /metrics: %w\n%s", err, a.stderr.String())
+	}
+	return a, nil
+}
+
+func (a *agent) wait() error {
+	if err := a.cmd.Wait(); err != nil {
+		return fmt.Errorf("heatscope record: %v\n%s", err, a.stderr.String())
+	}
+	return nil
+}
+
+// script is heatscope export --format perf-script of a's data.
+func (a *agent) script(bin string) ([]byte, error) {
+	out, err := exec.Command(bin, "export", "--data", a.data, "--format", "perf-script", "-o", "-").Output()
+	if err != nil {
+		return nil, fmt.Errorf("heatscope export: %w", err)
+	}
+	return out, nil
+}
+
+// startBusy starts busy.py under py for secs seconds and returns it once
+// it printed its ready line.
+func (b *bench) startBusy(py pyfixture.Interpreter, secs float64) (*exec.Cmd, int, error) {
+	cmd := exec.Command(py.Path, b.busy, strconv.FormatFloat(secs, 'f', -1, 64))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	go io.Copy(io.Discard, out)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, 0, fmt.Errorf("%s busy.py: no ready line: %w", py.Path, err)
+	}
+	m := regexp.MustCompile(`"pid": (\d+)`).FindSubmatch(line)
+	if m == nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, 0, fmt.Errorf("%s busy.py: no pid in %q", py.Path, line)
+	}
+	pid, _ := strconv.Atoi(string(m[1]))
+	return cmd, pid, nil
+}
+
+func stop(cmd *exec.Cmd) {
+	cmd.Process.Kill()
+	cmd.Wait()
+}
+
+// coverage is one interpreter's busy.py recording.
+type coverage struct {
+	samples        int
+	all, steady    float64 // % with the whole chain
+	hitRate        float64 // %
+	objects, bytes float64
+	hits, misses   float64
+}
+
+func (b *bench) coverage(py pyfixture.Interpreter, run int) (coverage, error) {
+	var c coverage
+	dir := filepath.Join(b.dir, fmt.Sprintf("run%d-coverage-%s", run, py.Name))
+	busy, pid, err := b.startBusy(py, b.duration.Seconds()+90)
+	if err != nil {
+		return c, err
+	}
+	defer stop(busy)
+	a, err := b.record(b.heatscope, dir, b.duration, 99, "--pid", strconv.Itoa(pid))
+	if err != nil {
+		return c, err
+	}
+	time.Sleep(b.duration - 500*time.Millisecond)
+	m, merr := profrun.ReadMetrics(a.metrics)
+	if err := a.wait(); err != nil {
+		return c, err
+	}
+	if merr != nil {
+		return c, merr
+	}
+	c.hits, c.misses = m["heatscope_python_code_cache_hits_total"], m["heatscope_python_code_cache_misses_total"]
+	c.objects, c.bytes = m["heatscope_python_code_cache_objects"], m["heatscope_python_code_cache_bytes"]
+	if c.hits+c.misses > 0 {
+		c.hitRate = 100 * c.hits / (c.hits + c.misses)
+	}
+	out, err := a.script(b.heatscope)
+	if err != nil {
+		return c, err
+	}
+	samples := parseScript(out)
+	var whole, after, afterWhole int
+	seen := false
+	for _, s := range samples {
+		if s.pid != pid {
+			continue
+		}
+		c.samples++
+		ok := wholeChain(s.python)
+		if len(s.python) > 0 {
+			seen = true
+		}
+		if ok {
+			whole++
+		}
+		if seen {
+			after++
+			if ok {
+				afterWhole++
+			}
+		}
+	}
+	if c.samples == 0 {
+		return c, fmt.Errorf("no sample of busy.py (pid %d) in the recording", pid)
+	}
+	c.all = 100 * float64(whole) / float64(c.samples)
+	if after > 0 {
+		c.steady = 100 * float64(afterWhole) / float64(after)
+	}
+	fmt.Printf("- %s coverage: %d samples, %.1f%% with the whole chain (%.1f%% of the %d from its first Python frames on); code cache %.0f hits, %.0f misses, %.0f objects, %.0f bytes\n",
+		py.Name, c.samples, c.all, c.steady, after, c.hits, c.misses, c.objects, c.bytes)
+	return c, nil
+}
+
+// busyChain is busy.py's Python call chain, innermost first.
+var busyChain = []string{"inner", "middle", "outer", "<module>"}
+
+// wholeChain says whether python (innermost first) is busy.py's chain
+// from wherever it runs down to <module>, no frame missing.
+func wholeChain(python []string) bool {
+	return len(python) > 0 && len(python) <= len(busyChain) && slices.Equal(python, busyChain[len(busyChain)-len(python):])
+}
+
+// sample is one sample of a perf-script export.
+type sample struct {
+	pid    int
+	at     float64 // seconds
+	python []string
+}
+
+var scriptHeader = regexp.MustCompile(`^.*?\s(\d+)/\d+\s+\[\d+\]\s+([0-9.]+):`)
+
+// parseScript reads heatscope's perf-script export: each sample's pid,
+// time and Python frames (py::NAME:FILE), innermost first.
+func parseScript(out []byte) []sample {
+	var samples []sample
+	var cur *sample
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			cur = nil
+			continue
+		}
+		if !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, " ") {
+			m := scriptHeader.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			pid, _ := strconv.Atoi(m[1])
+			at, _ := strconv.ParseFloat(m[2], 64)
+			samples = append(samples, sample{pid: pid, at: at})
+			cur = &samples[len(samples)-1]
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[1], "py::") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(f[1], "py::"), ":")
+		cur.python = append(cur.python, name)
+	}
+	return samples
+}
+
+// cost records a sleeping process, a native one and each interpreter's
+// busy.py, each alone, and returns the BPF program's ns per sample of
+// each ("native" and the interpreters' names).
+func (b *bench) cost(run int) (map[string]float64, error) {
+	out := map[string]float64{}
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		return nil, err
+	}
+	defer stop(sleeper)
+	filtered, err := b.costOf(sleeper.Process.Pid, fmt.Sprintf("run%d-cost-filtered", run), -1)
+	if err != nil {
+		return nil, err
+	}
+	spin := exec.Command(b.spinner)
+	if err := spin.Start(); err != nil {
+		return nil, err
+	}
+	native, err := b.costOf(spin.Process.Pid, fmt.Sprintf("run%d-cost-native", run), filtered)
+	stop(spin)
+	if err != nil {
+		return nil, err
+	}
+	out["native"] = native
+	for _, py := range b.pythons {
+		busy, pid, err := b.startBusy(py, b.costDuration.Seconds()+90)
+		if err != nil {
+			return nil, err
+		}
+		ns, err := b.costOf(pid, fmt.Sprintf("run%d-cost-%s", run, py.Name), filtered)
+		stop(busy)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", py.Name, err)
+		}
+		out[py.Name] = ns
+	}
+	fmt.Printf("- BPF cost: the pid filter %.0f ns a skipped run; ns per sample:", filtered)
+	for _, k := range append([]string{"native"}, names(b.pythons)...) {
+		fmt.Printf(" %s %.0f", k, out[k])
+	}
+	fmt.Println()
+	return out, nil
+}
+
+func names(ps []pyfixture.Interpreter) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// costOf records pid alone at -cost-hz and returns the BPF program's
+// run time per sample over the window from -warm-up on, less filtered
+// ns for each run that sampled nothing; with filtered < 0, the run time
+// per run (a process that never runs: the filter's cost).
+func (b *bench) costOf(pid int, name string, filtered float64) (float64, error) {
+	a, err := b.record(b.heatscope, filepath.Join(b.dir, name), b.costDuration, b.costHz, "--pid", strconv.Itoa(pid))
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(b.warmUp)
+	m0, err0 := profrun.ReadMetrics(a.metrics)
+	time.Sleep(b.costDuration - b.warmUp - 500*time.Millisecond)
+	m1, err1 := profrun.ReadMetrics(a.metrics)
+	if err := a.wait(); err != nil {
+		return 0, err
+	}
+	if err := errors.Join(err0, err1); err != nil {
+		return 0, err
+	}
+	runs := m1["heatscope_bpf_program_runs_total"] - m0["heatscope_bpf_program_runs_total"]
+	ns := 1e9 * (m1["heatscope_bpf_program_seconds_total"] - m0["heatscope_bpf_program_seconds_total"])
+	samples := m1["heatscope_samples_received_total"] - m0["heatscope_samples_received_total"]
+	if runs <= 0 {
+		return 0, fmt.Errorf("%s: the BPF program never ran in the window (BPF stats off?)", name)
+	}
+	if filtered < 0 {
+		return ns / runs, nil
+	}
+	if samples <= 0 {
+		return 0, fmt.Errorf("%s: no samples in the window", name)
+	}
+	return (ns - filtered*(runs-samples)) / samples, nil
+}
+
+// start records the whole machine while -spawn busy.py processes of each
+// interpreter start one after another, and returns, per interpreter, each
+// process's time in ms from its first sample to its first with Python
+// frames (-1: none had them).
+func (b *bench) start(run int) (map[string][]float64, error) {
+	const life, gap = 2.0, 400 * time.Millisecond
+	d := time.Duration(len(b.pythons)*b.spawn)*gap + time.Duration(life*float64(time.Second)) + 5*time.Second
+	a, err := b.record(b.heatscope, filepath.Join(b.dir, fmt.Sprintf("run%d-start", run)), d, 99)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	pids := map[int]string{}
+	var started []*exec.Cmd
+	for range b.spawn {
+		for _, py := range b.pythons {
+			cmd, pid, err := b.startBusy(py, life)
+			if err != nil {
+				a.cmd.Process.Kill()
+				a.cmd.Wait()
+				return nil, err
+			}
+			pids[pid] = py.Name
+			started = append(started, cmd)
+			time.Sleep(gap)
+		}
+	}
+	for _, c := range started {
+		c.Wait()
+	}
+	if err := a.wait(); err != nil {
+		return nil, err
+	}
+	out, err := a.script(b.heatscope)
+	if err != nil {
+		return nil, err
+	}
+	type firsts struct{ first, python float64 }
+	f := map[int]*firsts{}
+	for _, s := range parseScript(out) {
+		if _, ok := pids[s.pid]; !ok {
+			continue
+		}
+		p := f[s.pid]
+		if p == nil {
+			p = &firsts{first: s.at, python: math.NaN()}
+			f[s.pid] = p
+		}
+		p.first = min(p.first, s.at)
+		if len(s.python) > 0 && (math.IsNaN(p.python) || s.at < p.python) {
+			p.python = s.at
+		}
+	}
+	res := map[string][]float64{}
+	unsampled := 0
+	for pid, name := range pids {
+		p := f[pid]
+		switch {
+		case p == nil:
+			unsampled++
+		case math.IsNaN(p.python):
+			res[name] = append(res[name], -1)
+		default:
+			res[name] = append(res[name], 1000*(p.python-p.first))
+		}
+	}
+	fmt.Printf("- new processes: %d started, %d never sampled; ms from the first sample to the first with Python frames:", len(pids), unsampled)
+	for _, n := range names(b.pythons) {
+		v := slices.Sorted(slices.Values(res[n]))
+		fmt.Printf(" %s %v", n, roundAll(v))
+	}
+	fmt.Println()
+	return res, nil
+}
+
+func roundAll(v []float64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(math.Round(x))
+	}
+	return out
+}
+
+// noPython records the whole machine running two native CPU-bound
+// processes with the build from before Python frames and with this
+// tree's, in turns (the order alternating over the runs), and returns the
+// agent's CPU (its own and its BPF program's) over the window from
+// -warm-up to the end, in % of one CPU: before, this tree.
+func (b *bench) noPython(run int) ([2]float64, error) {
+	var out [2]float64
+	var spins []*exec.Cmd
+	for range 2 {
+		s := exec.Command(b.spinner)
+		if err := s.Start(); err != nil {
+			return out, err
+		}
+		spins = append(spins, s)
+	}
+	defer func() {
+		for _, s := range spins {
+			stop(s)
+		}
+	}()
+	order := []int{0, 1}
+	if run%2 == 0 {
+		order = []int{1, 0}
+	}
+	for _, i := range order {
+		bin := []string{b.before, b.heatscope}[i]
+		a, err := b.record(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-cpu-%d", run, i)), b.cpuDuration, 99)
+		if err != nil {
+			return out, err
+		}
+		time.Sleep(b.warmUp)
+		if n := pythonProcesses(); n > 0 {
+			fmt.Printf("- (run %d: %d Python processes of others running during the record without Python)\n", run, n)
+		}
+		t0 := time.Now()
+		c0, errA := profrun.ProcessCPU(a.cmd.Process.Pid)
+		m0, errB := profrun.ReadMetrics(a.metrics)
+		time.Sleep(b.cpuDuration - b.warmUp - 500*time.Millisecond)
+		c1, errC := profrun.ProcessCPU(a.cmd.Process.Pid)
+		m1, errD := profrun.ReadMetrics(a.metrics)
+		t1 := time.Now()
+		if err := a.wait(); err != nil {
+			return out, err
+		}
+		if err := errors.Join(errA, errB, errC, errD); err != nil {
+			return out, err
+		}
+		bpf := m1["heatscope_bpf_program_seconds_total"] - m0["heatscope_bpf_program_seconds_total"]
+		out[i] = 100 * ((c1 - c0).Seconds() + bpf) / t1.Sub(t0).Seconds()
+	}
+	fmt.Printf("- agent CPU without Python (agent + BPF, %% of one CPU): before %.2f, this tree %.2f, ratio %.2f×\n", out[0], out[1], out[1]/out[0])
+	return out, nil
+}
+
+// pythonProcesses counts the machine's processes running a python
+// executable (others' work on a shared machine: the record "without
+// Python" is not, while they run).
+func pythonProcesses() int {
+	n := 0
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, exe := range exes {
+		if target, err := os.Readlink(exe); err == nil && strings.HasPrefix(filepath.Base(target), "python") {
+			n++
+		}
+	}
+	return n
+}
