@@ -495,3 +495,12 @@ func (x *Exporter) Stats() Stats {
 		QueuedBytes:      qb,
 	}
 }
+
+// SetHostID sets the resources' host.id: the recorder's instance id (its
+// data directory's), so that a receiver tells apart two machines sending
+// under one Node, from the next sample added on.
+func (x *Exporter) SetHostID(id string) {
+	x.encMu.Lock()
+	x.enc.SetHostID(id)
+	x.encMu.Unlock()
+}

@@ -9,7 +9,9 @@
 // What a heatscope sample becomes:
 //
 //   - One ResourceProfiles per node, its resource naming the node as
-//     host.name; one ScopeProfiles named "heatscope" with the agent's
+//     host.name and, where the encoder is given one, the recorder as
+//     host.id (its data directory's instance id, which tells two
+//     machines under one host.name apart); one ScopeProfiles named "heatscope" with the agent's
 //     version; one Profile of sample type cpu/nanoseconds and period type
 //     cpu/nanoseconds (its period the batch's most common one).
 //   - One OTLP Sample per stack and set of attributes, holding one
@@ -55,6 +57,7 @@ const ScopeName = "heatscope"
 // keys are for what the conventions do not name.
 const (
 	keyHostName         = string(semconv.HostNameKey)
+	keyHostID           = string(semconv.HostIDKey)
 	keyPID              = string(semconv.ProcessPIDKey)
 	keyTID              = string(semconv.ThreadIDKey)
 	keyThreadName       = string(semconv.ThreadNameKey)

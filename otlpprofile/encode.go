@@ -19,6 +19,8 @@ type Encoder struct {
 	version string
 	node    string
 	period  int64
+	// hostID is the host.id of the resources written, "" for none.
+	hostID string
 
 	profiles pprofile.Profiles
 	dict     pprofile.ProfilesDictionary
@@ -122,6 +124,11 @@ func NewEncoder(version, node string, periodNs int64) *Encoder {
 	return e
 }
 
+// SetHostID sets the host.id of the nodes' resources written from now
+// on: what tells two machines apart that send under one host.name (a
+// recorder gives its data directory's instance id).
+func (e *Encoder) SetHostID(id string) { e.hostID = id }
+
 // SetPeriod sets the weight of the samples added from now on that do not
 // carry their own period.
 func (e *Encoder) SetPeriod(periodNs int64) { e.period = periodNs }
@@ -212,6 +219,9 @@ func (e *Encoder) newNodeProfile(node string) *nodeProfile {
 	rp.SetSchemaUrl(schemaURL)
 	if node != "" {
 		rp.Resource().Attributes().PutStr(keyHostName, node)
+	}
+	if e.hostID != "" {
+		rp.Resource().Attributes().PutStr(keyHostID, e.hostID)
 	}
 	sp := rp.ScopeProfiles().AppendEmpty()
 	sp.SetSchemaUrl(schemaURL)

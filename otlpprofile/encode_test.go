@@ -120,3 +120,19 @@ func TestEncodeConventions(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeHostID: a recorder's instance id is its resources' host.id,
+// in every batch, so that a receiver tells apart two machines sending
+// under one host.name.
+func TestEncodeHostID(t *testing.T) {
+	e := NewEncoder("v9", "node-1", 10_101_010)
+	e.SetHostID("0123456789abcdef")
+	for range 2 {
+		e.Add(&sample.Sample{Time: 100, CPU: 1, PID: 10, TID: 10, Comm: "app", Stack: []sample.Frame{{Function: "main", Module: "/bin/app", Kind: sample.KindUser}}})
+		p := wire(t, e.Profiles())
+		want := map[string]any{"host.name": "node-1", "host.id": "0123456789abcdef"}
+		if got := p.ResourceProfiles().At(0).Resource().Attributes().AsRaw(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("resource %v, want %v", got, want)
+		}
+	}
+}

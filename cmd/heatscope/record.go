@@ -382,6 +382,9 @@ func (r *recording) openOutputs() error {
 			return err
 		}
 		r.deferred(func() { r.db.Close() })
+		if r.otlp != nil {
+			r.otlp.SetHostID(r.db.Identity().Instance)
+		}
 	}
 	if r.ship != nil {
 		return r.ship.start(r.db)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,6 +33,8 @@ type otlpSink struct {
 	mu      sync.Mutex
 	samples []sample.Sample
 	auth    map[string]int
+	// hostIDs counts the resources by their host.id.
+	hostIDs map[string]int
 }
 
 func (o *otlpSink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
@@ -39,6 +42,13 @@ func (o *otlpSink) Export(ctx context.Context, req pprofileotlp.ExportRequest) (
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.auth[strings.Join(md.Get("authorization"), ",")]++
+	for _, rp := range req.Profiles().ResourceProfiles().All() {
+		id := ""
+		if v, ok := rp.Resource().Attributes().Get("host.id"); ok {
+			id = v.AsString()
+		}
+		o.hostIDs[id]++
+	}
 	_, err := otlpprofile.Decode(req.Profiles(), otlpprofile.DecodeOptions{}, func(s *sample.Sample) error {
 		c := *s
 		c.Stack = slices.Clone(s.Stack)
@@ -61,7 +71,7 @@ func TestRecordOTLP(t *testing.T) {
 	hotc, _ := buildFixtures(t, dir)
 	busy := start(t, hotc)
 
-	sink := &otlpSink{auth: map[string]int{}}
+	sink := &otlpSink{auth: map[string]int{}, hostIDs: map[string]int{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +127,18 @@ func TestRecordOTLP(t *testing.T) {
 	sink.mu.Unlock()
 	if len(auth) != 1 || auth[token] == 0 {
 		t.Errorf("authorization of the requests: %v, want the token on every one", auth)
+	}
+	// The recorder is its resources' host.id: its data directory's
+	// instance id, what a receiver tells two machines of one name by.
+	var identity struct{ Instance string }
+	if b, err := os.ReadFile(filepath.Join(data, "identity.json")); err != nil || json.Unmarshal(b, &identity) != nil || identity.Instance == "" {
+		t.Fatalf("the data directory's identity: %v %s", err, b)
+	}
+	sink.mu.Lock()
+	hostIDs := sink.hostIDs
+	sink.mu.Unlock()
+	if len(hostIDs) != 1 || hostIDs[identity.Instance] == 0 {
+		t.Errorf("host.id of the resources sent: %v, want the instance id %s on every one", hostIDs, identity.Instance)
 	}
 	// The store keeps times to the microsecond (store/FORMAT.md); the
 	// exporter sends the recorder's nanoseconds.
