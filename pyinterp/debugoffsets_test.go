@@ -14,7 +14,7 @@ func debugOffsets313() []byte {
 	b := make([]byte, 8*debugWords)
 	copy(b, debugCookie)
 	put := func(i int, v uint32) { binary.LittleEndian.PutUint64(b[8*i:], uint64(v)) }
-	l, _ := LayoutFor(Version{3, 13, 0})
+	l, _ := LayoutFor(Version{Major: 3, Minor: 13})
 	put(dbgVersion, 0x030D00F0)
 	for i, v := range map[int]uint32{
 		dbgRuntimeInterpretersHead: l.RuntimeInterpretersHead, dbgInterpNext: l.InterpNext,
@@ -34,8 +34,8 @@ func debugOffsets313() []byte {
 }
 
 func new313() *Interpreter {
-	l, _ := LayoutFor(Version{3, 13, 0})
-	return &Interpreter{Version: Version{3, 13, 0}, Layout: l}
+	l, _ := LayoutFor(Version{Major: 3, Minor: 13})
+	return &Interpreter{Version: Version{Major: 3, Minor: 13}, Layout: l}
 }
 
 func TestDebugOffsets(t *testing.T) {

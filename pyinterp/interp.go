@@ -176,7 +176,7 @@ func versionFromName(name string, f *elf.File) (Version, bool) {
 		major, err1 := strconv.Atoi(m[1])
 		minor, err2 := strconv.Atoi(m[2])
 		if err1 == nil && err2 == nil && major < 256 && minor < 256 {
-			return Version{Major: uint8(major), Minor: uint8(minor)}, true
+			return Version{Major: uint8(major), Minor: uint8(minor), MinorOnly: true}, true
 		}
 	}
 	return Version{}, false

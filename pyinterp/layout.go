@@ -125,7 +125,7 @@ var layouts = map[[2]uint8]Layout{
 
 // Versions lists the minor versions the table holds, oldest first.
 func Versions() []Version {
-	return []Version{{3, 11, 0}, {3, 12, 0}, {3, 13, 0}}
+	return []Version{{Major: 3, Minor: 11, MinorOnly: true}, {Major: 3, Minor: 12, MinorOnly: true}, {Major: 3, Minor: 13, MinorOnly: true}}
 }
 
 // LayoutFor returns the layout of a version's table entry (only major
@@ -138,6 +138,10 @@ func LayoutFor(v Version) (Layout, bool) {
 // Version is a CPython release, as PY_VERSION_HEX numbers it.
 type Version struct {
 	Major, Minor, Micro uint8
+	// MinorOnly says that the micro version is not known (a version
+	// read from a file's name, a table entry's): Micro is 0 and not
+	// shown.
+	MinorOnly bool
 }
 
 // VersionFromHex decodes PY_VERSION_HEX (0x030B02F0 is 3.11.2 final).
@@ -146,5 +150,8 @@ func VersionFromHex(hex uint32) Version {
 }
 
 func (v Version) String() string {
+	if v.MinorOnly {
+		return fmt.Sprintf("%d.%d", v.Major, v.Minor)
+	}
 	return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Micro)
 }

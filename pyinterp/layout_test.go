@@ -112,8 +112,10 @@ func TestOpenUnsupported(t *testing.T) {
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("Open(3.10): %v, want ErrUnsupported", err)
 	}
-	if in == nil || in.Version != (Version{3, 10, 0}) {
-		t.Fatalf("Open(3.10) found %+v, want version 3.10.0", in)
+	// The soname says 3.10, not which 3.10: the version is not shown as
+	// 3.10.0 (a warning named this 3.10.13 "3.10.0").
+	if in == nil || in.Version.Major != 3 || in.Version.Minor != 10 || in.Version.String() != "3.10" {
+		t.Fatalf("Open(3.10) found %+v, want version 3.10, its micro version unknown", in)
 	}
 }
 
