@@ -200,7 +200,7 @@ func (b *bench) run(beforeCommit string) error {
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s, %s |\n", py.Name,
 			profrun.MedianRange(all, "%.1f%%"), profrun.MedianRange(steady, "%.1f%%"),
 			profrun.MedianRange(micros(costs[py.Name]), "%.1f"), profrun.MedianRange(ratios[py.Name], "%.2f×"),
-			l, never[py.Name], profrun.MedianRange(hit, "%.4f%%"), profrun.MedianRange(objs, "%.0f"), profrun.MedianRange(bytes, "%.0f"))
+			l, never[py.Name], profrun.MedianRange(hit, "%.2f%%"), profrun.MedianRange(objs, "%.0f"), profrun.MedianRange(bytes, "%.0f"))
 	}
 	fmt.Printf("| native (nofp) | | | %s | | | | | |\n\n", profrun.MedianRange(micros(costs["native"]), "%.1f"))
 	fmt.Printf("Agent CPU without Python, %% of one CPU (agent + BPF program) over the window: before %s, this tree %s; same-run ratio this tree / before **%s**\n",
@@ -538,21 +538,23 @@ func (b *bench) costOf(pid int, name string, filtered float64) (float64, error) 
 // frames (-1: none had them).
 func (b *bench) start(run int) (map[string][]float64, error) {
 	const life, gap = 2.0, 400 * time.Millisecond
-	d := time.Duration(len(b.pythons)*b.spawn)*gap + time.Duration(life*float64(time.Second)) + 5*time.Second
-	a, err := b.record(b.heatscope, filepath.Join(b.dir, fmt.Sprintf("run%d-start", run)), d, 99)
+	// Recorded until every process has exited and a second more, then
+	// stopped (SIGINT): the starts take longer than their gaps on a
+	// loaded machine.
+	a, err := b.record(b.heatscope, filepath.Join(b.dir, fmt.Sprintf("run%d-start", run)), 0, 99)
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second)
 	pids := map[int]string{}
 	var started []*exec.Cmd
+	var startErr error
 	for range b.spawn {
 		for _, py := range b.pythons {
 			cmd, pid, err := b.startBusy(py, life)
 			if err != nil {
-				a.cmd.Process.Kill()
-				a.cmd.Wait()
-				return nil, err
+				startErr = err
+				break
 			}
 			pids[pid] = py.Name
 			started = append(started, cmd)
@@ -562,7 +564,9 @@ func (b *bench) start(run int) (map[string][]float64, error) {
 	for _, c := range started {
 		c.Wait()
 	}
-	if err := a.wait(); err != nil {
+	time.Sleep(time.Second)
+	a.cmd.Process.Signal(os.Interrupt)
+	if err := errors.Join(a.wait(), startErr); err != nil {
 		return nil, err
 	}
 	out, err := a.script(b.heatscope)
@@ -647,7 +651,7 @@ func (b *bench) noPython(run int) ([2]float64, error) {
 		}
 		time.Sleep(b.warmUp)
 		if n := pythonProcesses(); n > 0 {
-			fmt.Printf("- (run %d: %d Python processes of others running during the record without Python)\n", run, n)
+			fmt.Printf("- (run %d, %s: %d Python processes of others running during the record without Python)\n", run, []string{"before", "this tree"}[i], n)
 		}
 		t0 := time.Now()
 		c0, errA := profrun.ProcessCPU(a.cmd.Process.Pid)
