@@ -38,12 +38,12 @@ func (r *Receiver) tap(ctx context.Context, _ *tap.Info) (context.Context, error
 	md, _ := metadata.FromIncomingContext(ctx)
 	if !r.authorized(first(md.Get("authorization"))) {
 		e := r.refuse(refUnauthenticated, "unauthorized: send the token as the metadata \"authorization: Bearer TOKEN\"")
-		r.count(e, "")
+		r.count(e, peerOf(ctx))
 		return ctx, status.Error(codes.Unauthenticated, e.msg)
 	}
 	if len(r.inflight) >= cap(r.inflight) {
 		e := r.refuse(refBusy, "the receiver is reading %d requests already: retry later", cap(r.inflight))
-		r.count(e, "")
+		r.count(e, peerOf(ctx))
 		return ctx, grpcError(e)
 	}
 	return ctx, nil

@@ -583,3 +583,21 @@ func TestNoCPUNamed(t *testing.T) {
 		t.Errorf("%d samples that named no CPU were stored", len(got))
 	}
 }
+
+// TestRefusalNamesGRPCPeer: a gRPC request refused for its token is
+// logged with the sender's address, as an HTTP one is (it was peer="").
+func TestRefusalNamesGRPCPeer(t *testing.T) {
+	var logs bytes.Buffer
+	r, err := New(Options{Open: newDirStores(t).open, AuthToken: "tok", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := served(t, r)
+	_, p := workload(t, "good", 1, 1, 3)
+	if _, err := grpcClient(t, addr).Export(context.Background(), pprofileotlp.NewExportRequestFromProfiles(p)); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("export without the token: %v, want Unauthenticated", err)
+	}
+	if !strings.Contains(logs.String(), "peer=127.0.0.1:") {
+		t.Fatalf("the refusal's log does not name the sender:\n%s", logs.String())
+	}
+}
