@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,7 +30,7 @@ import (
 type receiveFlags struct {
 	data, grpcListen, httpListen, token, certFile, keyFile *string
 	nodeAttr, objstore, retention, retentionSize           *string
-	maxRequest, metricsAddr                                *string
+	maxRequest, metricsAddr, memLimit                      *string
 	insecure                                               *bool
 	nodeRate, totalRate                                    *float64
 	blockDuration                                          *time.Duration
@@ -49,6 +50,7 @@ func runReceive(args []string, stdout, stderr io.Writer) error {
 		objstore:      fs.String("objstore-config", "", "ship every node's sealed blocks to the bucket this YAML file describes, under the node's name (README, A fleet)"),
 		retention:     fs.String("retention", "7d", "drop a node's blocks older than this (e.g. 7d, 36h; 0 keeps everything)"),
 		retentionSize: fs.String("retention-size", "10GB", "drop a node's oldest blocks while they take more than this (0: no limit); every node has its own"),
+		memLimit:      fs.String("memory-limit", "512MiB", "soft limit of the receiver's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)"),
 		maxRequest:    fs.String("max-request-size", "16MiB", "refuse a request larger than this, uncompressed (413 / ResourceExhausted)"),
 		nodeRate:      fs.Float64("node-rate", otlpreceive.DefaultNodeRate, "samples per second a node may send (bursts of two seconds' worth); past it: 429 / ResourceExhausted with when to retry"),
 		totalRate:     fs.Float64("total-rate", otlpreceive.DefaultTotalRate, "samples per second all nodes together may send"),
@@ -86,6 +88,13 @@ func (f receiveFlags) run(stdout io.Writer) error {
 	maxRequest, err := parseSize(*f.maxRequest)
 	if err != nil || maxRequest <= 0 || maxRequest > 1<<30 {
 		return usageError{fmt.Errorf("--max-request-size %q: want a size from 1 byte to 1GiB, such as 16MiB", *f.maxRequest)}
+	}
+	memoryLimit, err := parseSize(*f.memLimit)
+	if err != nil {
+		return usageError{fmt.Errorf("--memory-limit: %w", err)}
+	}
+	if memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
 	}
 	nodes := &receivedNodes{dir: *f.data, opts: store.Options{BlockDuration: *f.blockDuration, PeriodNs: sample.PeriodOf(99), Logger: slog.Default()}}
 	if nodes.opts.Retention, err = parseDays(*f.retention); err != nil {

@@ -22,6 +22,7 @@ func TestReceiveBadFlags(t *testing.T) {
 		{[]string{"--data", ""}, "data directory"},
 		{[]string{"--retention", "forever"}, "--retention"},
 		{[]string{"--retention-size", "big"}, "--retention-size"},
+		{[]string{"--memory-limit", "much"}, "--memory-limit"},
 	} {
 		var out, errb bytes.Buffer
 		err := runReceive(append([]string{"--data", dir}, c.args...), &out, &errb)
