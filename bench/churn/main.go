@@ -193,9 +193,15 @@ type result struct {
 	// unwind tables.
 	steadyAgent, steadyBPF      float64
 	steadyProcesses, steadyWork float64
-	perfSamples                 int64
-	expected                    float64
-	guard                       []string // the guard's changes, "99 → 49 Hz: reason", and work given up
+	// steadyPerf is perf record's CPU seconds over the same window: its
+	// start-up (reading every process's maps) left out as the agent's is.
+	steadyPerf float64
+	// perfScript is what perf script cost to symbolize perf record's
+	// samples afterwards, as heatscope does as it records.
+	perfScript  profrun.Usage
+	perfSamples int64
+	expected    float64
+	guard       []string // the guard's changes, "99 → 49 Hz: reason", and work given up
 	// workload is the number of the CPU-bound processes' samples, main
 	// the share of them that reach main (-1: no such workload).
 	workload int
@@ -233,8 +239,8 @@ func (b *bench) run(cs []churnCase, runs int) error {
 		b.hz, runs, b.duration, cpus, profrun.KernelRelease())
 	fmt.Printf("Load average at the start: %s. Both profilers record the whole machine at once. \"steady\": from %v after the agent started to the end. "+
 		"Run 1 starts with an empty --cache-dir (kernel symbols, unwind tables), later runs with what earlier ones left.\n\n", loadavg.Line(), b.steadyFrom)
-	fmt.Printf("| run | case | load (1 min) before, after | new processes/s: started, machine | agent CPU | BPF | agent + BPF, %% of one CPU | steady agent + BPF | samples / expected | guard changes | peak RSS | perf CPU | perf samples / expected | perf peak RSS | ratio (agent + BPF) / perf | agent µs per new process: over case a | its count: processes, + tables | reach main |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| run | case | load (1 min) before, after | new processes/s: started, machine | agent CPU | BPF | agent + BPF, %% of one CPU | steady agent + BPF | samples / expected | guard changes | peak RSS | perf CPU | perf samples / expected | perf peak RSS | ratio (agent + BPF) / perf | steady ratio | ratio / (perf record + perf script) | agent µs per new process: over case a | its count: processes, + tables | reach main |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]result{}
 	var perProcess = map[string][]float64{}
 	for i := range runs {
@@ -305,19 +311,19 @@ func (b *bench) printRow(run int, c churnCase, r result, us float64) {
 	if p, w := measuredMicros(r); !math.IsNaN(p) {
 		measured = fmt.Sprintf("%.1f, %.1f", p, w)
 	}
-	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %s | %s | %s |\n",
+	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %.2f | %.2f | %s | %s | %s |\n",
 		run, c.key(), r.loadBefore, r.loadAfter, rate, r.forks/r.steadySecs,
 		100*r.hs.CPU.Seconds()/secs, 100*(r.sum.BPFTime+r.sum.ExitTime)/secs, 100*r.agentBPF()/secs,
 		100*(r.steadyAgent+r.steadyBPF)/r.steadySecs, 100*float64(r.sum.Received)/r.expected, guard,
 		float64(r.hs.MaxRSS)/1e6, 100*r.perf.CPU.Seconds()/b.duration.Seconds(),
 		100*float64(r.perfSamples)/(b.duration.Seconds()*float64(b.hz*runtime.NumCPU())), float64(r.perf.MaxRSS)/1e6,
-		r.agentBPF()/r.perf.CPU.Seconds(), perProc, measured, reach)
+		r.agentBPF()/r.perf.CPU.Seconds(), (r.steadyAgent+r.steadyBPF)/r.steadyPerf, r.agentBPF()/(r.perf.CPU+r.perfScript.CPU).Seconds(), perProc, measured, reach)
 }
 
 func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess map[string][]float64) {
 	fmt.Printf("\n### Medians (range) per case\n\n")
-	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | agent µs per new process: over case a | its count: processes | its count: + tables | reach main, %% |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | steady ratio | ratio / (perf record + perf script) | agent µs per new process: over case a | its count: processes | its count: + tables | reach main, %% |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cs {
 		rs := all[c.key()]
 		stat := func(format string, f func(result) float64) string {
@@ -342,7 +348,7 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 		if v := perProcess[c.key()]; len(v) > 0 {
 			perProc = profrun.MedianRange(v, "%.1f")
 		}
-		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key(), c.what,
+		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key(), c.what,
 			stat("%.1f", func(r result) float64 { v, _ := strconv.ParseFloat(r.loadBefore, 64); return v }),
 			stat("%.3f", func(r result) float64 { return 100 * r.agentBPF() / r.sum.Recorded }),
 			stat("%.3f", func(r result) float64 { return 100 * (r.steadyAgent + r.steadyBPF) / r.steadySecs }),
@@ -359,6 +365,8 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 			stat("%.3f", func(r result) float64 { return 100 * r.perf.CPU.Seconds() / b.duration.Seconds() }),
 			stat("%.1f", func(r result) float64 { return float64(r.perf.MaxRSS) / 1e6 }),
 			stat("%.2f", func(r result) float64 { return r.agentBPF() / r.perf.CPU.Seconds() }),
+			stat("%.2f", func(r result) float64 { return (r.steadyAgent + r.steadyBPF) / r.steadyPerf }),
+			stat("%.2f", func(r result) float64 { return r.agentBPF() / (r.perf.CPU + r.perfScript.CPU).Seconds() }),
 			perProc,
 			stat("%.1f", func(r result) float64 { p, _ := measuredMicros(r); return p }),
 			stat("%.1f", func(r result) float64 { _, w := measuredMicros(r); return w }),
@@ -369,7 +377,9 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 				return 100 * r.main
 			}))
 	}
-	fmt.Println("\nperf's CPU is `perf record`'s alone: it symbolizes later, in `perf report` or `perf script`, which is not counted. " +
+	fmt.Println("\nThe steady ratio is the agent's and perf record's CPU over the same steady window, both start-ups left out. " +
+		"perf's CPU is `perf record`'s alone: it symbolizes later, in `perf report` or `perf script`; " +
+		"the last ratio adds what `perf script` cost to symbolize every sample afterwards, as heatscope does while it records. " +
 		"The BPF programs' run time is charged by the kernel to the tasks they interrupt, not to the agent: it is added here.")
 }
 
@@ -418,8 +428,10 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	metrics := "http://127.0.0.1:" + port + "/metrics"
 	time.Sleep(b.steadyFrom)
 	from, fromErr := b.reading(hs.Process.Pid, metrics)
+	perfFrom, perfFromErr := profrun.ProcessCPU(perf.Process.Pid)
 	time.Sleep(time.Until(start.Add(b.duration - 500*time.Millisecond)))
 	to, toErr := b.reading(hs.Process.Pid, metrics)
+	perfTo, perfToErr := profrun.ProcessCPU(perf.Process.Pid)
 	hsWait := hs.Wait()
 	perfWait := perf.Wait()
 	r.started, r.skipped = stop()
@@ -433,6 +445,10 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	if fromErr != nil || toErr != nil {
 		return r, fmt.Errorf("read the agent's CPU and metrics: %v, %v", fromErr, toErr)
 	}
+	if perfFromErr != nil || perfToErr != nil {
+		return r, fmt.Errorf("read perf record's CPU: %v, %v", perfFromErr, perfToErr)
+	}
+	r.steadyPerf = (perfTo - perfFrom).Seconds()
 	r.steadySecs = to.at.Sub(from.at).Seconds()
 	r.steadyAgent, r.steadyBPF = (to.cpu - from.cpu).Seconds(), to.bpf-from.bpf
 	r.steadyProcesses, r.steadyWork = to.processes-from.processes, to.work-from.work
@@ -455,6 +471,9 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 			return r, fmt.Errorf("heatscope export: %w", err)
 		}
 		r.workload, r.main, _ = profrun.ScriptReachMain(out)
+	}
+	if _, r.perfScript, err = profrun.PerfScript(perfData); err != nil {
+		return r, err
 	}
 	// perf.data of a build is large: not kept past its case.
 	return r, os.RemoveAll(perfData)

@@ -346,7 +346,7 @@ func measure(b binaries, duration time.Duration, hz int, dir string) (result, er
 		return r, err
 	}
 	r.perfBytes = info.Size()
-	r.perfSamples, r.perfScript, err = perfScript(perfData)
+	r.perfSamples, r.perfScript, err = profrun.PerfScript(perfData)
 	return r, err
 }
 
@@ -406,20 +406,6 @@ func dirSize(dir string) (int64, error) {
 		return nil
 	})
 	return total, err
-}
-
-// perfScript symbolizes every sample of a perf.data file with perf script
-// (stacks included, as heatscope keeps them) and returns the sample count
-// and what perf script cost.
-func perfScript(path string) (int, profrun.Usage, error) {
-	cmd := exec.Command("perf", "script", "-i", path, "-F", "comm,pid,tid,cpu,time,ip,sym,dso")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
-		return 0, profrun.Usage{}, fmt.Errorf("perf script: %w", err)
-	}
-	// Each sample is a header line, its frames and a blank line.
-	return bytes.Count(out.Bytes(), []byte("\n\n")), profrun.UsageOf(cmd.ProcessState), nil
 }
 
 type leaf struct {

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -319,4 +320,39 @@ func WaitHTTP(url string, timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("%s does not answer", url)
+}
+
+// PerfScript symbolizes every sample of a perf.data file with perf script
+// (stacks included, as heatscope keeps them) and returns the sample count
+// and what perf script cost. Its output is counted as it streams, never
+// held: a build's perf.data makes gigabytes of it.
+func PerfScript(path string) (int, Usage, error) {
+	cmd := exec.Command("perf", "script", "-i", path, "-F", "comm,pid,tid,cpu,time,ip,sym,dso")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, Usage{}, fmt.Errorf("perf script: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, Usage{}, fmt.Errorf("perf script: %w", err)
+	}
+	// Each sample is a header line, its frames and a blank line.
+	samples := 0
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			samples++
+		}
+	}
+	scanErr := sc.Err()
+	if scanErr != nil {
+		io.Copy(io.Discard, out)
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, Usage{}, fmt.Errorf("perf script: %w", err)
+	}
+	if scanErr != nil {
+		return 0, Usage{}, fmt.Errorf("perf script's output: %w", scanErr)
+	}
+	return samples, UsageOf(cmd.ProcessState), nil
 }
