@@ -316,19 +316,21 @@ func (d *Detector) Add(s *sample.Sample) {
 	}
 }
 
-// countLeaves adds w to the stack's leaf kernel and leaf user function.
+// countLeaves adds w to the stack's leaf kernel and leaf user function,
+// each named as views name it (sample.Frame.Name: a Python function with
+// its file, as the flame graph, pprof and folded output show it).
 func countLeaves(cs *cpuSlot, stack []sample.Frame, w int64) {
 	kernel := false
 	for i := range stack {
 		f := &stack[i]
 		if f.Kind == sample.KindKernel {
 			if !kernel {
-				cs.kernel.add(f.Function, w)
+				cs.kernel.add(f.Name(), w)
 				kernel = true
 			}
 			continue
 		}
-		cs.user.add(f.Function, w)
+		cs.user.add(f.Name(), w)
 		return
 	}
 }

@@ -26,6 +26,8 @@ type stream struct {
 	period func(t int64) int64
 	// who is the thread running on cpu at t (ns from base); 0 is idle.
 	who func(cpu int, t int64) uint32
+	// stack is a thread's stack at its cpu's nth sample; nil: frames.
+	stack func(tid uint32, n int) []sample.Frame
 }
 
 func hz(f float64) func(int64) int64 {
@@ -65,7 +67,11 @@ func (st stream) run(d adder, to int64) {
 		tid := st.who(c, t)
 		s := sample.Sample{Time: base + t, CPU: uint32(c), TID: tid}
 		if tid != 0 {
-			s.PID, s.Comm, s.Stack = tid-tid%100, "worker-"+strconv.Itoa(int(tid)), frames(tid, taken[c])
+			stack := st.stack
+			if stack == nil {
+				stack = frames
+			}
+			s.PID, s.Comm, s.Stack = tid-tid%100, "worker-"+strconv.Itoa(int(tid)), stack(tid, taken[c])
 		} else {
 			s.Comm, s.Stack = "swapper/"+strconv.Itoa(c), []sample.Frame{{Function: "default_idle", Kind: sample.KindKernel}}
 		}
@@ -195,6 +201,32 @@ func TestOneThreadSaturatesOneCPU(t *testing.T) {
 	}
 	if n := label(t, evs[0], "node_busy_percent"); n < 24 || n > 26 {
 		t.Errorf("node_busy_percent %v, want 25", n)
+	}
+}
+
+// TestEventNamesPythonFunction: a thread running a Python function (its
+// frames above the interpreter's native ones) names it in the event as
+// the flame graph, pprof and folded output do, qualified name and file,
+// not the qualified name alone, which many functions share
+// ("<module>", "forward", "__init__").
+func TestEventNamesPythonFunction(t *testing.T) {
+	py := func(uint32, int) []sample.Frame {
+		return []sample.Frame{
+			{Function: "Trainer.step", Module: "/srv/trainer.py", Kind: sample.KindPython, Line: 33, StartLine: 30},
+			{Function: "<module>", Module: "/srv/train.py", Kind: sample.KindPython, Line: 60, StartLine: 1},
+			{Function: "_PyEval_EvalFrameDefault", Module: "/usr/bin/python3.11", Kind: sample.KindUser},
+		}
+	}
+	evs := detect(t, defaults(), stream{cpus: 4, period: hz(99), who: busy(1, 4242, 2, 4.5), stack: py}, 8*sec)
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1: %+v", len(evs), evs)
+	}
+	const want = "Trainer.step (/srv/trainer.py)"
+	if got := evs[0].Labels["user_function"]; got != want {
+		t.Errorf("user_function %q, want %q", got, want)
+	}
+	if !strings.Contains(evs[0].Text, "top user function "+want) {
+		t.Errorf("text %q does not name %q", evs[0].Text, want)
 	}
 }
 
