@@ -10,7 +10,7 @@ import (
 var (
 	descRecvRequests = desc("otlp_receive_requests_total", "OTLP profiles export requests received (refused ones included).")
 	descRecvSamples  = desc("otlp_receive_samples_total", "Received samples stored in their node's data directory.")
-	descRecvRefused  = desc("otlp_receive_refused_requests_total", "Requests refused whole, storing nothing, by reason: invalid, too-large, rate-limited, busy, unauthenticated, conflict, store.", "reason")
+	descRecvRefused  = desc("otlp_receive_refused_requests_total", "Requests refused whole, storing nothing, by reason: invalid, too-large, rate-limited, busy, unauthenticated, conflict, store, cancelled (the sender gave up before it was stored).", "reason")
 	descRecvRejected = desc("otlp_receive_rejected_samples_total", "Samples of accepted requests left out (no CPU, no period, no or a far-future time, a failed append), as the responses' partial success said.")
 	descRecvNodes    = desc("otlp_receive_nodes", "Nodes that have sent since the receiver started.")
 )

@@ -145,6 +145,10 @@ func (r *Receiver) tooLargeOr(err error, format string, args ...any) *refusal {
 	return r.refuse(refInvalid, format, args...)
 }
 
+// statusClientClosedRequest is the HTTP status of a request its sender
+// gave up on (no standard one; nginx's, which access logs know).
+const statusClientClosedRequest = 499
+
 // httpStatus is a refusal's HTTP status and gRPC code.
 func httpStatus(e *refusal) (int, codes.Code) {
 	switch e.kind {
@@ -158,6 +162,9 @@ func httpStatus(e *refusal) (int, codes.Code) {
 		return http.StatusConflict, codes.FailedPrecondition
 	case refStore:
 		return http.StatusServiceUnavailable, codes.Unavailable
+	case refCancelled:
+		// No one reads it: the sender has gone.
+		return statusClientClosedRequest, codes.Canceled
 	default:
 		return http.StatusBadRequest, codes.InvalidArgument
 	}

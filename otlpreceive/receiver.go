@@ -108,7 +108,7 @@ type Stats struct {
 	// samples were stored.
 	Requests, Samples uint64
 	// Refused counts refused requests by reason: invalid, too-large,
-	// rate-limited, busy, unauthenticated, conflict, store.
+	// rate-limited, busy, unauthenticated, conflict, store, cancelled.
 	Refused map[string]uint64
 	// Rejected is how many samples of accepted requests were left out
 	// (no period, a time out of range, a profile that is not CPU time),
@@ -219,7 +219,7 @@ type refusal struct {
 func (e *refusal) Error() string { return e.msg }
 
 // RefusalReasons are the keys of Stats.Refused.
-var RefusalReasons = []string{refInvalid, refTooLarge, refRateLimited, refBusy, refUnauthenticated, refConflict, refStore}
+var RefusalReasons = []string{refInvalid, refTooLarge, refRateLimited, refBusy, refUnauthenticated, refConflict, refStore, refCancelled}
 
 // Refusal kinds.
 const (
@@ -230,6 +230,10 @@ const (
 	refUnauthenticated = "unauthenticated"
 	refConflict        = "conflict"
 	refStore           = "store"
+	// refCancelled is a request its sender gave up on (cancelled, or
+	// its deadline passed) before it was stored: nothing is stored, as
+	// the sender sends it again.
+	refCancelled = "cancelled"
 )
 
 func (r *Receiver) refuse(kind, format string, args ...any) *refusal {
@@ -324,7 +328,7 @@ func (r *Receiver) ingest(ctx context.Context, p pprofile.Profiles) (result, *re
 		return result{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return result{}, r.refuse(refBusy, "request cancelled before it was stored: %v", err)
+		return result{}, r.refuse(refCancelled, "the sender gave up on the request before it was stored (%v): nothing stored", err)
 	}
 	stored, appendErrs := r.store(p, now)
 	res := result{stored: stored}

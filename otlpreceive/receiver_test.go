@@ -601,3 +601,97 @@ func TestRefusalNamesGRPCPeer(t *testing.T) {
 		t.Fatalf("the refusal's log does not name the sender:\n%s", logs.String())
 	}
 }
+
+// TestSenderCancelled: a request its sender cancels while the receiver
+// holds it (here: while the node's store opens) stores nothing and is
+// counted and logged as cancelled, over both protocols: it was counted as
+// busy, the receiver's fault, which it is not.
+func TestSenderCancelled(t *testing.T) {
+	for _, proto := range []string{"grpc", "http"} {
+		t.Run(proto, func(t *testing.T) {
+			ds := newDirStores(t)
+			// The server's context of the request under way, and the
+			// sender's cancel.
+			serverCtx := make(chan context.Context, 1)
+			clientCtx, cancelClient := context.WithCancel(context.Background())
+			defer cancelClient()
+			open := func(node string) (Store, error) {
+				cancelClient()
+				<-(<-serverCtx).Done() // the cancellation reached the receiver
+				return ds.open(node)
+			}
+			var logs syncLog
+			r, err := New(Options{Open: open, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, p := workload(t, "gone", 1, 1, 5)
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if proto == "grpc" {
+				capture := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+					serverCtx <- ctx
+					return h(ctx, req)
+				}
+				s := grpc.NewServer(append(r.GRPCServerOptions(), grpc.ChainUnaryInterceptor(capture))...)
+				r.RegisterGRPC(s)
+				go s.Serve(l)
+				defer s.Stop()
+				_, err = grpcClient(t, l.Addr().String()).Export(clientCtx, pprofileotlp.NewExportRequestFromProfiles(p))
+			} else {
+				h := r.HTTPHandler()
+				s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+					serverCtx <- req.Context()
+					h.ServeHTTP(w, req)
+				})}
+				go s.Serve(l)
+				defer s.Close()
+				req, _ := http.NewRequestWithContext(clientCtx, http.MethodPost, "http://"+l.Addr().String()+HTTPPath, bytes.NewReader(marshal(t, p)))
+				req.Header.Set("Content-Type", contentProtobuf)
+				var resp *http.Response
+				if resp, err = http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+			if err == nil {
+				t.Fatalf("the cancelled request succeeded")
+			}
+			// The handler returns after the sender's call did; its
+			// refusal is counted, then logged.
+			deadline := time.Now().Add(30 * time.Second)
+			for !strings.Contains(logs.String(), "OTLP request refused") && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			st := r.Stats()
+			if st.Refused[refCancelled] != 1 || st.Refused[refBusy] != 0 {
+				t.Errorf("refusals %v, want the request counted as cancelled, not busy", st.Refused)
+			}
+			if l := logs.String(); !strings.Contains(l, "reason=cancelled") || !strings.Contains(l, "gave up") {
+				t.Errorf("log:\n%s", l)
+			}
+			if st.Samples != 0 || len(ds.readBack(t)["gone"]) != 0 {
+				t.Errorf("a cancelled request stored samples")
+			}
+		})
+	}
+}
+
+// syncLog is a log's buffer, written by the server's goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
