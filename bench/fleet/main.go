@@ -220,7 +220,7 @@ func (b *bench) generate(cpus, hz int, start time.Time, span time.Duration) temp
 	t0 := time.Now()
 	for off := time.Duration(0); off < span; off += 2 * time.Minute {
 		g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: start.Add(off).UnixNano(), Seconds: min(2*time.Minute, span-off).Seconds(), Seed: uint64(off), Containers: true})
-		st, err := db.Import("template", int64(time.Second)/int64(hz), func(fn func(*sample.Sample) error) error { return g.Feed(fn) })
+		st, err := db.Import("template", sample.PeriodOf(int64(hz)), func(fn func(*sample.Sample) error) error { return g.Feed(fn) })
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -64,6 +64,7 @@ import (
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/overview"
+	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/web"
 )
@@ -498,7 +499,7 @@ func generate(dir string, nodes int, hours float64, cpus, hz int) error {
 	g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: end.Add(-time.Duration(hours * float64(time.Hour))).UnixNano(),
 		Seconds: hours * 3600, Processes: 60, Stacks: 2000, Seed: 11})
 	t0 := time.Now()
-	st, err := db.Import("template", int64(time.Second)/int64(hz), g.Feed)
+	st, err := db.Import("template", sample.PeriodOf(int64(hz)), g.Feed)
 	if err != nil {
 		db.Close()
 		return err

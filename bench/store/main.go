@@ -92,7 +92,7 @@ func gen(dir string, hours float64, cpus, hz int) error {
 	var total store.ImportStats
 	for h := start; h.Before(end); h = h.Add(time.Hour) {
 		g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: h.UnixNano(), Seconds: 3600, Seed: uint64(h.Unix())})
-		st, err := db.Import("synthetic", int64(time.Second)/int64(hz), g.Feed)
+		st, err := db.Import("synthetic", sample.PeriodOf(int64(hz)), g.Feed)
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/heatscope/heatscope/internal/browsertest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -148,7 +149,7 @@ func generate(dir string, minutes float64) error {
 	end := time.Now().Truncate(time.Hour)
 	start := end.Add(-time.Duration(minutes * float64(time.Minute)))
 	g := synth.New(synth.Config{CPUs: cpus, Hz: hz, Start: start.UnixNano(), Seconds: minutes * 60, Stacks: 60_000, Seed: 7})
-	st, err := db.Import("synthetic", int64(time.Second)/hz, g.Feed)
+	st, err := db.Import("synthetic", sample.PeriodOf(hz), g.Feed)
 	if err != nil {
 		return err
 	}

@@ -168,7 +168,7 @@ func (g *Generator) Feed(fn func(*sample.Sample) error) error {
 // Next returns the next sample in time order, or false when done. The
 // sample's Stack is shared with the generator: callers must not modify it.
 func (g *Generator) Next(s *sample.Sample) bool {
-	period := int64(1e9) / int64(g.cfg.Hz)
+	period := sample.PeriodOf(int64(g.cfg.Hz))
 	if float64(g.tick*period) >= g.cfg.Seconds*1e9 {
 		return false
 	}
