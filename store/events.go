@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -178,43 +177,26 @@ func readEvents(r io.Reader, path string, seg *eventSegment) (*eventSegment, err
 	}
 }
 
-// eventPageReader reads an event segment's pages (u32 length | u32
-// CRC-32C | payload; FORMAT.md, "Event log"), checking each.
+// eventPageReader reads an event segment's pages (FORMAT.md, "Event
+// log"), checking each; its errors name the segment.
 type eventPageReader struct {
-	r    io.Reader
+	pageReader
 	path string
-	// offset is the end of the last whole, intact page read.
-	offset int64
-	header [walPageHeader]byte
 }
 
 func newEventPageReader(r io.Reader, path string) *eventPageReader {
-	return &eventPageReader{r: r, path: path}
+	return &eventPageReader{pageReader: pageReader{r: r, max: maxEventPage}, path: path}
 }
 
 // next returns the next page's payload: io.EOF when the segment ends
 // after a whole page, an error wrapping errCorrupt at a torn or damaged
 // page (one being written, or a crash's).
 func (p *eventPageReader) next() ([]byte, error) {
-	if _, err := io.ReadFull(p.r, p.header[:]); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, io.EOF
-		}
-		return nil, fmt.Errorf("event segment %s offset %d: %w: torn page header", p.path, p.offset, errCorrupt)
+	payload, err := p.pageReader.next()
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("event segment %s %w", p.path, err)
 	}
-	n := binary.LittleEndian.Uint32(p.header[:])
-	if n > maxEventPage {
-		return nil, fmt.Errorf("event segment %s offset %d: %w: page of %d bytes", p.path, p.offset, errCorrupt, n)
-	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(p.r, payload); err != nil {
-		return nil, fmt.Errorf("event segment %s offset %d: %w: torn page", p.path, p.offset, errCorrupt)
-	}
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(p.header[4:]) {
-		return nil, fmt.Errorf("event segment %s offset %d: %w: page CRC mismatch", p.path, p.offset, errCorrupt)
-	}
-	p.offset += walPageHeader + int64(n)
-	return payload, nil
+	return payload, err
 }
 
 func (s *eventSegment) add(e events.Event) {
@@ -229,7 +211,7 @@ func (s *eventSegment) add(e events.Event) {
 //	uvarint len, key | uvarint len, value
 func encodeEvent(b []byte, e *events.Event) []byte {
 	start := len(b)
-	b = append(b, make([]byte, walPageHeader)...)
+	b = append(b, make([]byte, pageHeader)...)
 	b = binary.AppendVarint(b, e.Time)
 	b = appendString(b, e.Source)
 	b = append(b, byte(e.Severity))
@@ -244,9 +226,7 @@ func encodeEvent(b []byte, e *events.Event) []byte {
 		b = appendString(b, k)
 		b = appendString(b, e.Labels[k])
 	}
-	payload := b[start+walPageHeader:]
-	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
+	sealPage(b[start:])
 	return b
 }
 

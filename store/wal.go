@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,9 +26,8 @@ import (
 // samples of the page being written (pages are written at least every
 // second).
 const (
-	walDir        = "wal"
-	walPageHeader = 8
-	maxWALPage    = 64 << 20
+	walDir     = "wal"
+	maxWALPage = 64 << 20
 )
 
 // WAL record types.
@@ -147,16 +145,14 @@ func (w *walWriter) flush(sync bool) (dropped int, err error) {
 		}
 		return 0, nil
 	}
-	page := make([]byte, walPageHeader, walPageHeader+w.buffered()+16)
+	page := make([]byte, pageHeader, pageHeader+w.buffered()+16)
 	page = append(page, w.pending...)
 	if w.nsample > 0 {
 		page = append(page, recSamples)
 		page = binary.AppendUvarint(page, uint64(w.nsample))
 		page = append(page, w.samples...)
 	}
-	payload := page[walPageHeader:]
-	binary.LittleEndian.PutUint32(page, uint32(len(payload)))
-	binary.LittleEndian.PutUint32(page[4:], crc32.Checksum(payload, castagnoli))
+	sealPage(page)
 	n := w.nsample
 	w.pending, w.samples, w.nsample, w.last = w.pending[:0], w.samples[:0], 0, 0
 	var written int
@@ -262,30 +258,19 @@ func replayWAL(path string) (*Builder, error) {
 }
 
 func replayPages(r io.Reader, b *Builder) error {
-	var header [walPageHeader]byte
-	var offset int64
+	pages := pageReader{r: r, max: maxWALPage}
 	for {
-		if _, err := io.ReadFull(r, header[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("offset %d: %w: torn page header", offset, errCorrupt)
+		offset := pages.offset
+		payload, err := pages.next()
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		n := binary.LittleEndian.Uint32(header[:])
-		if n > maxWALPage {
-			return fmt.Errorf("offset %d: %w: page of %d bytes", offset, errCorrupt, n)
-		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(r, payload); err != nil {
-			return fmt.Errorf("offset %d: %w: torn page", offset, errCorrupt)
-		}
-		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(header[4:]) {
-			return fmt.Errorf("offset %d: %w: page CRC mismatch", offset, errCorrupt)
+		if err != nil {
+			return err
 		}
 		if err := replayRecords(payload, b); err != nil {
 			return fmt.Errorf("offset %d: %w", offset, err)
 		}
-		offset += walPageHeader + int64(n)
 	}
 }
 
