@@ -96,23 +96,12 @@ func (f receiveFlags) run(stdout io.Writer) error {
 	if memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(memoryLimit))
 	}
-	nodes := &receivedNodes{dir: *f.data, opts: store.Options{BlockDuration: *f.blockDuration, PeriodNs: sample.PeriodOf(99), Logger: slog.Default()}}
-	if nodes.opts.Retention, err = parseDays(*f.retention); err != nil {
-		return usageError{fmt.Errorf("--retention: %w", err)}
+	nodes, err := f.nodes()
+	if err != nil {
+		return err
 	}
-	if nodes.opts.RetentionSize, err = parseSize(*f.retentionSize); err != nil {
-		return usageError{fmt.Errorf("--retention-size: %w", err)}
-	}
-	if err := os.MkdirAll(*f.data, 0o755); err != nil {
-		return fmt.Errorf("--data: %w", err)
-	}
-	if *f.objstore != "" {
-		if nodes.bucket, err = openReceiveBucket(*f.objstore); err != nil {
-			return err
-		}
-		nodes.config = *f.objstore
+	if nodes.bucket != nil {
 		defer nodes.bucket.Close()
-		nodes.opts.BlockDuration = shipBlockDuration
 	}
 	defer nodes.close(stdout)
 	rcv, err := otlpreceive.New(otlpreceive.Options{Open: nodes.open, AuthToken: token, NodeAttribute: *f.nodeAttr,
@@ -127,19 +116,9 @@ func (f receiveFlags) run(stdout io.Writer) error {
 		}
 		defer stopMetrics()
 	}
-	var grpcLn, httpLn net.Listener
-	if *f.grpcListen != "" {
-		if grpcLn, err = net.Listen("tcp", *f.grpcListen); err != nil {
-			return fmt.Errorf("--grpc-listen: %w", err)
-		}
-	}
-	if *f.httpListen != "" {
-		if httpLn, err = net.Listen("tcp", *f.httpListen); err != nil {
-			if grpcLn != nil {
-				grpcLn.Close()
-			}
-			return fmt.Errorf("--http-listen: %w", err)
-		}
+	grpcLn, httpLn, err := f.listen()
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -159,6 +138,50 @@ func (f receiveFlags) run(stdout io.Writer) error {
 	fmt.Fprintf(stdout, "received %d requests: %d samples stored from %d nodes, %d left out (named in the responses), %s\n",
 		st.Requests, st.Samples, st.Nodes, st.Rejected, refusedSummary(st.Refused))
 	return err
+}
+
+// nodes makes the data directory and, with --objstore-config, opens the
+// bucket the nodes' blocks are shipped to; each node's store is opened
+// when it first sends (receivedNodes.open), with the flags' retention.
+func (f receiveFlags) nodes() (*receivedNodes, error) {
+	nodes := &receivedNodes{dir: *f.data, opts: store.Options{BlockDuration: *f.blockDuration, PeriodNs: sample.PeriodOf(99), Logger: slog.Default()}}
+	var err error
+	if nodes.opts.Retention, err = parseDays(*f.retention); err != nil {
+		return nil, usageError{fmt.Errorf("--retention: %w", err)}
+	}
+	if nodes.opts.RetentionSize, err = parseSize(*f.retentionSize); err != nil {
+		return nil, usageError{fmt.Errorf("--retention-size: %w", err)}
+	}
+	if err := os.MkdirAll(*f.data, 0o755); err != nil {
+		return nil, fmt.Errorf("--data: %w", err)
+	}
+	if *f.objstore != "" {
+		if nodes.bucket, err = openReceiveBucket(*f.objstore); err != nil {
+			return nil, err
+		}
+		nodes.config = *f.objstore
+		nodes.opts.BlockDuration = shipBlockDuration
+	}
+	return nodes, nil
+}
+
+// listen opens the gRPC and HTTP receivers' listeners (nil where its flag
+// is empty); when the second fails, the first is closed.
+func (f receiveFlags) listen() (grpcLn, httpLn net.Listener, err error) {
+	if *f.grpcListen != "" {
+		if grpcLn, err = net.Listen("tcp", *f.grpcListen); err != nil {
+			return nil, nil, fmt.Errorf("--grpc-listen: %w", err)
+		}
+	}
+	if *f.httpListen != "" {
+		if httpLn, err = net.Listen("tcp", *f.httpListen); err != nil {
+			if grpcLn != nil {
+				grpcLn.Close()
+			}
+			return nil, nil, fmt.Errorf("--http-listen: %w", err)
+		}
+	}
+	return grpcLn, httpLn, nil
 }
 
 // refusedSummary says how many requests were refused and why, in
