@@ -103,9 +103,9 @@ type DeletionMark struct {
 // ErrNotFound is returned by Read when the bucket has no index.
 var ErrNotFound = errors.New("no bucket index")
 
-// Encode returns the index gzipped.
-func Encode(ix Index) ([]byte, error) {
-	ix.Version = Version
+// emptyNotNil makes ix's nil lists empty ones: an index is written with
+// [] for each (never null) and read back so.
+func (ix *Index) emptyNotNil() {
 	if ix.Blocks == nil {
 		ix.Blocks = []store.Meta{}
 	}
@@ -118,6 +118,12 @@ func Encode(ix Index) ([]byte, error) {
 	if ix.Segments == nil {
 		ix.Segments = []Segment{}
 	}
+}
+
+// Encode returns the index gzipped.
+func Encode(ix Index) ([]byte, error) {
+	ix.Version = Version
+	ix.emptyNotNil()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if err := json.NewEncoder(zw).Encode(ix); err != nil {
@@ -170,18 +176,7 @@ func Decode(r io.Reader) (Index, error) {
 			return Index{}, fmt.Errorf("bucket index: segment %d: %q is not an event segment of node %q", i, sg.Name, sg.Node)
 		}
 	}
-	if ix.Blocks == nil {
-		ix.Blocks = []store.Meta{}
-	}
-	if ix.Corrupt == nil {
-		ix.Corrupt = []CorruptBlock{}
-	}
-	if ix.DeletionMarks == nil {
-		ix.DeletionMarks = []DeletionMark{}
-	}
-	if ix.Segments == nil {
-		ix.Segments = []Segment{}
-	}
+	ix.emptyNotNil()
 	return ix, nil
 }
 
