@@ -80,6 +80,7 @@ func (rd *Reader) loadBlocks() error {
 		}
 		rd.blocks = append(rd.blocks, b)
 	}
+	rd.shadowCopiesLocked()
 	for _, b := range rd.separateInstancesLocked() {
 		b.Close()
 	}
@@ -214,6 +215,11 @@ func (rd *Reader) Refresh() error {
 				known[b.key] = true
 			}
 		}
+		for _, b := range rd.shadowed {
+			if b.src == src {
+				known[b.key] = true
+			}
+		}
 		rd.mu.RUnlock()
 		added, listed, err := rd.listBlockSource(i, known)
 		if err != nil {
@@ -232,13 +238,15 @@ func (rd *Reader) Refresh() error {
 		rd.mu.Lock()
 		rd.blocks = append(rd.blocks, added...)
 		var gone []*Block
-		rd.blocks = slices.DeleteFunc(rd.blocks, func(b *Block) bool {
+		isGone := func(b *Block) bool {
 			if b.src == src && (!listed[b.key] || replaced[parentKey{b.src, b.recorded(), b.Meta.ID}]) {
 				gone = append(gone, b)
 				return true
 			}
 			return false
-		})
+		}
+		rd.blocks = slices.DeleteFunc(rd.blocks, isGone)
+		rd.shadowed = slices.DeleteFunc(rd.shadowed, isGone)
 		rd.sortBlocks()
 		rd.mu.Unlock()
 		for _, b := range gone {
@@ -246,6 +254,7 @@ func (rd *Reader) Refresh() error {
 		}
 	}
 	rd.mu.Lock()
+	rd.shadowCopiesLocked()
 	retired := rd.separateInstancesLocked()
 	rd.mu.Unlock()
 	for _, b := range retired {
@@ -279,6 +288,7 @@ func (rd *Reader) refreshBlockSourceEvents() error {
 	if !found {
 		return nil
 	}
+	all = rd.withoutEventCopies(all)
 	slices.SortStableFunc(all, func(a, b events.Event) int { return cmp.Compare(a.Time, b.Time) })
 	if limit := rd.events.maxEvents; len(all) > limit {
 		all = all[len(all)-limit:]

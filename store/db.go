@@ -128,6 +128,9 @@ type Reader struct {
 	eventNotices []*InstanceNotice
 
 	blocks []*Block // sorted by MinTime, guarded by mu
+	// shadowed are the data directory's blocks that another source holds
+	// too (shadowCopiesLocked), kept out of blocks, guarded by mu.
+	shadowed []*Block
 
 	// blockSourceEvents are the events of the block sources that hold
 	// some (EventSource), by time, as their last Refresh read them.
@@ -424,6 +427,10 @@ func (rd *Reader) release() {
 		b.Close()
 	}
 	rd.blocks = nil
+	for _, b := range rd.shadowed {
+		b.Close()
+	}
+	rd.shadowed = nil
 	rd.mu.Unlock()
 }
 

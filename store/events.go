@@ -424,6 +424,21 @@ func (f *EventFilter) match(e *events.Event) bool {
 		(len(f.Kinds) == 0 || slices.Contains(f.Kinds, e.Kind()))
 }
 
+// oldest returns the time of the oldest event held; ok is false when
+// there is none.
+func (l *eventLog) oldest() (t int64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.segs {
+		for _, e := range s.events {
+			if !ok || e.Time < t {
+				t, ok = e.Time, true
+			}
+		}
+	}
+	return t, ok
+}
+
 // latest returns the time of the newest event from source.
 func (l *eventLog) latest(source string) (t int64, ok bool) {
 	l.mu.Lock()

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/heatscope/heatscope/events"
+import (
+	"slices"
+
+	"github.com/heatscope/heatscope/events"
+)
 
 // NodeLabel is the event label that names the node an event was recorded
 // on; a bucket's events carry it (bucketstore sets it).
@@ -17,7 +21,7 @@ func (rd *Reader) LocalNode() string {
 	rd.mu.RLock()
 	defer rd.mu.RUnlock()
 	node, newest, found := rd.opts.Node, int64(0), false
-	for _, b := range rd.blocks {
+	for _, b := range slices.Concat(rd.blocks, rd.shadowed) {
 		if b.src == rd.localBlocks && b.Meta.Node != "" && (!found || b.Meta.MaxTime > newest) {
 			node, newest, found = b.Meta.Node, b.Meta.MaxTime, true
 		}
