@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/gzip"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -23,10 +24,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/heatscope/heatscope/otlpprofile"
+	"github.com/heatscope/heatscope/internal/grpcgzip"
 )
 
 // ProfilesPath is where an OTLP/HTTP endpoint takes profiles: the
@@ -36,10 +38,11 @@ const ProfilesPath = "/v1development/profiles"
 
 // client sends one request to the endpoint.
 type client interface {
-	// export sends a batch (a client may marshal it: it is retried as
-	// it is left). Its error is an *exportError saying whether the
-	// request may be retried, or a *partialError.
-	export(ctx context.Context, b *batch) error
+	// export sends the protobuf of one request, which it does not
+	// change (it is sent again when retried). Its error is an
+	// *exportError saying whether the request may be retried, or a
+	// *partialError.
+	export(ctx context.Context, body []byte) error
 	close() error
 }
 
@@ -134,11 +137,18 @@ func readEndpoint(endpoint string, insecure bool) (hostport, path string, err er
 	return host, u.Path, nil
 }
 
-// grpcClient exports over OTLP/gRPC with the collector's own client.
+// exportMethod is the OTLP profiles service's Export method.
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// grpcClient exports over OTLP/gRPC: the request's protobuf, as pdata
+// marshaled it when the batch was cut, is the message of the profiles
+// service's Export, and pdata reads the response. (The collector's own
+// client takes pdata and copies each request whole before it marshals
+// it: the agent's garbage.)
 type grpcClient struct {
 	conn    *grpc.ClientConn
-	client  pprofileotlp.GRPCClient
 	headers metadata.MD
+	opts    []grpc.CallOption
 }
 
 func newGRPCClient(cfg *Config, firstBackoff time.Duration) (*grpcClient, error) {
@@ -167,28 +177,52 @@ func newGRPCClient(cfg *Config, firstBackoff time.Duration) (*grpcClient, error)
 	if err != nil {
 		return nil, fmt.Errorf("otlp endpoint %s: %w", printable(cfg.Endpoint), err)
 	}
-	return &grpcClient{conn: conn, client: pprofileotlp.NewGRPCClient(conn), headers: metadata.New(cfg.Headers)}, nil
+	headers := metadata.New(cfg.Headers)
+	headers.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
+	opts := []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
+	if cfg.Compression == CompressionGzip {
+		opts = append(opts, grpc.UseCompressor(grpcgzip.Name))
+	}
+	return &grpcClient{conn: conn, headers: headers, opts: opts}, nil
 }
 
-func (c *grpcClient) export(ctx context.Context, b *batch) error {
-	p := b.p
-	if !b.hasP {
-		// A batch that waited is protobuf; the client takes pdata.
-		var err error
-		if p, err = otlpprofile.UnmarshalRequest(b.body); err != nil {
-			return &exportError{err: err}
-		}
-	}
+func (c *grpcClient) export(ctx context.Context, body []byte) error {
 	ctx = metadata.NewOutgoingContext(ctx, c.headers)
-	resp, err := c.client.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(p))
-	if err != nil {
+	var out []byte
+	if err := c.conn.Invoke(ctx, exportMethod, body, &out, c.opts...); err != nil {
 		return grpcError(err)
 	}
-	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 {
-		return &partialError{rejected: ps.RejectedProfiles(), message: ps.ErrorMessage()}
+	// Taken; a response that does not read says no partial success.
+	resp := pprofileotlp.NewExportResponse()
+	if err := resp.UnmarshalProto(out); err == nil && resp.PartialSuccess().RejectedProfiles() > 0 {
+		return &partialError{rejected: resp.PartialSuccess().RejectedProfiles(), message: resp.PartialSuccess().ErrorMessage()}
 	}
 	return nil
 }
+
+// rawCodec passes protobuf through gRPC as it is: a request pdata
+// marshaled, a response pdata reads. Its name is the content subtype
+// OTLP servers take, "proto".
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, ok := v.([]byte)
+	if !ok {
+		return nil, fmt.Errorf("otlp grpc: a %T is not a marshaled message", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("otlp grpc: cannot read a message into a %T", v)
+	}
+	*p = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
 
 func (c *grpcClient) close() error { return c.conn.Close() }
 
@@ -213,11 +247,17 @@ func grpcError(err error) *exportError {
 	return &exportError{err: fmt.Errorf("otlp grpc: %s: %s", st.Code(), st.Message()), retryable: retryable, after: after}
 }
 
-// httpClient exports over OTLP/HTTP: the request's protobuf, POSTed.
+// httpClient exports over OTLP/HTTP: the request's protobuf, POSTed,
+// gzip-compressed unless the configuration says none.
 type httpClient struct {
 	url     string
 	headers map[string]string
 	client  *http.Client
+	// gz, when compressing, is the one gzip writer of the client's
+	// requests (export is called by one goroutine at a time), reset for
+	// each: a new one per request would be a few hundred kilobytes of
+	// garbage.
+	gz *gzip.Writer
 }
 
 func newHTTPClient(cfg *Config) (*httpClient, error) {
@@ -237,14 +277,27 @@ func newHTTPClient(cfg *Config) (*httpClient, error) {
 	}
 	transport.Proxy = nil // an endpoint is reached directly, as the gRPC exporter does
 	u := url.URL{Scheme: scheme, Host: hostport, Path: path}
-	return &httpClient{url: u.String(), headers: cfg.Headers, client: &http.Client{Transport: transport}}, nil
+	c := &httpClient{url: u.String(), headers: cfg.Headers, client: &http.Client{Transport: transport}}
+	if cfg.Compression == CompressionGzip {
+		c.gz = newGzipWriter()
+	}
+	return c, nil
 }
 
-func (c *httpClient) export(ctx context.Context, b *batch) error {
-	if err := b.marshal(); err != nil {
-		return &exportError{err: err}
+func (c *httpClient) export(ctx context.Context, body []byte) error {
+	if c.gz != nil {
+		// A new buffer each time: the transport may read a body
+		// after Do returns.
+		z := bytes.NewBuffer(make([]byte, 0, len(body)/4))
+		c.gz.Reset(z)
+		if _, err := c.gz.Write(body); err != nil {
+			return &exportError{err: fmt.Errorf("otlp http: gzip: %w", err)}
+		}
+		if err := c.gz.Close(); err != nil {
+			return &exportError{err: fmt.Errorf("otlp http: gzip: %w", err)}
+		}
+		body = z.Bytes()
 	}
-	body := b.body
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return &exportError{err: fmt.Errorf("otlp http: %w", err)}
@@ -253,6 +306,9 @@ func (c *httpClient) export(ctx context.Context, b *batch) error {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
+	if c.gz != nil {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
 	req.Header.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
 	resp, err := c.client.Do(req)
 	if err != nil {

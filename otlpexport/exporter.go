@@ -1,10 +1,10 @@
 // Package otlpexport sends a recording's samples to an OpenTelemetry
 // endpoint (a Collector, or a backend that takes OTLP profiles) while it
 // records: a pipeline sink (pipeline.Sink) that encodes each sample with
-// otlpprofile, cuts the samples into a batch every few seconds, and sends
-// the batches over OTLP/gRPC (the collector's pprofileotlp client) or
-// OTLP/HTTP (the request's protobuf POSTed to /v1development/profiles),
-// with TLS and headers such as an authorization token.
+// otlpprofile, cuts the samples into a batch every few seconds, marshals
+// it once, and sends that protobuf over OTLP/gRPC (the profiles service's
+// Export) or OTLP/HTTP (POSTed to /v1development/profiles), gzip-compressed
+// by default, with TLS and headers such as an authorization token.
 //
 // Recording never waits for the endpoint. Batches wait in a queue bounded
 // in bytes (their protobuf's size); a batch is retried with exponential
@@ -24,8 +24,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/heatscope/heatscope/otlpprofile"
 	"github.com/heatscope/heatscope/sample"
@@ -65,6 +63,9 @@ type Config struct {
 	// Headers are sent with every request (gRPC metadata or HTTP
 	// headers), names in lower case: never logged.
 	Headers map[string]string
+	// Compression is CompressionGzip (the default when "") or
+	// CompressionNone.
+	Compression string
 	// Interval is how often a batch is cut (DefaultInterval when 0).
 	Interval time.Duration
 	// QueueBytes bounds the batches waiting to be sent, by the size of
@@ -99,33 +100,18 @@ type Stats struct {
 	QueuedBytes   int64
 }
 
-// batch is one request, and how many samples it carries. A batch that
-// waits in the queue behind another is kept as its protobuf (body):
-// exactly its size in memory, and nothing the garbage collector scans.
-// The batch cut while the queue is empty, the usual case, keeps its pdata
-// instead (p, when hasP), which the gRPC client takes as it is: it is
-// sent at once, and marshaling it to unmarshal it again would only make
-// garbage. size is its protobuf's size either way.
+// batch is one request, and how many samples it carries. It is kept as
+// its protobuf, marshaled once when the batch is cut: exactly its size in
+// memory, nothing the garbage collector scans, and what both protocols
+// send as it is (the collector's gRPC client would copy the whole pdata
+// of every request before marshaling it).
 type batch struct {
-	p       pprofile.Profiles
-	hasP    bool
 	body    []byte
-	size    int64
 	samples int
 }
 
-// marshal turns a batch kept as pdata into its protobuf.
-func (b *batch) marshal() error {
-	if !b.hasP {
-		return nil
-	}
-	body, err := otlpprofile.MarshalRequest(b.p)
-	if err != nil {
-		return err
-	}
-	b.body, b.p, b.hasP = body, pprofile.Profiles{}, false
-	return nil
-}
+// size is what the batch takes in the queue.
+func (b *batch) size() int64 { return int64(len(b.body)) }
 
 // Exporter is the sink. Add and Close are called on the recorder's
 // goroutine; two goroutines of its own cut the batches and send them.
@@ -180,8 +166,11 @@ func newExporter(cfg Config, firstBackoff time.Duration) (*Exporter, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	var c client
 	var err error
+	if cfg.Compression, err = checkCompression(cfg.Compression); err != nil {
+		return nil, err
+	}
+	var c client
 	switch cfg.Protocol {
 	case "", "grpc":
 		c, err = newGRPCClient(&cfg, firstBackoff)
@@ -216,7 +205,7 @@ func start(cfg Config, c client, firstBackoff time.Duration) *Exporter {
 func (x *Exporter) Add(s *sample.Sample) {
 	x.encMu.Lock()
 	x.enc.Add(s)
-	var b pending
+	var b batch
 	if x.enc.Len() >= maxBatchSamples {
 		b = x.cutLocked()
 	}
@@ -226,19 +215,21 @@ func (x *Exporter) Add(s *sample.Sample) {
 	}
 }
 
-// cutLocked takes the current batch's profiles; encMu is held.
-func (x *Exporter) cutLocked() pending {
+// cutLocked takes the current batch, marshaled; encMu is held. A batch
+// that does not marshal is counted and logged, and comes back empty.
+func (x *Exporter) cutLocked() batch {
 	n := x.enc.Len()
 	if n == 0 {
-		return pending{}
+		return batch{}
 	}
-	return pending{p: x.enc.Profiles(), samples: n}
-}
-
-// pending is a batch cut, not yet marshaled.
-type pending struct {
-	p       pprofile.Profiles
-	samples int
+	body, err := x.enc.Request()
+	if err != nil {
+		// pdata marshals what it built; this is not expected.
+		x.droppedRejected.Add(uint64(n))
+		x.log.Error("OTLP export: a batch did not marshal: dropped", "samples", n, "err", err)
+		return batch{}
+	}
+	return batch{body: body, samples: n}
 }
 
 // cut takes the current batch and queues it.
@@ -266,34 +257,20 @@ func (x *Exporter) cutEvery() {
 	}
 }
 
-// enqueue adds a batch to the queue (as its protobuf when others wait),
-// dropping the oldest waiting batches while the queue is over its bound
-// (this one itself when it alone is).
-func (x *Exporter) enqueue(pb pending) {
-	b := batch{p: pb.p, hasP: true, samples: pb.samples}
-	b.size = int64((&pprofile.ProtoMarshaler{}).ProfilesSize(b.p))
-	x.qMu.Lock()
-	waiting := len(x.queue) > 0
-	x.qMu.Unlock()
-	if waiting {
-		if err := b.marshal(); err != nil {
-			// pdata marshals what it built; this is not expected.
-			x.droppedRejected.Add(uint64(b.samples))
-			x.log.Error("OTLP export: a batch did not marshal: dropped", "samples", b.samples, "err", err)
-			return
-		}
-	}
+// enqueue adds a batch to the queue, dropping the oldest waiting batches
+// while the queue is over its bound (this one itself when it alone is).
+func (x *Exporter) enqueue(b batch) {
 	x.qMu.Lock()
 	x.queue = append(x.queue, b)
 	x.queuedSamples += int64(b.samples)
-	x.queuedBytes += b.size
+	x.queuedBytes += b.size()
 	var dropped uint64
 	for x.queuedBytes > x.cfg.QueueBytes && len(x.queue) > 0 {
 		old := x.queue[0]
 		x.queue[0] = batch{}
 		x.queue = x.queue[1:]
 		x.queuedSamples -= int64(old.samples)
-		x.queuedBytes -= old.size
+		x.queuedBytes -= old.size()
 		dropped += uint64(old.samples)
 	}
 	first := dropped > 0 && !x.overflowing
@@ -346,7 +323,7 @@ func (x *Exporter) next() (batch, bool) {
 func (x *Exporter) sent(b batch) {
 	x.qMu.Lock()
 	x.queuedSamples -= int64(b.samples)
-	x.queuedBytes -= b.size
+	x.queuedBytes -= b.size()
 	var ended uint64
 	if x.overflowing && x.queuedBytes < x.cfg.QueueBytes/2 {
 		ended, x.overflowing, x.overflowDropped = x.overflowDropped, false, 0
@@ -378,7 +355,7 @@ func (x *Exporter) deliver(b batch, failing int) int {
 	defer x.sent(b)
 	for {
 		ctx, cancel := context.WithTimeout(x.ctx, x.cfg.Timeout)
-		err := x.client.export(ctx, &b)
+		err := x.client.export(ctx, b.body)
 		cancel()
 		if err == nil {
 			x.exported.Add(uint64(b.samples))
@@ -463,7 +440,7 @@ func (x *Exporter) Close() error {
 		for _, b := range x.queue {
 			x.droppedShutdown.Add(uint64(b.samples))
 			x.queuedSamples -= int64(b.samples)
-			x.queuedBytes -= b.size
+			x.queuedBytes -= b.size()
 		}
 		x.queue = nil
 		x.qMu.Unlock()

@@ -2,11 +2,13 @@ package otlpexport
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/heatscope/heatscope/otlpprofile"
@@ -43,8 +46,30 @@ type receiver struct {
 	calls   int
 	samples []sample.Sample
 	auth    []string
-	refuse  func(call int) error
+	// encodings are the requests' compressions as they arrived ("" for
+	// none: gRPC's message encoding, HTTP's Content-Encoding).
+	encodings []string
+	refuse    func(call int) error
 }
+
+// encoding records the compression of a request as it arrived.
+func (r *receiver) encoding(e string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.encodings = append(r.encodings, e)
+}
+
+// HandleRPC records the compression of each gRPC request (a
+// stats.Handler of the test's server).
+func (r *receiver) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if h, ok := s.(*stats.InHeader); ok {
+		r.encoding(h.Compression)
+	}
+}
+
+func (r *receiver) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (r *receiver) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (r *receiver) HandleConn(context.Context, stats.ConnStats)                       {}
 
 func (r *receiver) take(auth string, req pprofileotlp.ExportRequest) error {
 	r.mu.Lock()
@@ -88,7 +113,7 @@ func serveGRPC(t *testing.T, r *receiver, addr string, cert *tls.Certificate) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{grpc.StatsHandler(r)}
 	if cert != nil {
 		opts = append(opts, grpc.Creds(credentials.NewServerTLSFromCert(cert)))
 	}
@@ -390,8 +415,22 @@ func otlpHTTP(r *receiver) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		enc := req.Header.Get("Content-Encoding")
+		r.encoding(enc)
+		var src io.Reader = req.Body
+		if enc == "gzip" {
+			zr, err := gzip.NewReader(req.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			src = zr
+		}
 		body := new(bytes.Buffer)
-		body.ReadFrom(req.Body)
+		if _, err := body.ReadFrom(src); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		otlpReq := pprofileotlp.NewExportRequest()
 		if err := otlpReq.UnmarshalProto(body.Bytes()); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -530,5 +569,55 @@ func TestBackoff(t *testing.T) {
 		if got < c.want || got > c.want+c.want/5 {
 			t.Errorf("attempt %d, asked %v: %v, want %v to %v", c.n, c.asked, got, c.want, c.want+c.want/5)
 		}
+	}
+}
+
+// TestCompression: requests are gzip-compressed by default over both
+// protocols (gRPC's gzip message encoding, HTTP's Content-Encoding), as
+// the Collector's exporters send them, and plain with "none"; every
+// sample arrives either way.
+func TestCompression(t *testing.T) {
+	for _, c := range []struct {
+		protocol, compression, want string
+	}{
+		{"grpc", "", "gzip"}, {"grpc", CompressionNone, ""},
+		{"http", "", "gzip"}, {"http", CompressionNone, ""},
+	} {
+		t.Run(c.protocol+"/"+c.want, func(t *testing.T) {
+			r := &receiver{}
+			endpoint := ""
+			if c.protocol == "grpc" {
+				endpoint = serveGRPC(t, r, "127.0.0.1:0", nil)
+			} else {
+				ts := httptest.NewServer(otlpHTTP(r))
+				defer ts.Close()
+				endpoint = ts.URL
+			}
+			x, err := New(Config{Endpoint: endpoint, Protocol: c.protocol, Insecure: true, Compression: c.compression,
+				Interval: time.Hour, Node: "node-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := testSamples(500)
+			for i := range want[:250] {
+				x.Add(&want[i])
+			}
+			x.cut()
+			for i := range want[250:] {
+				x.Add(&want[250+i])
+			}
+			x.Close()
+			got, calls := r.got()
+			sameSamples(t, got, want)
+			r.mu.Lock()
+			encodings := slices.Clone(r.encodings)
+			r.mu.Unlock()
+			if calls != 2 || len(encodings) != 2 || encodings[0] != c.want || encodings[1] != c.want {
+				t.Errorf("%d requests, encodings %q: want 2, each %q", calls, encodings, c.want)
+			}
+		})
+	}
+	if _, err := New(Config{Endpoint: "127.0.0.1:4317", Insecure: true, Compression: "zstd"}); err == nil || !strings.Contains(err.Error(), "want gzip or none") {
+		t.Errorf("compression zstd: %v", err)
 	}
 }

@@ -439,3 +439,10 @@ func (e *Encoder) Profiles() pprofile.Profiles {
 	e.reset()
 	return out
 }
+
+// Request returns the protobuf of an ExportProfilesServiceRequest holding
+// the batch of the samples added since the last call (MarshalRequest of
+// Profiles), and starts a new one.
+func (e *Encoder) Request() ([]byte, error) {
+	return MarshalRequest(e.Profiles())
+}

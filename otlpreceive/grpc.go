@@ -7,12 +7,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	_ "google.golang.org/grpc/encoding/gzip" // the Collector's exporters compress with gzip by default
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	_ "github.com/heatscope/heatscope/internal/grpcgzip" // the Collector's exporters compress with gzip by default
 )
 
 // GRPCServerOptions are the options a gRPC server serving this receiver

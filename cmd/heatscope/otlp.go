@@ -24,16 +24,18 @@ const (
 // from a flag's value, which any user of the machine can read.
 type otlpFlags struct {
 	endpoint, protocol, caFile, headersFile, queueSize *string
+	compression                                        *string
 	insecure                                           *bool
 	interval, timeout                                  *time.Duration
 }
 
 func addOTLPFlags(fs *flag.FlagSet) *otlpFlags {
 	return &otlpFlags{
-		endpoint: fs.String("otlp-endpoint", "", "also send the samples, as OTLP profiles, to this endpoint while recording: host:port (a Collector's 4317 for grpc, 4318 for http) or a URL ('' for none)"),
-		protocol: fs.String("otlp-protocol", "grpc", "protocol of --otlp-endpoint: grpc or http (OTLP/HTTP, POSTed to "+otlpexport.ProfilesPath+" unless the URL has a path)"),
-		insecure: fs.Bool("otlp-insecure", false, "send to --otlp-endpoint in plaintext (default: TLS)"),
-		caFile:   fs.String("otlp-ca-file", "", "PEM file of the CAs to trust for --otlp-endpoint's TLS (default: the system's)"),
+		endpoint:    fs.String("otlp-endpoint", "", "also send the samples, as OTLP profiles, to this endpoint while recording: host:port (a Collector's 4317 for grpc, 4318 for http) or a URL ('' for none)"),
+		protocol:    fs.String("otlp-protocol", "grpc", "protocol of --otlp-endpoint: grpc or http (OTLP/HTTP, POSTed to "+otlpexport.ProfilesPath+" unless the URL has a path)"),
+		insecure:    fs.Bool("otlp-insecure", false, "send to --otlp-endpoint in plaintext (default: TLS)"),
+		compression: fs.String("otlp-compression", otlpexport.CompressionGzip, "compression of the requests to --otlp-endpoint: gzip (as the Collector's exporters send) or none"),
+		caFile:      fs.String("otlp-ca-file", "", "PEM file of the CAs to trust for --otlp-endpoint's TLS (default: the system's)"),
 		headersFile: fs.String("otlp-headers-file", "", "file of 'Name: value' lines sent as headers with every export, e.g. 'Authorization: Bearer TOKEN' "+
 			"(also $"+otlpHeadersEnv+" and $"+otlpProfilesHeadersEnv+", as name=value,...; the file wins)"),
 		interval:  fs.Duration("otlp-interval", otlpexport.DefaultInterval, "how often a batch is sent to --otlp-endpoint"),
@@ -49,9 +51,12 @@ func (f *otlpFlags) config(node string) (otlpexport.Config, bool, error) {
 		return otlpexport.Config{}, false, nil
 	}
 	cfg := otlpexport.Config{Endpoint: *f.endpoint, Protocol: *f.protocol, Insecure: *f.insecure, CAFile: *f.caFile,
-		Interval: *f.interval, Timeout: *f.timeout, Node: node, Version: buildinfo.Read().Version}
+		Compression: *f.compression, Interval: *f.interval, Timeout: *f.timeout, Node: node, Version: buildinfo.Read().Version}
 	if *f.protocol != "grpc" && *f.protocol != "http" {
 		return cfg, true, usageError{fmt.Errorf("--otlp-protocol %q: want grpc or http", *f.protocol)}
+	}
+	if *f.compression != otlpexport.CompressionGzip && *f.compression != otlpexport.CompressionNone {
+		return cfg, true, usageError{fmt.Errorf("--otlp-compression %q: want gzip or none", *f.compression)}
 	}
 	if *f.interval <= 0 || *f.timeout <= 0 {
 		return cfg, true, usageError{errors.New("--otlp-interval and --otlp-timeout: want a positive duration")}

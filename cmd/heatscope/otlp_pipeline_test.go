@@ -196,10 +196,11 @@ func waitFor(t *testing.T, dir, node string, n int, within time.Duration) {
 
 // recordOTLP runs heatscope record (real BPF) as node "otlp-node" for
 // seconds while the C fixture burns CPU, sending the samples with
-// --otlp-endpoint to endpoint (gRPC, plaintext, the token as a header
-// from a file), and returns its data directory and the counts of its OTLP
-// summary line. during, when not nil, runs while it records.
-func recordOTLP(t *testing.T, bin, dir, endpoint, token string, seconds int, during func()) (data string, exported, notExported int) {
+// --otlp-endpoint to endpoint over protocol (grpc or http; plaintext,
+// gzip-compressed as by default, the token as a header from a file), and
+// returns its data directory and the counts of its OTLP summary line.
+// during, when not nil, runs while it records.
+func recordOTLP(t *testing.T, bin, dir, protocol, endpoint, token string, seconds int, during func()) (data string, exported, notExported int) {
 	t.Helper()
 	hotc, _ := buildFixtures(t, dir)
 	c := start(t, hotc)
@@ -211,7 +212,8 @@ func recordOTLP(t *testing.T, bin, dir, endpoint, token string, seconds int, dur
 	}
 	data = filepath.Join(dir, "recorded")
 	cmd := exec.Command(bin, "record", "--duration", strconv.Itoa(seconds)+"s", "--data", data, "--node", "otlp-node", "--listen", "",
-		"--top", "0", "--progress", "0", "--otlp-endpoint", endpoint, "--otlp-insecure", "--otlp-interval", "1s", "--otlp-headers-file", headers)
+		"--top", "0", "--progress", "0", "--otlp-endpoint", endpoint, "--otlp-protocol", protocol, "--otlp-insecure", "--otlp-interval", "1s",
+		"--otlp-headers-file", headers)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
@@ -266,9 +268,10 @@ func collectorComplaints(out string) []string {
 
 // TestOTLPPipeline: heatscope record (real BPF, a fixture burning CPU)
 // with --otlp-endpoint → a real OpenTelemetry Collector (its OTLP receiver
-// and exporter, profiles gate on) → heatscope receive: the received node's
-// CPU time per command, top functions and subsecond heatmap equal the
-// recording's, cell for cell. A second Collector's debug exporter reads
+// and exporter, profiles gate on) → heatscope receive, both legs over
+// gRPC with gzip, each side's default: the received node's CPU time per
+// command, top functions and subsecond heatmap equal the recording's,
+// cell for cell. A second Collector's debug exporter reads
 // heatscope's export (export --format otlp) without an error.
 func TestOTLPPipeline(t *testing.T) {
 	bpftest.Require(t)
@@ -278,8 +281,8 @@ func TestOTLPPipeline(t *testing.T) {
 
 	token := "pipeline-" + strconv.Itoa(os.Getpid())
 	rcv := startReceiver(t, bin, filepath.Join(dir, "received"), token)
-	col := otelcoltest.Start(t, otelcoltest.Config{GRPCEndpoint: rcv.grpcAddr, Headers: map[string]string{"authorization": "Bearer " + token}})
-	data, exported, lost := recordOTLP(t, bin, dir, col.GRPCAddr, token, 5, nil)
+	col := otelcoltest.Start(t, otelcoltest.Config{GRPCEndpoint: rcv.grpcAddr, Headers: map[string]string{"authorization": "Bearer " + token}, Compression: "gzip"})
+	data, exported, lost := recordOTLP(t, bin, dir, "grpc", col.GRPCAddr, token, 5, nil)
 
 	span := spanOf(t, data, "otlp-node")
 	want := viewOf(t, data, "otlp-node", span)
@@ -335,20 +338,20 @@ func TestOTLPPipeline(t *testing.T) {
 	}
 }
 
-// TestOTLPCollectorRestart: the Collector between heatscope record and
-// heatscope receive stopped for 4 s mid-run and started again on the same
-// ports: record goes on sampling through the outage (every second of the
-// run holds samples of the fixture), its exporter retries, and every
-// sample it did not export is counted: the receiver holds exactly what
-// record says it exported.
+// TestOTLPCollectorRestart: the Collector between heatscope record (over
+// OTLP/HTTP, gzip) and heatscope receive (OTLP/gRPC, gzip) stopped for 4 s
+// mid-run and started again on the same ports: record goes on sampling
+// through the outage (every second of the run holds samples of the
+// fixture), its exporter retries, and every sample it did not export is
+// counted: the receiver holds exactly what record says it exported.
 func TestOTLPCollectorRestart(t *testing.T) {
 	bpftest.Require(t)
 	otelcoltest.Require(t)
 	dir := t.TempDir()
 	bin := buildHeatscope(t, dir)
 	rcv := startReceiver(t, bin, filepath.Join(dir, "received"), "tok")
-	col := otelcoltest.Start(t, otelcoltest.Config{GRPCEndpoint: rcv.grpcAddr, Headers: map[string]string{"authorization": "Bearer tok"}})
-	data, exported, lost := recordOTLP(t, bin, dir, col.GRPCAddr, "tok", 12, func() {
+	col := otelcoltest.Start(t, otelcoltest.Config{GRPCEndpoint: rcv.grpcAddr, Headers: map[string]string{"authorization": "Bearer tok"}, Compression: "gzip"})
+	data, exported, lost := recordOTLP(t, bin, dir, "http", col.HTTPAddr, "tok", 12, func() {
 		time.Sleep(3 * time.Second)
 		col.Stop()
 		time.Sleep(4 * time.Second)
@@ -374,7 +377,8 @@ func TestOTLPCollectorRestart(t *testing.T) {
 }
 
 // TestOTLPReceiverRestart: heatscope's receiver stopped while a Collector
-// forwards to it and started again on the same data directory: the
+// forwards to it (OTLP/HTTP, gzip; record sends to the Collector over
+// gRPC, gzip) and started again on the same data directory: the
 // Collector's exporter retries, and every sample arrives once.
 func TestOTLPReceiverRestart(t *testing.T) {
 	bpftest.Require(t)
@@ -382,8 +386,8 @@ func TestOTLPReceiverRestart(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildHeatscope(t, dir)
 	rcv := startReceiver(t, bin, filepath.Join(dir, "received"), "tok")
-	col := otelcoltest.Start(t, otelcoltest.Config{HTTPEndpoint: "http://" + rcv.httpAddr, Headers: map[string]string{"authorization": "Bearer tok"}})
-	data, exported, lost := recordOTLP(t, bin, dir, col.GRPCAddr, "tok", 8, func() {
+	col := otelcoltest.Start(t, otelcoltest.Config{HTTPEndpoint: "http://" + rcv.httpAddr, Headers: map[string]string{"authorization": "Bearer tok"}, Compression: "gzip"})
+	data, exported, lost := recordOTLP(t, bin, dir, "grpc", col.GRPCAddr, "tok", 8, func() {
 		time.Sleep(2 * time.Second)
 		rcv.stop()
 		time.Sleep(3 * time.Second)

@@ -241,6 +241,7 @@ func TestRecordOTLPFlags(t *testing.T) {
 	}{
 		{[]string{"--otlp-endpoint", "127.0.0.1:4317", "--otlp-protocol", "udp"}, "", `--otlp-protocol "udp": want grpc or http`},
 		{[]string{"--otlp-endpoint", "127.0.0.1:4317", "--otlp-queue-size", "lots"}, "", "--otlp-queue-size"},
+		{[]string{"--otlp-endpoint", "127.0.0.1:4317", "--otlp-compression", "zstd"}, "", `--otlp-compression "zstd": want gzip or none`},
 		{[]string{"--otlp-endpoint", "127.0.0.1:4317", "--otlp-interval", "0s"}, "", "positive duration"},
 		{[]string{"--otlp-endpoint", "127.0.0.1:4317", "--otlp-headers-file", filepath.Join(dir, "none")}, "", "--otlp-headers-file"},
 		{[]string{"--otlp-endpoint", "127.0.0.1:4317", "--otlp-headers-file", badHeaders}, "", "line 1: want Name: value"},

@@ -162,6 +162,9 @@ type Config struct {
 	// RetryMaxElapsed bounds how long an exporter retries a batch
 	// (default 5 minutes, the Collector's).
 	RetryMaxElapsed time.Duration
+	// Compression is the exporters' compression: "" for the Collector's
+	// default (gzip), or one the Collector knows ("none", "zstd", …).
+	Compression string
 }
 
 // Collector is a running Collector: its own receiver on GRPCAddr and
@@ -238,6 +241,11 @@ func (c *Collector) yaml(cfg Config) string {
 			fmt.Fprintf(&b, "      %s: %q\n", k, v)
 		}
 	}
+	compression := func() {
+		if cfg.Compression != "" {
+			fmt.Fprintf(&b, "    compression: %s\n", cfg.Compression)
+		}
+	}
 	retryOn := func() {
 		fmt.Fprintf(&b, "    retry_on_failure:\n      enabled: true\n      initial_interval: 200ms\n      max_interval: 1s\n      max_elapsed_time: %s\n", retry)
 		b.WriteString("    sending_queue:\n      enabled: true\n")
@@ -245,12 +253,14 @@ func (c *Collector) yaml(cfg Config) string {
 	if cfg.GRPCEndpoint != "" {
 		fmt.Fprintf(&b, "  otlp_grpc:\n    endpoint: %s\n    tls:\n      insecure: true\n", cfg.GRPCEndpoint)
 		headers()
+		compression()
 		retryOn()
 		exporters = append(exporters, "otlp_grpc")
 	}
 	if cfg.HTTPEndpoint != "" {
 		fmt.Fprintf(&b, "  otlp_http:\n    endpoint: %s\n", cfg.HTTPEndpoint)
 		headers()
+		compression()
 		retryOn()
 		exporters = append(exporters, "otlp_http")
 	}

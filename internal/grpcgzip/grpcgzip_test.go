@@ -1,0 +1,64 @@
+package grpcgzip
+
+import (
+	"bytes"
+	stdgzip "compress/gzip"
+	"io"
+	"testing"
+
+	"google.golang.org/grpc/encoding"
+)
+
+// TestRegistered: gRPC's "gzip" is this package's compressor, not
+// grpc-go's own, whatever order the packages were initialized in.
+func TestRegistered(t *testing.T) {
+	if _, ok := encoding.GetCompressor(Name).(*compressor); !ok {
+		t.Fatalf("gRPC's %q compressor is a %T", Name, encoding.GetCompressor(Name))
+	}
+}
+
+// TestRoundTrip: what it compresses is gzip the standard library reads,
+// and it reads the standard library's gzip, message after message (its
+// writers and readers reused).
+func TestRoundTrip(t *testing.T) {
+	c := encoding.GetCompressor(Name)
+	for i := range 3 {
+		msg := bytes.Repeat([]byte{'a', byte(i), 'b', 'c'}, 10_000+i)
+		var z bytes.Buffer
+		w, err := c.Compress(&z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(msg)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if z.Len() >= len(msg)/10 {
+			t.Errorf("message %d: %d bytes compressed to %d", i, len(msg), z.Len())
+		}
+		sr, err := stdgzip.NewReader(bytes.NewReader(z.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := io.ReadAll(sr); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("message %d read back by the standard library: %v, equal %v", i, err, bytes.Equal(got, msg))
+		}
+
+		var std bytes.Buffer
+		sw := stdgzip.NewWriter(&std)
+		sw.Write(msg)
+		sw.Close()
+		r, err := c.Decompress(bytes.NewReader(std.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("message %d of the standard library read: %v, equal %v", i, err, bytes.Equal(got, msg))
+		}
+		r.(io.Closer).Close()
+	}
+	if _, err := c.Decompress(bytes.NewReader([]byte("not gzip"))); err == nil {
+		t.Errorf("a message that is not gzip read without an error")
+	}
+}
