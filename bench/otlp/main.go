@@ -6,17 +6,26 @@
 // same time, at -hz, with the overhead guard off (a fixed rate on both):
 // one with --otlp-endpoint (an OTLP/gRPC endpoint in this process, the
 // collector's own pprofileotlp service, which decodes and counts what it
-// takes), one without. Their CPU (user + system, from rusage) is compared
-// run by run, and the median of the ratios printed: a same-run ratio
-// holds however loaded the machine is.
+// takes, gzip or not), one without. Their CPU (user + system, from
+// rusage) is compared run by run, and the median of the ratios printed: a
+// same-run ratio holds however loaded the machine is. Each agent's Go
+// allocation and garbage collections over the run (its /metrics, read 2 s
+// before it ends) say what the CPU ratio cannot at a high load: what the
+// export makes the collector do.
 //
 // Memory: a recorder with --otlp-endpoint at a port nobody listens on,
 // beside one without, for -down; both RSS every 10 s, with the exporter's
 // queue and drops from the first one's /metrics.
 //
+// With -before BIN (a heatscope built from an earlier commit) a third
+// recorder runs at once with the other two, exporting with that binary:
+// a change's cost or saving is then a same-run ratio too.
+//
 // Run it as root from the repository root:
 //
 //	go run ./bench/otlp -runs 5 -duration 30s -down 10m
+//	git worktree add /tmp/before HEAD~1 && (cd /tmp/before && go build -o /tmp/heatscope-before ./cmd/heatscope)
+//	go run ./bench/otlp -runs 5 -duration 30s -down 0 -before /tmp/heatscope-before
 package main
 
 import (
@@ -39,6 +48,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // the export's requests are gzip-compressed by default
 
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
 	"github.com/heatscope/heatscope/bench/internal/profrun"
@@ -53,6 +63,7 @@ func main() {
 	down := flag.Duration("down", 10*time.Minute, "how long the memory run keeps the endpoint down (0: no memory run)")
 	queue := flag.String("queue", "4MiB", "--otlp-queue-size of the memory run")
 	interval := flag.Duration("interval", 0, "--otlp-interval of the CPU runs (0: record's default)")
+	before := flag.String("before", "", "a heatscope binary built from an earlier commit: a third recorder with --otlp-endpoint, run at once with the other two")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -78,7 +89,7 @@ func main() {
 	fmt.Printf("# record --otlp-endpoint: the agent's cost\n\n%s\n\n", loadavg.Line())
 	r := &receiver{}
 	addr := serve(r)
-	cpuRuns(bin, tmp, addr, r, *runs, *duration, *hz, *interval)
+	cpuRuns(bin, *before, tmp, addr, r, *runs, *duration, *hz, *interval)
 	if *down > 0 {
 		memoryRun(bin, tmp, *down, *hz, *queue)
 	}
@@ -130,48 +141,69 @@ func record(bin, dir string, d time.Duration, hz int, extra ...string) (*exec.Cm
 	return cmd, stderr
 }
 
-// cpuRuns prints each run's CPU with and without the export, and the
-// median ratio.
-func cpuRuns(bin, tmp, addr string, r *receiver, runs int, d time.Duration, hz int, interval time.Duration) {
-	dirs := [2]string{filepath.Join(tmp, "plain"), filepath.Join(tmp, "otlp")}
+// agent is one recorder of the CPU runs: its binary and flags.
+type agent struct {
+	name, bin string
+	flags     []string
+}
+
+// cpuRuns prints each run's CPU without the export and with it (with
+// the before binary's export too, when there is one), the agents' Go
+// allocation and collections, and the median ratios.
+func cpuRuns(bin, before, tmp, addr string, r *receiver, runs int, d time.Duration, hz int, interval time.Duration) {
 	otlpFlags := []string{"--otlp-endpoint", addr, "--otlp-insecure"}
 	if interval > 0 {
 		otlpFlags = append(otlpFlags, "--otlp-interval", interval.String())
 	}
-	// A short first run of each fills its cache directory (kernel
-	// symbols), as an always-on agent's is.
-	for i, dir := range dirs {
-		os.RemoveAll(dir)
-		extra := []string{}
-		if i == 1 {
-			extra = otlpFlags
-		}
-		cmd, stderr := record(bin, dir, 3*time.Second, hz, extra...)
+	agents := []agent{{"without", bin, nil}, {"with --otlp-endpoint", bin, otlpFlags}}
+	if before != "" {
+		agents = append(agents, agent{"before's, with --otlp-endpoint", before, otlpFlags})
+	}
+	dirs := make([]string, len(agents))
+	for i := range agents {
+		dirs[i] = filepath.Join(tmp, fmt.Sprintf("agent%d", i))
+		// A short first run of each fills its cache directory (kernel
+		// symbols), as an always-on agent's is.
+		os.RemoveAll(dirs[i])
+		cmd, stderr := record(agents[i].bin, dirs[i], 3*time.Second, hz, agents[i].flags...)
 		if err := cmd.Wait(); err != nil {
 			log.Fatalf("warm-up: %v\n%s", err, stderr)
 		}
 	}
-	fmt.Printf("## CPU: %d runs of %v at %d Hz, the guard off, both recorders at once; %s\n\n", runs, d, hz, strings.Join(otlpFlags[2:], " "))
-	fmt.Println("| run | agent CPU without | with --otlp-endpoint | ratio | samples recorded (with) | samples the endpoint took | load |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	var ratios, shares []float64
+	fmt.Printf("## CPU: %d runs of %v at %d Hz, the guard off, the recorders at once; %s\n\n", runs, d, hz, strings.Join(otlpFlags[2:], " "))
+	if before != "" {
+		fmt.Printf("The before binary: %s.\n\n", before)
+	}
+	fmt.Print("Each agent's CPU (user + system, rusage), its share of one CPU; its Go allocation (MB) and collections over the run (from /metrics, 2 s before its end).\n\n")
+	head := "| run |"
+	for _, a := range agents {
+		head += " " + a.name + " |"
+	}
+	head += " ratio with / without |"
+	if before != "" {
+		head += " before's ratio | with / before's |"
+	}
+	fmt.Println(head + " samples recorded (with) | samples the endpoint took (every exporter's) | load |")
+	fmt.Println(strings.Repeat("|---", strings.Count(head, "|")+2) + "|")
+	var ratios, beforeRatios, vsBefore, shares []float64
 	for run := 1; run <= runs; run++ {
-		before := r.samples.Load()
-		var usage [2]profrun.Usage
-		var summary [2]string
+		took0 := r.samples.Load()
+		usage := make([]profrun.Usage, len(agents))
+		summary := make([]string, len(agents))
+		mem := make([]map[string]float64, len(agents))
 		var wg sync.WaitGroup
-		order := []int{0, 1}
-		if run%2 == 0 {
-			order = []int{1, 0} // neither always starts first
+		order := make([]int, len(agents))
+		for i := range order {
+			order[i] = (i + run) % len(agents) // none always starts first
 		}
 		for _, i := range order {
-			extra := []string{}
-			if i == 1 {
-				extra = otlpFlags
-			}
 			os.RemoveAll(filepath.Join(dirs[i], "data"))
-			cmd, stderr := record(bin, dirs[i], d, hz, extra...)
-			wg.Add(1)
+			port, err := profrun.FreePort()
+			if err != nil {
+				log.Fatal(err)
+			}
+			cmd, stderr := record(agents[i].bin, dirs[i], d, hz, append([]string{"--listen", "127.0.0.1:" + port}, agents[i].flags...)...)
+			wg.Add(2)
 			go func() {
 				defer wg.Done()
 				if err := cmd.Wait(); err != nil {
@@ -180,24 +212,51 @@ func cpuRuns(bin, tmp, addr string, r *receiver, runs int, d time.Duration, hz i
 				usage[i] = profrun.UsageOf(cmd.ProcessState)
 				summary[i] = stderr.String()
 			}()
+			go func() {
+				defer wg.Done()
+				time.Sleep(d - 2*time.Second)
+				m, err := profrun.ReadMetrics("http://127.0.0.1:" + port + "/metrics")
+				if err != nil {
+					log.Printf("agent %d's /metrics: %v", i, err)
+				}
+				mem[i] = m
+			}()
 		}
 		wg.Wait()
 		m := recordedRe.FindStringSubmatch(summary[1])
 		if m == nil {
 			log.Fatalf("no samples count in record's summary:\n%s", summary[1])
 		}
-		took := r.samples.Load() - before
-		ratio := usage[1].CPU.Seconds() / usage[0].CPU.Seconds()
+		took := r.samples.Load() - took0
+		cpu := func(i int) float64 { return usage[i].CPU.Seconds() }
+		ratio := cpu(1) / cpu(0)
 		ratios = append(ratios, ratio)
-		shares = append(shares, 100*(usage[1].CPU-usage[0].CPU).Seconds()/d.Seconds())
-		fmt.Printf("| %d | %.3f s (%.2f%% of a CPU) | %.3f s (%.2f%%) | %.3f | %s | %d | %s |\n", run,
-			usage[0].CPU.Seconds(), 100*usage[0].CPU.Seconds()/d.Seconds(),
-			usage[1].CPU.Seconds(), 100*usage[1].CPU.Seconds()/d.Seconds(), ratio, m[1], took, loadavg.OneMinute())
+		shares = append(shares, 100*(cpu(1)-cpu(0))/d.Seconds())
+		line := fmt.Sprintf("| %d |", run)
+		for i := range agents {
+			line += fmt.Sprintf(" %.3f s (%.2f%%), %.1f MB, %.0f GC |", cpu(i), 100*cpu(i)/d.Seconds(),
+				mem[i]["go_memstats_alloc_bytes_total"]/1e6, mem[i]["go_gc_duration_seconds"])
+		}
+		line += fmt.Sprintf(" %.3f |", ratio)
+		if before != "" {
+			beforeRatios = append(beforeRatios, cpu(2)/cpu(0))
+			vsBefore = append(vsBefore, cpu(1)/cpu(2))
+			line += fmt.Sprintf(" %.3f | %.3f |", cpu(2)/cpu(0), cpu(1)/cpu(2))
+		}
+		fmt.Printf("%s %s | %d | %s |\n", line, m[1], took, loadavg.OneMinute())
 	}
 	slices.Sort(ratios)
 	slices.Sort(shares)
-	fmt.Printf("\nmedian ratio (with / without): %.3f (range %.3f to %.3f); median difference %.3f%% of a CPU\n\n",
+	fmt.Printf("\nmedian ratio (with / without): %.3f (range %.3f to %.3f); median difference %.3f%% of a CPU\n",
 		profrun.Median(ratios), ratios[0], ratios[len(ratios)-1], profrun.Median(shares))
+	if before != "" {
+		slices.Sort(beforeRatios)
+		slices.Sort(vsBefore)
+		fmt.Printf("before's median ratio (with / without): %.3f (range %.3f to %.3f); with / before's: %.3f (range %.3f to %.3f)\n",
+			profrun.Median(beforeRatios), beforeRatios[0], beforeRatios[len(beforeRatios)-1],
+			profrun.Median(vsBefore), vsBefore[0], vsBefore[len(vsBefore)-1])
+	}
+	fmt.Println()
 }
 
 // memoryRun prints both recorders' RSS every 10 s while the endpoint is

@@ -270,7 +270,8 @@ func PerfReachMain(data, comm string) (int, float64, float64, error) {
 
 // ReadMetrics reads a Prometheus text page (heatscope's /metrics) and
 // returns each family's value, summed over its series (a counter's or a
-// gauge's), and each series of one label as name{label=value}.
+// gauge's; a summary's count), and each series of one label as
+// name{label=value}.
 func ReadMetrics(url string) (map[string]float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -288,7 +289,7 @@ func ReadMetrics(url string) (map[string]float64, error) {
 	out := make(map[string]float64, len(fams))
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetSummary().GetSampleCount())
 			out[name] += v
 			if l := m.GetLabel(); len(l) == 1 {
 				out[name+"{"+l[0].GetName()+"="+l[0].GetValue()+"}"] += v
