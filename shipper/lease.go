@@ -347,6 +347,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 		}
 	}
 	err := l.take(ctx, false)
+	if err == nil && lost != nil {
+		l.log.Info("took the node's lease back: shipping resumes", "node", l.opts.Node)
+	}
 	var taken *NodeTakenError
 	if errors.As(err, &taken) {
 		l.mu.Lock()

@@ -121,6 +121,15 @@ func TestNodeLease(t *testing.T) {
 	if got := srv.Objects("fleet/a/blocks/"); len(got) != 0 {
 		t.Fatalf("a shipper without the lease uploaded %q", got)
 	}
+	// The blocks it holds back are counted as waiting (the log's and
+	// heatscope_shipper_pending_blocks' figure), not 0.
+	local, err := store.LocalBlocks(dir)
+	if err != nil || len(local) == 0 {
+		t.Fatalf("local blocks: %v, %v", local, err)
+	}
+	if st := sh.Stats(); st.Pending != len(local) {
+		t.Errorf("pending %d without the lease, want the %d blocks held back", st.Pending, len(local))
+	}
 	if v := leaseHeld(t, sh); v != 0 {
 		t.Errorf("heatscope_shipper_node_lease_held = %v without the lease, want 0", v)
 	}

@@ -266,12 +266,14 @@ func (s *Shipper) Run(ctx context.Context) {
 func (s *Shipper) Sync(ctx context.Context) error {
 	s.passMu.Lock()
 	defer s.passMu.Unlock()
-	var err error
-	if s.opts.Lease != nil {
+	// The blocks waiting are listed first, so that they are counted
+	// (Stats.Pending) while the lease holds them back too.
+	todo, err := s.blocksToShip()
+	if err == nil && s.opts.Lease != nil {
 		err = s.opts.Lease.Held()
 	}
 	if err == nil {
-		err = s.syncBlocks(ctx)
+		err = s.shipBlocks(ctx, todo)
 	}
 	if err == nil {
 		err = s.syncEvents(ctx)
@@ -285,10 +287,13 @@ func (s *Shipper) Sync(ctx context.Context) error {
 	return err
 }
 
-func (s *Shipper) syncBlocks(ctx context.Context) error {
+// blocksToShip lists the data directory's blocks not yet shipped, oldest
+// first, and counts them as pending; it forgets the shipped blocks that
+// are no longer on disk.
+func (s *Shipper) blocksToShip() ([]store.LocalBlock, error) {
 	blocks, err := store.LocalBlocks(s.opts.Dir)
 	if err != nil {
-		return fmt.Errorf("shipper: %w", err)
+		return nil, fmt.Errorf("shipper: %w", err)
 	}
 	onDisk := map[string]bool{}
 	var todo []store.LocalBlock
@@ -316,10 +321,15 @@ func (s *Shipper) syncBlocks(ctx context.Context) error {
 	s.mu.Unlock()
 	if forgot {
 		if err := s.save(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	slices.SortFunc(todo, func(a, b store.LocalBlock) int { return strings.Compare(a.ID, b.ID) }) // ids start with their creation time
+	return todo, nil
+}
+
+// shipBlocks uploads the blocks in turn, stopping at the first failure.
+func (s *Shipper) shipBlocks(ctx context.Context, todo []store.LocalBlock) error {
 	for _, b := range todo {
 		if err := s.shipBlock(ctx, b); err != nil {
 			return err
