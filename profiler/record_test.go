@@ -183,40 +183,6 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-func TestParseCPUList(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []int
-		bad  bool
-	}{
-		{in: "0", want: []int{0}},
-		{in: "0-3\n", want: []int{0, 1, 2, 3}},
-		{in: "0-1,4,6-7", want: []int{0, 1, 4, 6, 7}},
-		{in: "", want: nil},
-		{in: "a", bad: true},
-		{in: "3-1", bad: true},
-		{in: "-1", bad: true},
-		{in: "0-99999999", bad: true},
-	} {
-		got, err := ParseCPUList(tc.in)
-		if tc.bad {
-			if err == nil {
-				t.Errorf("ParseCPUList(%q) = %v, want error", tc.in, got)
-			}
-			continue
-		}
-		if err != nil || len(got) != len(tc.want) {
-			t.Errorf("ParseCPUList(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-			continue
-		}
-		for i := range got {
-			if got[i] != tc.want[i] {
-				t.Errorf("ParseCPUList(%q) = %v, want %v", tc.in, got, tc.want)
-			}
-		}
-	}
-}
-
 func TestTableBits(t *testing.T) {
 	for _, c := range []struct {
 		b    [2]uint64

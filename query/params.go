@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/cpulist"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -200,7 +200,7 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 		return f, err
 	}
 	if v := get("cpu"); v != "" {
-		cpus, err := profiler.ParseCPUList(v)
+		cpus, err := cpulist.Parse(v)
 		if err != nil {
 			return f, paramErr("cpu", "%q is not a CPU list like 0-3,8", v)
 		}
