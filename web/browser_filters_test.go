@@ -45,9 +45,11 @@ type topRow struct {
 	TotalCPU float64 `json:"totalCpu"`
 }
 
-// shown is the row as the top table shows it: its CPU times formatted.
+// shown is the row as the top table shows it: its CPU times formatted,
+// its kind named as the legend names it.
 func (r topRow) shown() topRow {
 	r.SelfCPU, r.TotalCPU = 0, 0
+	r.Kind = kindShown(r.Kind)
 	return r
 }
 

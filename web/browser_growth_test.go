@@ -81,7 +81,7 @@ func TestBrowserCompareInCPUTime(t *testing.T) {
 		if f.DeltaTotalCPU <= 0 || f.Via != "" {
 			continue // the page shows what grew, pass-throughs hidden
 		}
-		want = append(want, []string{f.Name, f.Kind, formatCPU(f.TotalCPU), pctText(f.TotalCPU, g.CPU), formatCPU(f.TotalCPU2),
+		want = append(want, []string{f.Name, kindShown(f.Kind), formatCPU(f.TotalCPU), pctText(f.TotalCPU, g.CPU), formatCPU(f.TotalCPU2),
 			pctText(f.TotalCPU2, g.CPU2), changeText(f.DeltaTotalCPU), changeText(f.DeltaSelfCPU)})
 	}
 	rows := eval[[][]string](t, b.ctx, `[...document.querySelectorAll('#growth tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent))`)

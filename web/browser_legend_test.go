@@ -31,6 +31,20 @@ func formatCPU(sec float64) string {
 	return strconv.FormatFloat(round(sec*1e6), 'f', -1, 64) + " µs"
 }
 
+// kindShown is the name the UI gives an API frame kind (flame.js's
+// kindName, the legend's names), worked out independently.
+func kindShown(kind string) string {
+	switch kind {
+	case "user":
+		return "native"
+	case "jit":
+		return "JIT"
+	case "python":
+		return "Python"
+	}
+	return kind
+}
+
 // TestBrowserLegends checks the colour legends of the heatmap and the
 // per-CPU view: they name CPU time (the unit /api/heatmap and /api/percpu
 // report, not samples), label the darkest colour with the answer's

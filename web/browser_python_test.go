@@ -113,6 +113,14 @@ func TestBrowserFlameGraphKinds(t *testing.T) {
 	if drawn := eval[string](t, b.ctx, `document.getElementById('flame').dataset.kinds`); drawn != "jit kernel python unknown user" {
 		t.Errorf("kinds drawn %q, want every kind", drawn)
 	}
+	// The top functions table names each kind as the legend does (the
+	// API's kind user is the legend's native), row by row.
+	kinds := eval[map[string]string](t, b.ctx, `Object.fromEntries([...document.querySelectorAll('#top tbody tr')].map((tr) => [tr.cells[0].firstChild.textContent, tr.cells[1].textContent]))`)
+	for frame, want := range map[string]string{uiPythonFrame: "Python", uiKernelFrame: "kernel", uiNativeFrame: "native", uiJITFrame: "JIT", uiUnknownFrame: "unknown"} {
+		if kinds[frame] != want {
+			t.Errorf("top table: %q has kind %q, want %q as the legend names it (every row: %q)", frame, kinds[frame], want, kinds)
+		}
+	}
 	// Each kind's hue range and least saturation (kindColour's), checked
 	// on the swatch and on the frame's box (a pixel clear of its label).
 	ranges := []struct {
@@ -159,8 +167,8 @@ func TestBrowserFlameGraphKinds(t *testing.T) {
 		b = window.heatscope.flameBoxes(%q)[0]; return [r.left + b.x + b.w / 2, r.top + b.y + 8]; })()`, uiPythonFrame))
 	b.run("hover the Python frame", chromedp.MouseEvent(chromedp.MouseMoved, at[0], at[1]))
 	tip := eval[string](t, b.ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
-	if !strings.HasPrefix(tip, uiPythonFrame+"\npython: ") {
-		t.Errorf("the Python frame's tooltip %q, want its name and kind python", tip)
+	if !strings.HasPrefix(tip, uiPythonFrame+"\nPython: ") {
+		t.Errorf("the Python frame's tooltip %q, want its name and kind Python, as the legend names it", tip)
 	}
 	b.screenshot("ui-python-flame.png")
 	b.run("leave the graph", chromedp.MouseEvent(chromedp.MouseMoved, 1, 1))

@@ -337,7 +337,7 @@ func TestBrowserUI(t *testing.T) {
 		run("hover the differential graph", chromedp.MouseEvent(chromedp.MouseMoved, hot[0], hot[1]))
 		tip := eval[string](t, ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
 		cpu := formatCPU(want.TotalA) // one stack: every node's time
-		if want := fmt.Sprintf("hot_fixture_function\nuser: A %s (100.00%%), B %s (100.00%%) of CPU time\nchange 0 s (self: A %s, B %s, change 0 s)", cpu, cpu, cpu, cpu); tip != want {
+		if want := fmt.Sprintf("hot_fixture_function\nnative: A %s (100.00%%), B %s (100.00%%) of CPU time\nchange 0 s (self: A %s, B %s, change 0 s)", cpu, cpu, cpu, cpu); tip != want {
 			t.Fatalf("%s: tooltip %q, want %q", what, tip, want)
 		}
 		run("leave the graph", chromedp.MouseEvent(chromedp.MouseMoved, 1, 1))

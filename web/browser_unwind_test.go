@@ -70,7 +70,7 @@ func TestBrowserUnwindTooltip(t *testing.T) {
 		return tip
 	}
 	caller := hover(xssName)
-	if !strings.HasPrefix(caller, xssName+"\nuser: ") || !strings.HasSuffix(caller, "\n5 samples, self 0\nreached by frame pointers: 20.00% of its samples") {
+	if !strings.HasPrefix(caller, xssName+"\nnative: ") || !strings.HasSuffix(caller, "\n5 samples, self 0\nreached by frame pointers: 20.00% of its samples") {
 		t.Errorf("the caller's tooltip %q does not say that 1 of its 5 samples reached it by frame pointers", caller)
 	}
 	for _, name := range []string{"main", "hot_leaf"} {

@@ -517,7 +517,7 @@ func TestBrowserFlameGraph(t *testing.T) {
 	hx, hy := centre(hot[0])
 	b.run("hover", chromedp.MouseEvent(chromedp.MouseMoved, canvas[0]+hx, canvas[1]+hy))
 	tip := eval[string](t, b.ctx, `document.getElementById('tooltip').hidden ? '' : document.getElementById('tooltip').textContent`)
-	if want := fmt.Sprintf("hot_fixture_function\nuser: %s of CPU time (%.2f%%), self ", formatCPU(hotCPU), 100*hotCPU/top.CPU); !strings.HasPrefix(tip, want) ||
+	if want := fmt.Sprintf("hot_fixture_function\nnative: %s of CPU time (%.2f%%), self ", formatCPU(hotCPU), 100*hotCPU/top.CPU); !strings.HasPrefix(tip, want) ||
 		!strings.Contains(tip, fmt.Sprintf("\n%d samples, self ", hotTotal)) {
 		t.Fatalf("tooltip %q, want %q... and %d samples", tip, want, hotTotal)
 	}

@@ -101,6 +101,14 @@ export const FRAME_KINDS = [
 ];
 const KIND_STYLE = new Map(FRAME_KINDS.map((k) => [k.kind, k]));
 
+// kindName is the name every view gives a kind (the legend's: the API's
+// kind user is native code, "native"); a kind that is no frame's (root,
+// process, group) or not known here keeps its own.
+export function kindName(kind) {
+  const k = KIND_STYLE.get(kind);
+  return k ? k.name : kind;
+}
+
 // kindColour is the colour of a frame of kind at v (0 to 1) in its range;
 // the middle of the range (v = 0.5) is what the legend shows. A kind not
 // known here is coloured as native.
@@ -354,14 +362,14 @@ export class FlameGraph {
     if (t.diff) {
       const f = (ns) => formatCPU(ns / 1e9);
       const change = (ns) => formatChange(ns / 1e9);
-      return showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: A ${f(t.a[i])} (${pct(t.a[i], t.totalA)}), B ${f(t.b[i])} (${pct(t.b[i], t.totalB)}) of CPU time\n` +
+      return showTooltip(ev, `${this.name(i)}\n${kindName(this.kind(i))}: A ${f(t.a[i])} (${pct(t.a[i], t.totalA)}), B ${f(t.b[i])} (${pct(t.b[i], t.totalB)}) of CPU time\n` +
         `change ${change(t.deltaTotal[i])} (self: A ${f(t.selfA[i])}, B ${f(t.selfB[i])}, change ${change(t.delta[i])})`);
     }
     // How the frame was found, when the stacks were walked with unwind
     // tables and some of its samples reached it by frame pointers (which
     // a binary built without them gets wrong); nothing when not known.
     const fp = t.fp[i] > 0 ? `\nreached by frame pointers: ${pct(t.fp[i], t.value[i])} of its samples` : '';
-    showTooltip(ev, `${this.name(i)}\n${this.kind(i)}: ${formatCPU(t.cpu[i])} of CPU time (${pct(t.cpu[i], this.total())}), ` +
+    showTooltip(ev, `${this.name(i)}\n${kindName(this.kind(i))}: ${formatCPU(t.cpu[i])} of CPU time (${pct(t.cpu[i], this.total())}), ` +
       `self ${formatCPU(t.selfCpu[i])} (${pct(t.selfCpu[i], this.total())})\n${t.value[i]} samples, self ${t.self[i]}${fp}`);
   }
 

@@ -8,7 +8,7 @@
 import { $, getJSON, request, pct, formatTime, measureDraw, searchRegexp, setStatus, showEmpty } from '../util.js';
 import { Timeline } from '../timeline.js';
 import { Heatmap } from '../heatmap.js';
-import { FlameGraph, fetchTree, drawKindLegend } from '../flame.js';
+import { FlameGraph, fetchTree, drawKindLegend, kindName } from '../flame.js';
 import { PerCPU } from '../percpu.js';
 import { EventList } from '../events.js';
 import { drawLegend, formatCPU, formatChange } from '../legend.js';
@@ -119,7 +119,7 @@ function showGrowth(g) {
   const rows = shown.slice(0, 30).map((f) => {
     const tr = document.createElement('tr');
     tr.dataset.name = f.name;
-    for (const [text, cls] of [[f.name], [f.kind], [formatCPU(f.totalCpu), 'num'], [pct(f.totalCpu, g.cpu), 'num'],
+    for (const [text, cls] of [[f.name], [kindName(f.kind)], [formatCPU(f.totalCpu), 'num'], [pct(f.totalCpu, g.cpu), 'num'],
       [formatCPU(f.totalCpu2), 'num'], [pct(f.totalCpu2, g.cpu2), 'num'], [formatChange(f.deltaTotalCpu), 'num'], [formatChange(f.deltaSelfCpu), 'num']]) {
       const td = document.createElement('td');
       td.textContent = String(text);
@@ -166,7 +166,7 @@ function drawTop() {
     : `${shown.length} of ${list.length}${list.length === TOP_LIMIT ? ' (the first ' + TOP_LIMIT + ')' : ''} functions`;
   const rows = shown.map((f) => {
     const tr = document.createElement('tr');
-    for (const [text, cls] of [[f.name], [f.kind], [formatCPU(f.selfCpu), 'num'], [pct(f.selfCpu, top.cpu), 'num'],
+    for (const [text, cls] of [[f.name], [kindName(f.kind)], [formatCPU(f.selfCpu), 'num'], [pct(f.selfCpu, top.cpu), 'num'],
       [formatCPU(f.totalCpu), 'num'], [pct(f.totalCpu, top.cpu), 'num']]) {
       const td = document.createElement('td');
       td.textContent = String(text);

@@ -8,7 +8,7 @@
 // time. Its state (state.js's prediff) lives in the URL's hash. Names and
 // event texts are untrusted: set as text only.
 import { $, el, getJSON, formatTime, pct, setReady, setStatus, showParamError, nodeSources } from '../util.js';
-import { FlameGraph, fetchTree } from '../flame.js';
+import { FlameGraph, fetchTree, kindName } from '../flame.js';
 import { formatSignedCPU as cpu, formatChange as signed } from '../legend.js';
 import { prediff as state, prediffData as loaded, readPrediffURL, writePrediffURL, nodeViewLink, track } from '../state.js';
 
@@ -93,7 +93,7 @@ export async function mountPrediff() {
     tbody.replaceChildren(...rows.map((f) => {
       const tr = el('tr', { className: 'pick' + (f.name === state.fn && f.kind === state.fnKind ? ' picked' : ''), title: 'per node and per event' },
         el('td', { className: 'mono' }, f.name, ...(f.via ? [el('span', { className: 'via', textContent: ` → ${f.via}` })] : [])),
-        el('td', { textContent: f.kind }),
+        el('td', { textContent: kindName(f.kind) }),
         el('td', { className: 'num', textContent: cpu(f.a) }),
         el('td', { className: 'num', textContent: cpu(f.b) }),
         el('td', { className: 'num ' + (f.delta > 0 ? 'grew' : f.delta < 0 ? 'shrank' : ''), textContent: signed(f.delta) }),
@@ -147,7 +147,7 @@ export async function mountPrediff() {
     }
     loaded.focus = d;
     $('pd-focus').hidden = false;
-    $('pd-focus-name').textContent = `${state.fn} (${state.fnKind})`;
+    $('pd-focus-name').textContent = `${state.fn} (${kindName(state.fnKind)})`;
     $('pd-nodes').querySelector('tbody').replaceChildren(...d.nodes.map((nd) => {
       const delta = nd.focusA - nd.focusB;
       const tr = el('tr', { className: 'pick', title: `compare ${nd.node}'s events only` },
