@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/heatscope/heatscope/internal/grpcgzip"
@@ -47,12 +48,14 @@ type client interface {
 }
 
 // exportError is a failed export: whether sending it again may succeed
-// (the endpoint is down, overloaded or throttling), and after how long
-// the endpoint asked to be left alone (0: it did not say).
+// (the endpoint is down, overloaded or throttling), after how long the
+// endpoint asked to be left alone (0: it did not say), and whether the
+// request reached the endpoint at all (no connection: unreached).
 type exportError struct {
 	err       error
 	retryable bool
 	after     time.Duration
+	unreached bool
 }
 
 func (e *exportError) Error() string { return e.err.Error() }
@@ -189,8 +192,11 @@ func newGRPCClient(cfg *Config, firstBackoff time.Duration) (*grpcClient, error)
 func (c *grpcClient) export(ctx context.Context, body []byte) error {
 	ctx = metadata.NewOutgoingContext(ctx, c.headers)
 	var out []byte
-	if err := c.conn.Invoke(ctx, exportMethod, body, &out, c.opts...); err != nil {
-		return grpcError(err)
+	var p peer.Peer // set once the call is on a connection to the endpoint
+	if err := c.conn.Invoke(ctx, exportMethod, body, &out, append(c.opts[:len(c.opts):len(c.opts)], grpc.Peer(&p))...); err != nil {
+		e := grpcError(err)
+		e.unreached = p.Addr == nil
+		return e
 	}
 	// Taken; a response that does not read says no partial success.
 	resp := pprofileotlp.NewExportResponse()
@@ -314,7 +320,7 @@ func (c *httpClient) export(ctx context.Context, body []byte) error {
 	if err != nil {
 		// Not reached, refused, reset, timed out: all transient. The
 		// URL is in the error, no header is.
-		return &exportError{err: fmt.Errorf("otlp http: %w", err), retryable: true}
+		return &exportError{err: fmt.Errorf("otlp http: %w", err), retryable: true, unreached: true}
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -145,6 +145,12 @@ type Exporter struct {
 	minBackoff time.Duration
 
 	exported, droppedFull, droppedRejected, droppedShutdown, failures atomic.Uint64
+	// answered is set once the endpoint answered a request (took it or
+	// not). At stop, an endpoint never reached is not waited for.
+	answered atomic.Bool
+	// failed is signalled (without waiting) at each failed attempt, for
+	// Close to see that the endpoint is hopeless.
+	failed chan struct{}
 }
 
 // New returns an exporter to cfg's endpoint, sending in the background
@@ -191,6 +197,7 @@ func start(cfg Config, c client, firstBackoff time.Duration) *Exporter {
 		cfg: cfg, client: c, log: cfg.Log.With("otlp endpoint", cfg.Endpoint),
 		enc:        otlpprofile.NewEncoder(cfg.Version, cfg.Node, 0),
 		wake:       make(chan struct{}, 1),
+		failed:     make(chan struct{}, 1),
 		stopTicker: make(chan struct{}),
 		minBackoff: firstBackoff,
 	}
@@ -358,6 +365,7 @@ func (x *Exporter) deliver(b batch, failing int) int {
 		err := x.client.export(ctx, b.body)
 		cancel()
 		if err == nil {
+			x.answered.Store(true)
 			x.exported.Add(uint64(b.samples))
 			if failing > 0 {
 				x.log.Info("OTLP export works again", "failed attempts", failing)
@@ -368,7 +376,15 @@ func (x *Exporter) deliver(b batch, failing int) int {
 			x.droppedShutdown.Add(uint64(b.samples))
 			return failing
 		}
+		var ee *exportError
+		if !errors.As(err, &ee) || !ee.unreached {
+			x.answered.Store(true)
+		}
 		x.failures.Add(1)
+		select {
+		case x.failed <- struct{}{}:
+		default:
+		}
 		var partial *partialError
 		if errors.As(err, &partial) {
 			// Taken, but not all of it: what was refused is not
@@ -377,7 +393,6 @@ func (x *Exporter) deliver(b batch, failing int) int {
 			x.log.Warn("OTLP endpoint took part of a batch", "err", err)
 			return 0
 		}
-		var ee *exportError
 		if !errors.As(err, &ee) || !ee.retryable {
 			x.droppedRejected.Add(uint64(b.samples))
 			if failing == 0 {
@@ -410,8 +425,12 @@ func (x *Exporter) backoff(n int, asked time.Duration) time.Duration {
 
 // Close sends what is left (the batch under way and the queue) for at
 // most Timeout, counts what the endpoint did not take in that time as
-// dropped, and closes the connection. It never returns an error: a
-// recording does not fail for its export.
+// dropped, and closes the connection. An endpoint that was never
+// reached (no connection, no answer to any request) is given no more
+// than the attempt under way: once an attempt has failed, what is left is
+// dropped at once (a recording whose endpoint never worked stops
+// promptly). It never returns an error: a recording
+// does not fail for its export.
 func (x *Exporter) Close() error {
 	x.closeOnce.Do(func() {
 		close(x.stopTicker)
@@ -428,11 +447,25 @@ func (x *Exporter) Close() error {
 			x.wg.Wait()
 			close(done)
 		}()
-		select {
-		case <-done:
-		case <-time.After(x.cfg.Timeout):
-			x.cancel()
-			<-done
+		timeout := time.NewTimer(x.cfg.Timeout)
+		defer timeout.Stop()
+		gaveUp := false
+	wait:
+		for {
+			if !gaveUp && x.hopeless() {
+				// An endpoint never reached, and failing still, is
+				// not waited for: the recording stops now.
+				gaveUp = true
+				x.log.Warn("OTLP endpoint never answered: not waiting for it at stop", "failed attempts", x.failures.Load())
+				x.cancel()
+			}
+			select {
+			case <-done:
+				break wait
+			case <-x.failed:
+			case <-timeout.C:
+				x.cancel()
+			}
 		}
 		x.cancel()
 		// What the sender never took is dropped.
@@ -455,6 +488,12 @@ func (x *Exporter) Close() error {
 		}
 	})
 	return nil
+}
+
+// hopeless reports whether the endpoint never answered and an attempt
+// has failed.
+func (x *Exporter) hopeless() bool {
+	return !x.answered.Load() && x.failures.Load() > 0
 }
 
 // Stats returns the exporter's counters.

@@ -369,6 +369,56 @@ func TestShutdownDrops(t *testing.T) {
 	}
 }
 
+// TestNeverWorked: closing while the endpoint has never answered (it
+// refuses connections) does not wait for it (its Timeout, 10 minutes
+// here): once an attempt has failed, what is left is counted as dropped
+// at stop and the give-up logged. Close waited the whole Timeout before.
+// (An endpoint that answers, if only to refuse for now, is waited for:
+// TestRetry, TestHTTP.)
+func TestNeverWorked(t *testing.T) {
+	for _, attempted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("attempted before Close %v", attempted), func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			log, logs := logBuffer()
+			x, err := newExporter(Config{Endpoint: addr, Insecure: true, Interval: time.Hour, Timeout: 10 * time.Minute, Log: log}, 10*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := testSamples(50)
+			for i := range want[:25] {
+				x.Add(&want[i])
+			}
+			if attempted {
+				x.cut()
+				for x.Stats().FailedRequests == 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			for i := range want[25:] {
+				x.Add(&want[25+i])
+			}
+			closed := make(chan struct{})
+			go func() { x.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(time.Minute):
+				t.Fatalf("Close still waits after a minute (its Timeout: 10) for an endpoint that never answered")
+			}
+			if st := x.Stats(); st.DroppedShutdown != 50 || st.ExportedSamples != 0 || st.QueuedSamples != 0 {
+				t.Errorf("stats %+v: want the 50 samples dropped at stop", st)
+			}
+			if !strings.Contains(logs.String(), "never answered") {
+				t.Errorf("the give-up is not logged:\n%s", logs.String())
+			}
+		})
+	}
+}
+
 // TestGRPCTLS: over TLS, trusting the endpoint's CA from a file.
 func TestGRPCTLS(t *testing.T) {
 	ts := httptest.NewUnstartedServer(nil)

@@ -176,10 +176,10 @@ func TestRecordOTLP(t *testing.T) {
 }
 
 // TestRecordOTLPEndpointDown: with --otlp-endpoint refusing every
-// connection, record still stops, counts the samples left unsent and
-// logs the failure without the token, and its "recorded" figure is the
-// time it sampled, not that plus the wait for the queue at stop
-// (--otlp-timeout): a 2 s run read "recorded 8.0s" before this fix.
+// connection from the start, record stops promptly, not after waiting
+// the whole --otlp-timeout for an endpoint it never reached (it waited
+// the 2 minutes here before), counts the samples left unsent and logs the
+// failure and the give-up without the token.
 func TestRecordOTLPEndpointDown(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
@@ -194,7 +194,7 @@ func TestRecordOTLPEndpointDown(t *testing.T) {
 	if err := os.WriteFile(headers, []byte("Authorization: Bearer d0wn-t0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	const timeout = 6 * time.Second
+	const timeout = 2 * time.Minute
 	began := time.Now()
 	_, stderr, err := runHeatscope(bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "2s", "--listen", "", "--progress", "0",
 		"--otlp-endpoint", down, "--otlp-insecure", "--otlp-interval", "500ms", "--otlp-timeout", timeout.String(), "--otlp-headers-file", headers)
@@ -205,8 +205,56 @@ func TestRecordOTLPEndpointDown(t *testing.T) {
 	if strings.Contains(stderr, "d0wn") {
 		t.Errorf("record printed the token:\n%s", stderr)
 	}
-	if !strings.Contains(stderr, "OTLP export failing") || !regexp.MustCompile(`exported 0 samples; not exported: .*[1-9][0-9]* left at stop`).MatchString(stderr) {
-		t.Errorf("the failing endpoint and the samples left unsent are not named:\n%s", stderr)
+	if !strings.Contains(stderr, "OTLP export failing") || !strings.Contains(stderr, "never answered") ||
+		!regexp.MustCompile(`exported 0 samples; not exported: .*[1-9][0-9]* left at stop`).MatchString(stderr) {
+		t.Errorf("the failing endpoint, the give-up and the samples left unsent are not named:\n%s", stderr)
+	}
+	// A 2 s recording and its start and stop, on a loaded machine: far
+	// less than the 2 minutes it waited before.
+	if wall > timeout/2 {
+		t.Errorf("record ran %v with an endpoint that never answered: it waited for it at stop\n%s", wall.Round(time.Second), stderr)
+	}
+}
+
+// TestRecordOTLPEndpointSilent: with --otlp-endpoint taking connections
+// and never answering, the request under way at stop gets up to
+// --otlp-timeout, and record's "recorded" figure is the time it sampled,
+// not that plus this wait: a 2 s run read "recorded 8.0s" before 32b54bd.
+func TestRecordOTLPEndpointSilent(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		// Connections are taken and held, never read from or answered.
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	const timeout = 6 * time.Second
+	began := time.Now()
+	_, stderr, err := runHeatscope(bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "2s", "--listen", "", "--progress", "0",
+		"--otlp-endpoint", l.Addr().String(), "--otlp-insecure", "--otlp-interval", "500ms", "--otlp-timeout", timeout.String())
+	wall := time.Since(began)
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	if !regexp.MustCompile(`exported 0 samples; not exported: .*[1-9][0-9]* left at stop`).MatchString(stderr) {
+		t.Errorf("the samples left unsent are not named:\n%s", stderr)
 	}
 	m := regexp.MustCompile(`recorded ([0-9.]+)s:`).FindStringSubmatch(stderr)
 	if m == nil {
@@ -216,10 +264,10 @@ func TestRecordOTLPEndpointDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The run waited for the queue at stop (up to the timeout) after it
-	// sampled; that wait is no recording.
+	// The run waited for the request under way at stop (up to the
+	// timeout) after it sampled; that wait is no recording.
 	if wall < timeout {
-		t.Skipf("record ran %v, less than the queue's wait at stop: nothing to tell apart", wall)
+		t.Skipf("record ran %v, less than the request's wait at stop: nothing to tell apart", wall)
 	}
 	if recorded > (wall - timeout*2/3).Seconds() {
 		t.Fatalf("recorded %.1fs in a run of %.1fs that waited up to %v for the endpoint at stop: the wait counted as recording\n%s", recorded, wall.Seconds(), timeout, stderr)
