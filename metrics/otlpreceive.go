@@ -13,6 +13,7 @@ var (
 	descRecvRefused  = desc("otlp_receive_refused_requests_total", "Requests refused whole, storing nothing, by reason: invalid, too-large, rate-limited, busy, unauthenticated, conflict, store, cancelled (the sender gave up before it was stored).", "reason")
 	descRecvRejected = desc("otlp_receive_rejected_samples_total", "Samples of accepted requests left out (no CPU, no period, no or a far-future time, a failed append), as the responses' partial success said.")
 	descRecvNodes    = desc("otlp_receive_nodes", "Nodes that have sent since the receiver started.")
+	descRecvBucketUp = desc("otlp_receive_bucket_up", "1 while the bucket the received nodes ship to answers, 0 while it does not (the samples are stored and wait on disk; the answers and the log say so). Absent without --objstore-config.")
 )
 
 // OTLPReceive is what RegisterOTLPReceive reads at scrape time:
@@ -27,7 +28,7 @@ func (m *Metrics) RegisterOTLPReceive(r OTLPReceive) error {
 type otlpReceiveCollector struct{ r OTLPReceive }
 
 func (c otlpReceiveCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecvRequests, descRecvSamples, descRecvRefused, descRecvRejected, descRecvNodes} {
+	for _, d := range []*prometheus.Desc{descRecvRequests, descRecvSamples, descRecvRefused, descRecvRejected, descRecvNodes, descRecvBucketUp} {
 		ch <- d
 	}
 }
@@ -41,4 +42,11 @@ func (c otlpReceiveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRecvRejected, prometheus.CounterValue, float64(st.Rejected))
 	ch <- prometheus.MustNewConstMetric(descRecvNodes, prometheus.GaugeValue, float64(st.Nodes))
+	if st.Ships {
+		up := 1.0
+		if st.ShippingErr != "" {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descRecvBucketUp, prometheus.GaugeValue, up)
+	}
 }

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -43,5 +44,30 @@ func TestOTLPReceiveMetrics(t *testing.T) {
 	}
 	if v := value(t, fams, "heatscope_otlp_receive_requests_total"); v != 1 {
 		t.Errorf("%v requests counted, want 1 (the unauthenticated one is refused before it is read)", v)
+	}
+	if _, ok := fams["heatscope_otlp_receive_bucket_up"]; ok {
+		t.Errorf("heatscope_otlp_receive_bucket_up without a bucket")
+	}
+}
+
+// TestOTLPReceiveBucketUp: with a bucket, heatscope_otlp_receive_bucket_up
+// follows what the receiver's Shipping says.
+func TestOTLPReceiveBucketUp(t *testing.T) {
+	var down error
+	r, err := otlpreceive.New(otlpreceive.Options{Open: func(string) (otlpreceive.Store, error) { return nil, errors.New("no store") },
+		Shipping: func() error { return down }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New()
+	if err := m.RegisterOTLPReceive(r); err != nil {
+		t.Fatal(err)
+	}
+	if v := value(t, scrape(t, m.Handler()), "heatscope_otlp_receive_bucket_up"); v != 1 {
+		t.Errorf("bucket up %v while it answers, want 1", v)
+	}
+	down = errors.New("bucket s3:b does not answer")
+	if v := value(t, scrape(t, m.Handler()), "heatscope_otlp_receive_bucket_up"); v != 0 {
+		t.Errorf("bucket up %v while it does not answer, want 0", v)
 	}
 }

@@ -96,6 +96,12 @@ type Options struct {
 	// all nodes (defaults DefaultNodeRate, DefaultTotalRate); each may
 	// burst to two seconds' worth.
 	NodeRate, TotalRate float64
+	// Shipping, when set, says whether what is stored reaches the
+	// bucket: nil while it does, else why not (the bucket does not
+	// answer). While it fails, every accepted request's answer names it
+	// (its partial success, rejecting nothing: the samples are stored,
+	// their shipping waits), and so does Stats.
+	Shipping func() error
 	// Logger receives refusals and store errors (default slog.Default).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now), for tests.
@@ -118,6 +124,11 @@ type Stats struct {
 	AppendErrors uint64
 	// Nodes is how many nodes have sent.
 	Nodes int
+	// Ships says the receiver ships to a bucket (Options.Shipping is
+	// set); ShippingErr is why what it stores does not reach the bucket
+	// now, "" while it does.
+	Ships       bool
+	ShippingErr string
 }
 
 // Receiver ingests OTLP profiles requests into the nodes' stores.
@@ -206,6 +217,12 @@ func (r *Receiver) Stats() Stats {
 	r.mu.Lock()
 	st.Nodes = len(r.nodes)
 	r.mu.Unlock()
+	if r.opts.Shipping != nil {
+		st.Ships = true
+		if err := r.opts.Shipping(); err != nil {
+			st.ShippingErr = err.Error()
+		}
+	}
 	return st
 }
 
@@ -290,7 +307,7 @@ func (r *Receiver) acquire() (release func(), err *refusal) {
 type result struct {
 	stored   int
 	rejected int
-	why      string // what was left out, for the partial success
+	why      string // what was left out or not shipped, for the partial success
 }
 
 // response is the OTLP answer to an accepted request: a partial success
@@ -353,6 +370,11 @@ func (r *Receiver) ingest(ctx context.Context, p pprofile.Profiles) (result, *re
 		res.rejected += appendErrs
 	}
 	slices.Sort(why)
+	if r.opts.Shipping != nil && stored > 0 {
+		if err := r.opts.Shipping(); err != nil {
+			why = append(why, fmt.Sprintf("%d samples stored on the receiver, not shipped yet: %v; they are shipped when it answers", stored, err))
+		}
+	}
 	res.why = strings.Join(why, "; ")
 	r.samples.Add(uint64(stored))
 	r.rejected.Add(uint64(res.rejected))

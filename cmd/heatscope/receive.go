@@ -23,6 +23,7 @@ import (
 	"github.com/heatscope/heatscope/metrics"
 	"github.com/heatscope/heatscope/otlpreceive"
 	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/shipper"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -104,8 +105,10 @@ func (f receiveFlags) run(stdout io.Writer) error {
 		defer nodes.bucket.Close()
 	}
 	defer nodes.close(stdout)
+	shipping, stopWatch := nodes.watchBucket()
+	defer stopWatch()
 	rcv, err := otlpreceive.New(otlpreceive.Options{Open: nodes.open, AuthToken: token, NodeAttribute: *f.nodeAttr,
-		MaxRequestBytes: int(maxRequest), NodeRate: *f.nodeRate, TotalRate: *f.totalRate, Logger: slog.Default()})
+		MaxRequestBytes: int(maxRequest), NodeRate: *f.nodeRate, TotalRate: *f.totalRate, Shipping: shipping, Logger: slog.Default()})
 	if err != nil {
 		return usageError{fmt.Errorf("--auth-token: %w", err)}
 	}
@@ -322,6 +325,24 @@ func (n *receivedNodes) open(node string) (otlpreceive.Store, error) {
 	slog.Info("a new node sends", "node", node, "data", dir)
 	n.nodes = append(n.nodes, rn)
 	return db, nil
+}
+
+// watchBucket asks the nodes' bucket every few seconds whether it
+// answers, until stop is called, so that a bucket gone is named at once
+// (the log, the metric, the answers), not when a block is due or a lease
+// expires. shipping says what it found; it is nil without a bucket.
+func (n *receivedNodes) watchBucket() (shipping func() error, stop func()) {
+	if n.bucket == nil {
+		return nil, func() {}
+	}
+	reach := shipper.NewReachability(n.bucket, n.bucket.Name(), "", 0, slog.Default())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reach.Run(ctx)
+	}()
+	return reach.Err, func() { cancel(); <-done }
 }
 
 // close writes every node's head as a block and ships what is left.
