@@ -125,6 +125,8 @@ type Guard struct {
 
 	changes atomic.Uint64
 	judged  atomic.Uint64
+	// lowest is the lowest frequency the Guard set (0 before a change).
+	lowest atomic.Int64
 	// shed is whether the Shedder's work is given up now (shedNow for
 	// other goroutines), shedWhat what it is, sheds how many times it
 	// was given up.
@@ -291,6 +293,9 @@ func (g *Guard) observe(cost Cost) {
 		return
 	}
 	g.changes.Add(1)
+	if low := g.lowest.Load(); low == 0 || int64(next) < low {
+		g.lowest.Store(int64(next))
+	}
 	g.cfg.Logger.Info("sampling frequency changed", "from_hz", cur, "to_hz", next, "reason", reason)
 	g.noteChange(now, cur, next, reason)
 }
@@ -362,6 +367,10 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 
 // Changes returns how many times the Guard has changed the frequency.
 func (g *Guard) Changes() uint64 { return g.changes.Load() }
+
+// Lowest returns the lowest frequency the Guard has set, 0 before its
+// first change.
+func (g *Guard) Lowest() int { return int(g.lowest.Load()) }
 
 // Judged returns how many windows the Guard has judged.
 func (g *Guard) Judged() uint64 { return g.judged.Load() }

@@ -199,6 +199,9 @@ func TestGuardEpisodes(t *testing.T) {
 	if n := len(g.changes(t)); n != 5 || g.Changes() != 5 || g.s.hz != 99 {
 		t.Fatalf("%d changes logged, %d counted, %d Hz at the end; want 5, 5, 99 Hz", n, g.Changes(), g.s.hz)
 	}
+	if g.Lowest() != 24 {
+		t.Errorf("Lowest() = %d after 99 -> 49 -> 24 -> ... -> 99 Hz, want 24 (record's summary prints it)", g.Lowest())
+	}
 	if len(g.episodes) != 1 {
 		t.Fatalf("%d episodes, want 1: %+v", len(g.episodes), g.episodes)
 	}

@@ -257,6 +257,11 @@ func TestOverheadGuard(t *testing.T) {
 		t.Errorf("no log line for the change:\n%s", log)
 	}
 	logged := strings.Count(log, `msg="sampling frequency changed"`)
+	// The summary says the rate was not held, and where to read why.
+	if want := fmt.Sprintf("sampling frequency: 400 Hz asked; the overhead guard (--max-cpu 0.001) changed it %d times, lowest ", logged); !strings.Contains(log, want) ||
+		!strings.Contains(log, "Hz at the stop: fewer samples were taken") {
+		t.Errorf("the summary does not say %q ... Hz at the stop:\n%s", want, log)
+	}
 	db, err := store.Open(data, store.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)

@@ -568,6 +568,11 @@ func (r *recording) report(stdout, stderr io.Writer) error {
 		r.stopped = time.Now()
 	}
 	printSummary(r.rec, r.stopped.Sub(r.start), stderr)
+	if r.guard != nil && r.guard.Changes() > 0 {
+		fmt.Fprintf(stderr, "sampling frequency: %d Hz asked; the overhead guard (--max-cpu %g) changed it %d times, lowest %d Hz, %d Hz at the stop: "+
+			"fewer samples were taken, each weighing its own period (why: the log's \"sampling frequency changed\" lines and the overhead-guard events)\n",
+			*f.frequency, *f.maxCPU, r.guard.Changes(), r.guard.Lowest(), r.rec.Frequency())
+	}
 	if r.db != nil && *f.events.kmsg != "" {
 		printEventSummary(r.kmsg.Status(), stderr)
 	}
