@@ -38,7 +38,7 @@
 //
 //	go run ./bench/churn -runs 5 -duration 30s
 //	go run ./bench/churn -cases b -runs 1 -duration 10m   # the rate held for 10 minutes
-//	go run ./bench/churn -cases b -agent-profiles DIR     # where the agent's CPU goes (go tool pprof -top)
+//	go run ./bench/churn -cases b -agent-profiles DIR     # where the agent's CPU goes (go tool pprof -top), and its log
 //	go run ./bench/churn -cases ab -before /tmp/heatscope-main   # a change against a build from before it, in the same runs
 package main
 
@@ -73,7 +73,7 @@ func main() {
 	which := flag.String("cases", "abcd", "the cases to run, in order (a, b, c, d)")
 	steadyFrom := flag.Duration("steady-from", 10*time.Second, "the steady figures are taken from this long after the agent started to the end")
 	maxRunning := flag.Int("max-running", 200, "at most this many short-lived processes at once (the spawner skips a start beyond it)")
-	profiles := flag.String("agent-profiles", "", "write each heatscope run's own CPU profile (record --cpu-profile) into this existing directory")
+	profiles := flag.String("agent-profiles", "", "write each heatscope run's own CPU profile (record --cpu-profile) and its log into this existing directory")
 	before := flag.String("before", "", "also measure this heatscope binary (a build from before a change), beside the tree's in every case and run, in turns: "+
 		"rows say before and after; compare their ratios to perf, taken in the same runs")
 	flag.Parse()
@@ -462,7 +462,11 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	if m := regexp.MustCompile(`\((\d+) samples\)`).FindStringSubmatch(perfErr.String()); m != nil {
 		r.perfSamples, _ = strconv.ParseInt(m[1], 10, 64)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "heatscope.log"), hsErr.Bytes(), 0o644); err != nil {
+	logDir := dir
+	if b.profiles != "" {
+		logDir = b.profiles // kept: the temporary directory is not
+	}
+	if err := os.WriteFile(filepath.Join(logDir, fmt.Sprintf("run%d-%s%s.log", run, c.name, c.label)), hsErr.Bytes(), 0o644); err != nil {
 		return r, err
 	}
 	if c.spinners {
