@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/workclock"
 )
 
 // Part is one kind of the agent's work and the CPU time it has taken so
@@ -27,6 +28,15 @@ type Part struct {
 	// window over the budget that halves the rate.
 	Spreads bool
 	Spread  time.Duration
+	// OneOff marks work done once and then kept (a new binary's unwind
+	// table compiled or its symbols read, then cached): the Guard judges
+	// it spread evenly over Config.OneOffSpread from the reading it first
+	// shows in (oneOffs), as it judges a part that Spreads, so that a
+	// table compiled once is the share of a CPU it costs over that time,
+	// not a window over the budget that gives up work or halves the rate.
+	// Such work done again and again (new binaries all the time: a build)
+	// still adds up to its whole cost once it has gone on that long.
+	OneOff bool
 }
 
 // PartShare is a part's cost over a judged window, in percent of one CPU.
@@ -198,7 +208,7 @@ func addParts(sum []Part, prev, now []Part) []Part {
 			sum[i].CPU += d
 			sum[i].Spread += ds
 		} else {
-			sum = append(sum, Part{Name: p.Name, CPU: d, PerSample: p.PerSample, Spreads: p.Spreads, Spread: ds})
+			sum = append(sum, Part{Name: p.Name, CPU: d, PerSample: p.PerSample, Spreads: p.Spreads, Spread: ds, OneOff: p.OneOff})
 		}
 	}
 	return sum
@@ -224,4 +234,34 @@ func (k Kept) Event() events.Event {
 		k.Cost.over(k.Budget), k.Hz)
 	labels := map[string]string{events.KindLabel: events.KindOverheadGuard, "rate": "kept", "cost": k.Cost.largest()}
 	return events.Event{Time: k.At.UnixNano(), Source: EventSource, Severity: events.Warning, Text: text, Labels: labels}
+}
+
+// oneOff is a part's work done once and kept (Part.OneOff), as the Guard
+// spreads it: its CPU time at the last reading, and each reading's
+// increase spread over Config.OneOffSpread from that reading on.
+type oneOff struct {
+	last   time.Duration
+	base   time.Duration // its CPU time at the first reading: before judging
+	spread workclock.Spread
+}
+
+// spreadOneOffs returns parts with each OneOff part judged spread: marked
+// Spreads, its Spread the CPU time it had at the Guard's first reading
+// plus each later reading's increase spread over Config.OneOffSpread
+// from that reading on (workclock.Spread).
+func (g *Guard) spreadOneOffs(parts []Part, now time.Time) []Part {
+	for i, p := range parts {
+		if !p.OneOff {
+			continue
+		}
+		st := g.oneOffs[p.Name]
+		if st == nil {
+			st = &oneOff{last: p.CPU, base: p.CPU}
+			g.oneOffs[p.Name] = st
+		}
+		st.spread.Add(now, p.CPU-st.last, g.cfg.OneOffSpread)
+		st.last = max(st.last, p.CPU)
+		parts[i].Spreads, parts[i].Spread = true, st.base+st.spread.Total(now)
+	}
+	return parts
 }

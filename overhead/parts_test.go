@@ -192,3 +192,86 @@ func TestGuardJudgesBurstsSpread(t *testing.T) {
 		}
 	}
 }
+
+// tablingAgent is an agent whose samples cost 0.5% of a CPU and which
+// builds unwind tables (a part done once and kept): one of oneOffCPU at
+// oneOffAt, and from then on sustained of one CPU, if not zero.
+type tablingAgent struct {
+	start     time.Time
+	oneOffAt  time.Duration
+	oneOffCPU time.Duration
+	sustained float64
+	oneOff    bool // the part is marked OneOff
+}
+
+func (a *tablingAgent) at() (samples, tables time.Duration) {
+	el := time.Since(a.start)
+	samples = time.Duration(0.005 * float64(el))
+	if since := el - a.oneOffAt; since >= 0 {
+		tables = a.oneOffCPU + time.Duration(a.sustained*float64(since))
+	}
+	return samples, tables
+}
+
+func (a *tablingAgent) meter() (time.Duration, error) {
+	samples, tables := a.at()
+	return samples + tables, nil
+}
+
+func (a *tablingAgent) parts() []Part {
+	samples, tables := a.at()
+	return []Part{{Name: "samples", CPU: samples, PerSample: true}, {Name: "unwind tables", CPU: tables, OneOff: a.oneOff}}
+}
+
+// runTabling runs a Guard with a Shedder over a for d, windows of 100 ms,
+// and returns its sampler, Shedder and log.
+func runTabling(t *testing.T, a *tablingAgent, spread, d time.Duration) (*fixedSampler, *countingShedder, string) {
+	t.Helper()
+	s, sh := &fixedSampler{hz: 99}, &countingShedder{}
+	var log bytes.Buffer
+	g, err := New(Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond, Parts: a.parts, Shedder: sh, OneOffSpread: spread,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}, s, a.meter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	g.Run(ctx)
+	return s, sh, log.String()
+}
+
+// TestGuardJudgesOneOffWorkSpread: a table compiled once in 3 ms, in a
+// 100 ms window where the samples cost 0.5% of a CPU, makes it 3.5%;
+// judged spread over the 3 s it is kept for (Part.OneOff) it is 0.1%:
+// the Guard neither gives up work nor lowers the rate. Judged as it fell
+// (the check that the test can fail) it gives up the young processes'
+// tables. Tables built on and on at 2% of a CPU are over the budget
+// however they are judged: spread over 200 ms, the Guard gives up work
+// and then, over the budget with work a lower rate does not reduce,
+// keeps the rate and says the tables cost it.
+func TestGuardJudgesOneOffWorkSpread(t *testing.T) {
+	for _, oneOff := range []bool{true, false} {
+		a := &tablingAgent{start: time.Now(), oneOffAt: 350 * time.Millisecond, oneOffCPU: 3 * time.Millisecond, oneOff: oneOff}
+		s, sh, log := runTabling(t, a, 3*time.Second, time.Second)
+		switch {
+		case oneOff && (s.hz != 99 || sh.shed != 0):
+			t.Errorf("one table judged spread: %d Hz, work given up %d times; want 99 Hz and none; log:\n%s", s.hz, sh.shed, log)
+		case !oneOff && sh.shed == 0:
+			t.Errorf("one table judged as it fell: no work given up, want it given up (the test's table must be over the budget in its window); log:\n%s", log)
+		}
+	}
+	a := &tablingAgent{start: time.Now(), oneOffAt: 50 * time.Millisecond, sustained: 0.02, oneOff: true}
+	_, sh, log := runTabling(t, a, 200*time.Millisecond, 1200*time.Millisecond)
+	if sh.shed != 1 {
+		t.Fatalf("tables built on and on at 2%% of a CPU: work given up %d times, want once; log:\n%s", sh.shed, log)
+	}
+	// Over the budget alone, a lower rate would not help: the rate is
+	// kept, and said to be, naming the tables.
+	m := regexp.MustCompile(`the rate stays" hz=99 reason="[^"]*unwind tables (\d+\.\d+)%`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("the Guard did not say that the unwind tables kept it over the budget; log:\n%s", log)
+	}
+	if share, _ := strconv.ParseFloat(m[1], 64); share < 1 {
+		t.Errorf("the tables at %.3f%% of a CPU where the rate was kept, want over 1%% (2%% spread over 200 ms, built on for longer)", share)
+	}
+}

@@ -237,7 +237,10 @@ func (r *Recorder) TimeUpkeep(u Upkeep) { r.upkeep = u }
 // with the sampling rate (overhead.Config.Parts): new processes (their
 // mappings read by the symbolizer and the unwinder, their unwind entries
 // written, and the BPF program that snapshots them as they exit), symbol
-// tables and unwind tables loaded.
+// tables and unwind tables loaded. A binary's symbols and unwind table are
+// read or compiled once and kept (in memory, and in the cache directory
+// for later runs): the guard judges them spread over a couple of minutes
+// (overhead.Part.OneOff), not in the window a table was compiled in.
 //
 // The samples' own path is a part too, the one that falls with the rate:
 // the ring's drains (each sample decoded, symbolized, handed on to be
@@ -258,8 +261,8 @@ func (r *Recorder) Parts() []overhead.Part {
 	parts := []overhead.Part{
 		{Name: PartSamples, CPU: max(0, drains-sym.SymbolsCPU-sym.ProcessesCPU), PerSample: true},
 		{Name: PartProcesses, CPU: processes},
-		{Name: PartSymbols, CPU: sym.SymbolsCPU},
-		{Name: PartTables, CPU: tables},
+		{Name: PartSymbols, CPU: sym.SymbolsCPU, OneOff: true},
+		{Name: PartTables, CPU: tables, OneOff: true},
 	}
 	if r.upkeep != nil {
 		cpu, spread := r.upkeep.Upkeep()
