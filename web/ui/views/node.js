@@ -47,9 +47,13 @@ function samplesText(n) {
   return `${n} sample${n === 1 ? '' : 's'}`;
 }
 
-// noSamples is the message of a view no sample reaches.
+// noSamples is the message of a view no sample reaches; for a window
+// outside the source's samples, it says where they are.
 function noSamples(from, to) {
-  return `No samples match ${filterText()} in ${windowText(from, to)}.`;
+  const src = currentSource();
+  const where = src && (to <= src.first || from > src.last)
+    ? `; the source's samples span ${formatTime(src.first)} to ${formatTime(src.last)}` : '';
+  return `No samples match ${filterText()} in ${windowText(from, to)}${where}.`;
 }
 
 function currentSource() {
