@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 	"time"
 
@@ -122,5 +123,25 @@ func TestQueryLatency(t *testing.T) {
 		if b.GetCumulativeCount() != want {
 			t.Errorf("bucket le=%v: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
 		}
+	}
+}
+
+// TestGarbageCollectorCPU: the agent's /metrics says how many collections
+// the Go runtime made and the CPU they took, which the overhead guard
+// counts in "the rest".
+func TestGarbageCollectorCPU(t *testing.T) {
+	m := New()
+	garbage := make([][]byte, 0, 64)
+	for range 64 {
+		garbage = append(garbage, make([]byte, 1<<20))
+		runtime.GC()
+	}
+	runtime.KeepAlive(garbage)
+	fams := scrape(t, m.Handler())
+	if cpu := value(t, fams, "go_cpu_classes_gc_total_cpu_seconds_total"); !(cpu > 0) {
+		t.Errorf("go_cpu_classes_gc_total_cpu_seconds_total %v after 64 collections, want above 0", cpu)
+	}
+	if f := fams["go_gc_duration_seconds"]; f == nil || len(f.Metric) != 1 || f.Metric[0].GetSummary().GetSampleCount() < 64 {
+		t.Errorf("go_gc_duration_seconds: %v, want a count of at least 64 collections", f)
 	}
 }

@@ -25,7 +25,8 @@
 // kernel.bpf_stats_enabled through --bpf-stats; the exit snapshot
 // program's run time per exit apart), the rate held (samples
 // received over those expected: seconds x Hz x CPUs), every change the
-// overhead guard made, the agent's CPU per new process, peak RSS, the
+// overhead guard made, the agent's CPU per new process, its Go garbage
+// collections and their CPU (the runtime's estimate), peak RSS, the
 // share of the CPU-bound processes' samples whose stack reaches main, and
 // perf record's CPU, rate and peak RSS. "steady" figures are taken from
 // -steady-from after the agent started (the guard's warm-up: its start-up
@@ -193,6 +194,11 @@ type result struct {
 	// unwind tables.
 	steadyAgent, steadyBPF      float64
 	steadyProcesses, steadyWork float64
+	// steadyGCs and steadyGCCPU are the Go garbage collector's cycles
+	// in the agent over the steady window, and its CPU seconds by the
+	// runtime's estimate (the agent's /metrics): what the guard counts
+	// in "the rest" beside the BPF program.
+	steadyGCs, steadyGCCPU float64
 	// steadyPerf is perf record's CPU seconds over the same window: its
 	// start-up (reading every process's maps) left out as the agent's is.
 	steadyPerf float64
@@ -239,8 +245,8 @@ func (b *bench) run(cs []churnCase, runs int) error {
 		b.hz, runs, b.duration, cpus, profrun.KernelRelease())
 	fmt.Printf("Load average at the start: %s. Both profilers record the whole machine at once. \"steady\": from %v after the agent started to the end. "+
 		"Run 1 starts with an empty --cache-dir (kernel symbols, unwind tables), later runs with what earlier ones left.\n\n", loadavg.Line(), b.steadyFrom)
-	fmt.Printf("| run | case | load (1 min) before, after | new processes/s: started, machine | agent CPU | BPF | agent + BPF, %% of one CPU | steady agent + BPF | samples / expected | guard changes | peak RSS | perf CPU | perf samples / expected | perf peak RSS | ratio (agent + BPF) / perf | steady ratio | ratio / (perf record + perf script) | agent µs per new process: over case a | its count: processes, + tables | reach main |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| run | case | load (1 min) before, after | new processes/s: started, machine | agent CPU | BPF | agent + BPF, %% of one CPU | steady agent + BPF | samples / expected | guard changes | peak RSS | perf CPU | perf samples / expected | perf peak RSS | ratio (agent + BPF) / perf | steady ratio | ratio / (perf record + perf script) | agent µs per new process: over case a | its count: processes, + tables | steady Go GC: collections/s, %% of one CPU | reach main |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]result{}
 	var perProcess = map[string][]float64{}
 	for i := range runs {
@@ -311,19 +317,20 @@ func (b *bench) printRow(run int, c churnCase, r result, us float64) {
 	if p, w := measuredMicros(r); !math.IsNaN(p) {
 		measured = fmt.Sprintf("%.1f, %.1f", p, w)
 	}
-	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %.2f | %.2f | %s | %s | %s |\n",
+	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %.2f | %.2f | %s | %s | %.2f, %.3f%% | %s |\n",
 		run, c.key(), r.loadBefore, r.loadAfter, rate, r.forks/r.steadySecs,
 		100*r.hs.CPU.Seconds()/secs, 100*(r.sum.BPFTime+r.sum.ExitTime)/secs, 100*r.agentBPF()/secs,
 		100*(r.steadyAgent+r.steadyBPF)/r.steadySecs, 100*float64(r.sum.Received)/r.expected, guard,
 		float64(r.hs.MaxRSS)/1e6, 100*r.perf.CPU.Seconds()/b.duration.Seconds(),
 		100*float64(r.perfSamples)/(b.duration.Seconds()*float64(b.hz*runtime.NumCPU())), float64(r.perf.MaxRSS)/1e6,
-		r.agentBPF()/r.perf.CPU.Seconds(), (r.steadyAgent+r.steadyBPF)/r.steadyPerf, r.agentBPF()/(r.perf.CPU+r.perfScript.CPU).Seconds(), perProc, measured, reach)
+		r.agentBPF()/r.perf.CPU.Seconds(), (r.steadyAgent+r.steadyBPF)/r.steadyPerf, r.agentBPF()/(r.perf.CPU+r.perfScript.CPU).Seconds(), perProc, measured,
+		r.steadyGCs/r.steadySecs, 100*r.steadyGCCPU/r.steadySecs, reach)
 }
 
 func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess map[string][]float64) {
 	fmt.Printf("\n### Medians (range) per case\n\n")
-	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | steady ratio | ratio / (perf record + perf script) | agent µs per new process: over case a | its count: processes | its count: + tables | reach main, %% |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| case | load (1 min) | agent + BPF, %% of one CPU | steady agent + BPF | BPF | exit snapshot, µs per exit | samples / expected | runs with a guard change | peak RSS, MB | perf CPU, %% | perf peak RSS, MB | ratio (agent + BPF) / perf | steady ratio | ratio / (perf record + perf script) | agent µs per new process: over case a | its count: processes | its count: + tables | steady Go GC, collections/s | steady Go GC, %% of one CPU | reach main, %% |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cs {
 		rs := all[c.key()]
 		stat := func(format string, f func(result) float64) string {
@@ -348,7 +355,7 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 		if v := perProcess[c.key()]; len(v) > 0 {
 			perProc = profrun.MedianRange(v, "%.1f")
 		}
-		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key(), c.what,
+		fmt.Printf("| %s: %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.key(), c.what,
 			stat("%.1f", func(r result) float64 { v, _ := strconv.ParseFloat(r.loadBefore, 64); return v }),
 			stat("%.3f", func(r result) float64 { return 100 * r.agentBPF() / r.sum.Recorded }),
 			stat("%.3f", func(r result) float64 { return 100 * (r.steadyAgent + r.steadyBPF) / r.steadySecs }),
@@ -370,6 +377,8 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 			perProc,
 			stat("%.1f", func(r result) float64 { p, _ := measuredMicros(r); return p }),
 			stat("%.1f", func(r result) float64 { _, w := measuredMicros(r); return w }),
+			stat("%.2f", func(r result) float64 { return r.steadyGCs / r.steadySecs }),
+			stat("%.3f", func(r result) float64 { return 100 * r.steadyGCCPU / r.steadySecs }),
 			stat("%.1f", func(r result) float64 {
 				if r.workload == 0 {
 					return math.NaN()
@@ -452,6 +461,7 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	r.steadySecs = to.at.Sub(from.at).Seconds()
 	r.steadyAgent, r.steadyBPF = (to.cpu - from.cpu).Seconds(), to.bpf-from.bpf
 	r.steadyProcesses, r.steadyWork = to.processes-from.processes, to.work-from.work
+	r.steadyGCs, r.steadyGCCPU = to.gcs-from.gcs, to.gcCPU-from.gcCPU
 	r.forks = to.forks - from.forks
 	r.hs, r.perf = profrun.UsageOf(hs.ProcessState), profrun.UsageOf(perf.ProcessState)
 	if r.sum, err = profrun.ParseSummary(hsErr.String()); err != nil {
@@ -493,6 +503,9 @@ type reading struct {
 	// processes and work are the agent's CPU seconds on new processes,
 	// and on all the work that does not fall with the rate.
 	processes, work float64
+	// gcs and gcCPU are the agent's garbage collections so far and their
+	// CPU seconds (the Go runtime's estimate).
+	gcs, gcCPU float64
 }
 
 func (b *bench) reading(pid int, metrics string) (reading, error) {
@@ -510,6 +523,7 @@ func (b *bench) reading(pid int, metrics string) (reading, error) {
 	}
 	rd.bpf = m["heatscope_bpf_program_seconds_total"] + m["heatscope_bpf_exit_program_seconds_total"]
 	rd.processes = m["heatscope_agent_work_cpu_seconds_total{part=new processes}"]
+	rd.gcs, rd.gcCPU = m["go_gc_duration_seconds"], m["go_cpu_classes_gc_total_cpu_seconds_total"]
 	// The parts that do not fall with the rate: not the samples' own
 	// path, nor the store's.
 	for _, part := range []string{"new processes", "symbol tables", "unwind tables"} {
