@@ -15,6 +15,16 @@ import (
 // resource per node, its samples of one stack and one set of attributes
 // sharing an OTLP Sample that keeps each one's timestamp and period. Not
 // safe for concurrent use.
+//
+// A request's dictionary (its strings, mappings, functions, locations,
+// stacks and attributes) is what a recording repeats batch after batch:
+// Request keeps it for the next batch while the batch used nearly all of
+// it, so that a stack seen before is neither hashed nor built in pdata
+// again. A request then carries at most a quarter more stacks and
+// attributes than its samples use (plus keptSlack); a dictionary found
+// staler than that starts afresh and is not kept for a while (nextBatch),
+// as on a node whose stacks change faster than its batches (a busy build
+// machine), where keeping it would only make requests larger.
 type Encoder struct {
 	version string
 	node    string
@@ -26,21 +36,35 @@ type Encoder struct {
 	dict     pprofile.ProfilesDictionary
 	n        int
 
-	// The batch's tables: each value's index in the dictionary. They are
-	// emptied, not dropped, between batches (their room is reused), and
-	// hold nothing of a batch past it: the agent's memory is small, and
-	// its garbage collector's work grows with what it holds.
+	// gen numbers the batches; stackGen and attrGen hold, for each stack
+	// and attribute of the dictionary, the last batch that used it, and
+	// usedStacks and usedAttrs count the current batch's.
+	gen                   uint32
+	stackGen, attrGen     []uint32
+	usedStacks, usedAttrs int
+	// fresh says the batch started on a new dictionary; retryIn counts
+	// the batches still to start afresh after a kept one proved stale.
+	fresh   bool
+	retryIn int
+
+	// The dictionary's tables: each value's index in it. They are
+	// emptied, not dropped, when the dictionary starts afresh (their room
+	// is reused): the agent's memory is small, and its garbage
+	// collector's work grows with what it holds.
 	strings  map[string]int32
 	attrs    map[attrKey]int32
 	mappings map[mappingKey]int32
 	funcs    map[funcKey]int32
 	locs     map[sample.Frame]int32
 	stacks   map[string]int32
-	// shared finds the stack of a slice the batch has seen: the
-	// recorder's samples of one stack share one slice (symbolize caches
-	// it).
+	// shared finds the stack of a slice seen since the dictionary
+	// started: the recorder's samples of one stack share one slice
+	// (symbolize caches it). It is emptied with the dictionary, or when
+	// it holds more slices than keptShared allows.
 	shared map[stackRef]sharedStack
-	nodes  map[string]*nodeProfile
+	// nodes are the batch's profiles, one per node; a node's entry is
+	// kept for the next batch, its tables emptied.
+	nodes map[string]*nodeProfile
 	// obs holds each sample's time and weight until Profiles writes them
 	// into their OTLP samples, each slice allocated once at its size.
 	obs []observation
@@ -106,6 +130,7 @@ type sampleKey struct {
 // nodeProfile is the profile of one node's samples.
 type nodeProfile struct {
 	profile  pprofile.Profile
+	inBatch  bool // profile is the current batch's
 	samples  map[sampleKey]int
 	counts   []int32 // the observations of each OTLP sample
 	periods  map[int64]int
@@ -136,7 +161,7 @@ func (e *Encoder) SetPeriod(periodNs int64) { e.period = periodNs }
 // Len returns the number of samples added since the last Profiles.
 func (e *Encoder) Len() int { return e.n }
 
-// reset starts a new batch.
+// reset starts a new batch with a new dictionary.
 func (e *Encoder) reset() {
 	e.profiles = pprofile.NewProfiles()
 	e.dict = e.profiles.Dictionary()
@@ -152,9 +177,9 @@ func (e *Encoder) reset() {
 	clear(e.stacks)
 	clear(e.shared)
 	clear(e.nodes)
-	clear(e.obs) // no pointer into the last batch kept
-	e.obs = e.obs[:0]
-	e.n = 0
+	e.stackGen, e.attrGen = e.stackGen[:0], e.attrGen[:0]
+	e.newBatch()
+	e.fresh = true
 	// Every dictionary table starts with its zero value, which an index
 	// of 0 means ("not set").
 	e.str("")
@@ -163,10 +188,61 @@ func (e *Encoder) reset() {
 	e.dict.FunctionTable().AppendEmpty()
 	e.dict.LinkTable().AppendEmpty()
 	e.dict.AttributeTable().AppendEmpty()
+	e.attrGen = append(e.attrGen, 0)
 	e.dict.StackTable().AppendEmpty()
+	e.stackGen = append(e.stackGen, 0)
 	e.mappings[mappingKey{}] = 0
 	e.funcs[funcKey{}] = 0
 	e.stacks[""] = 0
+}
+
+// newBatch starts a new batch on the dictionary as it is.
+func (e *Encoder) newBatch() {
+	e.profiles.ResourceProfiles().RemoveIf(func(pprofile.ResourceProfiles) bool { return true })
+	for _, np := range e.nodes {
+		np.inBatch = false
+	}
+	if len(e.shared) > keptShared*len(e.stackGen) {
+		clear(e.shared) // slices of the recorder's that are not shared
+	}
+	clear(e.obs) // no pointer into the last batch kept
+	e.obs = e.obs[:0]
+	e.n = 0
+	e.gen++
+	e.usedStacks, e.usedAttrs = 0, 0
+}
+
+// keptSlack is how many stacks and attributes a batch may leave unused
+// over a quarter of those it used, the dictionary kept; keptLocations
+// bounds its locations whatever the batches use; keptShared bounds the
+// stack slices remembered, per stack; keptRetry is how many batches start
+// afresh after a kept dictionary proved stale, before one is kept again.
+const (
+	keptSlack     = 16
+	keptLocations = 1 << 16
+	keptShared    = 4
+	keptRetry     = 12
+)
+
+// nextBatch starts a new batch after the current one was marshaled. The
+// dictionary is kept while the batches use nearly all of it. One that
+// proved stale (the batch left a fifth of it unused: the node's stacks
+// change faster than its batches) is not kept for the next
+// keptRetry batches, so that a node whose stacks keep changing sends a
+// request larger than its samples need once every keptRetry+1 batches.
+func (e *Encoder) nextBatch() {
+	stale := e.dict.StackTable().Len() > e.usedStacks+e.usedStacks/4+keptSlack ||
+		e.dict.AttributeTable().Len() > e.usedAttrs+e.usedAttrs/4+keptSlack || e.dict.LocationTable().Len() > keptLocations
+	if stale && !e.fresh {
+		e.retryIn = keptRetry
+	}
+	if stale || e.retryIn > 0 {
+		e.retryIn = max(e.retryIn-1, 0)
+		e.reset()
+		return
+	}
+	e.newBatch()
+	e.fresh = false
 }
 
 // Add adds one sample, which weighs its own period (s.PeriodNs, else the
@@ -177,8 +253,8 @@ func (e *Encoder) Add(s *sample.Sample) {
 		node = e.node
 	}
 	np := e.nodes[node]
-	if np == nil {
-		np = e.newNodeProfile(node)
+	if np == nil || !np.inBatch {
+		np = e.newNodeProfile(node, np)
 	}
 	key := sampleKey{
 		stack: e.stack(s.Stack),
@@ -213,8 +289,9 @@ func (e *Encoder) Add(s *sample.Sample) {
 	e.n++
 }
 
-// newNodeProfile adds the resource, scope and profile of a node.
-func (e *Encoder) newNodeProfile(node string) *nodeProfile {
+// newNodeProfile adds the resource, scope and profile of a node to the
+// batch, reusing np's tables (the node's in the last batch) if not nil.
+func (e *Encoder) newNodeProfile(node string, np *nodeProfile) *nodeProfile {
 	rp := e.profiles.ResourceProfiles().AppendEmpty()
 	rp.SetSchemaUrl(schemaURL)
 	if node != "" {
@@ -235,8 +312,13 @@ func (e *Encoder) newNodeProfile(node string) *nodeProfile {
 	var id pprofile.ProfileID
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
 	p.SetProfileID(id)
-	np := &nodeProfile{profile: p, samples: map[sampleKey]int{}, periods: map[int64]int{}}
-	e.nodes[node] = np
+	if np == nil {
+		np = &nodeProfile{samples: map[sampleKey]int{}, periods: map[int64]int{}}
+		e.nodes[node] = np
+	}
+	clear(np.samples)
+	clear(np.periods)
+	np.profile, np.inBatch, np.counts, np.n = p, true, np.counts[:0], 0
 	return np
 }
 
@@ -282,7 +364,7 @@ func (e *Encoder) stack(frames []sample.Frame) int32 {
 	}
 	ref := stackRef{&frames[0], len(frames)}
 	if c, ok := e.shared[ref]; ok && slices.Equal(c.frames, frames) {
-		return c.index
+		return e.used(c.index)
 	}
 	e.locBuf = e.locBuf[:0]
 	e.keyBuf = e.keyBuf[:0]
@@ -303,8 +385,18 @@ func (e *Encoder) stack(frames []sample.Frame) int32 {
 		st.EnsureCapacity(len(e.locBuf))
 		st.Append(e.locBuf...)
 		e.stacks[string(e.keyBuf)] = i
+		e.stackGen = append(e.stackGen, 0)
 	}
 	e.shared[ref] = sharedStack{frames, i}
+	return e.used(i)
+}
+
+// used marks stack i used by the batch, and returns it.
+func (e *Encoder) used(i int32) int32 {
+	if e.stackGen[i] != e.gen {
+		e.stackGen[i] = e.gen
+		e.usedStacks++
+	}
 	return i
 }
 
@@ -392,28 +484,45 @@ func (e *Encoder) intAttr(key string, value int64) int32 {
 // attr returns the index of an attribute in the attribute table, adding
 // it if new.
 func (e *Encoder) attr(k attrKey) int32 {
-	if i, ok := e.attrs[k]; ok {
-		return i
+	i, ok := e.attrs[k]
+	if !ok {
+		t := e.dict.AttributeTable()
+		i = int32(t.Len())
+		a := t.AppendEmpty()
+		a.SetKeyStrindex(e.str(k.key))
+		if k.isNum {
+			a.Value().SetInt(k.num)
+		} else {
+			a.Value().SetStr(k.str)
+		}
+		e.attrs[k] = i
+		e.attrGen = append(e.attrGen, 0)
 	}
-	t := e.dict.AttributeTable()
-	i := int32(t.Len())
-	a := t.AppendEmpty()
-	a.SetKeyStrindex(e.str(k.key))
-	if k.isNum {
-		a.Value().SetInt(k.num)
-	} else {
-		a.Value().SetStr(k.str)
+	if e.attrGen[i] != e.gen {
+		e.attrGen[i] = e.gen
+		e.usedAttrs++
 	}
-	e.attrs[k] = i
 	return i
 }
 
 // Profiles returns the batch of the samples added since the last call,
-// and starts a new one. Each profile's time is its first sample's, its
-// duration reaches just past its last, and its period is the one most of
-// its samples weigh.
+// and starts a new one with a new dictionary. Each profile's time is its
+// first sample's, its duration reaches just past its last, and its
+// period is the one most of its samples weigh.
 func (e *Encoder) Profiles() pprofile.Profiles {
+	e.finish()
+	out := e.profiles
+	e.reset()
+	return out
+}
+
+// finish writes the batch's samples' times and weights, and its
+// profiles' times and periods.
+func (e *Encoder) finish() {
 	for _, np := range e.nodes {
+		if !np.inBatch {
+			continue
+		}
 		p := np.profile
 		p.SetTime(pcommon.Timestamp(np.from))
 		p.SetDurationNano(uint64(np.to-np.from) + 1)
@@ -435,14 +544,15 @@ func (e *Encoder) Profiles() pprofile.Profiles {
 		os.TimestampsUnixNano().Append(o.time)
 		os.Values().Append(o.period)
 	}
-	out := e.profiles
-	e.reset()
-	return out
 }
 
 // Request returns the protobuf of an ExportProfilesServiceRequest holding
-// the batch of the samples added since the last call (MarshalRequest of
-// Profiles), and starts a new one.
+// the batch of the samples added since the last call (as MarshalRequest
+// of Profiles would), and starts a new one, keeping the dictionary while
+// the batch used most of it.
 func (e *Encoder) Request() ([]byte, error) {
-	return MarshalRequest(e.Profiles())
+	e.finish()
+	b, err := MarshalRequest(e.profiles)
+	e.nextBatch()
+	return b, err
 }

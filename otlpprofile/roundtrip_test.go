@@ -172,3 +172,72 @@ func TestEncoderDefaults(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 }
+
+// TestRequestsKeepDictionary: batch after batch through Request, each
+// request decodes alone to exactly its batch's samples, whether the
+// dictionary was kept from the batches before (a node running the same
+// stacks: kept, and the requests no larger for it) or started afresh (a
+// node whose stacks keep changing: at most one request in keptRetry+1
+// carries more than a quarter more stacks than it uses).
+func TestRequestsKeepDictionary(t *testing.T) {
+	for _, churn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("churn %v", churn), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 25))
+			pool := randomSamples(r, 60) // a steady node's threads and stacks, each stack one slice
+			e := NewEncoder("v1", "", 0)
+			kept, bloated := 0, 0
+			const batches = 40
+			for b := range batches {
+				want := randomSamples(r, 300)
+				if !churn {
+					// The pool's threads, stacks and labels, at the
+					// batch's times.
+					for i := range want {
+						t := want[i].Time
+						want[i] = pool[r.IntN(len(pool))]
+						want[i].Time = t
+					}
+				}
+				for i := range want {
+					e.Add(&want[i])
+				}
+				body, err := e.Request()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !e.fresh {
+					kept++
+				}
+				p, err := UnmarshalRequest(body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				used := map[int32]bool{}
+				for _, rp := range p.ResourceProfiles().All() {
+					for _, sp := range rp.ScopeProfiles().All() {
+						for _, pr := range sp.Profiles().All() {
+							for _, s := range pr.Samples().All() {
+								used[s.StackIndex()] = true
+							}
+						}
+					}
+				}
+				if n := p.Dictionary().StackTable().Len(); n > len(used)+len(used)/4+keptSlack+1 {
+					bloated++
+				}
+				got, _ := decodeAll(t, p, DecodeOptions{})
+				sortSamples(want)
+				sortSamples(got)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("batch %d: its request decodes to other samples (%d, want %d)", b, len(got), len(want))
+				}
+			}
+			switch {
+			case !churn && (kept < batches-2 || bloated > 0):
+				t.Errorf("steady stacks: the dictionary kept after %d of %d batches, %d requests bloated; want it kept, none bloated", kept, batches, bloated)
+			case churn && bloated > batches/(keptRetry+1)+1:
+				t.Errorf("changing stacks: %d of %d requests carry more than a quarter more stacks than they use", bloated, batches)
+			}
+		})
+	}
+}
