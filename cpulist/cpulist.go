@@ -11,13 +11,15 @@ import (
 	"strings"
 )
 
-// maxRange bounds one range's CPUs, so that a list cannot ask for an
-// unbounded slice.
-const maxRange = 1 << 16
+// maxCPUs bounds the CPUs a list names, each counted as often as it is
+// named: a few kilobytes of repeated ranges would otherwise ask for
+// gigabytes. No kernel runs more (x86-64 builds at most 8192).
+const maxCPUs = 1 << 16
 
 // Parse returns the CPUs a list names, in the list's order ("0-1,4" →
 // 0, 1, 4); none for an empty list. Surrounding white space (the newline
-// a sysfs file ends with) is ignored.
+// a sysfs file ends with) is ignored. A list naming more than 65536 CPUs
+// in all is refused.
 func Parse(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -36,8 +38,8 @@ func Parse(s string) ([]int, error) {
 				return nil, fmt.Errorf("parse CPU list %q: bad range %q", s, part)
 			}
 		}
-		if last-first > maxRange {
-			return nil, fmt.Errorf("parse CPU list %q: range %q too large", s, part)
+		if last-first >= maxCPUs-len(cpus) {
+			return nil, fmt.Errorf("parse CPU list %q: more than %d CPUs named", s, maxCPUs)
 		}
 		for c := first; c <= last; c++ {
 			cpus = append(cpus, c)

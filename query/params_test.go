@@ -111,7 +111,7 @@ func TestParseFilter(t *testing.T) {
 		t.Fatalf("container filter %+v", f)
 	}
 	for _, tc := range []struct{ param, bad string }{
-		{"comm", "~("}, {"pid", "x"}, {"tid", "-1"}, {"cpu", "3-1"}, {"cpu", "4000000000"}, {"frame", "["},
+		{"comm", "~("}, {"pid", "x"}, {"tid", "-1"}, {"cpu", "3-1"}, {"cpu", "4000000000"}, {"cpu", strings.Repeat("0-65535,", 500) + "0"}, {"frame", "["},
 		{"stack", "both"}, {"idle", "yes"}, {"cgroup", "../etc"}, {"cgroup", "/sys/fs/cgroup/a/../../etc"}, {"cgroup", "5,,6"},
 		{"cgroup", "a\x01b"}, {"cgroup", "\xff"}, {"cgroup", "/" + strings.Repeat("c", 4096)},
 		{"container", "a,,b"}, {"container", "<script>"}, {"pod", "a b"}, {"pod", strings.Repeat("p", 254)},
