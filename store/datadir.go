@@ -28,6 +28,23 @@ func (b LocalBlock) MetaPath() string { return filepath.Join(b.Dir, BlockMetaFil
 // DataPath is the block's data file.
 func (b LocalBlock) DataPath() string { return filepath.Join(b.Dir, BlockDataFile) }
 
+// ReadMeta reads the block's meta.json as the store reads it (ParseMeta: a
+// format version this heatscope reads) and checks that it names this
+// block; raw is the file as it is, for a copy to take unchanged. The error
+// wraps fs.ErrNotExist when the block was deleted since it was listed.
+func (b LocalBlock) ReadMeta() (m Meta, raw []byte, err error) {
+	if raw, err = os.ReadFile(b.MetaPath()); err != nil {
+		return Meta{}, nil, fmt.Errorf("block %s: %w", b.ID, err)
+	}
+	if m, err = ParseMeta(raw); err != nil {
+		return Meta{}, nil, fmt.Errorf("block %s: %w", b.ID, err)
+	}
+	if m.ID != b.ID {
+		return Meta{}, nil, fmt.Errorf("block %s: %w: %s names block %q", b.ID, errCorrupt, BlockMetaFile, m.ID)
+	}
+	return m, raw, nil
+}
+
 // LocalBlocks lists the sealed blocks of data directory dir, leaving out
 // blocks being written ("<id>.tmp"); none when it has no blocks/ yet.
 func LocalBlocks(dir string) ([]LocalBlock, error) {

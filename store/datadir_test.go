@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,5 +89,42 @@ func TestDataDirForCopies(t *testing.T) {
 	}
 	if _, err := segs[0].WholePages(); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a deleted segment: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// TestLocalBlockReadMeta: a copy reads a block's meta as the store does:
+// the file's bytes unchanged with the parsed meta, or an error for a meta
+// the store would refuse (not JSON, a newer format version, another
+// block's id); a deleted block's error says it does not exist.
+func TestLocalBlockReadMeta(t *testing.T) {
+	dir := t.TempDir()
+	b := LocalBlock{ID: "1795237380000-0badf00d", Dir: filepath.Join(dir, "1795237380000-0badf00d")}
+	if _, _, err := b.ReadMeta(); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a deleted block: %v, want an error wrapping fs.ErrNotExist", err)
+	}
+	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	good := fmt.Sprintf(`{"version":%d,"id":%q,"level":1,"samples":7}`, FormatVersion, b.ID)
+	for _, tc := range []struct{ what, meta, wantErr string }{
+		{"a meta this heatscope reads", good, ""},
+		{"not JSON", good[:len(good)/2], "corrupt"},
+		{"a newer format version", fmt.Sprintf(`{"version":%d,"id":%q}`, FormatVersion+1, b.ID), "format version"},
+		{"version 0", fmt.Sprintf(`{"id":%q}`, b.ID), "format version"},
+		{"another block's id", fmt.Sprintf(`{"version":%d,"id":"1795237380000-00c0ffee"}`, FormatVersion), "names block"},
+	} {
+		if err := os.WriteFile(b.MetaPath(), []byte(tc.meta), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, raw, err := b.ReadMeta()
+		if tc.wantErr == "" {
+			if err != nil || m.ID != b.ID || m.Samples != 7 || string(raw) != tc.meta {
+				t.Errorf("%s: %+v, %q, %v", tc.what, m, raw, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), b.ID) {
+			t.Errorf("%s: %v, want an error naming the block and %q", tc.what, err, tc.wantErr)
+		}
 	}
 }
