@@ -26,11 +26,12 @@ var (
 	descPending  = prometheus.NewDesc("heatscope_shipper_pending_blocks", "Blocks written locally and not yet in the bucket.", nil, nil)
 	descLag      = prometheus.NewDesc("heatscope_shipper_lag_seconds", "Seconds from the newest sample in the bucket to now (no sample shipped yet: not reported).", nil, nil)
 	descLost     = prometheus.NewDesc("heatscope_shipper_blocks_lost_total", "Blocks the local size limit or a full disk deleted before they were shipped.", nil, nil)
+	descUnread   = prometheus.NewDesc("heatscope_shipper_unreadable_blocks", "Blocks in the data directory whose meta.json this heatscope cannot read (corrupt, naming another block, or a format version it does not read): not shipped, each named in a warning, looked at again every pass.", nil, nil)
 	descLease    = prometheus.NewDesc("heatscope_shipper_node_lease_held", "1 while this recorder holds its node name's lease in the bucket, 0 while it does not (another recorder took the name, or the bucket did not answer for the lease's TTL): nothing is shipped then. Absent without a lease.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUploads, descFailures, descBlocks, descBytes, descPending, descLag, descLost, descLease} {
+	for _, d := range []*prometheus.Desc{descUploads, descFailures, descBlocks, descBytes, descPending, descUnread, descLag, descLost, descLease} {
 		ch <- d
 	}
 	c.s.delays.Describe(ch)
@@ -43,6 +44,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.CounterValue, float64(st.BlocksShipped))
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(st.Bytes))
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.Pending))
+	ch <- prometheus.MustNewConstMetric(descUnread, prometheus.GaugeValue, float64(st.Unreadable))
 	if st.NewestShipped > 0 {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, time.Since(time.Unix(0, st.NewestShipped)).Seconds())
 	}

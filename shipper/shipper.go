@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -81,7 +82,12 @@ type Shipper struct {
 
 	mu      sync.Mutex
 	state   state
-	ignored map[string]bool // blocks never to ship (compacted, imported, unreadable, another node's)
+	ignored map[string]bool // blocks never to ship (compacted, imported, another node's)
+	// unreadable holds, by block, why the store cannot read a block's
+	// meta.json (corrupt, or a format version this build does not read):
+	// it is not shipped, is named in a warning once for each reason, and
+	// is looked at again every pass.
+	unreadable map[string]string
 	// otherNode counts, by node, the blocks recorded under another node
 	// name than this run's, which stay unshipped (warned about once).
 	otherNode map[string]int
@@ -100,6 +106,7 @@ type Stats struct {
 	EventUploads   uint64
 	Bytes          uint64 // bytes uploaded
 	Pending        int    // blocks waiting, as of the last pass
+	Unreadable     int    // blocks not shipped: their meta.json is one the store cannot read
 	NewestShipped  int64  // newest sample time in the bucket (Unix ns, 0: none)
 	LastErrorEpoch int64  // Unix s of the last failure (0: none)
 }
@@ -141,7 +148,7 @@ func New(opts Options) (*Shipper, error) {
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(30*time.Second, opts.MinBackoff)
 	}
-	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{}, otherNode: map[string]int{},
+	s := &Shipper{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ignored: map[string]bool{}, unreadable: map[string]string{}, otherNode: map[string]int{},
 		delays: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heatscope_shipper_visible_delay_seconds",
 			Help:    "For each block shipped, seconds from its oldest sample to its meta.json's upload, when the bucket's readers see it (the issue's freshness: 60 s by default).",
 			Buckets: []float64{5, 15, 30, 45, 60, 90, 120, 300, 600, 3600}})}
@@ -225,6 +232,7 @@ func (s *Shipper) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Pending = s.pending
+	st.Unreadable = len(s.unreadable)
 	return st
 }
 
@@ -297,11 +305,15 @@ func (s *Shipper) blocksToShip() ([]store.LocalBlock, error) {
 	}
 	onDisk := map[string]bool{}
 	var todo []store.LocalBlock
+	waiting := 0
 	s.mu.Lock()
 	for _, b := range blocks {
 		onDisk[b.ID] = true
 		if _, done := s.state.Blocks[b.ID]; !done && !s.ignored[b.ID] {
 			todo = append(todo, b)
+			if _, bad := s.unreadable[b.ID]; !bad {
+				waiting++
+			}
 		}
 	}
 	// Forget what is no longer on disk (compacted or retained away).
@@ -317,7 +329,12 @@ func (s *Shipper) blocksToShip() ([]store.LocalBlock, error) {
 			delete(s.ignored, id)
 		}
 	}
-	s.pending = len(todo)
+	for id := range s.unreadable {
+		if !onDisk[id] {
+			delete(s.unreadable, id)
+		}
+	}
+	s.pending = waiting
 	s.mu.Unlock()
 	if forgot {
 		if err := s.save(); err != nil {
@@ -341,19 +358,20 @@ func (s *Shipper) shipBlocks(ctx context.Context, todo []store.LocalBlock) error
 // shipBlock uploads one block: data, then meta.json.
 func (s *Shipper) shipBlock(ctx context.Context, b store.LocalBlock) error {
 	id := b.ID
-	metaBytes, err := os.ReadFile(b.MetaPath())
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil // deleted since the listing
-		}
-		return fmt.Errorf("shipper: block %s: %w", id, err)
+	m, metaBytes, err := b.ReadMeta()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // deleted since the listing
 	}
-	var m store.Meta
-	if err := json.Unmarshal(metaBytes, &m); err != nil || m.ID != id {
-		s.log.Warn("shipper: not shipping a block whose meta.json is unreadable", "block", b.Dir, "err", err)
-		s.ignore(id)
+	if err != nil {
+		s.skipUnreadable(b, err)
 		return nil
 	}
+	s.mu.Lock()
+	if _, was := s.unreadable[id]; was {
+		delete(s.unreadable, id) // readable again: it waits as the others do
+		s.pending++
+	}
+	s.mu.Unlock()
 	if !shippable(&m) {
 		s.ignore(id)
 		return nil
@@ -400,6 +418,24 @@ func (s *Shipper) shipBlock(ctx context.Context, b store.LocalBlock) error {
 	s.pending = max(0, s.pending-1)
 	s.mu.Unlock()
 	return s.save()
+}
+
+// skipUnreadable leaves out a block whose meta.json the store cannot
+// read, and warns, once for each reason, that it stays unshipped: a block
+// the store refuses is refused by the bucket's readers and compactor too.
+// It does not hold back the blocks after it.
+func (s *Shipper) skipUnreadable(b store.LocalBlock, err error) {
+	s.mu.Lock()
+	was, known := s.unreadable[b.ID]
+	s.unreadable[b.ID] = err.Error()
+	if !known {
+		s.pending = max(0, s.pending-1)
+	}
+	s.mu.Unlock()
+	if was != err.Error() {
+		s.log.Warn("shipper: not shipping a block whose meta.json this heatscope cannot read (corrupt, or written by a newer heatscope); it stays in the data directory and is looked at again every pass",
+			"block", b.ID, "dir", b.Dir, "err", err)
+	}
 }
 
 func (s *Shipper) ignore(id string) {

@@ -489,3 +489,139 @@ func TestEventSegmentObjects(t *testing.T) {
 		t.Fatalf("the grown segment was copied to %q too", objs)
 	}
 }
+
+// TestUnreadableBlocks: blocks whose meta.json the store cannot read (a
+// format version newer than this build reads, bytes that are not JSON, a
+// meta naming another block) are not shipped, and do not hold back the
+// blocks after them: each is named in a warning, once, and counted in
+// heatscope_shipper_unreadable_blocks. One made readable again ships at
+// the next pass.
+func TestUnreadableBlocks(t *testing.T) {
+	srv := miniotest.Start(t)
+	b := srv.Open("")
+	dir := t.TempDir()
+	var sh *shipper.Shipper
+	db := openDB(t, dir, &sh, store.Options{})
+	record(t, db, time.Now().Add(-time.Hour).UnixNano(), 45)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := store.LocalBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) < 4 {
+		t.Fatalf("%d blocks recorded, want at least 4", len(blocks))
+	}
+	slices.SortFunc(blocks, func(a, b store.LocalBlock) int { return strings.Compare(a.ID, b.ID) })
+	rewrite := func(blk store.LocalBlock, edit func(map[string]any)) {
+		t.Helper()
+		raw, err := os.ReadFile(blk.MetaPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		if raw, err = json.Marshal(m); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(blk.MetaPath(), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The three oldest, shipped first: the blocks after them must ship.
+	newer, corrupt, misnamed := blocks[0], blocks[1], blocks[2]
+	rewrite(newer, func(m map[string]any) { m["version"] = store.FormatVersion + 1 })
+	rewrite(misnamed, func(m map[string]any) { m["id"] = "1700000000000-0badc0de" })
+	corruptMeta, err := os.ReadFile(corrupt.MetaPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(corrupt.MetaPath(), corruptMeta[:len(corruptMeta)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs bytes.Buffer
+	sh = newShipper(t, b, dir, shipper.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := context.Background()
+	shipped := func() []string {
+		t.Helper()
+		metas, partial := bucketBlocks(t, srv, "")
+		if len(partial) > 0 {
+			t.Fatalf("blocks with data and no meta in the bucket: %v", partial)
+		}
+		ids := make([]string, len(metas))
+		for i, m := range metas {
+			ids[i] = m.ID
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	want := func(bs []store.LocalBlock) []string {
+		ids := make([]string, len(bs))
+		for i, b := range bs {
+			ids[i] = b.ID
+		}
+		return ids
+	}
+	if err := sh.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := shipped(); !slices.Equal(got, want(blocks[3:])) {
+		t.Fatalf("shipped %q, want the readable blocks %q", got, want(blocks[3:]))
+	}
+	if got := unreadableGauge(t, sh); got != 3 {
+		t.Errorf("heatscope_shipper_unreadable_blocks = %v, want 3", got)
+	}
+	if st := sh.Stats(); st.Pending != 0 {
+		t.Errorf("stats %+v, want 0 pending: the unreadable blocks are not waiting", st)
+	}
+	for _, blk := range []store.LocalBlock{newer, corrupt, misnamed} {
+		if n := strings.Count(logs.String(), "block="+blk.ID); n != 1 {
+			t.Errorf("block %s named in %d log lines, want 1:\n%s", blk.ID, n, logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "format version") {
+		t.Errorf("no warning naming the format version:\n%s", logs.String())
+	}
+
+	// A second pass says nothing again; the corrupt meta restored, that
+	// block ships.
+	logged, uploads := logs.Len(), sh.Stats().Uploads
+	if err := sh.Sync(ctx); err != nil || sh.Stats().Uploads != uploads || logs.Len() != logged {
+		t.Fatalf("a second pass: %v, %d uploads, log grew by %q", err, sh.Stats().Uploads-uploads, logs.String()[logged:])
+	}
+	if err := os.WriteFile(corrupt.MetaPath(), corruptMeta, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := shipped(), want(append([]store.LocalBlock{corrupt}, blocks[3:]...)); !slices.Equal(got, want) {
+		t.Fatalf("after the meta was restored: shipped %q, want %q", got, want)
+	}
+	if got := unreadableGauge(t, sh); got != 2 {
+		t.Errorf("heatscope_shipper_unreadable_blocks = %v after one was restored, want 2", got)
+	}
+}
+
+// unreadableGauge is heatscope_shipper_unreadable_blocks as /metrics
+// shows it (-1: absent).
+func unreadableGauge(t *testing.T, sh *shipper.Shipper) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(sh.Collector(nil))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "heatscope_shipper_unreadable_blocks" {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
