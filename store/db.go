@@ -262,6 +262,7 @@ const (
 // its directory (Options.BlockSources); block sources alone are read by a
 // Reader (OpenReader).
 func Open(dir string, opts Options) (*DB, error) {
+	nodeGiven, sourceGiven := opts.Node != "", opts.Source != ""
 	opts.setDefaults()
 	if len(opts.BlockSources) > 0 && !opts.ReadOnly {
 		return nil, errors.New("open: block sources other than the data directory need a read-only DB")
@@ -294,6 +295,15 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.log.Warn("reading the data directory's identity", "err", err)
 		} else if ok {
 			db.identity = id
+			// The samples in the WAL are the node's the directory was
+			// last recorded as, not this machine's name: a reader beside
+			// a recorder given --node shows them under that node.
+			if id.Node != "" && !nodeGiven {
+				db.opts.Node = id.Node
+				if !sourceGiven {
+					db.opts.Source = id.Node
+				}
+			}
 		}
 	}
 	if err := db.load(db.loadWAL); err != nil {

@@ -16,6 +16,32 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
+// sealedWAL is the highest WAL segment the directory's blocks hold (the
+// copies a bucket holds too included). The caller holds db.mu or owns db.
+func (db *DB) sealedWAL() uint64 {
+	var sealed uint64
+	for _, b := range slices.Concat(db.blocks, db.shadowed) {
+		if b.src == db.localBlocks {
+			sealed = max(sealed, b.Meta.WALSegment)
+		}
+	}
+	return sealed
+}
+
+// Refresh brings a read-only DB up to date (Reader.Refresh) and forgets
+// the WAL segments it replayed at open that the recorder has written as
+// blocks since: their samples are read from the blocks now, once.
+func (db *DB) Refresh() error {
+	err := db.Reader.Refresh()
+	if db.opts.ReadOnly {
+		db.mu.Lock()
+		sealed := db.sealedWAL()
+		db.sealing = slices.DeleteFunc(db.sealing, func(s *sealingHead) bool { return s.walSeq <= sealed })
+		db.mu.Unlock()
+	}
+	return err
+}
+
 // loadWAL replays the WAL segments not yet in blocks. A writer turns each
 // into a block and starts a new segment; a reader keeps them in memory.
 func (db *DB) loadWAL() error {
@@ -26,10 +52,7 @@ func (db *DB) loadWAL() error {
 	if err != nil {
 		return err
 	}
-	var sealed uint64
-	for _, b := range db.blocks {
-		sealed = max(sealed, b.Meta.WALSegment)
-	}
+	sealed := db.sealedWAL()
 	next := sealed + 1
 	for _, seq := range seqs {
 		next = max(next, seq+1)
