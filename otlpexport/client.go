@@ -42,9 +42,26 @@ type client interface {
 	// export sends the protobuf of one request, which it does not
 	// change (it is sent again when retried). Its error is an
 	// *exportError saying whether the request may be retried, or a
-	// *partialError.
-	export(ctx context.Context, body []byte) error
+	// *partialError; a request taken whole may come back with the
+	// endpoint's warning.
+	export(ctx context.Context, body []byte) (warning string, err error)
 	close() error
+}
+
+// taken reads the response to a request the endpoint took: a partial
+// success that rejected profiles is a *partialError; one that rejected
+// none and says something is a warning (OTLP's way of warning a sender).
+// A response that does not read says nothing.
+func taken(out []byte) (warning string, err error) {
+	resp := pprofileotlp.NewExportResponse()
+	if resp.UnmarshalProto(out) != nil {
+		return "", nil
+	}
+	ps := resp.PartialSuccess()
+	if ps.RejectedProfiles() > 0 {
+		return "", &partialError{rejected: ps.RejectedProfiles(), message: ps.ErrorMessage()}
+	}
+	return ps.ErrorMessage(), nil
 }
 
 // exportError is a failed export: whether sending it again may succeed
@@ -189,21 +206,16 @@ func newGRPCClient(cfg *Config, firstBackoff time.Duration) (*grpcClient, error)
 	return &grpcClient{conn: conn, headers: headers, opts: opts}, nil
 }
 
-func (c *grpcClient) export(ctx context.Context, body []byte) error {
+func (c *grpcClient) export(ctx context.Context, body []byte) (string, error) {
 	ctx = metadata.NewOutgoingContext(ctx, c.headers)
 	var out []byte
 	var p peer.Peer // set once the call is on a connection to the endpoint
 	if err := c.conn.Invoke(ctx, exportMethod, body, &out, append(c.opts[:len(c.opts):len(c.opts)], grpc.Peer(&p))...); err != nil {
 		e := grpcError(err)
 		e.unreached = p.Addr == nil
-		return e
+		return "", e
 	}
-	// Taken; a response that does not read says no partial success.
-	resp := pprofileotlp.NewExportResponse()
-	if err := resp.UnmarshalProto(out); err == nil && resp.PartialSuccess().RejectedProfiles() > 0 {
-		return &partialError{rejected: resp.PartialSuccess().RejectedProfiles(), message: resp.PartialSuccess().ErrorMessage()}
-	}
-	return nil
+	return taken(out)
 }
 
 // rawCodec passes protobuf through gRPC as it is: a request pdata
@@ -290,23 +302,23 @@ func newHTTPClient(cfg *Config) (*httpClient, error) {
 	return c, nil
 }
 
-func (c *httpClient) export(ctx context.Context, body []byte) error {
+func (c *httpClient) export(ctx context.Context, body []byte) (string, error) {
 	if c.gz != nil {
 		// A new buffer each time: the transport may read a body
 		// after Do returns.
 		z := bytes.NewBuffer(make([]byte, 0, len(body)/4))
 		c.gz.Reset(z)
 		if _, err := c.gz.Write(body); err != nil {
-			return &exportError{err: fmt.Errorf("otlp http: gzip: %w", err)}
+			return "", &exportError{err: fmt.Errorf("otlp http: gzip: %w", err)}
 		}
 		if err := c.gz.Close(); err != nil {
-			return &exportError{err: fmt.Errorf("otlp http: gzip: %w", err)}
+			return "", &exportError{err: fmt.Errorf("otlp http: gzip: %w", err)}
 		}
 		body = z.Bytes()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return &exportError{err: fmt.Errorf("otlp http: %w", err)}
+		return "", &exportError{err: fmt.Errorf("otlp http: %w", err)}
 	}
 	for k, v := range c.headers {
 		req.Header.Set(k, v)
@@ -320,16 +332,12 @@ func (c *httpClient) export(ctx context.Context, body []byte) error {
 	if err != nil {
 		// Not reached, refused, reset, timed out: all transient. The
 		// URL is in the error, no header is.
-		return &exportError{err: fmt.Errorf("otlp http: %w", err), retryable: true, unreached: true}
+		return "", &exportError{err: fmt.Errorf("otlp http: %w", err), retryable: true, unreached: true}
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 == 2 {
-		r := pprofileotlp.NewExportResponse()
-		if err := r.UnmarshalProto(msg); err == nil && r.PartialSuccess().RejectedProfiles() > 0 {
-			return &partialError{rejected: r.PartialSuccess().RejectedProfiles(), message: r.PartialSuccess().ErrorMessage()}
-		}
-		return nil
+		return taken(msg)
 	}
 	e := &exportError{err: fmt.Errorf("otlp http: %s: %s", resp.Status, responseText(msg))}
 	switch resp.StatusCode {
@@ -337,7 +345,7 @@ func (c *httpClient) export(ctx context.Context, body []byte) error {
 		e.retryable = true
 		e.after = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
-	return e
+	return "", e
 }
 
 func (c *httpClient) close() error {

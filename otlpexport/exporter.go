@@ -151,6 +151,10 @@ type Exporter struct {
 	// failed is signalled (without waiting) at each failed attempt, for
 	// Close to see that the endpoint is hopeless.
 	failed chan struct{}
+	// warnedAt is when the endpoint's warning was last logged, unwarned
+	// how many batches came with one since (the sender's only).
+	warnedAt time.Time
+	unwarned int
 }
 
 // New returns an exporter to cfg's endpoint, sending in the background
@@ -362,13 +366,16 @@ func (x *Exporter) deliver(b batch, failing int) int {
 	defer x.sent(b)
 	for {
 		ctx, cancel := context.WithTimeout(x.ctx, x.cfg.Timeout)
-		err := x.client.export(ctx, b.body)
+		warning, err := x.client.export(ctx, b.body)
 		cancel()
 		if err == nil {
 			x.answered.Store(true)
 			x.exported.Add(uint64(b.samples))
 			if failing > 0 {
 				x.log.Info("OTLP export works again", "failed attempts", failing)
+			}
+			if warning != "" {
+				x.warn(warning)
 			}
 			return 0
 		}
@@ -412,6 +419,22 @@ func (x *Exporter) deliver(b batch, failing int) int {
 			return failing
 		}
 	}
+}
+
+// warnEvery bounds how often the endpoint's warnings are logged.
+const warnEvery = time.Minute
+
+// warn logs a warning the endpoint answered a batch it took with (a
+// receiver whose bucket does not answer says so), at most once every
+// warnEvery, with how many batches came with one since the last line.
+func (x *Exporter) warn(msg string) {
+	now := time.Now()
+	if !x.warnedAt.IsZero() && now.Sub(x.warnedAt) < warnEvery {
+		x.unwarned++
+		return
+	}
+	x.log.Warn("OTLP endpoint took a batch with a warning", "warning", msg, "warned batches not logged before it", x.unwarned)
+	x.warnedAt, x.unwarned = now, 0
 }
 
 // backoff is the wait before attempt n+1 at a batch: exponential with

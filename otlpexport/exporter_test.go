@@ -50,6 +50,9 @@ type receiver struct {
 	// none: gRPC's message encoding, HTTP's Content-Encoding).
 	encodings []string
 	refuse    func(call int) error
+	// warning, when set, is the partial success of every answer,
+	// rejecting nothing: OTLP's warning.
+	warning string
 }
 
 // encoding records the compression of a request as it arrived.
@@ -96,7 +99,11 @@ func (r *receiver) Export(ctx context.Context, req pprofileotlp.ExportRequest) (
 	if v := md.Get("authorization"); len(v) == 1 {
 		auth = v[0]
 	}
-	return pprofileotlp.NewExportResponse(), r.take(auth, req)
+	resp := pprofileotlp.NewExportResponse()
+	if r.warning != "" {
+		resp.PartialSuccess().SetErrorMessage(r.warning)
+	}
+	return resp, r.take(auth, req)
 }
 
 func (r *receiver) got() ([]sample.Sample, int) {
@@ -416,6 +423,35 @@ func TestNeverWorked(t *testing.T) {
 				t.Errorf("the give-up is not logged:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// TestEndpointWarning: an endpoint that takes every batch with a
+// warning (a partial success rejecting nothing, as heatscope's receiver
+// answers while its bucket does not answer) has every sample counted as
+// exported and its warning logged, once a minute, not per batch. It was
+// not logged at all before.
+func TestEndpointWarning(t *testing.T) {
+	r := &receiver{warning: "bucket s3://fleet has not answered since 01:02:03"}
+	addr := serveGRPC(t, r, "127.0.0.1:0", nil)
+	log, logs := logBuffer()
+	x, err := New(Config{Endpoint: addr, Insecure: true, Interval: time.Hour, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := testSamples(30)
+	for i := range want {
+		x.Add(&want[i])
+		if i%10 == 9 {
+			x.cut()
+		}
+	}
+	x.Close()
+	if st := x.Stats(); st.ExportedSamples != 30 || st.DroppedRejected != 0 {
+		t.Errorf("stats %+v: want every sample exported, none rejected", st)
+	}
+	if l := logs.String(); strings.Count(l, "has not answered since") != 1 || !strings.Contains(l, "with a warning") {
+		t.Errorf("the endpoint's warning, in three answers, logged other than once:\n%s", l)
 	}
 }
 
