@@ -108,6 +108,11 @@ type Config struct {
 	// without reading kallsyms (symbolize.Kernel.AddProgram). It may be
 	// called from another goroutine than Run's.
 	OnProgram func(symbolize.ProgramSymbol)
+	// Interpreters says which binaries hold a CPython, each binary read
+	// once: the cache the symbolizer names Python frames from
+	// (symbolize.Options.Interpreters), so that neither reads a binary
+	// the other has (nil: a cache of the profiler's own).
+	Interpreters Interpreters
 
 	// forceIoctl attaches with PERF_EVENT_IOC_SET_BPF even where BPF
 	// links work, so that tests cover the fallback.
@@ -339,7 +344,7 @@ func Open(cfg Config) (*Profiler, error) {
 	if p.cfg.Unwind == UnwindDWARF {
 		periodNs := func() int64 { return sample.PeriodOf(p.frequency.Load()) }
 		p.unwinder = newUnwinder(&p.objs.ProfileMaps, p.objs.Asks, p.tableSpec,
-			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Logger)
+			unwind.Cache{Dir: cfg.UnwindCacheDir, MaxBytes: cfg.UnwindCacheMaxBytes, Log: cfg.Logger}, cfg.UnwindMaxBytes, periodNs, cfg.RecentMaps, cfg.Interpreters, cfg.Logger)
 		if cfg.skewTables {
 			p.unwinder.skew = 1 << 40
 		}

@@ -24,14 +24,25 @@ const (
 	pyThreadRead = 176
 )
 
+// Interpreters finds the CPython interpreter in a binary, reading each
+// binary once (pyinterp.Cache, shared with the symbolizer): Lookup
+// returns the interpreter in the file id, read from path the first time;
+// fresh reports whether this call read it.
+type Interpreters interface {
+	Lookup(id pyinterp.FileID, path string) (in *pyinterp.Interpreter, fresh bool, err error)
+}
+
 // pythonFinder finds the CPython interpreter a process maps, for its
 // unwind_procs entry (hs_proc.py_runtime and py_layout), and writes the
 // layouts the entries name to py_layouts. Each binary is read once
-// (pyinterp.Cache); only files whose name says python are read at all.
+// (Interpreters); only files whose name says python are read at all.
 type pythonFinder struct {
 	layouts *ebpf.Map
-	cache   *pyinterp.Cache
+	cache   Interpreters
 	log     *slog.Logger
+	// identify names a mapped file (mapped as id) by a stat of it:
+	// the unwinder's, whose stats the tables share.
+	identify func(path string, id mappedID) (fileKey, bool)
 
 	mu sync.Mutex
 	// index holds each layout written to py_layouts, by value.
@@ -41,7 +52,8 @@ type pythonFinder struct {
 
 // PythonStats counts what the agent found of Python processes.
 type PythonStats struct {
-	// Binaries is how many files the finder read (cached after), and
+	// Binaries is how many files the finder read (cached after, and
+	// not counted when the symbolizer read them first), and
 	// Interpreters how many of them were CPython with a known layout;
 	// Unsupported those that were CPython it cannot read (warned about
 	// once each).
@@ -50,11 +62,17 @@ type PythonStats struct {
 	Processes uint64
 }
 
-// pyCacheSize bounds the binaries whose answer the finder remembers.
+// pyCacheSize bounds the binaries whose answer the finder remembers when
+// it has a cache of its own.
 const pyCacheSize = 1024
 
-func newPythonFinder(layouts *ebpf.Map, log *slog.Logger) *pythonFinder {
-	return &pythonFinder{layouts: layouts, cache: pyinterp.NewCache(pyCacheSize), log: log, index: map[pyinterp.Layout]uint32{}}
+// newPythonFinder returns a finder reading binaries through cache (nil: a
+// cache of its own) and identifying them with a stat of their path.
+func newPythonFinder(layouts *ebpf.Map, cache Interpreters, log *slog.Logger) *pythonFinder {
+	if cache == nil {
+		cache = pyinterp.NewCache(pyCacheSize)
+	}
+	return &pythonFinder{layouts: layouts, cache: cache, log: log, identify: statFileKey, index: map[pyinterp.Layout]uint32{}}
 }
 
 // find returns the address of _PyRuntime in the process whose mappings
@@ -66,12 +84,17 @@ func (f *pythonFinder) find(root string, maps []symbolize.ExecMapping) (runtime 
 		if m.Deleted || len(m.Path) == 0 || m.Path[0] != '/' || !pyinterp.MayBeInterpreter(m.Path) {
 			continue
 		}
-		in, fresh, err := f.cache.Lookup(pyinterp.FileID{Dev: m.Dev, Inode: m.Inode}, root+"/root"+m.Path)
-		if errors.Is(err, fs.ErrNotExist) {
+		path := root + "/root" + m.Path
+		fk, found := f.identify(path, mappedID{m.Dev, m.Inode})
+		if !found {
 			// The process has exited (its mappings came from its exit
 			// snapshot): nothing is known of the binary, which the cache
 			// did not remember; the next process mapping it reads it.
 			continue
+		}
+		in, fresh, err := f.cache.Lookup(pyinterp.FileID{Dev: fk.dev, Inode: fk.ino, Size: fk.size, MtimeNs: fk.mtimeNs}, path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // gone between the stat and the read
 		}
 		if fresh {
 			f.count(func(s *PythonStats) { s.Binaries++ })

@@ -25,7 +25,7 @@ func newTestFinder(t testing.TB) *pythonFinder {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return newPythonFinder(m, slog.New(slog.DiscardHandler))
+	return newPythonFinder(m, nil, slog.New(slog.DiscardHandler))
 }
 
 // TestPythonFinder finds the interpreter of running Python processes

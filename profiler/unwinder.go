@@ -187,7 +187,7 @@ type unwinder struct {
 }
 
 func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf.MapSpec, cache unwind.Cache, maxBytes int64, periodNs func() int64,
-	recentMaps func([]symbolize.ExecMapping, uint32, time.Time) ([]symbolize.ExecMapping, bool), log *slog.Logger) *unwinder {
+	recentMaps func([]symbolize.ExecMapping, uint32, time.Time) ([]symbolize.ExecMapping, bool), interpreters Interpreters, log *slog.Logger) *unwinder {
 	if maxBytes <= 0 {
 		maxBytes = DefaultUnwindMaxBytes
 	}
@@ -199,8 +199,12 @@ func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
 		heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
 		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
-		python: newPythonFinder(objs.PyLayouts, log),
 	}
+	u.python = newPythonFinder(objs.PyLayouts, interpreters, log)
+	// The finder names a mapped file as the tables do, from the stat
+	// they share (identityTTL): a Python process costs no stat of its
+	// own.
+	u.python.identify = func(path string, id mappedID) (fileKey, bool) { return u.fileKeyOf(path, id, time.Now()) }
 	u.stats.Enabled, u.stats.MaxBytes = true, maxBytes
 	if u.cache.Pruned == nil {
 		u.cache.Pruned = &unwind.PruneStats{}

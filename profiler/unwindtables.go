@@ -233,11 +233,10 @@ func (u *unwinder) fileKeyOf(path string, id mappedID, now time.Time) (fileKey, 
 	if ident, ok := u.idents[id]; ok && id.ino != 0 && now.Sub(ident.at) < identityTTL {
 		return ident.key, true
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	fk, ok := statFileKey(path, id)
+	if !ok {
 		return fileKey{}, false
 	}
-	fk := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}
 	if id.ino != 0 {
 		if u.idents == nil {
 			u.idents = map[mappedID]identity{}
@@ -245,6 +244,16 @@ func (u *unwinder) fileKeyOf(path string, id mappedID, now time.Time) (fileKey, 
 		u.idents[id] = identity{key: fk, at: now}
 	}
 	return fk, true
+}
+
+// statFileKey names the file at path by a stat of it now (id, how the
+// maps name it, is not needed for that).
+func statFileKey(path string, _ mappedID) (fileKey, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileKey{}, false
+	}
+	return fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}, true
 }
 
 // readBinary reads a file's executable segments and names its table.

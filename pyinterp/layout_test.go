@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -164,6 +166,46 @@ func TestCacheReadsOnce(t *testing.T) {
 	}
 	if _, fresh, err := c.Lookup(FileID{Dev: 1, Inode: 3}, "testdata/no-such-file"); !fresh || err == nil {
 		t.Fatalf("Lookup of a missing file: fresh %v, err %v", fresh, err)
+	}
+	if n := c.Reads(); n != 2 {
+		t.Errorf("Reads() = %d after one binary and one missing file, want 2", n)
+	}
+}
+
+// TestCacheReadsOnceConcurrently: readers asking for one binary at once
+// (the sampler's unwinder and the symbolizer share a Cache) read it once,
+// the others waiting for that read; one of them is told it read it.
+func TestCacheReadsOnceConcurrently(t *testing.T) {
+	p := interpreters[0]
+	p.need(t)
+	c := NewCache(4)
+	id := FileID{Dev: 1, Inode: 2}
+	const readers = 8
+	var (
+		wg    sync.WaitGroup
+		fresh atomic.Int32
+		ins   [readers]*Interpreter
+	)
+	for i := range readers {
+		wg.Go(func() {
+			in, f, err := c.Lookup(id, p.lib)
+			if err != nil {
+				t.Error(err)
+			}
+			if f {
+				fresh.Add(1)
+			}
+			ins[i] = in
+		})
+	}
+	wg.Wait()
+	if n := c.Reads(); n != 1 || fresh.Load() != 1 {
+		t.Fatalf("%d readers at once: the file read %d times, %d told they read it; want 1 and 1", readers, n, fresh.Load())
+	}
+	for i, in := range ins {
+		if in == nil || in != ins[0] {
+			t.Fatalf("reader %d got %p, reader 0 %p: want the one answer", i, in, ins[0])
+		}
 	}
 }
 

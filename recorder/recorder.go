@@ -29,6 +29,7 @@ import (
 	"github.com/heatscope/heatscope/container"
 	"github.com/heatscope/heatscope/overhead"
 	"github.com/heatscope/heatscope/profiler"
+	"github.com/heatscope/heatscope/pyinterp"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/symbolize"
 )
@@ -46,6 +47,10 @@ type Recorder struct {
 	prof       *profiler.Profiler
 	sym        *symbolize.Symbolizer
 	containers *container.Resolver
+	// interpreters is the one cache of which binaries hold a CPython,
+	// shared by the sampler (setting its Python processes up) and the
+	// symbolizer (naming their frames): each binary is read once.
+	interpreters *pyinterp.Cache
 
 	// upkeep is the sink's periodic work, for Parts (nil: none).
 	upkeep Upkeep
@@ -59,6 +64,10 @@ type Recorder struct {
 type periodChange struct {
 	at, from, to int64
 }
+
+// interpreterCacheSize bounds the binaries whose CPython answer (an
+// interpreter, or why not one) the recorder's cache remembers.
+const interpreterCacheSize = 1024
 
 // Open loads kernel symbols (from symOpts.KernelCacheDir when it holds
 // them for this boot) and starts the sampler. Without kernel symbols (no
@@ -88,6 +97,13 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 		cfg.OnProgram = kernel.AddProgram
 		kernel.ListPrograms(profiler.ListPrograms)
 	}
+	interpreters := pyinterp.NewCache(interpreterCacheSize)
+	if symOpts.Interpreters == nil {
+		symOpts.Interpreters = interpreters
+	}
+	if cfg.Interpreters == nil {
+		cfg.Interpreters = interpreters
+	}
 	sym := symbolize.New(kernel, symOpts)
 	if cfg.RecentMaps == nil {
 		// The symbolizer reads the maps of every process at its first
@@ -99,7 +115,7 @@ func Open(cfg profiler.Config, symOpts symbolize.Options, log *slog.Logger) (*Re
 	if err != nil {
 		return nil, err
 	}
-	return &Recorder{prof: prof, sym: sym}, nil
+	return &Recorder{prof: prof, sym: sym, interpreters: interpreters}, nil
 }
 
 // LabelContainers makes Run label each sample with its cgroup's container

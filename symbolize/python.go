@@ -224,8 +224,11 @@ func (s *Symbolizer) interpreter(pid uint32, m *mapping) (*pyinterp.Interpreter,
 			errs = append(errs, fmt.Errorf("%s: %w", mp.path, err))
 			continue
 		}
-		id := pyinterp.FileID{Dev: st.Dev, Inode: st.Ino, CtimeNs: uint64(st.Ctim.Nano())}
+		id := pyinterp.FileID{Dev: st.Dev, Inode: st.Ino, Size: st.Size, MtimeNs: st.Mtim.Nano()}
 		in, fresh, err := s.interpreters.Lookup(id, mp.path)
+		if fresh {
+			s.stats.pythonBinaries.Add(1)
+		}
 		if err != nil && fresh && !errors.Is(err, pyinterp.ErrNotInterpreter) {
 			s.opts.Logger.Warn("python frames of this interpreter will not be named", "binary", filepath.Base(m.path), "err", err)
 		}

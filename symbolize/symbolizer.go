@@ -59,6 +59,19 @@ type Options struct {
 	// (names and location tables; see Python), pysymbol.DefaultMaxBytes
 	// by default.
 	PythonCodeBytes int64
+	// Interpreters says which binaries hold a CPython and its layout,
+	// each binary read once: the recorder gives the symbolizer the cache
+	// the sampler sets its Python processes up from (nil: one of its
+	// own, of MaxBinaries binaries).
+	Interpreters Interpreters
+}
+
+// Interpreters finds the CPython interpreter in a binary, reading each
+// binary once (pyinterp.Cache): Lookup returns the interpreter in the
+// file id, read from path the first time; fresh reports whether this
+// call read it.
+type Interpreters interface {
+	Lookup(id pyinterp.FileID, path string) (in *pyinterp.Interpreter, fresh bool, err error)
 }
 
 // DefaultSymbolCacheMaxBytes bounds the symbol table files on disk
@@ -90,7 +103,7 @@ type Symbolizer struct {
 	// python names Python frames; interpreters says which binaries hold
 	// a CPython and its layout (python.go).
 	python       *pysymbol.Resolver
-	interpreters *pyinterp.Cache
+	interpreters Interpreters
 
 	stats struct {
 		binaryHits, binaryMisses, binaryErrors atomic.Uint64
@@ -101,6 +114,7 @@ type Symbolizer struct {
 		stackHits                              atomic.Uint64
 		pythonFrames, pythonUnknown            atomic.Uint64
 		pythonMisplaced                        atomic.Uint64
+		pythonBinaries                         atomic.Uint64
 		// symbolsCPU times the binaries' symbols loaded (from their
 		// files or the disk cache), processesCPU the processes'
 		// mappings read (Stats).
@@ -145,7 +159,10 @@ func New(kernel *Kernel, opts Options) *Symbolizer {
 		files:  newLRU[fileKey, knownFile](4 * opts.MaxBinaries),
 
 		python:       pysymbol.New(opts.PythonCodeBytes),
-		interpreters: pyinterp.NewCache(opts.MaxBinaries),
+		interpreters: opts.Interpreters,
+	}
+	if s.interpreters == nil {
+		s.interpreters = pyinterp.NewCache(opts.MaxBinaries)
 	}
 	s.bins.evicted = func(_ binKey, e *binEntry) { s.evict(e) }
 	if opts.SymbolCacheDir != "" {
@@ -367,6 +384,10 @@ type Stats struct {
 	PythonFrames, PythonUnknown, PythonMisplaced uint64
 	// PythonCode are the code object cache's counters and size.
 	PythonCode pysymbol.Stats
+	// PythonBinaries counts the binaries the symbolizer read to find
+	// their CPython interpreter (Options.Interpreters): none that the
+	// sampler, sharing its cache, read first.
+	PythonBinaries uint64
 	// Binaries is the number of binaries cached.
 	Binaries int
 	// BinaryBytes is about the memory their symbol tables take.
@@ -400,6 +421,7 @@ func (s *Symbolizer) Stats() Stats {
 		PythonUnknown:        s.stats.pythonUnknown.Load(),
 		PythonMisplaced:      s.stats.pythonMisplaced.Load(),
 		PythonCode:           s.python.Stats(),
+		PythonBinaries:       s.stats.pythonBinaries.Load(),
 		Binaries:             binaries,
 		BinaryBytes:          binBytes,
 		Processes:            processes,
