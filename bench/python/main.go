@@ -69,13 +69,24 @@ func main() {
 	cpuDuration := flag.Duration("cpu-duration", 15*time.Second, "how long each build records the machine without Python, per run")
 	before := flag.String("before", "", "heatscope binary from before Python frames to compare the agent's CPU with ('': build -before-commit)")
 	beforeCommit := flag.String("before-commit", "89abb8b", "the commit -before is built from when not given")
+	only := flag.String("only", "", "run only these parts, comma-separated: coverage, cost, start, no-python ('': all)")
+	startVs := flag.String("start-vs", "", "another heatscope binary (a build from before a change) whose new processes' first Python frames are timed in the same runs, in turns with this tree's")
 	flag.Parse()
 	log.SetFlags(0)
 	if *runs < 1 || *warmUp+time.Second > *costDuration || *warmUp+time.Second > *cpuDuration {
 		log.Fatal("want -runs ≥ 1 and -cost-duration, -cpu-duration at least 1 s over -warm-up")
 	}
 	b := &bench{runs: *runs, duration: *duration, costDuration: *costDuration, costHz: *costHz, warmUp: *warmUp,
-		spawn: *spawn, cpuDuration: *cpuDuration, before: *before}
+		spawn: *spawn, cpuDuration: *cpuDuration, before: *before, startVs: *startVs, parts: map[string]bool{}}
+	for _, p := range strings.Split(*only, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "":
+		case "coverage", "cost", "start", "no-python":
+			b.parts[p] = true
+		default:
+			log.Fatalf("-only: no part %q (coverage, cost, start, no-python)", p)
+		}
+	}
 	if err := b.run(*beforeCommit); err != nil {
 		log.Fatalf("python benchmark: %v", err)
 	}
@@ -85,11 +96,17 @@ type bench struct {
 	runs, costHz, spawn                         int
 	duration, costDuration, cpuDuration, warmUp time.Duration
 	// dir is the temporary directory; heatscope the tree's build, before
-	// the older one, spinner the native CPU-bound program, busy the
-	// fixture script.
-	dir, heatscope, before, spinner, busy string
-	pythons                               []pyfixture.Interpreter
+	// the older one, startVs the build whose new processes are timed
+	// beside the tree's (-start-vs), spinner the native CPU-bound
+	// program, busy the fixture script.
+	dir, heatscope, before, startVs, spinner, busy string
+	pythons                                        []pyfixture.Interpreter
+	// parts are the parts to run (-only; empty: all).
+	parts map[string]bool
 }
+
+// wants reports whether the part is to be run (-only).
+func (b *bench) wants(part string) bool { return len(b.parts) == 0 || b.parts[part] }
 
 func (b *bench) run(beforeCommit string) error {
 	dir, err := os.MkdirTemp("", "heatscope-bench-python-")
@@ -110,7 +127,7 @@ func (b *bench) run(beforeCommit string) error {
 			return fmt.Errorf("%s: %v\n%s", strings.Join(cmd, " "), err, out)
 		}
 	}
-	if b.before == "" {
+	if b.before == "" && b.wants("no-python") {
 		if b.before, err = buildBefore(dir, beforeCommit); err != nil {
 			return err
 		}
@@ -127,16 +144,27 @@ func (b *bench) run(beforeCommit string) error {
 	}
 	fmt.Printf("## Python frames: heatscope record with each interpreter, %d runs (kernel %s)\n\n", b.runs, profrun.KernelRelease())
 	fmt.Printf("Load average at the start: %s. Build before Python frames: %s.\n\n", loadavg.Line(), b.before)
+	if b.startVs != "" {
+		fmt.Printf("New processes also timed with %s, in turns with this tree's build.\n\n", b.startVs)
+	}
 
 	cov := map[string][]coverage{}
 	costs := map[string][]float64{} // ns per sample, by interpreter and "native"
 	ratios := map[string][]float64{}
 	lat := map[string][]float64{} // ms, every process of every run
 	never := map[string]int{}
+	latVs := map[string][]float64{} // the same with -start-vs
+	neverVs := map[string]int{}
 	var cpuBefore, cpuAfter, cpuRatio []float64
 	// Each build's --cache-dir warmed once (kernel symbols, unwind
 	// tables), so that neither's first run builds them alone.
-	for _, bin := range []string{b.before, b.heatscope} {
+	var warm []string
+	for _, bin := range []string{b.before, b.startVs, b.heatscope} {
+		if bin != "" && (bin != b.before || b.wants("no-python")) {
+			warm = append(warm, bin)
+		}
+	}
+	for _, bin := range warm {
 		a, err := b.record(bin, filepath.Join(b.dir, "warm-"+filepath.Base(bin)), 3*time.Second, 99)
 		if err != nil {
 			return fmt.Errorf("warm %s's cache: %w", bin, err)
@@ -147,42 +175,64 @@ func (b *bench) run(beforeCommit string) error {
 	}
 	for run := 1; run <= b.runs; run++ {
 		fmt.Printf("### Run %d (load %s)\n\n", run, loadavg.OneMinute())
-		for _, py := range b.pythons {
-			c, err := b.coverage(py, run)
-			if err != nil {
-				return fmt.Errorf("run %d, coverage, %s: %w", run, py.Name, err)
-			}
-			cov[py.Name] = append(cov[py.Name], c)
-		}
-		cost, err := b.cost(run)
-		if err != nil {
-			return fmt.Errorf("run %d, BPF cost: %w", run, err)
-		}
-		for k, v := range cost {
-			costs[k] = append(costs[k], v)
-			if k != "native" {
-				ratios[k] = append(ratios[k], v/cost["native"])
-			}
-		}
-		starts, err := b.start(run)
-		if err != nil {
-			return fmt.Errorf("run %d, new processes: %w", run, err)
-		}
-		for k, v := range starts {
-			for _, ms := range v {
-				if ms < 0 {
-					never[k]++
-					continue
+		if b.wants("coverage") {
+			for _, py := range b.pythons {
+				c, err := b.coverage(py, run)
+				if err != nil {
+					return fmt.Errorf("run %d, coverage, %s: %w", run, py.Name, err)
 				}
-				lat[k] = append(lat[k], ms)
+				cov[py.Name] = append(cov[py.Name], c)
 			}
 		}
-		cpu, err := b.noPython(run)
-		if err != nil {
-			return fmt.Errorf("run %d, agent CPU without Python: %w", run, err)
+		if b.wants("cost") {
+			cost, err := b.cost(run)
+			if err != nil {
+				return fmt.Errorf("run %d, BPF cost: %w", run, err)
+			}
+			for k, v := range cost {
+				costs[k] = append(costs[k], v)
+				if k != "native" {
+					ratios[k] = append(ratios[k], v/cost["native"])
+				}
+			}
 		}
-		cpuBefore, cpuAfter = append(cpuBefore, cpu[0]), append(cpuAfter, cpu[1])
-		cpuRatio = append(cpuRatio, cpu[1]/cpu[0])
+		if b.wants("start") {
+			// In turns: the first build of a run alternates.
+			bins := []string{b.heatscope}
+			if b.startVs != "" {
+				bins = append(bins, b.startVs)
+				if run%2 == 0 {
+					slices.Reverse(bins)
+				}
+			}
+			for _, bin := range bins {
+				starts, err := b.start(run, bin)
+				if err != nil {
+					return fmt.Errorf("run %d, new processes (%s): %w", run, bin, err)
+				}
+				l, nv := lat, never
+				if bin != b.heatscope {
+					l, nv = latVs, neverVs
+				}
+				for k, v := range starts {
+					for _, ms := range v {
+						if ms < 0 {
+							nv[k]++
+							continue
+						}
+						l[k] = append(l[k], ms)
+					}
+				}
+			}
+		}
+		if b.wants("no-python") {
+			cpu, err := b.noPython(run)
+			if err != nil {
+				return fmt.Errorf("run %d, agent CPU without Python: %w", run, err)
+			}
+			cpuBefore, cpuAfter = append(cpuBefore, cpu[0]), append(cpuAfter, cpu[1])
+			cpuRatio = append(cpuRatio, cpu[1]/cpu[0])
+		}
 	}
 
 	fmt.Printf("### Medians of %d runs (range); load at the end %s\n\n", b.runs, loadavg.Line())
@@ -193,19 +243,41 @@ func (b *bench) run(beforeCommit string) error {
 		all, steady, hit, objs, bytes := field(cs, func(c coverage) float64 { return c.all }), field(cs, func(c coverage) float64 { return c.steady }),
 			field(cs, func(c coverage) float64 { return c.hitRate }), field(cs, func(c coverage) float64 { return c.objects }),
 			field(cs, func(c coverage) float64 { return c.bytes })
-		l := "-"
-		if v := lat[py.Name]; len(v) > 0 {
-			l = fmt.Sprintf("%.0f (%.0f), %d processes", profrun.Median(slices.Sorted(slices.Values(v))), slices.Max(v), len(v))
-		}
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s, %s |\n", py.Name,
-			profrun.MedianRange(all, "%.1f%%"), profrun.MedianRange(steady, "%.1f%%"),
-			profrun.MedianRange(micros(costs[py.Name]), "%.1f"), profrun.MedianRange(ratios[py.Name], "%.2f×"),
-			l, never[py.Name], profrun.MedianRange(hit, "%.2f%%"), profrun.MedianRange(objs, "%.0f"), profrun.MedianRange(bytes, "%.0f"))
+			medianRange(all, "%.1f%%"), medianRange(steady, "%.1f%%"),
+			medianRange(micros(costs[py.Name]), "%.1f"), medianRange(ratios[py.Name], "%.2f×"),
+			latencies(lat[py.Name]), never[py.Name], medianRange(hit, "%.2f%%"), medianRange(objs, "%.0f"), medianRange(bytes, "%.0f"))
 	}
-	fmt.Printf("| native (nofp) | | | %s | | | | | |\n\n", profrun.MedianRange(micros(costs["native"]), "%.1f"))
-	fmt.Printf("Agent CPU without Python, %% of one CPU (agent + BPF program) over the window: before %s, this tree %s; same-run ratio this tree / before **%s**\n",
-		profrun.MedianRange(cpuBefore, "%.2f"), profrun.MedianRange(cpuAfter, "%.2f"), profrun.MedianRange(cpuRatio, "%.2f×"))
+	fmt.Printf("| native (nofp) | | | %s | | | | | |\n\n", medianRange(micros(costs["native"]), "%.1f"))
+	if b.startVs != "" {
+		fmt.Printf("New processes, first sample to first with Python frames, median (max), ms, in the same runs:\n\n| interpreter | this tree | %s | never had them (this tree, %s) |\n|---|---|---|---|\n", b.startVs, b.startVs)
+		for _, py := range b.pythons {
+			fmt.Printf("| %s | %s | %s | %d, %d |\n", py.Name, latencies(lat[py.Name]), latencies(latVs[py.Name]), never[py.Name], neverVs[py.Name])
+		}
+		fmt.Println()
+	}
+	if len(cpuRatio) > 0 {
+		fmt.Printf("Agent CPU without Python, %% of one CPU (agent + BPF program) over the window: before %s, this tree %s; same-run ratio this tree / before **%s**\n",
+			profrun.MedianRange(cpuBefore, "%.2f"), profrun.MedianRange(cpuAfter, "%.2f"), profrun.MedianRange(cpuRatio, "%.2f×"))
+	}
 	return nil
+}
+
+// medianRange is profrun.MedianRange, or "-" for a part not run (-only).
+func medianRange(v []float64, format string) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return profrun.MedianRange(v, format)
+}
+
+// latencies formats new processes' times to their first Python frames
+// (ms) as their median (max) and count, "-" without any.
+func latencies(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f (%.0f), %d processes", profrun.Median(slices.Sorted(slices.Values(v))), slices.Max(v), len(v))
 }
 
 func micros(ns []float64) []float64 {
@@ -532,16 +604,16 @@ func (b *bench) costOf(pid int, name string, filtered float64) (float64, error) 
 	return (ns - filtered*(runs-samples)) / samples, nil
 }
 
-// start records the whole machine while -spawn busy.py processes of each
-// interpreter start one after another, and returns, per interpreter, each
-// process's time in ms from its first sample to its first with Python
-// frames (-1: none had them).
-func (b *bench) start(run int) (map[string][]float64, error) {
+// start records the whole machine with the heatscope binary bin while
+// -spawn busy.py processes of each interpreter start one after another,
+// and returns, per interpreter, each process's time in ms from its first
+// sample to its first with Python frames (-1: none had them).
+func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 	const life, gap = 2.0, 400 * time.Millisecond
 	// Recorded until every process has exited and a second more, then
 	// stopped (SIGINT): the starts take longer than their gaps on a
 	// loaded machine.
-	a, err := b.record(b.heatscope, filepath.Join(b.dir, fmt.Sprintf("run%d-start", run)), 0, 99)
+	a, err := b.record(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-start-%s", run, filepath.Base(bin))), 0, 99)
 	if err != nil {
 		return nil, err
 	}
@@ -602,7 +674,7 @@ func (b *bench) start(run int) (map[string][]float64, error) {
 			res[name] = append(res[name], 1000*(p.python-p.first))
 		}
 	}
-	fmt.Printf("- new processes: %d started, %d never sampled; ms from the first sample to the first with Python frames:", len(pids), unsampled)
+	fmt.Printf("- new processes (%s): %d started, %d never sampled; ms from the first sample to the first with Python frames:", filepath.Base(bin), len(pids), unsampled)
 	for _, n := range names(b.pythons) {
 		v := slices.Sorted(slices.Values(res[n]))
 		fmt.Printf(" %s %v", n, roundAll(v))
