@@ -314,6 +314,7 @@ struct {
 // to the agent.
 __u64 asks = 0;
 
+
 // snapshot writes the executable mappings of the current task's address
 // space to maps_ring.
 static __always_inline void snapshot(__u32 tgid, struct task_struct *task)
@@ -664,19 +665,49 @@ stop:
 	return 1;
 }
 
-// request_maps asks the agent to read the process's mappings.
-static __always_inline void request_maps(__u32 tgid, __u64 mm)
+// request_maps asks the agent to read the process's mappings, and
+// reports whether the request is new: none was waiting, or the one
+// waiting was for another image (an exec since), which it replaces.
+static __always_inline int request_maps(__u32 tgid, __u64 mm)
 {
-	if (bpf_map_update_elem(&unwind_pending, &tgid, &mm, BPF_NOEXIST) == 0)
-		__sync_fetch_and_add(&asks, 1);
+	if (bpf_map_update_elem(&unwind_pending, &tgid, &mm, BPF_NOEXIST) != 0) {
+		__u64 *asked = bpf_map_lookup_elem(&unwind_pending, &tgid);
+		if (!asked || *asked == mm)
+			return 0;
+		*asked = mm;
+	}
+	__sync_fetch_and_add(&asks, 1);
+	return 1;
+}
+
+// runs_python reports whether the task's executable file's name starts
+// with "python" (python3.11; python3 in a virtual environment; the file a
+// symbolic link such as python3 names), as the agent's
+// pyinterp.MayBeInterpreter looks for. A new image of one (a new
+// process, or an exec) wakes the agent at its first request for its
+// mappings: its Python frames are walked only once the agent has written
+// its entry, and the next poll was up to a poll interval away (with exit
+// snapshots on, a new process wakes nobody; an exec never did). Other
+// processes wake nobody.
+static __always_inline int runs_python(struct task_struct *task)
+{
+	struct file *exe = BPF_CORE_READ(task, mm, exe_file);
+	if (!exe)
+		return 0;
+	const unsigned char *name = BPF_CORE_READ(exe, f_path.dentry, d_name.name);
+	char b[6] = {};
+	if (!name || bpf_probe_read_kernel(b, sizeof(b), name) < 0)
+		return 0;
+	return b[0] == 'p' && b[1] == 'y' && b[2] == 't' && b[3] == 'h' && b[4] == 'o' && b[5] == 'n';
 }
 
 // walk_user walks the current task's user stack with its tables into
 // s->frames at byte offset kbytes, and returns the bytes written, or -1
 // for a process whose tables are not in yet (the caller then uses frame
-// pointers).
+// pointers). It sets *wake for a new image of a Python executable
+// (runs_python) that asked for its mappings.
 static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbytes,
-				      struct hs_counters *c, struct hs_proc **procp)
+				      struct hs_counters *c, struct hs_proc **procp, int *wake)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 mm = (__u64)task->mm;
@@ -684,7 +715,8 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 		return 0; // a kernel thread: no user stack
 	struct hs_proc *proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	if (!proc || proc->mm != mm) {
-		request_maps(tgid, mm);
+		if (request_maps(tgid, mm) && runs_python(task))
+			*wake = 1;
 		return -1;
 	}
 	*procp = proc;
@@ -1097,10 +1129,11 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 	s->python_flags = 0;
 	s->_pad = 0;
 	struct hs_proc *proc = NULL;
+	int wake = 0; // a Python process's new image asked for its mappings
 	if (collect_user && tgid != 0) {
 		ubytes = -1;
 		if (dwarf) {
-			ubytes = walk_user(s, tgid, kbytes, c, &proc);
+			ubytes = walk_user(s, tgid, kbytes, c, &proc, &wake);
 			if (ubytes >= 0)
 				c->dwarf_walks++;
 			else
@@ -1136,6 +1169,9 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 		else
 			flags = BPF_RB_FORCE_WAKEUP;
 	}
+
+	if (wake)
+		flags = BPF_RB_FORCE_WAKEUP;
 
 	__u64 size = offsetof(struct hs_sample, frames) + kbytes + ubytes + (pybytes & 2047);
 	if (size > sizeof(*s))

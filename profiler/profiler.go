@@ -200,7 +200,8 @@ type Stats struct {
 	// DecodeErrors counts records that failed to decode.
 	DecodeErrors uint64
 	// Wakeups counts the times the BPF program woke the agent before its
-	// next poll, to read a new process's /proc/PID/maps.
+	// next poll: to read a new process's /proc/PID/maps, or to set up a
+	// new image of an executable named python* (a Python process's).
 	Wakeups uint64
 	// BPFRunTime and BPFRunCount are the program's accumulated run time
 	// and run count, counted while kernel.bpf_stats_enabled is on (zero

@@ -14,6 +14,7 @@ import (
 
 	"github.com/heatscope/heatscope/bpf"
 	"github.com/heatscope/heatscope/internal/workclock"
+	"github.com/heatscope/heatscope/pyinterp"
 	"github.com/heatscope/heatscope/symbolize"
 	"github.com/heatscope/heatscope/unwind"
 )
@@ -99,6 +100,14 @@ type unwinder struct {
 	wake chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
+	// pyWake wakes the Python set-up (setUpPython) after each drain.
+	pyWake chan struct{}
+	// state guards what the worker owns (below, from files on): the
+	// worker holds it while it works, but for the time it compiles or
+	// reads a table (unwind.Cache.Load), which can take seconds of wall
+	// time on a loaded machine; meanwhile the Python set-up takes it to
+	// write the entries of new Python processes.
+	state sync.Mutex
 	// shed is set while only the tables of processes seen for
 	// shedMinAge are built or read (Profiler.ShedTables): the others wait.
 	shed atomic.Bool
@@ -194,7 +203,7 @@ func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf
 	u := &unwinder{
 		procs: objs.UnwindProcs, pending: objs.UnwindPending, askCount: askCount, tables: objs.UnwindTables, tableSpec: tableSpec,
 		cache: cache, maxBytes: maxBytes, periodNs: periodNs, recentMaps: recentMaps, self: uint32(os.Getpid()), log: log, procRoot: "/proc",
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), pyWake: make(chan struct{}, 1),
 		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
 		procList: map[uint32]*procState{}, queue: map[string]*buildJob{},
 		heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
@@ -213,8 +222,13 @@ func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf
 	return u
 }
 
-// start starts the worker goroutine.
-func (u *unwinder) start() { u.wg.Go(u.run) }
+// start starts the worker goroutine, and the Python set-up's.
+func (u *unwinder) start() {
+	u.wg.Go(u.run)
+	if u.python != nil {
+		u.wg.Go(u.runPythonSetUp)
+	}
+}
 
 // closing reports whether close was called: the worker then stops
 // between steps (a table being compiled is finished first).
@@ -247,6 +261,10 @@ func (u *unwinder) sampled(counts map[uint32]uint64, tableFrames, fpFrames uint6
 func (u *unwinder) kick() {
 	select {
 	case u.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case u.pyWake <- struct{}{}:
 	default:
 	}
 }
@@ -294,8 +312,10 @@ func (u *unwinder) run() {
 		}
 		idle.Reset(selfPoll)
 		t0 := time.Now()
+		u.state.Lock()
 		u.poll(t0)
 		u.log.Debug("unwinder poll", "took", time.Since(t0), "queue", len(u.queue), "procs", len(u.procList), "loaded", len(u.loaded))
+		u.state.Unlock()
 	}
 }
 
@@ -345,7 +365,7 @@ func (u *unwinder) poll(now time.Time) {
 		if st := u.procList[pid]; st != nil && st.mm == a.mm && now.Sub(st.read) < refreshInterval {
 			continue // asked again too soon
 		}
-		if u.heat[pid] < askSamples && now.Sub(a.since) < askWait {
+		if u.heat[pid] < askSamples && now.Sub(a.since) < askWait && !u.mayRunPython(pid, a) {
 			continue // maybe a short-lived process: not worth reading yet
 		}
 		reqs = append(reqs, pid)
@@ -438,4 +458,68 @@ func (u *unwinder) turnOff(err error) {
 	u.mu.Lock()
 	u.stats.Fallback = Fallback{Check: CheckWalkResults, Reason: err.Error()}
 	u.mu.Unlock()
+}
+
+// mayRunPython reports whether a process that asked for its mappings
+// (a) may run Python: a new image of a process whose image ran Python
+// (an exec, e.g. a reloader's), or one whose mappings, as the symbolizer
+// read them since it asked (Config.RecentMaps, at no cost of the
+// unwinder's own), include a file that may hold CPython. Such a process
+// is set up at its first request, not after a second sample: the
+// sampler walks its Python frames only once its entry names its
+// interpreter, and until then its samples show the interpreter's
+// evaluation loop where the program's functions ran. Any other process
+// waits as before (askSamples): under churn most processes sampled once
+// exit soon after.
+func (u *unwinder) mayRunPython(pid uint32, a ask) bool {
+	if u.python == nil {
+		return false
+	}
+	if st := u.procList[pid]; st != nil && st.mm != a.mm && st.pyRuntime != 0 {
+		return true
+	}
+	if u.recentMaps == nil {
+		return false
+	}
+	maps, ok := u.recentMaps(u.useBuf[:0], pid, a.since)
+	u.useBuf = maps[:0]
+	return ok && slices.ContainsFunc(maps, func(m symbolize.ExecMapping) bool { return !m.Deleted && pyinterp.MayBeInterpreter(m.Path) })
+}
+
+// runPythonSetUp writes the entries of new Python processes after each
+// drain of the ring (setUpPython), beside the worker: the worker builds
+// tables for up to buildBudget a poll, and one table of a big binary took
+// 2.8 s of wall time on a loaded machine, while the samples of a Python
+// process that asked meanwhile had no Python frames. It takes state
+// while the worker compiles, or between its polls.
+func (u *unwinder) runPythonSetUp() {
+	for {
+		select {
+		case <-u.done:
+			return
+		case <-u.pyWake:
+		}
+		u.state.Lock()
+		u.setUpPython(time.Now())
+		u.state.Unlock()
+	}
+}
+
+// setUpPython writes the entries of the new images that asked for their
+// mappings and may run Python (mayRunPython); the other requests wait for
+// the worker's poll. u.state is held.
+func (u *unwinder) setUpPython(now time.Time) {
+	u.takeAsks(now)
+	for pid, a := range u.asks {
+		if st := u.procList[pid]; st != nil && st.mm == a.mm || !u.mayRunPython(pid, a) {
+			continue // a known image's (a dlopen), or not Python
+		}
+		delete(u.asks, pid)
+		span := u.processesCPU.Start()
+		err := u.process(pid, a, now)
+		span.Stop()
+		if err != nil {
+			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+		}
+	}
 }

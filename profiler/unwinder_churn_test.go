@@ -109,7 +109,9 @@ func TestShedTablesHoldsTheQueue(t *testing.T) {
 	if what, ok := p.ShedTables(); !ok || what == "" {
 		t.Fatalf("ShedTables = %q, %v; want the work named", what, ok)
 	}
+	u.state.Lock() // the worker's, released while it loads a table
 	u.build(now)
+	u.state.Unlock()
 	if _, ok := u.queue["young"]; !ok {
 		t.Error("a process seen for a second had its table built while tables were shed")
 	}
@@ -117,7 +119,9 @@ func TestShedTablesHoldsTheQueue(t *testing.T) {
 		t.Error("a process seen for a minute did not get its table while tables were shed")
 	}
 	u.shed.Store(false) // RestoreTables, without a worker to kick
+	u.state.Lock()      // the worker's, released while it loads a table
 	u.build(now)
+	u.state.Unlock()
 	if _, ok := u.queue["young"]; ok {
 		t.Error("restored: the young process's table was not built")
 	}

@@ -157,7 +157,9 @@ func TestBuildBudgetAfterHugeTable(t *testing.T) {
 	// step builds at start+at and checks which tables are loaded.
 	step := func(at time.Duration, want map[string]bool) {
 		t.Helper()
+		u.state.Lock() // the worker's, released while it loads a table
 		u.build(start.Add(at))
+		u.state.Unlock()
 		for k, w := range want {
 			if got := u.loaded[k] != nil; got != w {
 				t.Fatalf("at %v: table %s loaded %v, want %v (credit %v, queued %d)", at, k, got, w, u.credit, len(u.queue))

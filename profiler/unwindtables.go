@@ -295,7 +295,11 @@ func (u *unwinder) readBinary(path string, fk fileKey) *mappedFile {
 // the table was compiled rather than read from the cache (a build that
 // failed included): what the build budget is charged for.
 func (u *unwinder) load(path, key string, now time.Time) (lt *loadedTable, compiled bool, err error) {
+	// Compiled (or read) with u.state released: the Python set-up
+	// writes new processes' entries meanwhile (runPythonSetUp).
+	u.state.Unlock()
 	t, hit, err := u.cache.Load(path)
+	u.state.Lock()
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 		return nil, false, err
 	}

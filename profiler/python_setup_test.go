@@ -1,0 +1,79 @@
+package profiler
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/heatscope/heatscope/bpf"
+	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/symbolize"
+)
+
+// TestPythonSetUpAtFirstRequest: a new process whose mappings (the
+// symbolizer's read, handed on) show a Python interpreter has its entry
+// written, with its interpreter, at the poll after its first request,
+// though it was sampled once: the sampler walks its Python frames only
+// from then on, and a process waiting for a second sample waited for the
+// next poll (250 ms) with none. A native process sampled once still waits
+// (askSamples: under churn most exit soon).
+func TestPythonSetUpAtFirstRequest(t *testing.T) {
+	bpftest.Require(t)
+	const python = "/usr/bin/python3.11"
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("no %s here: %v", python, err)
+	}
+	py := startPython(t, "debian-3.11", python, "pychains.py")
+	native, _ := sleepWithLibc(t)
+	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pending.Close() })
+	procs := newProcsMap(t, 16)
+	u := &unwinder{
+		procs: procs, pending: pending, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
+		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
+		procList: map[uint32]*procState{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
+		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
+		python: newTestFinder(t),
+		// The symbolizer read each process's maps at its first sample.
+		recentMaps: func(dst []symbolize.ExecMapping, pid uint32, _ time.Time) ([]symbolize.ExecMapping, bool) {
+			maps, err := symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid))
+			if err != nil {
+				return dst, false
+			}
+			return append(dst, maps...), true
+		},
+	}
+	now := time.Now()
+	u.lastTake = now // the ring reader took the requests just now
+	u.drainedTake = now
+	for _, pid := range []uint32{py.Pid, native} {
+		u.taken = append(u.taken, taken{pid: pid, mm: 0x1000, at: now, byReader: true})
+		u.newHeat[pid] = 1 // the sample that asked, and no other yet
+	}
+	u.state.Lock() // the worker's, released while it loads a table
+	u.poll(now)
+	u.state.Unlock()
+	var e bpf.ProfileHsProc
+	if err := procs.Lookup(py.Pid, &e); err != nil {
+		t.Fatalf("the Python process, sampled once, has no entry after the poll that took its request: %v", err)
+	}
+	if e.PyRuntime == 0 {
+		t.Errorf("the Python process's entry names no interpreter (%d mappings)", e.Count)
+	}
+	if err := procs.Lookup(native, &e); err == nil {
+		t.Errorf("the native process, sampled once, got its entry at once: it should wait for a second sample or %v", askWait)
+	}
+	if _, ok := u.asks[native]; !ok {
+		t.Errorf("the native process's request was dropped, not kept for a later poll")
+	}
+	if u.stats.MapsReads != 1 || u.stats.MapsShared != 1 {
+		t.Errorf("maps taken %d (shared %d), want the Python process's one, the symbolizer's read", u.stats.MapsReads, u.stats.MapsShared)
+	}
+}
