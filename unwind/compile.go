@@ -146,6 +146,7 @@ func (t *Table) compile(fdes []fde) error {
 	var end uint64 // the end of the last FDE compiled
 	var fdeRows []Row
 	for i := range fdes {
+		rows = growRows(rows, i, len(fdes))
 		d := &fdes[i]
 		// An FDE at 0 is a discarded function's (linker garbage
 		// collection); one overlapping the previous is a duplicate.
@@ -187,6 +188,22 @@ func (t *Table) compile(fdes []fde) error {
 	}
 	t.Rows = slices.Clip(rows)
 	return nil
+}
+
+// growRows makes room in rows, where done FDEs of all have been compiled,
+// for the next FDE's rows (a few), when it is full: for as many rows as
+// all the FDEs will make at the rate of those done so far, and a tenth
+// more. Left to append, its growth by a quarter at a time allocated 3.3
+// times the table's rows in all (python3.11's 1.55 MB of rows, 4.7 MB
+// allocated; libc's 3.32 times, 1.86 now), garbage that made the agent's
+// collector run several times per table under its memory limit.
+func growRows(rows []Row, done, all int) []Row {
+	const room = 64 // more than an FDE makes
+	if cap(rows)-len(rows) >= room || done == 0 {
+		return rows
+	}
+	projected := len(rows)*all/done + len(rows)*all/done/10
+	return slices.Grow(rows, max(projected-len(rows), len(rows)/4, room))
 }
 
 // compileFDE runs an FDE's CIE and FDE programs and appends its rows.
