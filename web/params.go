@@ -24,9 +24,6 @@ const (
 	// cgroup, container, pod, namespace, qos, source): filters test each
 	// thread against every item.
 	maxListItems = 1024
-	// maxCPU bounds CPU numbers: a filter allocates a flag per CPU up to
-	// the highest one named (Linux's NR_CPUS is at most 8192).
-	maxCPU = 65535
 )
 
 func paramErr(param, format string, args ...any) error {
@@ -159,8 +156,9 @@ func (p *params) step() (ns int64, ok bool, err error) {
 }
 
 // filter parses the filter parameters and checks the sources named exist.
-// Lists and CPU numbers are checked before query.ParseFilter sees them, so
-// a request cannot make a filter allocate gigabytes. Parsing reads no file
+// Lists are counted before query.ParseFilter sees them, and it bounds the
+// CPUs a list names (query.MaxCPU, cpulist), so a request cannot make a
+// filter allocate gigabytes. Parsing reads no file
 // system: a cgroup path is matched against the paths the recording host
 // kept, not looked up on this one.
 func (p *params) filter(sources []store.SourceInfo, nodes []store.NodeInfo) (store.Filter, error) {
@@ -168,9 +166,6 @@ func (p *params) filter(sources []store.SourceInfo, nodes []store.NodeInfo) (sto
 		if n := strings.Count(p.get(name), ",") + 1; n > maxListItems {
 			return store.Filter{}, paramErr(name, "%d items, at most %d", n, maxListItems)
 		}
-	}
-	if err := checkCPUs(p.get("cpu")); err != nil {
-		return store.Filter{}, err
 	}
 	f, err := query.ParseFilter(p.get)
 	if err != nil {
@@ -187,20 +182,6 @@ func (p *params) filter(sources []store.SourceInfo, nodes []store.NodeInfo) (sto
 		}
 	}
 	return f, nil
-}
-
-// checkCPUs refuses CPU numbers above maxCPU. Malformed lists are left
-// for query.ParseFilter to report.
-func checkCPUs(v string) error {
-	for _, part := range strings.Split(v, ",") {
-		lo, hi, _ := strings.Cut(part, "-")
-		for _, n := range []string{lo, hi} {
-			if c, err := strconv.Atoi(n); err == nil && c > maxCPU {
-				return paramErr("cpu", "CPU %d is out of range: at most %d", c, maxCPU)
-			}
-		}
-	}
-	return nil
 }
 
 // span is the time range of the samples of the sources f selects on the

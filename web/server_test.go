@@ -211,6 +211,7 @@ func TestBadParameters(t *testing.T) {
 		{"/api/top", queryA + "&cpu=3-1", "cpu"},
 		{"/api/top", queryA + "&cpu=70000", "cpu"},
 		{"/api/top", queryA + "&cpu=0-4294967295", "cpu"},
+		{"/api/top", queryA + "&cpu=" + strings.Repeat("0-65535,", 100) + "0", "cpu"}, // 6.5 million CPUs
 		{"/api/top", queryA + "&cgroup=../../etc", "cgroup"},
 		{"/api/top", queryA + "&cgroup=5003,,5005", "cgroup"},
 		{"/api/top", queryA + "&cgroup=" + url.QueryEscape("/a\nb"), "cgroup"},
