@@ -29,27 +29,8 @@ func TestPythonSetUpAtFirstRequest(t *testing.T) {
 	}
 	py := startPython(t, "debian-3.11", python, "pychains.py")
 	native, _ := sleepWithLibc(t)
-	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pending.Close() })
 	procs := newProcsMap(t, 16)
-	u := &unwinder{
-		procs: procs, pending: pending, log: slog.New(slog.DiscardHandler), procRoot: "/proc",
-		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
-		procList: map[uint32]*procState{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
-		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
-		python: newTestFinder(t),
-		// The symbolizer read each process's maps at its first sample.
-		recentMaps: func(dst []symbolize.ExecMapping, pid uint32, _ time.Time) ([]symbolize.ExecMapping, bool) {
-			maps, err := symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid))
-			if err != nil {
-				return dst, false
-			}
-			return append(dst, maps...), true
-		},
-	}
+	u := newSetUpTestUnwinder(t, procs)
 	now := time.Now()
 	u.lastTake = now // the ring reader took the requests just now
 	u.drainedTake = now
@@ -75,5 +56,59 @@ func TestPythonSetUpAtFirstRequest(t *testing.T) {
 	}
 	if u.stats.MapsReads != 1 || u.stats.MapsShared != 1 {
 		t.Errorf("maps taken %d (shared %d), want the Python process's one, the symbolizer's read", u.stats.MapsReads, u.stats.MapsShared)
+	}
+}
+
+// newSetUpTestUnwinder returns an unwinder writing entries to procs, with
+// a Python finder, given each process's maps as the symbolizer would have
+// read them at its first sample.
+func newSetUpTestUnwinder(t *testing.T, procs *ebpf.Map) *unwinder {
+	t.Helper()
+	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pending.Close() })
+	return &unwinder{
+		procs: procs, pending: pending, log: slog.New(slog.DiscardHandler), procRoot: "/proc", done: make(chan struct{}),
+		files: map[fileKey]*mappedFile{}, loaded: map[string]*loadedTable{}, failed: map[string]bool{}, deferred: map[string]time.Time{},
+		procList: map[uint32]*procState{}, queue: map[string]*buildJob{}, heat: map[uint32]uint64{}, newHeat: map[uint32]uint64{},
+		asks: map[uint32]ask{}, pendKeys: make([]uint32, maxPending), pendVals: make([]uint64, maxPending),
+		python: newTestFinder(t),
+		recentMaps: func(dst []symbolize.ExecMapping, pid uint32, _ time.Time) ([]symbolize.ExecMapping, bool) {
+			maps, err := symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", pid))
+			if err != nil {
+				return dst, false
+			}
+			return append(dst, maps...), true
+		},
+	}
+}
+
+// TestPythonSetUpAfterWalkOff: once the table walk was turned off on this
+// kernel (checkWalk: every entry deleted, none written again), the Python
+// set-up, which runs beside the worker, writes no entry either.
+func TestPythonSetUpAfterWalkOff(t *testing.T) {
+	bpftest.Require(t)
+	const python = "/usr/bin/python3.11"
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("no %s here: %v", python, err)
+	}
+	py := startPython(t, "debian-3.11", python, "pychains.py")
+	procs := newProcsMap(t, 16)
+	u := newSetUpTestUnwinder(t, procs)
+	now := time.Now()
+	u.lastTake, u.drainedTake = now, now
+	u.taken = append(u.taken, taken{pid: py.Pid, mm: 0x1000, at: now, byReader: true})
+	u.off = true
+	u.setUpPython(now)
+	var e bpf.ProfileHsProc
+	if err := procs.Lookup(py.Pid, &e); err == nil {
+		t.Fatal("an entry was written for a Python process after the table walk was turned off")
+	}
+	u.off = false // the check can fail: with the walk on, the same request sets it up
+	u.setUpPython(now)
+	if err := procs.Lookup(py.Pid, &e); err != nil || e.PyRuntime == 0 {
+		t.Fatalf("with the walk on, the Python process was not set up: %v (runtime %#x)", err, e.PyRuntime)
 	}
 }

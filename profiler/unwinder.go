@@ -509,6 +509,9 @@ func (u *unwinder) runPythonSetUp() {
 // mappings and may run Python (mayRunPython); the other requests wait for
 // the worker's poll. u.state is held.
 func (u *unwinder) setUpPython(now time.Time) {
+	if u.off || u.closing() {
+		return // the table walk was turned off: no entry is written
+	}
 	u.takeAsks(now)
 	for pid, a := range u.asks {
 		if st := u.procList[pid]; st != nil && st.mm == a.mm || !u.mayRunPython(pid, a) {
