@@ -631,7 +631,10 @@ func names(ps []pyfixture.Interpreter) []string {
 // ns for each run that sampled nothing; with filtered < 0, the run time
 // per run (a process that never runs: the filter's cost).
 func (b *bench) costOf(bin string, pid int, name string, filtered float64) (float64, error) {
-	a, err := b.record(bin, filepath.Join(b.dir, name), b.costDuration, b.costHz, "--pid", strconv.Itoa(pid))
+	// Recorded 5 s past the window: the record's duration runs from its
+	// start, the window from when it serves /metrics, seconds later on a
+	// loaded machine.
+	a, err := b.record(bin, filepath.Join(b.dir, name), b.costDuration+5*time.Second, b.costHz, "--pid", strconv.Itoa(pid))
 	if err != nil {
 		return 0, err
 	}
