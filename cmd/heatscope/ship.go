@@ -107,15 +107,55 @@ type shipping struct {
 	config  string
 	dataDir string
 	node    string
-	lease   *shipper.Lease
-	sh      *shipper.Shipper
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	// unanswered is why the bucket did not answer at start: recording
+	// starts anyway, and the lease is taken once it answers.
+	unanswered error
+	lease      *lateLease
+	sh         *shipper.Shipper
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+// lateLeaseRetry is how often a recorder whose bucket did not answer at
+// start tries again to take its node's lease.
+const lateLeaseRetry = 10 * time.Second
+
+// lateLease is the node's lease, taken at start or, when the bucket did
+// not answer then, once it does: until then nothing ships, and Held says
+// why.
+type lateLease struct {
+	mu    sync.Mutex
+	lease *shipper.Lease
+	why   error
+}
+
+// Held returns nil while the lease is taken and held (shipper.Options.Lease).
+func (l *lateLease) Held() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lease == nil {
+		return l.why
+	}
+	return l.lease.Held()
+}
+
+func (l *lateLease) taken() *shipper.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lease
+}
+
+func (l *lateLease) set(lease *shipper.Lease, why error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lease, l.why = lease, why
 }
 
 // openShipping opens the bucket and checks it answers for this node's
 // directory (a wrong credential or a missing bucket fails here, naming
-// the bucket and the operation).
+// the bucket and the operation). A bucket that does not answer (an
+// outage, bucket.Permanent says which errors are not) does not stop the
+// recording: its blocks wait in the data directory until it answers.
 func openShipping(configPath, dataDir, node string) (*shipping, error) {
 	cfg, err := bucket.LoadConfig(configPath)
 	if err != nil {
@@ -127,14 +167,20 @@ func openShipping(configPath, dataDir, node string) (*shipping, error) {
 	if err != nil {
 		return nil, err
 	}
+	var unanswered error
 	if err := b.Check(ctx, bucketlayout.NodePrefix(node)); err != nil {
-		b.Close()
-		return nil, fmt.Errorf("--objstore-config %s: %w", configPath, err)
+		if bucket.Permanent(err) {
+			b.Close()
+			return nil, fmt.Errorf("--objstore-config %s: %w", configPath, err)
+		}
+		unanswered = err
+		slog.Warn("the bucket does not answer: recording into the data directory, shipping once it answers (the node's lease is taken then)",
+			"bucket", b.Name(), "node", node, "retry", lateLeaseRetry, "err", err)
 	}
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}
-	return &shipping{bucket: b, config: configPath, dataDir: dataDir, node: node}, nil
+	return &shipping{bucket: b, config: configPath, dataDir: dataDir, node: node, unanswered: unanswered}, nil
 }
 
 // hook wires the store to the shipper, which start creates once the
@@ -158,20 +204,41 @@ func (s *shipping) collector(db *store.DB) prometheus.Collector {
 // instance id (a live recorder of another instance under this node name
 // refuses the start, naming it), reads what was shipped before, and runs
 // the shipper and the lease's renewals until close or finish.
+//
+// When the bucket did not answer at start, or does not while the lease is
+// taken, recording goes on: the shipper waits, and the lease is tried
+// again every lateLeaseRetry until taken (a live recorder holding the
+// node name then is logged as an error, and nothing ships).
 func (s *shipping) start(db *store.DB) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+2*shipper.DefaultLeaseRenew)
-	defer cancel()
 	opts := shipper.Options{Bucket: s.bucket, BucketName: s.bucket.Name(), Dir: s.dataDir, Node: s.node, Instance: db.Identity().Instance, Logger: slog.Default()}
-	lease, err := shipper.AcquireLease(ctx, shipper.LeaseOptions{Bucket: s.bucket, BucketName: s.bucket.Name(), Node: s.node,
-		Instance: db.Identity().Instance, DataDir: s.dataDir, Logger: slog.Default()})
-	switch {
-	case errors.Is(err, bucket.ErrConditionalUnsupported):
-		slog.Warn("this bucket's provider has no conditional writes: shipping without a node lease, so a second recorder under this node name is not detected",
-			"bucket", s.bucket.Name(), "node", s.node)
-	case err != nil:
-		return err
-	default:
-		s.lease, opts.Lease = lease, lease
+	leaseOpts := shipper.LeaseOptions{Bucket: s.bucket, BucketName: s.bucket.Name(), Node: s.node,
+		Instance: db.Identity().Instance, DataDir: s.dataDir, Logger: slog.Default()}
+	s.lease = &lateLease{}
+	late := false
+	if s.unanswered != nil {
+		s.lease.set(nil, fmt.Errorf("node %s's lease not taken yet: the bucket has not answered since the start (%w)", s.node, s.unanswered))
+		opts.Lease, late = s.lease, true
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+2*shipper.DefaultLeaseRenew)
+		lease, err := shipper.AcquireLease(ctx, leaseOpts)
+		cancel()
+		var taken *shipper.NodeTakenError
+		switch {
+		case errors.Is(err, bucket.ErrConditionalUnsupported):
+			slog.Warn("this bucket's provider has no conditional writes: shipping without a node lease, so a second recorder under this node name is not detected",
+				"bucket", s.bucket.Name(), "node", s.node)
+			s.lease = nil
+		case errors.As(err, &taken), err != nil && bucket.Permanent(err):
+			return err
+		case err != nil:
+			slog.Warn("the bucket does not answer: recording into the data directory, shipping once it answers (the node's lease is taken then)",
+				"bucket", s.bucket.Name(), "node", s.node, "retry", lateLeaseRetry, "err", err)
+			s.lease.set(nil, fmt.Errorf("node %s's lease not taken yet: %w", s.node, err))
+			opts.Lease, late = s.lease, true
+		default:
+			s.lease.set(lease, nil)
+			opts.Lease = s.lease
+		}
 	}
 	sh, err := shipper.New(opts)
 	if err != nil {
@@ -183,9 +250,47 @@ func (s *shipping) start(db *store.DB) error {
 	s.stop = stop
 	s.wg.Go(func() { sh.Run(runCtx) })
 	if s.lease != nil {
-		s.wg.Go(func() { s.lease.Run(runCtx) })
+		s.wg.Go(func() {
+			if late && !s.takeLate(runCtx, leaseOpts) {
+				return
+			}
+			s.lease.taken().Run(runCtx)
+		})
 	}
 	return nil
+}
+
+// takeLate tries to take the node's lease every lateLeaseRetry until it
+// has it (then wakes the shipper) or ctx is done; it says which.
+func (s *shipping) takeLate(ctx context.Context, opts shipper.LeaseOptions) bool {
+	var logged string
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second+2*shipper.DefaultLeaseRenew)
+		lease, err := shipper.AcquireLease(tctx, opts)
+		cancel()
+		if err == nil {
+			s.lease.set(lease, nil)
+			slog.Info("the bucket answers: took the node's lease, shipping what waited", "bucket", s.bucket.Name(), "node", s.node)
+			s.sh.Notify()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		var taken *shipper.NodeTakenError
+		if errors.As(err, &taken) || bucket.Permanent(err) {
+			s.lease.set(nil, err)
+			if msg := err.Error(); msg != logged {
+				slog.Error("the node's lease cannot be taken: recording goes on, nothing ships", "node", s.node, "err", err)
+				logged = msg
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(lateLeaseRetry):
+		}
+	}
 }
 
 // finish stops the shipper, then uploads what the store wrote at its
@@ -211,10 +316,10 @@ func (s *shipping) finish(w io.Writer) {
 // release frees the node's lease, so that another recorder may take the
 // node name at once.
 func (s *shipping) release(ctx context.Context) {
-	if s.lease == nil {
+	if s.lease == nil || s.lease.taken() == nil {
 		return
 	}
-	if err := s.lease.Release(ctx); err != nil {
+	if err := s.lease.taken().Release(ctx); err != nil {
 		slog.Warn("node lease not released: it expires by itself", "node", s.node, "ttl", shipper.DefaultLeaseTTL, "err", err)
 	}
 }

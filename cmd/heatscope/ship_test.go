@@ -216,3 +216,38 @@ func TestOneRecorderPerNodeName(t *testing.T) {
 		t.Fatalf("node-a's lease after the second recorder stopped: %s, %v; want released", raw, err)
 	}
 }
+
+// TestRecordStartsWhileTheBucketIsDown: a node that boots while its
+// bucket does not answer records anyway (it used to stop at start and
+// record nothing), says so, and takes its lease and ships what waited
+// once the bucket answers.
+func TestRecordStartsWhileTheBucketIsDown(t *testing.T) {
+	bpftest.Require(t)
+	srv := miniotest.Start(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	cfg := srv.WriteConfig("fleet")
+	srv.Stop()
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "record", "--data", filepath.Join(dir, "data"), "--objstore-config", cfg, "--node", "node-a",
+		"--duration", "90s", "--listen", addr, "--progress", "0", "--block-duration", "2s")
+	waitServing(t, d, "http://"+addr+"/healthz")
+	if !strings.Contains(d.log(), "the bucket does not answer: recording into the data directory") {
+		t.Fatalf("recording while the bucket does not answer, without saying so:\n%s", d.log())
+	}
+	srv.Restart()
+	deadline := time.Now().Add(60 * time.Second)
+	for len(metasIn(t, srv, "fleet/node-a/blocks/")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no two blocks in the bucket 60 s after it answered again\n%s", d.log())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.stop(t)
+	if !strings.Contains(d.log(), "took the node's lease, shipping what waited") {
+		t.Errorf("the late lease is not logged:\n%s", d.log())
+	}
+	if got := srv.Objects("fleet/node-a/lease.json"); len(got) != 1 {
+		t.Errorf("lease objects %q, want node-a's", got)
+	}
+}
