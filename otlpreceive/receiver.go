@@ -326,6 +326,49 @@ func (res result) response() pprofileotlp.ExportResponse {
 type plan struct {
 	nodes    map[string]*nodePlan
 	rejected map[string]int // reason -> samples left out
+	// groups are the request's samples' periods, each with its epoch:
+	// how many times the sample's CPU had changed period before it
+	// (periodEpochs). They are stored in this order, one group after
+	// another, so that a node's store changes period once for each
+	// change of its recorder's rate, not at every sample of one CPU
+	// interleaved with another's still at the other period.
+	groups []periodGroup
+}
+
+// periodGroup is one period of a request's samples in one epoch of its
+// CPUs' period changes.
+type periodGroup struct {
+	epoch    int
+	periodNs int64
+}
+
+// periodEpochs follows each CPU's period through a request, in its order.
+type periodEpochs struct {
+	last  map[nodeCPU]int64
+	epoch map[nodeCPU]int
+}
+
+type nodeCPU struct {
+	node string
+	cpu  uint32
+}
+
+func newPeriodEpochs() *periodEpochs {
+	return &periodEpochs{last: map[nodeCPU]int64{}, epoch: map[nodeCPU]int{}}
+}
+
+// of returns s's group: its period, and how many times its CPU's period
+// changed before it in the request. A recorder's rate change reaches its
+// CPUs at slightly different times, and a request's samples come in time
+// order across CPUs: stored group by group, each CPU's samples stay in
+// their order, and a change is one cut of the store's head.
+func (e *periodEpochs) of(s *sample.Sample) periodGroup {
+	k := nodeCPU{s.Node, s.CPU}
+	if p, ok := e.last[k]; ok && p != s.PeriodNs {
+		e.epoch[k]++
+	}
+	e.last[k] = s.PeriodNs
+	return periodGroup{epoch: e.epoch[k], periodNs: s.PeriodNs}
 }
 
 type nodePlan struct {
@@ -347,7 +390,7 @@ func (r *Receiver) ingest(ctx context.Context, p pprofile.Profiles) (result, *re
 	if err := ctx.Err(); err != nil {
 		return result{}, r.refuse(refCancelled, "the sender gave up on the request before it was stored (%v): nothing stored", err)
 	}
-	stored, appendErrs := r.store(p, now)
+	stored, appendErrs := r.store(p, now, pl.groups)
 	res := result{stored: stored}
 	var why []string
 	for reason, n := range pl.rejected {
@@ -407,10 +450,15 @@ func (r *Receiver) plan(p pprofile.Profiles, now time.Time) (*plan, otlpprofile.
 		return nil, otlpprofile.Report{}, herr
 	}
 	var badNode string
+	epochs, seen := newPeriodEpochs(), map[periodGroup]bool{}
 	rep, err := otlpprofile.Decode(p, otlpprofile.DecodeOptions{NodeAttribute: r.opts.NodeAttribute, RequireCPU: true}, func(s *sample.Sample) error {
 		if ok, why := accepts(s, now); !ok {
 			pl.rejected[why]++
 			return nil
+		}
+		if g := epochs.of(s); !seen[g] {
+			seen[g] = true
+			pl.groups = append(pl.groups, g)
 		}
 		np := pl.nodes[s.Node]
 		if np == nil {
@@ -434,6 +482,7 @@ func (r *Receiver) plan(p pprofile.Profiles, now time.Time) (*plan, otlpprofile.
 	case err != nil:
 		return nil, rep, r.refuse(refInvalid, "malformed profiles: %v", err)
 	}
+	slices.SortStableFunc(pl.groups, func(a, b periodGroup) int { return cmp.Compare(a.epoch, b.epoch) })
 	return pl, rep, nil
 }
 
@@ -550,13 +599,31 @@ func (r *Receiver) node(name string) (*node, *refusal) {
 	return n, nil
 }
 
-// store reads p a second time and appends the samples plan accepted.
-func (r *Receiver) store(p pprofile.Profiles, now time.Time) (stored, failed int) {
+// store reads p a second time and appends the samples plan accepted,
+// in plan's groups of periods: one read a group, and a single one (no
+// group to pick) in the usual case of one period.
+func (r *Receiver) store(p pprofile.Profiles, now time.Time, groups []periodGroup) (stored, failed int) {
+	if len(groups) <= 1 {
+		return r.storeGroup(p, now, nil)
+	}
+	for _, g := range groups {
+		s, f := r.storeGroup(p, now, &g)
+		stored, failed = stored+s, failed+f
+	}
+	return stored, failed
+}
+
+// storeGroup appends p's accepted samples of group g (nil: all of them).
+func (r *Receiver) storeGroup(p pprofile.Profiles, now time.Time, g *periodGroup) (stored, failed int) {
 	var cur *node
 	curName := ""
 	var lastErr error
+	epochs := newPeriodEpochs()
 	otlpprofile.Decode(p, otlpprofile.DecodeOptions{NodeAttribute: r.opts.NodeAttribute, RequireCPU: true}, func(s *sample.Sample) error {
 		if ok, _ := accepts(s, now); !ok {
+			return nil
+		}
+		if g != nil && epochs.of(s) != *g {
 			return nil
 		}
 		if cur == nil || s.Node != curName {

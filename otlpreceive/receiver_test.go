@@ -3,6 +3,7 @@ package otlpreceive
 import (
 	"bytes"
 	stdgzip "compress/gzip"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -694,4 +695,93 @@ func (l *syncLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// periodCounter is a node's real store, counting the period changes the
+// receiver asks of it (each one cuts the store's head into a block).
+type periodCounter struct {
+	Store
+	changes int
+	last    int64
+}
+
+func (c *periodCounter) SetPeriod(periodNs int64) {
+	if periodNs != c.last {
+		c.changes++
+		c.last = periodNs
+	}
+	c.Store.SetPeriod(periodNs)
+}
+
+// TestRateChangeInOneRequest: a recorder's overhead guard halves its rate
+// in the middle of a batch, and the change reaches its two CPUs 100 ms
+// apart. The request holds each CPU's samples apart (the CPU is a sample
+// attribute), so its periods go fast, slow, fast, slow. The receiver
+// stores them with one change of period (one cut of the node's head),
+// every sample at its own period. Before, it changed period at every
+// alternation (3 here; 11 in a second in a trial of record → receive,
+// whose blocks overlapped in time so that a CPU's samples, read out of
+// order across them, gave a 20 ms heatmap cell 20.006 ms of one CPU).
+func TestRateChangeInOneRequest(t *testing.T) {
+	ds := newDirStores(t)
+	var counter *periodCounter
+	open := func(node string) (Store, error) {
+		st, err := ds.open(node)
+		counter = &periodCounter{Store: st, last: sample.PeriodOf(99)}
+		return counter, err
+	}
+	r, err := New(Options{Open: open})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := sample.PeriodOf(99), sample.PeriodOf(49)
+	start := time.Now().Add(-time.Minute).Truncate(time.Second).UnixNano()
+	switchAt := [2]int64{start + int64(time.Second), start + int64(1100*time.Millisecond)} // CPU 0's, CPU 1's
+	enc := otlpprofile.NewEncoder("test", "ratenode", fast)
+	var samples []*sample.Sample
+	for cpu := range 2 {
+		for ts := start + int64(cpu)*int64(3*time.Millisecond); ts < start+2*int64(time.Second); {
+			period := fast
+			if ts >= switchAt[cpu] {
+				period = slow
+			}
+			samples = append(samples, &sample.Sample{Time: ts, CPU: uint32(cpu), PID: 7, TID: 7, Comm: "loop", Node: "ratenode", PeriodNs: period,
+				Stack: []sample.Frame{{Function: "loop", Kind: sample.KindUser}}})
+			ts += period
+		}
+	}
+	slices.SortFunc(samples, func(a, b *sample.Sample) int { return cmp.Compare(a.Time, b.Time) })
+	var want []string
+	for _, s := range samples {
+		enc.Add(s)
+		want = append(want, fingerprint(s, s.PeriodNs))
+	}
+	slices.Sort(want)
+	req := enc.Profiles()
+	alternations, last := 0, fast
+	if _, err := otlpprofile.Decode(req, otlpprofile.DecodeOptions{}, func(s *sample.Sample) error {
+		if s.PeriodNs != last {
+			alternations++
+			last = s.PeriodNs
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if alternations < 3 {
+		t.Fatalf("the request changes period %d times in its order: the test needs its CPUs' periods to alternate", alternations)
+	}
+	res, rerr := r.ingest(context.Background(), req)
+	if rerr != nil {
+		t.Fatal(rerr.msg)
+	}
+	if res.stored != len(samples) {
+		t.Errorf("stored %d of %d samples", res.stored, len(samples))
+	}
+	if counter.changes != 1 {
+		t.Errorf("the node's store changed period %d times for one change of rate (the request alternates %d times), want 1", counter.changes, alternations)
+	}
+	if got := ds.readBack(t)["ratenode"]; !slices.Equal(got, want) {
+		t.Errorf("read back %d samples, want %d; first difference: %s", len(got), len(want), firstDiff(got, want))
+	}
 }
