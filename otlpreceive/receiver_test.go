@@ -2,8 +2,8 @@ package otlpreceive
 
 import (
 	"bytes"
-	stdgzip "compress/gzip"
 	"cmp"
+	stdgzip "compress/gzip"
 	"context"
 	"crypto/tls"
 	"fmt"
