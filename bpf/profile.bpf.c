@@ -398,9 +398,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 // the per-frame method bits are set by shifts.
 struct walk {
 	struct hs_proc *proc; // the process's mappings, looked up once
-	struct stack_block *block; // the CPU's stack_blocks entry
 	__u64 gen;            // proc->gen
-	__u64 block_at;       // the address block->b was read from; 1: none
 	__u64 ip, sp, bp;
 	__u64 dwarf_lo, dwarf_hi;
 	__u32 key;            // walk_frames key of the next frame
@@ -444,73 +442,12 @@ struct {
 	__type(value, struct hs_cached_row);
 } walk_cache SEC(".maps");
 
-// The row the walk found last for a stack's leaf (the sampled pc), with
-// the range of pcs it covers (in the process's addresses, up to the next
-// row or the mapping's end), per CPU in one of LEAF_CACHE_SLOTS slots by
-// process entry (a hash of hs_proc.gen). A leaf's pc moves from sample to
-// sample within a function (an interpreter's evaluation loop, a hot
-// loop), so walk_cache, by exact pc, seldom has it and the walk searched
-// the tables for it at nearly every sample of a Python process: this has
-// it while the pc stays within one row.
-#define LEAF_CACHE_BITS 4
-#define LEAF_CACHE_SLOTS (1 << LEAF_CACHE_BITS)
-struct hs_leaf_row {
-	__u64 start, end;     // the pcs the row covers: start <= pc < end
-	__u64 gen;            // 0: empty
-	struct hs_row row;
-	__u32 _pad;
-};
-struct hs_leaf_rows {
-	struct hs_leaf_row slot[LEAF_CACHE_SLOTS];
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct hs_leaf_rows);
-} leaf_cache SEC(".maps");
-
 static __always_inline __u64 read_user(__u64 addr)
 {
 	__u64 v = 0;
 	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr) < 0)
 		return 0;
 	return v;
-}
-
-// The user stack a walk reads, a block at a time: STACK_BLOCK bytes
-// aligned to their size, which never straddle a page, so that a block
-// is readable whenever a word in it is. A walk's return addresses and
-// saved registers lie close together above the stack pointer: one read
-// of a block serves the words of several frames, where a read per word
-// cost a bpf_probe_read_user each (two per frame), most of a walk's time.
-#define STACK_BLOCK 1024
-struct stack_block {
-	__u8 b[STACK_BLOCK];
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct stack_block);
-} stack_blocks SEC(".maps");
-
-// stack_word returns the 8-byte word at addr of the walk's user stack
-// (0 where it cannot be read), from the block last read when it holds
-// addr, else reading addr's block.
-static __always_inline __u64 stack_word(struct walk *w, __u64 addr)
-{
-	if (addr & 7)
-		return read_user(addr); // no frame's word: read alone
-	__u64 at = addr & ~(__u64)(STACK_BLOCK - 1);
-	if (at != w->block_at) {
-		if (bpf_probe_read_user(w->block->b, STACK_BLOCK, (void *)at) < 0) {
-			w->block_at = 1;
-			return 0;
-		}
-		w->block_at = at;
-	}
-	return *(__u64 *)&w->block->b[addr & (STACK_BLOCK - 8)];
 }
 
 // A binary search for a process's mapping, run by bpf_loop.
@@ -574,9 +511,7 @@ static long row_search_step(__u64 i, struct row_search *rs)
 
 // find_row returns the last row of a mapping's table at or before pc, or
 // NULL. The table's index gives the few rows to search (about 6 for libc).
-// *end is set to the next row's pc (the end of the pcs the row covers),
-// or 0xffffffff after the last row.
-static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc, __u32 *end)
+static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc)
 {
 	__u32 table = m->table;
 	void *rows = bpf_map_lookup_elem(&unwind_tables, &table);
@@ -606,13 +541,6 @@ static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc, __u3
 	if (rs.lo == 0)
 		return NULL;
 	__u32 idx = rs.lo - 1;
-	*end = 0xffffffff;
-	if (rs.lo < m->rows) {
-		struct hs_row *next = bpf_map_lookup_elem(rows, &rs.lo);
-		if (!next)
-			return NULL;
-		*end = next->pc;
-	}
 	return bpf_map_lookup_elem(rows, &idx);
 }
 
@@ -620,31 +548,16 @@ static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc, __u3
 // slice of walk_cache (from cache_base) or else by searching them (and
 // then keeps it there), and copies it to out. It returns 1 for a row, 0
 // for none (frame pointers), -1 for a pc in no mapping of the process.
-// For the sampled pc (cache_base with HS_LEAF set) the CPU's leaf_cache
-// is looked in first, and kept too.
 //
 // It is a global function, which the verifier checks once on its own: in
 // walk_step, a cache hit, skipping the searches' nested loops, made the
 // walk's states at each frame differ beyond the verifier's limit of a
 // million instructions.
-#define HS_LEAF 0x80000000
 __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_base, struct hs_row *out)
 {
 	if (!proc || !out)
 		return 0;
-	struct hs_leaf_row *leaf = NULL;
-	if (cache_base & HS_LEAF) {
-		__u32 zero = 0;
-		struct hs_leaf_rows *leaves = bpf_map_lookup_elem(&leaf_cache, &zero);
-		if (leaves) {
-			leaf = &leaves->slot[(gen * 0x9E3779B97F4A7C15ULL) >> (64 - LEAF_CACHE_BITS)];
-			if (leaf->gen == gen && pc >= leaf->start && pc < leaf->end) {
-				*out = leaf->row;
-				return 1;
-			}
-		}
-	}
-	__u32 ckey = (cache_base & ~HS_LEAF) + (__u32)((pc * 0x9E3779B97F4A7C15ULL) >> (64 - WALK_CACHE_BITS));
+	__u32 ckey = cache_base + (__u32)((pc * 0x9E3779B97F4A7C15ULL) >> (64 - WALK_CACHE_BITS));
 	struct hs_cached_row *cached = bpf_map_lookup_elem(&walk_cache, &ckey);
 	if (cached && cached->pc == pc && cached->gen == gen) {
 		*out = cached->row;
@@ -656,18 +569,10 @@ __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_
 	struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
 	if (m->table == HS_NO_TABLE || pc - m->bias > 0xffffffffULL)
 		return 0;
-	__u32 end = 0;
-	struct hs_row *r = find_row(m, (__u32)(pc - m->bias), &end);
+	struct hs_row *r = find_row(m, (__u32)(pc - m->bias));
 	if (!r)
 		return 0;
 	*out = *r;
-	// The row's pcs within this mapping only (a table covers the whole
-	// binary, a mapping part of it).
-	__u64 start = m->bias + r->pc, stop = m->bias + end;
-	if (start < m->start)
-		start = m->start;
-	if (stop > m->end)
-		stop = m->end;
 	// The walk keeps proc from its start, and a hash map reuses a freed
 	// element at once: if the agent replaced the process's entry since,
 	// the element now holds another gen (the agent never reuses one), and
@@ -675,16 +580,10 @@ __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_
 	// pointers for this frame.
 	if (proc->gen != gen)
 		return 0;
-	if (leaf) {
-		leaf->start = start;
-		leaf->end = stop;
-		leaf->gen = gen;
-		leaf->row = *out;
-	}
 	if (cached) {
 		cached->pc = pc;
 		cached->gen = gen;
-		cached->row = *out;
+		cached->row = *r;
 	}
 	return 1;
 }
@@ -707,7 +606,7 @@ static long walk_step(__u64 i, struct walk *w)
 	// instruction).
 	__u64 pc = w->n == 1 ? w->ip : w->ip - 1;
 	struct hs_row row = {};
-	if (frame_row(w->proc, pc, w->gen, w->n == 1 ? w->cache_base | HS_LEAF : w->cache_base, &row) < 0)
+	if (frame_row(w->proc, pc, w->gen, w->cache_base, &row) < 0)
 		w->unknown_pc = 1;
 	__u64 cfa;
 	if (row.cfa != HS_CFA_NONE) {
@@ -728,9 +627,9 @@ static long walk_step(__u64 i, struct walk *w)
 			// rsp points at the ucontext the kernel pushed:
 			// uc_mcontext (struct sigcontext) is 40 bytes in,
 			// and holds rbp at 80, rsp at 120, rip at 128.
-			w->bp = stack_word(w, w->sp + 40 + 80);
-			w->ip = stack_word(w, w->sp + 40 + 128);
-			w->sp = stack_word(w, w->sp + 40 + 120);
+			w->bp = read_user(w->sp + 40 + 80);
+			w->ip = read_user(w->sp + 40 + 128);
+			w->sp = read_user(w->sp + 40 + 120);
 			goto dwarf;
 		case HS_CFA_UNSUPPORTED:
 			w->unsupported = 1;
@@ -738,9 +637,9 @@ static long walk_step(__u64 i, struct walk *w)
 		default: // HS_CFA_END: the outermost frame
 			goto stop;
 		}
-		__u64 ra = stack_word(w, cfa - 8);
+		__u64 ra = read_user(cfa - 8);
 		if (r->rbp == HS_RBP_AT_CFA)
-			w->bp = stack_word(w, cfa + r->rbp_off);
+			w->bp = read_user(cfa + r->rbp_off);
 		else if (r->rbp != HS_RBP_UNCHANGED)
 			w->bp = 0;
 		w->sp = cfa;
@@ -750,9 +649,9 @@ static long walk_step(__u64 i, struct walk *w)
 	// Frame pointers: the caller's rbp at rbp, the return address above.
 	if (w->bp == 0 || w->bp < w->sp)
 		goto stop;
-	w->ip = stack_word(w, w->bp + 8);
+	w->ip = read_user(w->bp + 8);
 	w->sp = w->bp + 16;
-	w->bp = stack_word(w, w->bp);
+	w->bp = read_user(w->bp);
 	return 0;
 dwarf:
 	// Frame n (the caller just found) has bit n-1.
@@ -824,14 +723,8 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return -1;
-	__u32 zero = 0;
-	struct stack_block *block = bpf_map_lookup_elem(&stack_blocks, &zero);
-	if (!block)
-		return -1;
 	struct walk w = {};
 	w.proc = proc;
-	w.block = block;
-	w.block_at = 1;
 	w.gen = proc->gen;
 	w.ip = BPF_CORE_READ(regs, ip);
 	w.sp = BPF_CORE_READ(regs, sp);
@@ -933,8 +826,7 @@ struct {
 
 // The Python frames of the walk in progress, MAX_PY_FRAMES per CPU
 // (sized by the agent), copied into the sample when it is done, as
-// walk_frames; py_buf holds the thread state being read, py_blocks the
-// frames.
+// walk_frames; py_buf holds the frame (or thread state) being read.
 #define PY_CHUNK 16
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -946,23 +838,6 @@ struct {
 struct py_frame_buf {
 	__u8 b[256 + 8];
 };
-
-// The interpreter frames a walk reads, a block at a time, as the native
-// walk reads the stack (stack_block): PY_BLOCK bytes aligned to their size
-// (within a page). The frames of one _PyEval_EvalFrameDefault call are
-// next to one another on the thread's data stack, so one read serves
-// several. b has room past the block for a frame's fields (at most 255
-// bytes in) wherever in the block the frame starts.
-#define PY_BLOCK 1024
-struct py_block {
-	__u8 b[PY_BLOCK + 256 + 8];
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct py_block);
-} py_blocks SEC(".maps");
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -1051,8 +926,7 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 // frames go to py_frames by key.
 struct py_walk {
 	struct hs_py_layout *l;
-	struct py_block *block; // the CPU's py_blocks entry
-	__u64 block_at;       // the address block->b was read from; 1: none
+	struct py_frame_buf *buf; // the CPU's py_buf
 	__u64 frame;
 	__u32 key;            // py_frames key of the next frame
 	__u32 n;              // frames written
@@ -1072,28 +946,14 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->flags |= HS_PY_TRUNCATED;
 		return 1;
 	}
-	// The frame's first PY_FRAME_READ bytes, at fb: in its block, or read
-	// alone where it straddles two.
-	__u64 off = w->frame & (PY_BLOCK - 1);
-	struct py_block *block = w->block;
-	if (off + PY_FRAME_READ > PY_BLOCK) {
-		if (bpf_probe_read_user(block->b, PY_FRAME_READ, (void *)w->frame) < 0) {
-			w->flags |= HS_PY_READ_ERROR;
-			return 1;
-		}
-		off = 0;
-		w->block_at = 1;
-	} else if (w->frame - off != w->block_at) {
-		if (bpf_probe_read_user(block->b, PY_BLOCK, (void *)(w->frame - off)) < 0) {
-			w->flags |= HS_PY_READ_ERROR;
-			return 1;
-		}
-		w->block_at = w->frame - off;
+	struct py_frame_buf *buf = w->buf;
+	if (bpf_probe_read_user(buf->b, PY_FRAME_READ, (void *)w->frame) < 0) {
+		w->flags |= HS_PY_READ_ERROR;
+		return 1;
 	}
-	__u8 *fb = &block->b[off & (PY_BLOCK - 1)];
 	struct hs_py_layout *l = w->l;
-	__u8 owner = fb[l->frame_owner & 255];
-	__u64 previous = *(__u64 *)&fb[l->frame_previous & 255];
+	__u8 owner = buf->b[l->frame_owner & 255];
+	__u64 previous = *(__u64 *)&buf->b[l->frame_previous & 255];
 	// A chain changed while read (another CPU runs the program) may
 	// point anywhere: a frame that is its own caller, or a caller not
 	// 8-byte aligned, is no frame, and the walk stops there.
@@ -1117,8 +977,8 @@ static long py_step(__u64 i, struct py_walk *w)
 	struct hs_py_frame *f = bpf_map_lookup_elem(&py_frames, &w->key);
 	if (!f)
 		return 1;
-	__u64 code = *(__u64 *)&fb[l->frame_code & 255];
-	__u64 instr = *(__u64 *)&fb[l->frame_instr & 255];
+	__u64 code = *(__u64 *)&buf->b[l->frame_code & 255];
+	__u64 instr = *(__u64 *)&buf->b[l->frame_instr & 255];
 	if (code == 0 || (code & 7)) {
 		w->flags |= HS_PY_READ_ERROR; // no code object: not a frame
 		return 1;
@@ -1142,7 +1002,7 @@ static long py_step(__u64 i, struct py_walk *w)
 			f->flags |= HS_PYF_INCOMPLETE;
 	}
 	w->innermost = 0;
-	if (l->frame_is_entry != HS_PY_NO_OFFSET && fb[l->frame_is_entry & 255]) {
+	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 255]) {
 		f->flags |= HS_PYF_ENTRY;
 		w->innermost = 1;
 	}
@@ -1169,8 +1029,7 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 		return 0;
 	__u32 zero = 0;
 	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
-	struct py_block *block = bpf_map_lookup_elem(&py_blocks, &zero);
-	if (!buf || !block)
+	if (!buf)
 		return 0;
 	c->py_walks++;
 	__u32 error = 0;
@@ -1183,7 +1042,7 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 			c->py_no_thread++;
 		return 0;
 	}
-	struct py_walk w = {.l = l, .block = block, .block_at = 1, .innermost = 1};
+	struct py_walk w = {.l = l, .buf = buf, .innermost = 1};
 	__u64 frame = *(__u64 *)&buf->b[l->thread_frame & 255];
 	if (l->cframe_current_frame != HS_PY_NO_OFFSET && frame &&
 	    bpf_probe_read_user(&frame, 8, (void *)(frame + l->cframe_current_frame)) < 0)

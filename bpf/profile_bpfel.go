@@ -38,18 +38,6 @@ type ProfileHsCounters struct {
 	PyTruncated       uint64
 }
 
-type ProfileHsLeafRows struct {
-	_    structs.HostLayout
-	Slot [16]struct {
-		_     structs.HostLayout
-		Start uint64
-		End   uint64
-		Gen   uint64
-		Row   ProfileHsRow
-		Pad   uint32
-	}
-}
-
 type ProfileHsMapping struct {
 	_       structs.HostLayout
 	Start   uint64
@@ -159,19 +147,9 @@ type ProfileHsUmap struct {
 	Pad     [7]uint8
 }
 
-type ProfilePyBlock struct {
-	_ structs.HostLayout
-	B [1288]uint8
-}
-
 type ProfilePyFrameBuf struct {
 	_ structs.HostLayout
 	B [264]uint8
-}
-
-type ProfileStackBlock struct {
-	_ structs.HostLayout
-	B [1024]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -179,19 +157,16 @@ type ProfileStackBlock struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ProfileMapEvents         = "events"
-	ProfileMapLeafCache      = "leaf_cache"
 	ProfileMapMapsRing       = "maps_ring"
 	ProfileMapMapsScratch    = "maps_scratch"
 	ProfileMapMode           = "mode"
 	ProfileMapPendingPids    = "pending_pids"
-	ProfileMapPyBlocks       = "py_blocks"
 	ProfileMapPyBuf          = "py_buf"
 	ProfileMapPyFrames       = "py_frames"
 	ProfileMapPyLayouts      = "py_layouts"
 	ProfileMapPyThreads      = "py_threads"
 	ProfileMapScratch        = "scratch"
 	ProfileMapSeenPids       = "seen_pids"
-	ProfileMapStackBlocks    = "stack_blocks"
 	ProfileMapStats          = "stats"
 	ProfileMapTargetPids     = "target_pids"
 	ProfileMapUnwindPending  = "unwind_pending"
@@ -261,19 +236,16 @@ type ProfileProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
-	LeafCache     *ebpf.MapSpec `ebpf:"leaf_cache"`
 	MapsRing      *ebpf.MapSpec `ebpf:"maps_ring"`
 	MapsScratch   *ebpf.MapSpec `ebpf:"maps_scratch"`
 	Mode          *ebpf.MapSpec `ebpf:"mode"`
 	PendingPids   *ebpf.MapSpec `ebpf:"pending_pids"`
-	PyBlocks      *ebpf.MapSpec `ebpf:"py_blocks"`
 	PyBuf         *ebpf.MapSpec `ebpf:"py_buf"`
 	PyFrames      *ebpf.MapSpec `ebpf:"py_frames"`
 	PyLayouts     *ebpf.MapSpec `ebpf:"py_layouts"`
 	PyThreads     *ebpf.MapSpec `ebpf:"py_threads"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
-	StackBlocks   *ebpf.MapSpec `ebpf:"stack_blocks"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
 	UnwindPending *ebpf.MapSpec `ebpf:"unwind_pending"`
@@ -315,19 +287,16 @@ func (o *ProfileObjects) Close() error {
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
-	LeafCache     *ebpf.Map `ebpf:"leaf_cache"`
 	MapsRing      *ebpf.Map `ebpf:"maps_ring"`
 	MapsScratch   *ebpf.Map `ebpf:"maps_scratch"`
 	Mode          *ebpf.Map `ebpf:"mode"`
 	PendingPids   *ebpf.Map `ebpf:"pending_pids"`
-	PyBlocks      *ebpf.Map `ebpf:"py_blocks"`
 	PyBuf         *ebpf.Map `ebpf:"py_buf"`
 	PyFrames      *ebpf.Map `ebpf:"py_frames"`
 	PyLayouts     *ebpf.Map `ebpf:"py_layouts"`
 	PyThreads     *ebpf.Map `ebpf:"py_threads"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
-	StackBlocks   *ebpf.Map `ebpf:"stack_blocks"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	TargetPids    *ebpf.Map `ebpf:"target_pids"`
 	UnwindPending *ebpf.Map `ebpf:"unwind_pending"`
@@ -340,19 +309,16 @@ type ProfileMaps struct {
 func (m *ProfileMaps) Close() error {
 	return _ProfileClose(
 		m.Events,
-		m.LeafCache,
 		m.MapsRing,
 		m.MapsScratch,
 		m.Mode,
 		m.PendingPids,
-		m.PyBlocks,
 		m.PyBuf,
 		m.PyFrames,
 		m.PyLayouts,
 		m.PyThreads,
 		m.Scratch,
 		m.SeenPids,
-		m.StackBlocks,
 		m.Stats,
 		m.TargetPids,
 		m.UnwindPending,
