@@ -18,9 +18,6 @@ type WarmStore interface {
 	WarmCPUSteps(ctx context.Context, step int64) (store.WarmResult, error)
 }
 
-// maxTime bounds the span warmed, as the web API bounds its times.
-const maxTime = int64(1) << 62
-
 // Warm warms st for the overview a user opening the UI's fleet page first
 // sees (the whole span of every node in columns columns: the UI asks for
 // as many as fit its width, three pixels each), and for every coarser step
@@ -37,7 +34,7 @@ func Warm(ctx context.Context, st WarmStore, columns int) (store.WarmResult, err
 	if !ok {
 		return store.WarmResult{}, nil
 	}
-	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
+	r.From, r.To = max(r.From, 0), min(r.To, query.MaxTime) // the times a query takes
 	return st.WarmCPUSteps(ctx, WarmStep(Step(r, columns)))
 }
 

@@ -30,34 +30,79 @@ func paramErr(param string, format string, args ...any) error {
 	return &ParamError{Param: param, Err: fmt.Errorf(format, args...)}
 }
 
-// ParseTime parses a time given as RFC 3339 ("2026-11-21T14:03:07.42Z"),
-// Unix seconds with decimals ("1795237387.42"), or a duration before now
-// ("-5m", "-1h30m"). It returns Unix nanoseconds.
+// MaxTime is the latest time ParseTime takes, in Unix nanoseconds (2^62,
+// in the year 2116); the earliest is 0 (1970). Within them no range or
+// step arithmetic (widths, alignment, step counts) overflows int64.
+const MaxTime = int64(1) << 62
+
+// timeRange says what ParseTime takes, for its range errors.
+const timeRange = "want a time from 1970 to 2116 (Unix seconds 0 to 4611686018)"
+
+// ParseTime parses a time given as RFC 3339 ("2026-11-21T14:03:07.42Z",
+// the seconds may be left out: "2026-11-21T14:03Z"), Unix seconds with
+// decimals ("1795237387.42"), or a duration before now ("-5m", "-1h30m").
+// It returns Unix nanoseconds, from 0 to MaxTime. A date and time without
+// a time zone, or a time of day without a date, is an error that says how
+// to write it.
 func ParseTime(param, s string, now time.Time) (int64, error) {
 	s = strings.TrimSpace(s)
+	var ns int64
 	switch {
 	case s == "":
 		return 0, paramErr(param, "empty time")
 	case strings.HasPrefix(s, "-") && !isNumber(s):
 		d, err := time.ParseDuration(s[1:])
 		if err != nil {
-			return 0, paramErr(param, "%q is not a duration ago like -5m", s)
+			return 0, paramErr(param, "%q is not a duration ago like -5m", Clip(s))
 		}
-		return now.Add(-d).UnixNano(), nil
+		ns = now.Add(-d).UnixNano()
 	case isNumber(s):
-		return parseSeconds(param, s)
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		if _, lerr := time.Parse("2006-01-02T15:04:05.999999999", strings.Replace(s, " ", "T", 1)); lerr == nil {
-			return 0, paramErr(param, "%q has no time zone: add Z for UTC or an offset like +02:00 (%sZ)", s, s)
+		var err error
+		if ns, err = parseSeconds(param, s); err != nil {
+			return 0, err
 		}
-		return 0, paramErr(param, "%q is not RFC 3339, Unix seconds or a duration ago like -5m", s)
+		if ns < 0 {
+			return 0, paramErr(param, "%q is before 1970: %s (%ss is a duration ago)", Clip(s), timeRange, Clip(s))
+		}
+	default:
+		t, err := parseClock(param, s, now)
+		if err != nil {
+			return 0, err
+		}
+		if t.Year() < 1969 || t.Year() > 2117 { // beyond int64 nanoseconds, or nearly
+			return 0, paramErr(param, "%q is out of range: %s", Clip(s), timeRange)
+		}
+		ns = t.UnixNano()
 	}
-	if t.Year() < 1678 || t.Year() > 2261 { // outside what int64 nanoseconds hold
-		return 0, paramErr(param, "%q is out of range (years 1678 to 2261)", s)
+	if ns < 0 || ns > MaxTime {
+		return 0, paramErr(param, "%q is out of range: %s", Clip(s), timeRange)
 	}
-	return t.UnixNano(), nil
+	return ns, nil
+}
+
+// parseClock parses an RFC 3339 time, its seconds optional. Without a
+// time zone, or without a date, the error says how to write it, with an
+// example built from s (and today's date in UTC for a time of day).
+func parseClock(param, s string, now time.Time) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04Z07:00"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	dateTime := strings.Replace(s, " ", "T", 1)
+	for _, layout := range []string{"2006-01-02T15:04:05.999999999", "2006-01-02T15:04"} {
+		if t, err := time.Parse(layout, dateTime); err == nil {
+			return time.Time{}, paramErr(param, "%q has no time zone: add Z for UTC or an offset like +02:00 (%s)", Clip(s), t.Format(time.RFC3339Nano))
+		}
+	}
+	for _, layout := range []string{"15:04:05.999999999", "15:04"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			day := now.UTC()
+			t = time.Date(day.Year(), day.Month(), day.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+			return time.Time{}, paramErr(param, "%q is a time of day: give its date and time zone, e.g. %s for today in UTC, or an offset like +02:00 in place of Z", Clip(s), t.Format(time.RFC3339Nano))
+		}
+	}
+	return time.Time{}, paramErr(param, "%q is not RFC 3339, Unix seconds or a duration ago like -5m", Clip(s))
 }
 
 // ParseDuration parses a length of time: a Go duration ("2s", "500ms")
@@ -117,14 +162,16 @@ func isNumber(s string) bool {
 // rounding: "1795237387.420001" keeps its microsecond).
 func parseSeconds(param, s string) (int64, error) {
 	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	whole, frac, _ := strings.Cut(s, ".")
+	whole, frac, _ := strings.Cut(strings.TrimPrefix(s, "-"), ".")
 	if whole == "" {
 		whole = "0"
 	}
 	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, paramErr(param, "%q is not Unix seconds like 1795237387.42", Clip(s)) // "1e9", "Inf"
+	}
 	if err != nil || sec > math.MaxInt64/int64(time.Second)-1 {
-		return 0, paramErr(param, "%q is out of range", s)
+		return 0, paramErr(param, "%q is out of range: %s", Clip(s), timeRange)
 	}
 	if len(frac) > 9 {
 		frac = frac[:9]
@@ -132,7 +179,7 @@ func parseSeconds(param, s string) (int64, error) {
 	ns := int64(0)
 	if frac != "" {
 		if ns, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil {
-			return 0, paramErr(param, "%q is not a number", s)
+			return 0, paramErr(param, "%q is not Unix seconds like 1795237387.42", Clip(s))
 		}
 	}
 	v := sec*1e9 + ns

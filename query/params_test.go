@@ -23,17 +23,50 @@ func TestParseTime(t *testing.T) {
 		"-5m":                            now.Add(-5 * time.Minute).UnixNano(),
 		"-1h30m":                         now.Add(-90 * time.Minute).UnixNano(),
 		"1795237387.4200011119999999999": 1795237387_420001111,
+		"2026-11-21T14:03Z":              now.Truncate(time.Minute).UnixNano(),
+		"2026-11-21T15:03+01:00":         now.Truncate(time.Minute).UnixNano(),
+		"0":                              0,
+		"4611686018":                     4611686018_000000000,
 	} {
 		got, err := ParseTime("from", in, now)
 		if err != nil || got != want {
 			t.Errorf("ParseTime(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "yesterday", "-5 minutes", "2026-13-01", "99999999999999999999", "2300-01-01T00:00:00Z"} {
+	for _, bad := range []string{"", "yesterday", "-5 minutes", "2026-13-01", "99999999999999999999", "2300-01-01T00:00:00Z", "1e9", "NaN"} {
 		_, err := ParseTime("to", bad, now)
 		var pe *ParamError
 		if !errors.As(err, &pe) || pe.Param != "to" {
 			t.Errorf("ParseTime(%q) = %v, want an error naming to", bad, err)
+		}
+	}
+}
+
+// TestParseTimeSaysHowToWriteIt: a time without a time zone, or without
+// a date, is refused with the time written as it is taken; a time beyond
+// what the store holds names the range taken, however it was written.
+func TestParseTimeSaysHowToWriteIt(t *testing.T) {
+	now := time.Date(2026, 11, 28, 10, 30, 0, 0, time.UTC)
+	for in, msg := range map[string]string{
+		"2026-11-28T10:04":       `"2026-11-28T10:04" has no time zone: add Z for UTC or an offset like +02:00 (2026-11-28T10:04:00Z)`,
+		"2026-11-28 10:04":       `has no time zone: add Z for UTC or an offset like +02:00 (2026-11-28T10:04:00Z)`,
+		"2026-11-28T10:04:05.5":  `(2026-11-28T10:04:05.5Z)`,
+		"10:04":                  `"10:04" is a time of day: give its date and time zone, e.g. 2026-11-28T10:04:00Z for today in UTC`,
+		"10:04:07":               `e.g. 2026-11-28T10:04:07Z`,
+		"9999999999":             `"9999999999" is out of range: want a time from 1970 to 2116 (Unix seconds 0 to 4611686018)`,
+		"4611686019":             `is out of range: want a time from 1970 to 2116`,
+		"99999999999999999999":   `is out of range: want a time from 1970 to 2116`,
+		"2200-01-01T00:00:00Z":   `is out of range: want a time from 1970 to 2116`,
+		"1969-12-31T23:59:59Z":   `is out of range: want a time from 1970 to 2116`,
+		"-1000000h":              `is out of range: want a time from 1970 to 2116`,
+		"-5":                     `"-5" is before 1970: want a time from 1970 to 2116 (Unix seconds 0 to 4611686018) (-5s is a duration ago)`,
+		"1e9":                    `"1e9" is not Unix seconds like 1795237387.42`,
+		strings.Repeat("9", 100): `is out of range`,
+	} {
+		_, err := ParseTime("to", in, now)
+		var pe *ParamError
+		if !errors.As(err, &pe) || pe.Param != "to" || !strings.Contains(err.Error(), msg) || len(err.Error()) > 200 {
+			t.Errorf("ParseTime(%q) = %v, want an error naming to that says %q", in, err, msg)
 		}
 	}
 }
@@ -211,6 +244,29 @@ func FuzzParseCgroupFilter(f *testing.F) {
 			if !strings.HasPrefix(p, "/") || filepath.Clean(p) != p || slices.Contains(strings.Split(p, "/"), "..") {
 				t.Fatalf("cgroup=%q: path %q is not absolute and clean", v, p)
 			}
+		}
+	})
+}
+
+// FuzzParseTime parses any time: an error naming the parameter, that
+// echoes the value clipped, or a time from 1970 to MaxTime.
+// Seeds: testdata/fuzz/FuzzParseTime.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"1795237387.42", "-5m", "2026-11-21T14:03:07.42Z", "2026-11-21T14:03Z", "2026-11-21 14:03", "10:04", "9999999999", "-5", "NaN"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 11, 28, 10, 30, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		ns, err := ParseTime("from", v, now)
+		if err != nil {
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Param != "from" || len(err.Error()) > 400 {
+				t.Fatalf("%q: %v, want a short error naming from", v, err)
+			}
+			return
+		}
+		if ns < 0 || ns > MaxTime {
+			t.Fatalf("%q: %d, outside 0 to MaxTime", v, ns)
 		}
 	})
 }

@@ -14,11 +14,11 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// Bounds on parameters. Times are limited to [0, maxTime] and steps to
-// maxStep so that no range or step arithmetic (widths, alignment, step
-// counts) can overflow int64; maxTime is in the year 2116.
+// Bounds on parameters. Times are limited to [0, maxTime] (query.ParseTime
+// takes no other) and steps to maxStep so that no range or step arithmetic
+// (widths, alignment, step counts) can overflow int64.
 const (
-	maxTime = int64(1) << 62
+	maxTime = query.MaxTime
 	maxStep = int64(1) << 60
 	// maxListItems bounds the comma-separated lists (pid, tid, cpu,
 	// cgroup, container, pod, namespace, qos, source): filters test each
@@ -74,9 +74,6 @@ func (p *params) time(name string) (t int64, ok bool, err error) {
 	}
 	if t, err = query.ParseTime(name, v, p.now); err != nil {
 		return 0, false, err
-	}
-	if t < 0 || t > maxTime {
-		return 0, false, paramErr(name, "%q is out of range (1970 to 2116)", v)
 	}
 	return t, true, nil
 }
