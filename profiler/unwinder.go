@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -162,8 +163,9 @@ type unwinder struct {
 	takeMu sync.Mutex
 	taken  []taken
 	// lastTake is when unwind_pending was last emptied, and drainedTake
-	// when it was emptied before the ring reader's last complete drain.
-	lastTake, drainedTake time.Time
+	// when it was emptied before the ring reader's last complete drain;
+	// drainedAt is when that drain ended (the Python set-up's debug log).
+	lastTake, drainedTake, drainedAt time.Time
 	// pendKeys and pendVals are the buffers unwind_pending is read into.
 	pendKeys []uint32
 	pendVals []uint64
@@ -381,12 +383,15 @@ func (u *unwinder) poll(now time.Time) {
 		}
 		a := u.asks[pid]
 		delete(u.asks, pid)
+		start := time.Now()
 		span := u.processesCPU.Start()
 		err := u.process(pid, a, now)
 		span.Stop()
 		if err != nil {
 			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+			continue
 		}
+		u.logPythonSetUp(pid, a, start, "poll")
 	}
 	for _, pid := range u.sampledNow {
 		if err := u.checkUse(pid, now); err != nil {
@@ -518,11 +523,37 @@ func (u *unwinder) setUpPython(now time.Time) {
 			continue // a known image's (a dlopen), or not Python
 		}
 		delete(u.asks, pid)
+		start := time.Now()
 		span := u.processesCPU.Start()
 		err := u.process(pid, a, now)
 		span.Stop()
 		if err != nil {
 			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+			continue
 		}
+		u.logPythonSetUp(pid, a, start, "first request")
 	}
+}
+
+// logPythonSetUp logs, at debug level, the steps of the set-up of a
+// process that maps a file that may hold CPython, each as a Unix time in
+// ns: when its request was taken out of unwind_pending (the ring
+// reader's wake, or poll, after the sample that asked), when the drain
+// that read its sample ended, when the set-up (by: at its first request,
+// or the worker's poll) took it, and when its entry was written; and
+// whether the entry names an interpreter. bench/python -trace joins them
+// with the process's samples. u.state is held.
+func (u *unwinder) logPythonSetUp(pid uint32, a ask, start time.Time, by string) {
+	if !u.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	st := u.procList[pid]
+	if st == nil || !slices.ContainsFunc(st.maps, func(m symbolize.ExecMapping) bool { return pyinterp.MayBeInterpreter(m.Path) }) {
+		return
+	}
+	u.takeMu.Lock()
+	drained := u.drainedAt
+	u.takeMu.Unlock()
+	u.log.Debug("python set-up", "pid", pid, "by", by, "taken_ns", a.since.UnixNano(), "last_taken_ns", a.last.UnixNano(),
+		"drained_ns", drained.UnixNano(), "start_ns", start.UnixNano(), "written_ns", time.Now().UnixNano(), "interpreter", st.pyRuntime != 0)
 }

@@ -153,7 +153,7 @@ func (u *unwinder) asked() bool {
 // mappings of the new processes among them (Config.RecentMaps).
 func (u *unwinder) drained() {
 	u.takeMu.Lock()
-	u.drainedTake = u.lastTake
+	u.drainedTake, u.drainedAt = u.lastTake, time.Now()
 	u.takeMu.Unlock()
 }
 

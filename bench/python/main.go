@@ -23,7 +23,9 @@
 //	start     -spawn busy.py processes per interpreter started one after
 //	          another while the whole machine is recorded: for each, the
 //	          time from its first sample to its first sample with Python
-//	          frames (a py:: frame in the export)
+//	          frames (a py:: frame in the export); with -trace, the
+//	          steps in between from the agent's debug log (its Python
+//	          set-up's times) joined with each process's samples
 //	no-python the agent's CPU (user + system, and its BPF program's) when
 //	          it records the whole machine running only native CPU-bound
 //	          processes, this tree's build against -before (a build from
@@ -79,6 +81,7 @@ func main() {
 	costBefore := flag.Bool("cost-before", false, "measure the BPF cost with -before's build too, in turns with this tree's, and give the same-run ratio (a change to the sampler)")
 	costNice := flag.Int("cost-nice", -15, "the nice value of the process whose BPF cost is measured and of its agent (0: left as they are): favoured, it takes most of its CPU's runs on a busy machine")
 	startVs := flag.String("start-vs", "", "another heatscope binary (a build from before a change) whose new processes' first Python frames are timed in the same runs, in turns with this tree's")
+	trace := flag.Bool("trace", false, "start: run the agents with HEATSCOPE_LOG_LEVEL=debug and break each new process's time to its first Python frames into steps (its exec, first sample, request taken, drain, set-up, entry written) from the agent's \"python set-up\" lines")
 	flag.Parse()
 	log.SetFlags(0)
 	if *runs < 1 || *warmUp+time.Second > *costDuration || *warmUp+time.Second > *cpuDuration {
@@ -86,7 +89,7 @@ func main() {
 	}
 	b := &bench{runs: *runs, duration: *duration, costDuration: *costDuration, costHz: *costHz, warmUp: *warmUp,
 		spawn: *spawn, cpuDuration: *cpuDuration, before: *before, startVs: *startVs, parts: map[string]bool{},
-		costBefore: *costBefore, costNice: *costNice}
+		costBefore: *costBefore, costNice: *costNice, trace: *trace}
 	for _, p := range strings.Split(*only, ",") {
 		switch p = strings.TrimSpace(p); p {
 		case "":
@@ -116,6 +119,11 @@ type bench struct {
 	// measured process's and its agent's nice value.
 	costBefore bool
 	costNice   int
+	// trace breaks new processes' times into steps (-trace).
+	trace bool
+	// steps holds the steps' times over every run (-trace), ms, by
+	// build (the tree's, -start-vs) and step.
+	steps map[string]map[string][]float64
 }
 
 // wants reports whether the part is to be run (-only).
@@ -289,6 +297,13 @@ func (b *bench) run(beforeCommit string) error {
 		}
 		fmt.Println()
 	}
+	if len(b.steps) > 0 {
+		fmt.Printf("New processes' steps to their first Python frames (-trace), every run, median (max), ms (a build without the agent's \"python set-up\" log has its first and last steps only):\n\n| step | this tree | %s |\n|---|---|---|\n", b.startVs)
+		for _, name := range traceStepNames {
+			fmt.Printf("| %s | %s | %s |\n", name, latencies(b.steps[b.heatscope][name]), latencies(b.steps[b.startVs][name]))
+		}
+		fmt.Println()
+	}
 	if b.costBefore && len(changes) > 0 {
 		fmt.Printf("BPF µs per sample with -before's build (%s) in the same runs, in turns:\n\n| process | before | this tree | this tree / before, same run |\n|---|---|---|---|\n", b.before)
 		for _, k := range append(names(b.pythons), "native") {
@@ -362,6 +377,11 @@ type agent struct {
 // record starts bin recording for d (after its set-up) into a new data
 // directory under dir, with extra flags, and waits for its /metrics.
 func (b *bench) record(bin, dir string, d time.Duration, hz int, extra ...string) (*agent, error) {
+	return b.recordEnv(bin, dir, d, hz, nil, extra...)
+}
+
+// recordEnv is record with env added to the agent's environment.
+func (b *bench) recordEnv(bin, dir string, d time.Duration, hz int, env []string, extra ...string) (*agent, error) {
 	port, err := profrun.FreePort()
 	if err != nil {
 		return nil, err
@@ -370,6 +390,9 @@ func (b *bench) record(bin, dir string, d time.Duration, hz int, extra ...string
 	args := append([]string{"record", "--duration", d.String(), "--frequency", strconv.Itoa(hz), "--data", a.data,
 		"--cache-dir", filepath.Join(b.dir, "cache-"+filepath.Base(bin)), "--bpf-stats", "--unwind", "dwarf", "--listen", "127.0.0.1:" + port}, extra...)
 	a.cmd = exec.Command(bin, args...)
+	if len(env) > 0 {
+		a.cmd.Env = append(os.Environ(), env...)
+	}
 	a.cmd.Stderr = &a.stderr
 	if err := a.cmd.Start(); err != nil {
 		return nil, err
@@ -679,22 +702,29 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 	// Recorded until every process has exited and a second more, then
 	// stopped (SIGINT): the starts take longer than their gaps on a
 	// loaded machine.
-	a, err := b.record(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-start-%s", run, filepath.Base(bin))), 0, 99)
+	trace := b.trace
+	var env []string
+	if trace {
+		env = []string{"HEATSCOPE_LOG_LEVEL=debug"}
+	}
+	a, err := b.recordEnv(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-start-%s", run, filepath.Base(bin))), 0, 99, env)
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second)
 	pids := map[int]string{}
+	spawned := map[int]float64{} // Unix s, just before the fork and exec
 	var started []*exec.Cmd
 	var startErr error
 	for range b.spawn {
 		for _, py := range b.pythons {
+			at := float64(time.Now().UnixNano()) / 1e9
 			cmd, pid, err := b.startBusy(py, life)
 			if err != nil {
 				startErr = err
 				break
 			}
-			pids[pid] = py.Name
+			pids[pid], spawned[pid] = py.Name, at
 			started = append(started, cmd)
 			time.Sleep(gap)
 		}
@@ -711,7 +741,6 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	type firsts struct{ first, python float64 }
 	f := map[int]*firsts{}
 	for _, s := range parseScript(out) {
 		if _, ok := pids[s.pid]; !ok {
@@ -719,12 +748,15 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 		}
 		p := f[s.pid]
 		if p == nil {
-			p = &firsts{first: s.at, python: math.NaN()}
+			p = &firsts{first: s.at, python: math.NaN(), named: math.NaN()}
 			f[s.pid] = p
 		}
 		p.first = min(p.first, s.at)
 		if len(s.python) > 0 && (math.IsNaN(p.python) || s.at < p.python) {
 			p.python = s.at
+		}
+		if slices.ContainsFunc(s.python, func(n string) bool { return !strings.HasPrefix(n, "[") }) && (math.IsNaN(p.named) || s.at < p.named) {
+			p.named = s.at
 		}
 	}
 	res := map[string][]float64{}
@@ -746,7 +778,117 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 		fmt.Printf(" %s %v", n, roundAll(v))
 	}
 	fmt.Println()
+	if trace {
+		b.traceSteps(bin, parseSetUps(a.stderr.Bytes()), pids, spawned, f)
+	}
 	return res, nil
+}
+
+// firsts is a process's first sample, its first with Python frames and
+// its first with a Python frame named (not "[python+0x…]": its code
+// object read), Unix s (NaN: none).
+type firsts struct{ first, python, named float64 }
+
+// setUp is one "python set-up" line of the agent's debug log: the times
+// (Unix s) of a process's request taken out of unwind_pending, of the end
+// of the drain before its set-up, of the set-up's start and of its entry
+// written, and whether the entry names an interpreter.
+type setUp struct {
+	pid                            int
+	by                             string
+	taken, drained, start, written float64
+	interpreter                    bool
+}
+
+var setUpLine = regexp.MustCompile(`msg="python set-up" pid=(\d+) by="?([a-z ]+?)"? taken_ns=(\d+) last_taken_ns=\d+ drained_ns=(-?\d+) start_ns=(\d+) written_ns=(\d+) interpreter=(true|false)`)
+
+// parseSetUps reads the agent's "python set-up" lines, in their order.
+func parseSetUps(log []byte) []setUp {
+	var out []setUp
+	for _, m := range setUpLine.FindAllSubmatch(log, -1) {
+		pid, _ := strconv.Atoi(string(m[1]))
+		ns := func(b []byte) float64 { v, _ := strconv.ParseInt(string(b), 10, 64); return float64(v) / 1e9 }
+		out = append(out, setUp{pid: pid, by: string(m[2]), taken: ns(m[3]), drained: ns(m[4]), start: ns(m[5]), written: ns(m[6]), interpreter: string(m[7]) == "true"})
+	}
+	return out
+}
+
+// The steps of -trace, in their order.
+var traceStepNames = []string{
+	"exec → first sample",
+	"first sample → request taken (the wake, or the poll)",
+	"request taken → end of the drain that read it",
+	"end of the drain → set-up starts",
+	"set-up → entry written",
+	"first entry without an interpreter → entry with one",
+	"entry with an interpreter → first sample with Python frames",
+	"first sample → first with Python frames",
+	"first sample → first with a Python frame named",
+}
+
+// traceSteps prints the steps of each new process's time to its first
+// Python frames in one run (medians and max, ms), and keeps them for the
+// runs' summary (b.steps). A process's first set-up line is its first
+// request's; an entry written before its interpreter was mapped (a
+// libpython build sampled in its dynamic loader) has a second.
+func (b *bench) traceSteps(bin string, setUps []setUp, pids map[int]string, spawned map[int]float64, f map[int]*firsts) {
+	if b.steps == nil {
+		b.steps = map[string]map[string][]float64{}
+	}
+	if b.steps[bin] == nil {
+		b.steps[bin] = map[string][]float64{}
+	}
+	first, withInterp := map[int]setUp{}, map[int]setUp{}
+	for _, s := range setUps {
+		if _, ok := first[s.pid]; !ok {
+			first[s.pid] = s
+		}
+		if _, ok := withInterp[s.pid]; !ok && s.interpreter {
+			withInterp[s.pid] = s
+		}
+	}
+	run := map[string][]float64{}
+	add := func(step string, from, to float64) {
+		if from > 0 && to > 0 && !math.IsNaN(from) && !math.IsNaN(to) {
+			run[step] = append(run[step], 1000*(to-from))
+		}
+	}
+	var noSetUp, late, byPoll int
+	for pid := range pids {
+		p := f[pid]
+		if p == nil {
+			continue
+		}
+		add(traceStepNames[0], spawned[pid], p.first)
+		add(traceStepNames[7], p.first, p.python)
+		add(traceStepNames[8], p.first, p.named)
+		s, ok := first[pid]
+		if !ok {
+			noSetUp++
+			continue
+		}
+		if s.by == "poll" {
+			byPoll++
+		}
+		add(traceStepNames[1], p.first, s.taken)
+		if s.drained >= s.taken {
+			add(traceStepNames[2], s.taken, s.drained)
+			add(traceStepNames[3], s.drained, s.start)
+		}
+		add(traceStepNames[4], s.start, s.written)
+		if w, ok := withInterp[pid]; ok {
+			if !s.interpreter {
+				late++
+				add(traceStepNames[5], s.written, w.written)
+			}
+			add(traceStepNames[6], w.written, p.python)
+		}
+	}
+	fmt.Printf("- steps (-trace): %d processes sampled without a set-up line, %d set up first by the worker's poll, %d whose first entry named no interpreter; median (max), ms:\n", noSetUp, byPoll, late)
+	for _, name := range traceStepNames {
+		fmt.Printf("  - %s: %s\n", name, latencies(run[name]))
+		b.steps[bin][name] = append(b.steps[bin][name], run[name]...)
+	}
 }
 
 func roundAll(v []float64) []int {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"testing"
 )
@@ -55,6 +56,31 @@ func TestWholeChain(t *testing.T) {
 	} {
 		if got := wholeChain(c.python); got != c.want {
 			t.Errorf("wholeChain(%q) = %v, want %v", c.python, got, c.want)
+		}
+	}
+}
+
+// TestParseSetUps reads the agent's "python set-up" debug lines as
+// slog's text handler writes them (a value with a space quoted, one
+// without not), and leaves other lines out.
+func TestParseSetUps(t *testing.T) {
+	log := `time=2026-11-28T04:20:00.000Z level=DEBUG msg="unwinder poll" took=1ms queue=0 procs=3 loaded=2
+time=2026-11-28T04:20:00.100Z level=DEBUG msg="python set-up" pid=41 by="first request" taken_ns=1795821025000000000 last_taken_ns=1795821025000000000 drained_ns=1795821025002000000 start_ns=1795821025003000000 written_ns=1795821025003500000 interpreter=false
+time=2026-11-28T04:20:01.100Z level=DEBUG msg="python set-up" pid=41 by=poll taken_ns=1795821026000000000 last_taken_ns=1795821026000000000 drained_ns=1795821026001000000 start_ns=1795821026100000000 written_ns=1795821026100500000 interpreter=true
+`
+	got := parseSetUps([]byte(log))
+	want := []setUp{
+		{pid: 41, by: "first request", taken: 1795821025, drained: 1795821025.002, start: 1795821025.003, written: 1795821025.0035},
+		{pid: 41, by: "poll", taken: 1795821026, drained: 1795821026.001, start: 1795821026.1, written: 1795821026.1005, interpreter: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d set-ups, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.pid != w.pid || g.by != w.by || g.interpreter != w.interpreter ||
+			math.Abs(g.taken-w.taken) > 1e-6 || math.Abs(g.drained-w.drained) > 1e-6 || math.Abs(g.start-w.start) > 1e-6 || math.Abs(g.written-w.written) > 1e-6 {
+			t.Errorf("set-up %d: %+v, want %+v", i, g, w)
 		}
 	}
 }
