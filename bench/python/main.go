@@ -540,6 +540,10 @@ type sample struct {
 	pid    int
 	at     float64 // seconds
 	python []string
+	// evalLoop is set when a native frame is CPython's evaluation loop
+	// (_PyEval_EvalFrameDefault): the process ran Python code, and a
+	// sample without Python frames missed them.
+	evalLoop bool
 }
 
 var scriptHeader = regexp.MustCompile(`^.*?\s(\d+)/\d+\s+\[\d+\]\s+([0-9.]+):`)
@@ -572,6 +576,9 @@ func parseScript(out []byte) []sample {
 			continue
 		}
 		f := strings.Fields(line)
+		if len(f) >= 2 && f[1] == "_PyEval_EvalFrameDefault" {
+			cur.evalLoop = true
+		}
 		if len(f) < 2 || !strings.HasPrefix(f[1], "py::") {
 			continue
 		}
@@ -748,8 +755,14 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 		}
 		p := f[s.pid]
 		if p == nil {
-			p = &firsts{first: s.at, python: math.NaN(), named: math.NaN()}
+			p = &firsts{first: s.at, python: math.NaN(), named: math.NaN(), running: math.NaN()}
 			f[s.pid] = p
+		}
+		if (s.evalLoop || len(s.python) > 0) && (math.IsNaN(p.running) || s.at < p.running) {
+			p.running = s.at
+		}
+		if s.evalLoop && len(s.python) == 0 {
+			p.missed = append(p.missed, s.at)
 		}
 		p.first = min(p.first, s.at)
 		if len(s.python) > 0 && (math.IsNaN(p.python) || s.at < p.python) {
@@ -784,10 +797,16 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 	return res, nil
 }
 
-// firsts is a process's first sample, its first with Python frames and
-// its first with a Python frame named (not "[python+0x…]": its code
-// object read), Unix s (NaN: none).
-type firsts struct{ first, python, named float64 }
+// firsts is a process's first sample, its first with Python frames, its
+// first with a Python frame named (not "[python+0x…]": its code object
+// read) and its first running Python (with Python frames, or the
+// evaluation loop among its native frames), Unix s (NaN: none); missed
+// holds the times of its samples that ran the evaluation loop and have
+// no Python frames.
+type firsts struct {
+	first, python, named, running float64
+	missed                        []float64
+}
 
 // setUp is one "python set-up" line of the agent's debug log: the times
 // (Unix s) of a process's request taken out of unwind_pending, of the end
@@ -824,6 +843,8 @@ var traceStepNames = []string{
 	"entry with an interpreter → first sample with Python frames",
 	"first sample → first with Python frames",
 	"first sample → first with a Python frame named",
+	"first sample running Python (Python frames, or the evaluation loop) → first with Python frames",
+	"samples that ran the evaluation loop without Python frames, per process (a count, not ms)",
 }
 
 // traceSteps prints the steps of each new process's time to its first
@@ -853,7 +874,7 @@ func (b *bench) traceSteps(bin string, setUps []setUp, pids map[int]string, spaw
 			run[step] = append(run[step], 1000*(to-from))
 		}
 	}
-	var noSetUp, late, byPoll int
+	var noSetUp, late, byPoll, missedProcs, missed int
 	for pid := range pids {
 		p := f[pid]
 		if p == nil {
@@ -862,6 +883,12 @@ func (b *bench) traceSteps(bin string, setUps []setUp, pids map[int]string, spaw
 		add(traceStepNames[0], spawned[pid], p.first)
 		add(traceStepNames[7], p.first, p.python)
 		add(traceStepNames[8], p.first, p.named)
+		add(traceStepNames[9], p.running, p.python)
+		run[traceStepNames[10]] = append(run[traceStepNames[10]], float64(len(p.missed)))
+		if len(p.missed) > 0 {
+			missedProcs++
+			missed += len(p.missed)
+		}
 		s, ok := first[pid]
 		if !ok {
 			noSetUp++
@@ -884,7 +911,8 @@ func (b *bench) traceSteps(bin string, setUps []setUp, pids map[int]string, spaw
 			add(traceStepNames[6], w.written, p.python)
 		}
 	}
-	fmt.Printf("- steps (-trace): %d processes sampled without a set-up line, %d set up first by the worker's poll, %d whose first entry named no interpreter; median (max), ms:\n", noSetUp, byPoll, late)
+	fmt.Printf("- steps (-trace): %d processes sampled without a set-up line, %d set up first by the worker's poll, %d whose first entry named no interpreter; "+
+		"%d samples of %d processes ran the evaluation loop without Python frames (missed them); median (max), ms:\n", noSetUp, byPoll, late, missed, missedProcs)
 	for _, name := range traceStepNames {
 		fmt.Printf("  - %s: %s\n", name, latencies(run[name]))
 		b.steps[bin][name] = append(b.steps[bin][name], run[name]...)

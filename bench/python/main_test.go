@@ -11,6 +11,7 @@ import (
 // chain misses middle, of two processes.
 const script = `python3.11 29724/29724 [000] 1795821025.384233: 10101010 cpu-clock:
 	          5a85da [python3.11+0x5a85da] (/usr/bin/python3.11)
+	          5a8000 _PyEval_EvalFrameDefault (/usr/bin/python3.11)
 
 python3.11 29724/29724 [001] 1795821025.454956: 10101010 cpu-clock:
 	          5009cb PyObject_Free (/usr/bin/python3.11)
@@ -32,6 +33,9 @@ func TestParseScript(t *testing.T) {
 	}
 	if got[0].pid != 29724 || got[0].at != 1795821025.384233 || len(got[0].python) != 0 {
 		t.Errorf("first sample %+v: want pid 29724 at 1795821025.384233, no Python frames", got[0])
+	}
+	if !got[0].evalLoop || got[1].evalLoop {
+		t.Errorf("evaluation loop seen in the first two samples: %v, %v; want true (a native frame), false", got[0].evalLoop, got[1].evalLoop)
 	}
 	if !slices.Equal(got[1].python, busyChain) {
 		t.Errorf("second sample's Python frames %q, want %q", got[1].python, busyChain)
