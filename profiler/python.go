@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -78,11 +80,17 @@ func newPythonFinder(layouts *ebpf.Map, cache Interpreters, log *slog.Logger) *p
 // find returns the address of _PyRuntime in the process whose mappings
 // are maps (read through root, /proc/PID) and the index of its layout in
 // py_layouts, or ok false when it maps no interpreter the sampler can
-// read.
-func (f *pythonFinder) find(root string, maps []symbolize.ExecMapping) (runtime uint64, layout uint32, ok bool) {
+// read; then waiting reports whether it maps a launcher of libpython
+// (pyinterp.ErrLauncher) and no libpython yet: read in its dynamic
+// loader, the process maps its interpreter soon.
+func (f *pythonFinder) find(root string, maps []symbolize.ExecMapping) (runtime uint64, layout uint32, ok, waiting bool) {
+	launcher, lib := false, false
 	for _, m := range maps {
 		if m.Deleted || len(m.Path) == 0 || m.Path[0] != '/' || !pyinterp.MayBeInterpreter(m.Path) {
 			continue
+		}
+		if strings.HasPrefix(filepath.Base(m.Path), "libpython") {
+			lib = true
 		}
 		path := root + "/root" + m.Path
 		fk, found := f.identify(path, mappedID{m.Dev, m.Inode})
@@ -98,6 +106,9 @@ func (f *pythonFinder) find(root string, maps []symbolize.ExecMapping) (runtime 
 		}
 		if fresh {
 			f.count(func(s *PythonStats) { s.Binaries++ })
+		}
+		if errors.Is(err, pyinterp.ErrLauncher) {
+			launcher = true
 		}
 		if err != nil {
 			if fresh && !errors.Is(err, pyinterp.ErrNotInterpreter) {
@@ -126,9 +137,9 @@ func (f *pythonFinder) find(root string, maps []symbolize.ExecMapping) (runtime 
 			continue
 		}
 		f.count(func(s *PythonStats) { s.Processes++ })
-		return rt, idx, true
+		return rt, idx, true, false
 	}
-	return 0, 0, false
+	return 0, 0, false, launcher && !lib
 }
 
 func (f *pythonFinder) count(add func(*PythonStats)) {

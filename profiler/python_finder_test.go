@@ -66,7 +66,7 @@ sys.stdin.read()`
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt, idx, ok := f.find(root, maps)
+		rt, idx, ok, _ := f.find(root, maps)
 		if !ok || rt != want {
 			t.Fatalf("%s: find gives _PyRuntime %#x (found %v), the process says %#x", py, rt, ok, want)
 		}
@@ -94,7 +94,7 @@ sys.stdin.read()`
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := f.find("/proc/self", maps); ok {
+	if _, _, ok, _ := f.find("/proc/self", maps); ok {
 		t.Fatal("the test binary found as a Python interpreter")
 	}
 	if got := f.Stats().Binaries; got != before {
@@ -114,7 +114,7 @@ func TestPythonFinderUnsupported(t *testing.T) {
 	f.log = slog.New(slog.NewTextHandler(&logged, nil))
 	maps := []symbolize.ExecMapping{{Start: 0x7f0000000000, End: 0x7f0000100000, Offset: 0x1000, Dev: 1, Inode: 42, Path: lib}}
 	for range 3 {
-		if _, _, ok := f.find("/proc/self", maps); ok {
+		if _, _, ok, _ := f.find("/proc/self", maps); ok {
 			t.Fatal("3.10 found as readable")
 		}
 	}
@@ -157,7 +157,7 @@ func BenchmarkPythonFinderNoPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, _, ok := f.find("/proc/self", maps); ok {
+		if _, _, ok, _ := f.find("/proc/self", maps); ok {
 			b.Fatal("found")
 		}
 	}
@@ -203,13 +203,13 @@ sys.stdin.read()`)
 		t.Fatal(err)
 	}
 	// The same mappings through the root of a process that has exited.
-	if _, _, ok := f.find("/proc/0", maps); ok {
+	if _, _, ok, _ := f.find("/proc/0", maps); ok {
 		t.Fatal("an interpreter found through an exited process's root")
 	}
 	if strings.Contains(logged.String(), "cannot read") {
 		t.Fatalf("an exited process's interpreter warned about as unreadable:\n%s", logged.String())
 	}
-	rt, _, ok := f.find(root, maps)
+	rt, _, ok, _ := f.find(root, maps)
 	if !ok || rt != want {
 		t.Fatalf("the next process of %s: find gives _PyRuntime %#x (found %v), the process says %#x", py, rt, ok, want)
 	}

@@ -195,6 +195,10 @@ type unwinder struct {
 	// python finds the interpreter of the processes that run CPython,
 	// for their entries.
 	python *pythonFinder
+	// pyRetries holds the processes whose mappings the Python set-up
+	// reads again for their interpreter (retryPython), made at the
+	// first; under state.
+	pyRetries map[uint32]pyRetry
 }
 
 func newUnwinder(objs *bpf.ProfileMaps, askCount *ebpf.Variable, tableSpec *ebpf.MapSpec, cache unwind.Cache, maxBytes int64, periodNs func() int64,
@@ -383,15 +387,7 @@ func (u *unwinder) poll(now time.Time) {
 		}
 		a := u.asks[pid]
 		delete(u.asks, pid)
-		start := time.Now()
-		span := u.processesCPU.Start()
-		err := u.process(pid, a, now)
-		span.Stop()
-		if err != nil {
-			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
-			continue
-		}
-		u.logPythonSetUp(pid, a, start, "poll")
+		u.setUpOne(pid, a, now, "poll")
 	}
 	for _, pid := range u.sampledNow {
 		if err := u.checkUse(pid, now); err != nil {
@@ -496,43 +492,134 @@ func (u *unwinder) mayRunPython(pid uint32, a ask) bool {
 // tables for up to buildBudget a poll, and one table of a big binary took
 // 2.8 s of wall time on a loaded machine, while the samples of a Python
 // process that asked meanwhile had no Python frames. It takes state
-// while the worker compiles, or between its polls.
+// while the worker compiles, or between its polls. It also reads again,
+// when due, the mappings of the processes set up in their dynamic loader
+// (retryPython).
 func (u *unwinder) runPythonSetUp() {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-u.done:
 			return
 		case <-u.pyWake:
+		case <-retry.C:
 		}
 		u.state.Lock()
-		u.setUpPython(time.Now())
+		now := time.Now()
+		u.setUpPython(now)
+		next := u.retryPython(now)
 		u.state.Unlock()
+		if !next.IsZero() {
+			retry.Reset(time.Until(next))
+		}
 	}
 }
 
 // setUpPython writes the entries of the new images that asked for their
-// mappings and may run Python (mayRunPython); the other requests wait for
-// the worker's poll. u.state is held.
+// mappings and may run Python (mayRunPython), and of those waiting for
+// their interpreter (procState.pyWaiting) that asked again (a pc in the
+// library just mapped); the other requests wait for the worker's poll.
+// u.state is held.
 func (u *unwinder) setUpPython(now time.Time) {
 	if u.off || u.closing() {
 		return // the table walk was turned off: no entry is written
 	}
 	u.takeAsks(now)
 	for pid, a := range u.asks {
-		if st := u.procList[pid]; st != nil && st.mm == a.mm || !u.mayRunPython(pid, a) {
+		st := u.procList[pid]
+		known := st != nil && st.mm == a.mm
+		if known && !st.pyWaiting || !known && !u.mayRunPython(pid, a) {
 			continue // a known image's (a dlopen), or not Python
 		}
 		delete(u.asks, pid)
-		start := time.Now()
-		span := u.processesCPU.Start()
-		err := u.process(pid, a, now)
-		span.Stop()
-		if err != nil {
-			u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+		u.setUpOne(pid, a, now, "first request")
+	}
+}
+
+// setUpOne writes a process's entry (process; by says who asks, for
+// the debug log), and if it is to be read again for its interpreter, when
+// (pyRetries), waking the Python set-up for it. u.state is held.
+func (u *unwinder) setUpOne(pid uint32, a ask, now time.Time, by string) {
+	start := time.Now()
+	span := u.processesCPU.Start()
+	err := u.process(pid, a, now)
+	span.Stop()
+	if err != nil {
+		delete(u.pyRetries, pid)
+		u.log.Debug("unwind tables of a process", "pid", pid, "err", err)
+		return
+	}
+	u.logPythonSetUp(pid, a, start, by)
+	st := u.procList[pid]
+	if !st.pyWaiting {
+		delete(u.pyRetries, pid)
+		return
+	}
+	if u.pyRetries == nil {
+		u.pyRetries = map[uint32]pyRetry{}
+	}
+	r, ok := u.pyRetries[pid]
+	if !ok || r.mm != a.mm {
+		r = pyRetry{mm: a.mm, since: a.since, delay: pyRetryFirst}
+	} else {
+		r.delay *= 2
+	}
+	r.next = now.Add(r.delay)
+	u.pyRetries[pid] = r
+	select {
+	case u.pyWake <- struct{}{}: // its timer is set after this round
+	default:
+	}
+}
+
+// pyRetry is when to read a process's mappings again for its
+// interpreter: set up in its dynamic loader (procState.pyWaiting), it
+// maps libpython a few milliseconds of its CPU time later.
+type pyRetry struct {
+	mm uint64
+	// since is when its image first asked; next when to read it again,
+	// delay the wait before that read (doubled at each).
+	since, next time.Time
+	delay       time.Duration
+}
+
+// pyRetryFirst is the first wait before a process set up in its dynamic
+// loader is read again, doubled at each read; pyRetryFor is how long
+// after its first request it is tried (about 10 reads): beyond it, its
+// next request (a pc in a library its entry lacks, taken at the ring
+// reader's next drain) is read at once (setUpPython). Before these, that
+// request was the only one, and the worker read the process again only a
+// refreshInterval after its first read: a pyenv build's first Python
+// frames came over a second after its first sample.
+const (
+	pyRetryFirst = 5 * time.Millisecond
+	pyRetryFor   = 3 * time.Second
+)
+
+// retryPython reads again the mappings of the processes waiting for their
+// interpreter whose time has come (pyRetries), and returns when the next
+// one is due (zero: none). u.state is held.
+func (u *unwinder) retryPython(now time.Time) time.Time {
+	var next time.Time
+	for pid, r := range u.pyRetries {
+		if st := u.procList[pid]; st == nil || st.mm != r.mm || !st.pyWaiting || u.off || now.Sub(r.since) >= pyRetryFor {
+			delete(u.pyRetries, pid)
 			continue
 		}
-		u.logPythonSetUp(pid, a, start, "first request")
+		if now.Before(r.next) {
+			if next.IsZero() || r.next.Before(next) {
+				next = r.next
+			}
+			continue
+		}
+		u.setUpOne(pid, ask{mm: r.mm, since: r.since, last: now}, now, "retry")
+		if r, ok := u.pyRetries[pid]; ok && (next.IsZero() || r.next.Before(next)) {
+			next = r.next
+		}
 	}
+	return next
 }
 
 // logPythonSetUp logs, at debug level, the steps of the set-up of a

@@ -45,6 +45,10 @@ type procState struct {
 	pyChecked bool
 	pyRuntime uint64
 	pyLayout  uint32
+	// pyWaiting is set when its mappings showed a launcher of libpython
+	// but not the library yet (pythonFinder.find): the Python set-up
+	// reads them again shortly (retryPython).
+	pyWaiting bool
 }
 
 // taken is a request for a process's mappings taken out of
@@ -378,7 +382,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 	u.gen++
 	entry.Gen = u.gen
 	if !st.pyChecked && u.python != nil && pid != u.self {
-		st.pyRuntime, st.pyLayout, _ = u.python.find(st.root, st.maps)
+		st.pyRuntime, st.pyLayout, _, st.pyWaiting = u.python.find(st.root, st.maps)
 	}
 	st.pyChecked = true
 	entry.PyRuntime, entry.PyLayout = st.pyRuntime, st.pyLayout

@@ -9,11 +9,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // ErrNotInterpreter is the error for a binary that holds no CPython
 // interpreter: it defines no _PyRuntime.
 var ErrNotInterpreter = errors.New("not a CPython interpreter: no _PyRuntime symbol")
+
+// ErrLauncher is wrapped by the error for a binary that holds no CPython
+// but links a libpython that may (a shared-library build's python3.X,
+// e.g. pyenv's): it wraps ErrNotInterpreter too. A process of it maps its
+// interpreter only once its dynamic loader has loaded libpython, some
+// time after its exec.
+var ErrLauncher = errors.New("it links libpython, which holds the interpreter")
 
 // ErrUnsupported is wrapped by the error for a CPython whose layout the
 // table does not hold (before 3.11, after 3.13, a free-threaded or
@@ -63,6 +71,9 @@ func FromELF(f *elf.File, name string) (*Interpreter, error) {
 	syms := symbolValues(f, "_PyRuntime", "Py_Version")
 	runtime, ok := syms["_PyRuntime"]
 	if !ok {
+		if lib, ok := linkedLibpython(f); ok {
+			return nil, fmt.Errorf("%w; %w (%s)", ErrNotInterpreter, ErrLauncher, lib)
+		}
 		return nil, ErrNotInterpreter
 	}
 	in := &Interpreter{Runtime: runtime}
@@ -110,6 +121,21 @@ func (in *Interpreter) RuntimeAddr(start, off uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// linkedLibpython returns the first library the file needs
+// (DT_NEEDED) whose name may hold CPython (libpython3.11.so.1.0).
+func linkedLibpython(f *elf.File) (string, bool) {
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		return "", false
+	}
+	for _, l := range libs {
+		if strings.HasPrefix(l, "libpython") {
+			return l, true
+		}
+	}
+	return "", false
 }
 
 // symbolValues returns the values of the named symbols, defined in the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,31 @@ func TestOpenNotInterpreter(t *testing.T) {
 	}
 	if _, err := Open("testdata/no-such-file"); err == nil || errors.Is(err, ErrNotInterpreter) {
 		t.Fatalf("Open(a missing file): %v, want the open error", err)
+	}
+}
+
+// TestOpenLauncher: a shared-library build's python3.X holds no CPython
+// but links the libpython that does: ErrLauncher, and still
+// ErrNotInterpreter; a binary that links none (the test binary) is not a
+// launcher.
+func TestOpenLauncher(t *testing.T) {
+	const launcher = "/root/.pyenv/versions/3.11.7/bin/python3.11"
+	if _, err := os.Stat(launcher); err != nil {
+		t.Skipf("no pyenv shared-library build of 3.11 here: %v", err)
+	}
+	_, err := Open(launcher)
+	if !errors.Is(err, ErrLauncher) || !errors.Is(err, ErrNotInterpreter) {
+		t.Fatalf("Open(%s): %v, want ErrLauncher and ErrNotInterpreter", launcher, err)
+	}
+	if !strings.Contains(err.Error(), "libpython3.11.so") {
+		t.Errorf("Open(%s): %v, want the library named", launcher, err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(self); errors.Is(err, ErrLauncher) {
+		t.Errorf("Open(the test binary): %v, want no ErrLauncher", err)
 	}
 }
 

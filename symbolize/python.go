@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/heatscope/heatscope/pyinterp"
 	"github.com/heatscope/heatscope/pysymbol"
@@ -43,7 +44,14 @@ type pythonState struct {
 	// it was last checked against; proc.Image hashes the mappings it
 	// was found with (mapsImage).
 	version uint64
+	// noneMapped is set when err says that no mapping held an
+	// interpreter (none failed to be read).
+	noneMapped bool
 }
+
+// pythonMapsRefresh bounds how often the mappings of a process with
+// Python frames are read again while they show no interpreter.
+const pythonMapsRefresh = 10 * time.Millisecond
 
 // Python returns stack (kernel frames, then user frames, leaf first, as
 // Symbolize returns them; kernel is how many are kernel frames) with the
@@ -67,22 +75,33 @@ func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []p
 	}
 	p := s.process(pid)
 	p.mu.Lock()
-	if p.py == nil || p.py.version != p.version {
-		// First sight, or its mappings were read again. When they
-		// changed (an exec, a dlopen) the interpreter is found again
-		// and its code objects are read again under the new image. A
-		// process that exited since (its mappings from an exit
-		// snapshot) keeps what was found.
-		if p.py == nil || p.py.err != nil || mapsImage(p.maps) != p.py.proc.Image {
-			if st := s.findPython(p); st.err == nil || p.py == nil {
-				p.py = st
+	for reread := false; ; reread = true {
+		if p.py == nil || p.py.version != p.version {
+			// First sight, or its mappings were read again. When
+			// they changed (an exec, a dlopen) the interpreter is
+			// found again and its code objects are read again under
+			// the new image. A process that exited since (its
+			// mappings from an exit snapshot) keeps what was found.
+			if p.py == nil || p.py.err != nil || mapsImage(p.maps) != p.py.proc.Image {
+				if st := s.findPython(p); st.err == nil || p.py == nil {
+					p.py = st
+				}
+			}
+			if p.py.version != p.version {
+				kept := *p.py // readers may hold the old one
+				kept.version = p.version
+				p.py = &kept
 			}
 		}
-		if p.py.version != p.version {
-			kept := *p.py // readers may hold the old one
-			kept.version = p.version
-			p.py = &kept
+		// The sampler found an interpreter its mappings, as read,
+		// do not show: read in its dynamic loader, before a
+		// shared-library build mapped libpython. They are read again
+		// now, not a mapsRefreshInterval later (its frames named
+		// "[python+0x…]" meanwhile); at most every pythonMapsRefresh.
+		if reread || !p.py.noneMapped || p.procRead.IsZero() || time.Since(p.readAt) < pythonMapsRefresh {
+			break
 		}
+		s.readMaps(p)
 	}
 	st := p.py
 	p.mu.Unlock()
@@ -187,7 +206,7 @@ func (s *Symbolizer) findPython(p *process) *pythonState {
 		}
 	}
 	if len(errs) == 0 {
-		errs = append(errs, errors.New("no CPython interpreter among its mappings"))
+		return &pythonState{err: fmt.Errorf("python process %d: no CPython interpreter among its mappings", p.pid), version: p.version, noneMapped: true}
 	}
 	return &pythonState{err: fmt.Errorf("python process %d: %w", p.pid, errors.Join(errs...)), version: p.version}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heatscope/heatscope/internal/pyfixture"
 	"github.com/heatscope/heatscope/pyinterp"
@@ -249,4 +250,41 @@ func BenchmarkPython(b *testing.B) {
 		s.Python(pid, stack, 0, raw)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(raw)), "ns/frame")
+}
+
+// TestPythonMapsReadInDynamicLoader: a shared-library build's process
+// whose mappings the symbolizer read before its dynamic loader mapped
+// libpython (its first sample came that early) names its Python frames
+// at its first sample that has them: the mappings, which show no
+// interpreter, are read again then. They were read again only once an
+// address fell outside them and a mapsRefreshInterval had passed, every
+// Python frame "[python+0x…]" until then.
+func TestPythonMapsReadInDynamicLoader(t *testing.T) {
+	py := pyfixture.Interpreters[1] // pyenv's 3.11, a shared-library build
+	proc := pyfixture.Start(t, py, "busy.py")
+	pid := uint32(proc.PID)
+	s := New(nil, Options{})
+	s.Observe(pid, "python3")
+	// The read as it was in the dynamic loader: libpython not mapped.
+	p := s.process(pid)
+	p.mu.Lock()
+	early := slices.DeleteFunc(slices.Clone(p.maps), func(m userMapping) bool { return strings.Contains(m.path, "libpython") })
+	if len(early) == len(p.maps) {
+		p.mu.Unlock()
+		t.Fatalf("%s maps no libpython: %+v", py.Path, p.maps)
+	}
+	p.maps, p.version = early, s.versions.Add(1)
+	p.readAt = p.readAt.Add(-time.Second)
+	p.mu.Unlock()
+	var raw []pyinterp.Frame
+	for i, in := range proc.Lines {
+		raw = append(raw, pyinterp.Frame{Code: in.Code, Offset: uint32(in.Lasti), Entry: i == len(proc.Lines)-1})
+	}
+	got := s.Python(pid, native(evalLoop), 0, raw)
+	if want := []string{"py:inner", "py:middle", "py:outer"}; !slices.Equal(names(got), want) {
+		t.Fatalf("first sample with Python frames: %v, want %v", names(got), want)
+	}
+	if st := s.Stats(); st.PythonUnknown != 0 {
+		t.Errorf("%d Python frames unnamed", st.PythonUnknown)
+	}
 }
