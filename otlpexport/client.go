@@ -273,8 +273,8 @@ type httpClient struct {
 	client  *http.Client
 	// gz, when compressing, is the one gzip writer of the client's
 	// requests (export is called by one goroutine at a time), reset for
-	// each: a new one per request would be a few hundred kilobytes of
-	// garbage.
+	// each; at grpcgzip's stateless level it holds no tables between
+	// requests.
 	gz *gzip.Writer
 }
 
