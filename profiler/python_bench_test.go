@@ -2,12 +2,14 @@ package profiler
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/symbolize"
 )
 
 // BenchmarkPythonWalkCost records, for 3 s each, the same Python program
@@ -86,5 +88,59 @@ func BenchmarkPythonWalkCost(b *testing.B) {
 			b.Logf("%s: %d samples (%d walked, %d with Python frames, %.1f frames each), %d runs, %v: %.0f ns per sample",
 				c.name, st.Samples, walked, withFrames, float64(frames)/float64(max(withFrames, 1)), st.BPFRunCount, st.BPFRunTime, perSample)
 		}
+	}
+}
+
+// BenchmarkPythonSetUp is the unwinder's own work to set up one new
+// process at its first request (setUpOne: its entry written, its
+// interpreter found, the write into unwind_procs), for a running Debian
+// python3.11 and a running sleep(1), each binary seen before (the
+// finder's cache and the files' stats warm, as for the tenth
+// `python3 -c pass` of a churning node), its mappings handed on as the
+// symbolizer's read (read once, outside the loop), no table loaded.
+// Reported per process.
+//
+//	go test ./profiler/ -run '^$' -bench PythonSetUp -count 6
+func BenchmarkPythonSetUp(b *testing.B) {
+	bpftest.Require(b)
+	const python = "/usr/bin/python3.11"
+	if _, err := os.Stat(python); err != nil {
+		b.Skipf("no %s: %v", python, err)
+	}
+	py := startPython(b, "debian-3.11", python, "pychains.py").Pid
+	sleep := exec.Command("sleep", "600")
+	if err := sleep.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	for _, c := range []struct {
+		name string
+		pid  uint32
+	}{{"python3.11", py}, {"sleep", uint32(sleep.Process.Pid)}} {
+		b.Run(c.name, func(b *testing.B) {
+			maps, err := symbolize.ReadExecMappings(fmt.Sprintf("/proc/%d/maps", c.pid))
+			if err != nil {
+				b.Fatal(err)
+			}
+			procs := newProcsMap(b, 16)
+			u := newSetUpTestUnwinder(b, procs)
+			u.recentMaps = func(dst []symbolize.ExecMapping, _ uint32, _ time.Time) ([]symbolize.ExecMapping, bool) {
+				return append(dst, maps...), true
+			}
+			// As newUnwinder wires it: the tables' stats, shared.
+			u.python.identify = func(path string, id mappedID) (fileKey, bool) { return u.fileKeyOf(path, id, time.Now()) }
+			now := time.Now()
+			a := ask{mm: 0x1000, since: now, last: now}
+			u.setUpOne(c.pid, a, now, "bench") // the binaries seen before
+			if (u.procList[c.pid].pyRuntime != 0) != (c.name == "python3.11") {
+				b.Fatalf("%s: interpreter %#x", c.name, u.procList[c.pid].pyRuntime)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				delete(u.procList, c.pid)
+				a.mm++
+				u.setUpOne(c.pid, a, now, "bench")
+			}
+		})
 	}
 }

@@ -67,7 +67,7 @@ func TestPythonSetUpAtFirstRequest(t *testing.T) {
 // newSetUpTestUnwinder returns an unwinder writing entries to procs, with
 // a Python finder, given each process's maps as the symbolizer would have
 // read them at its first sample.
-func newSetUpTestUnwinder(t *testing.T, procs *ebpf.Map) *unwinder {
+func newSetUpTestUnwinder(t testing.TB, procs *ebpf.Map) *unwinder {
 	t.Helper()
 	pending, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxPending})
 	if err != nil {

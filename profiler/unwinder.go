@@ -195,6 +195,8 @@ type unwinder struct {
 	// python finds the interpreter of the processes that run CPython,
 	// for their entries.
 	python *pythonFinder
+	// entry is the buffer writeEntry fills; under state.
+	entry bpf.ProfileHsProc
 	// pyRetries holds the processes whose mappings the Python set-up
 	// reads again for their interpreter (retryPython), made at the
 	// first; under state.

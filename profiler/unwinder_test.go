@@ -425,7 +425,7 @@ func TestTakeAsksWaitsForDrain(t *testing.T) {
 }
 
 // newProcsMap makes an unwind_procs map of n entries for a test.
-func newProcsMap(t *testing.T, n uint32) *ebpf.Map {
+func newProcsMap(t testing.TB, n uint32) *ebpf.Map {
 	t.Helper()
 	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(bpf.ProfileHsProc{})), MaxEntries: n})
 	if err != nil {

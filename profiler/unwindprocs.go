@@ -377,7 +377,10 @@ func (u *unwinder) checkUse(pid uint32, now time.Time) error {
 // writeEntry writes a process's unwind_procs entry from its mappings,
 // with no tables for the agent's own process (self).
 func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
-	var entry bpf.ProfileHsProc
+	// The entry (3.5 KB) is the unwinder's, written over for each: made
+	// anew, it was most of the bytes a process's set-up allocated.
+	entry := &u.entry
+	*entry = bpf.ProfileHsProc{}
 	entry.Mm = st.mm
 	u.gen++
 	entry.Gen = u.gen
@@ -416,7 +419,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 		entry.M[entry.Count] = um
 		entry.Count++
 	}
-	if err := u.procs.Put(pid, &entry); err != nil {
+	if err := u.procs.Put(pid, entry); err != nil {
 		return fmt.Errorf("write the mappings of process %d: %w", pid, err)
 	}
 	if len(st.tables) > 0 && st.withTables.IsZero() {
