@@ -24,7 +24,8 @@ import (
 func TestGuardKeepsTheRateForWorkItDoesNotReduce(t *testing.T) {
 	sh := &countingShedder{}
 	var kept []Kept
-	g := newTestGuard(t, 99, Config{MaxCPU: 1, Shedder: sh, OnKept: func(k Kept) { kept = append(kept, k) }})
+	// Past start-up (StartupWindows), which evidence_test.go tests.
+	g := newTestGuard(t, 99, Config{MaxCPU: 1, Shedder: sh, StartupWindows: -1, OnKept: func(k Kept) { kept = append(kept, k) }})
 	processes := Cost{Share: 1.6, Parts: []PartShare{{"samples", 0.3, true}, {"new processes", 0.9, false}, {"symbol tables", 0.2, false}}}
 	samples := Cost{Share: 1.6, Parts: []PartShare{{"samples", 1.2, true}, {"new processes", 0.3, false}, {"symbol tables", 0.1, false}}}
 	// At 49 Hz the samples' part 1.8 of 2.0: a lower rate fits only at
@@ -71,9 +72,10 @@ func TestGuardKeepsTheRateForWorkItDoesNotReduce(t *testing.T) {
 // not grow with it either.
 func TestGuardRaisesByTheSamplesPart(t *testing.T) {
 	g := newTestGuard(t, 24, Config{MaxCPU: 1, TargetFrequency: 99})
-	// 0.5 of which 0.1 the samples' part at 24 Hz: under 0.6 of the
-	// budget up to 24*(0.6-0.4)/0.1 = 48 Hz, where the whole cost scaled
-	// would have allowed 24*0.6/0.5 = 28.
+	// 0.5 of which 0.1 the samples' part at 24 Hz: under 0.9 of the
+	// budget up to 24*(0.9-0.4)/0.1 = 120 Hz, at most doubling: 48 Hz,
+	// where the whole cost scaled under 0.6 would have allowed
+	// 24*0.6/0.5 = 28.
 	quiet := Cost{Share: 0.5, Parts: []PartShare{{"samples", 0.1, true}, {"new processes", 0.4, false}}}
 	for range 3 {
 		g.observe(quiet)
@@ -109,11 +111,14 @@ func TestPartsOverWindows(t *testing.T) {
 		why  string
 	}{
 		{Cost{1.4, []PartShare{{"samples", 0.5, true}, {"new processes", 0.6, false}, {"symbol tables", 0.2, false}}}, 0.1, true,
-			"0.8 does not fall with the rate: 0.6 with the samples' part and the rest fits at a third of the rate"},
+			"0.9 does not fall with the rate (the rest with it): what is left of the budget, 0.1, fits at a fifth of the rate"},
 		{Cost{1.6, []PartShare{{"samples", 0.3, true}, {"new processes", 0.9, false}, {"symbol tables", 0.2, false}}}, 0.2, false,
 			"1.1 does not fall with the rate, over the budget alone and most of the cost"},
 		{Cost{2.4, []PartShare{{"samples", 1.3, true}, {"new processes", 1.1, false}}}, 0, true,
 			"no rate fits, but the samples' part is most of the cost"},
+		{Cost{4.691, []PartShare{{"samples", 1.459, true}, {"BPF sampler", 0.696, true}, {"the store", 0.025, true}, {"new processes", 0.505, false},
+			{"symbol tables", 0.090, false}, {"unwind tables", 0.025, false}}}, 1.891, true,
+			"no rate fits and the rest is the largest part (cmd's TestOverheadGuard at 400 Hz), but what falls with the rate is over the budget alone"},
 	} {
 		if got := c.cost.rateBound(1); got != c.want || math.Abs(c.cost.rest()-c.rest) > 1e-9 {
 			t.Errorf("%+v: rate-bound %v, rest %v; want %v, %v (%s)", c.cost, got, c.cost.rest(), c.want, c.rest, c.why)
@@ -167,7 +172,9 @@ func TestGuardJudgesBurstsSpread(t *testing.T) {
 		a := &burstyAgent{start: time.Now(), burstAt: 350 * time.Millisecond, spreads: spreads}
 		s := &fixedSampler{hz: 99}
 		var log bytes.Buffer
-		g, err := New(Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond, Parts: a.parts,
+		// Past start-up (StartupWindows), and no raise after the cut
+		// within the second this runs.
+		g, err := New(Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond, Parts: a.parts, StartupWindows: -1, RaiseAfter: 100,
 			Logger: slog.New(slog.NewTextHandler(&log, nil))}, s, a.meter)
 		if err != nil {
 			t.Fatal(err)
@@ -230,7 +237,7 @@ func runTabling(t *testing.T, a *tablingAgent, spread, d time.Duration) (*fixedS
 	s, sh := &fixedSampler{hz: 99}, &countingShedder{}
 	var log bytes.Buffer
 	g, err := New(Config{MaxCPU: 1, Window: 100 * time.Millisecond, Warmup: time.Millisecond, Parts: a.parts, Shedder: sh, OneOffSpread: spread,
-		Logger: slog.New(slog.NewTextHandler(&log, nil))}, s, a.meter)
+		StartupWindows: -1, Logger: slog.New(slog.NewTextHandler(&log, nil))}, s, a.meter)
 	if err != nil {
 		t.Fatal(err)
 	}

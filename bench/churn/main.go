@@ -552,7 +552,7 @@ func machineForks() (float64, error) {
 var (
 	guardLine = regexp.MustCompile(`msg="sampling frequency changed" from_hz=(\d+) to_hz=(\d+) reason="([^"]*)"`)
 	shedLine  = regexp.MustCompile(`msg="overhead guard: (gave up work before lowering the sampling rate|took up work again)" work="([^"]*)" reason="([^"]*)"`)
-	keptLine  = regexp.MustCompile(`msg="overhead guard: over the budget, most of it work a lower sampling rate does not reduce: the rate stays" hz=(\d+) reason="([^"]*)"`)
+	keptLine  = regexp.MustCompile(`msg="overhead guard: over the budget, (?:most of it work a lower sampling rate does not reduce|but a lower sampling rate did not reduce it): the rate stays" hz=(\d+) reason="([^"]*)"`)
 )
 
 // guardChanges reads the overhead guard's changes in the agent's log: of

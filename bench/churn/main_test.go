@@ -16,6 +16,7 @@ time=2026-11-27T16:16:26.832Z level=INFO msg="sampling frequency changed" from_h
 time=2026-11-27T16:16:36.832Z level=INFO msg="overhead guard: gave up work before lowering the sampling rate" work="unwind tables not loaded yet" reason="agent CPU 1.2% of one CPU is over the 1% budget"
 time=2026-11-27T16:17:36.832Z level=INFO msg="overhead guard: took up work again" work="unwind tables not loaded yet" reason="agent CPU 0.2% of one CPU has stayed under 60% of the 1% budget"
 time=2026-11-27T16:18:36.832Z level=WARN msg="overhead guard: over the budget, most of it work a lower sampling rate does not reduce: the rate stays" hz=99 reason="agent CPU 1.5% of one CPU is over the 1% budget (new processes 0.900%, samples and the rest 0.600%)"
+time=2026-11-27T16:19:36.832Z level=WARN msg="overhead guard: over the budget, but a lower sampling rate did not reduce it: the rate stays" hz=99 reason="agent CPU 1.4% of one CPU is over the 1% budget (samples 0.800%, the rest 0.500%, new processes 0.100%)"
 `
 	want := []string{
 		"99 → 49 Hz: agent CPU 1.552% of one CPU is over the 1% budget",
@@ -23,6 +24,7 @@ time=2026-11-27T16:18:36.832Z level=WARN msg="overhead guard: over the budget, m
 		"gave up unwind tables not loaded yet: agent CPU 1.2% of one CPU is over the 1% budget",
 		"took up again unwind tables not loaded yet: agent CPU 0.2% of one CPU has stayed under 60% of the 1% budget",
 		"kept 99 Hz over the budget: agent CPU 1.5% of one CPU is over the 1% budget (new processes 0.900%, samples and the rest 0.600%)",
+		"kept 99 Hz over the budget: agent CPU 1.4% of one CPU is over the 1% budget (samples 0.800%, the rest 0.500%, new processes 0.100%)",
 	}
 	if got := guardChanges(log); !slices.Equal(got, want) {
 		t.Errorf("guardChanges = %q, want %q", got, want)

@@ -149,7 +149,10 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 		kept := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_rate_kept_total",
 			Help: "Runs of windows over --max-cpu in which the overhead guard kept the sampling rate: most of the cost was work a lower rate does not reduce (new processes, symbol and unwind tables)."},
 			func() float64 { return float64(g.RateKept()) })
-		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds, kept} {
+		undone := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_cuts_undone_total",
+			Help: "Cuts of the sampling rate the overhead guard undid at the next window: still over --max-cpu, they had bought less than half the saving they were made for (the rate is then kept while what falls with it does not grow)."},
+			func() float64 { return float64(g.Undones()) })
+		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds, kept, undone} {
 			if err := m.Register(c); err != nil {
 				return nil, err
 			}
@@ -168,7 +171,7 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 
 // workDesc describes heatscope_agent_work_cpu_seconds_total.
 var workDesc = prometheus.NewDesc("heatscope_agent_work_cpu_seconds_total",
-	"The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables, the store (its WAL, head cuts, block writes, compaction and retention: falls with the rate, in bursts).",
+	"The agent's CPU time by part: samples (the ring read, each sample symbolized and stored: falls with the sampling rate), BPF sampler (the sampling BPF program's run time, counted while kernel.bpf_stats_enabled is on: falls with the rate), new processes (mappings read, unwind entries, exit snapshots), symbol tables, unwind tables, the store (its WAL, head cuts, block writes, compaction and retention: falls with the rate, in bursts).",
 	[]string{"part"}, nil)
 
 // workCollector exports the recorder's parts (Recorder.Parts), read once
