@@ -57,6 +57,16 @@ type Encoder struct {
 	funcs    map[funcKey]int32
 	locs     map[sample.Frame]int32
 	stacks   map[string]int32
+	// threads finds the attributes of a thread's OTLP samples (its pid,
+	// tid, CPU, command and container) in the attribute table:
+	// threadAttrs[threadSpans[i].from:threadSpans[i].to] for its entry
+	// i, built once while the dictionary is kept, so that a new OTLP
+	// sample of a known thread looks up no attribute; threadGen holds,
+	// for each, the last batch that used it.
+	threads     map[threadKey]int32
+	threadSpans []span
+	threadAttrs []int32
+	threadGen   []uint32
 	// shared finds the stack of a slice the batch has seen: the
 	// recorder's samples of one stack share one slice (symbolize caches
 	// it). It is the batch's: it holds no slice of the recorder's past it
@@ -116,10 +126,9 @@ type funcKey struct {
 // mappingKey is what a mapping of heatscope's says: its module and build id.
 type mappingKey struct{ module, buildID string }
 
-// sampleKey is what an OTLP Sample of heatscope's is: a stack and the
-// attributes a heatscope sample carries.
-type sampleKey struct {
-	stack         int32
+// threadKey is what a heatscope sample says besides its stack and time:
+// the attributes of its OTLP sample.
+type threadKey struct {
 	pid, tid, cpu uint32
 	comm          string
 	cgroupID      uint64
@@ -127,6 +136,18 @@ type sampleKey struct {
 	// (sample.Sample.Container), which is read-only.
 	container *sample.Container
 }
+
+// span is a range of indices.
+type span struct{ from, to int32 }
+
+// sampleKey is what an OTLP Sample of heatscope's is: a stack and a
+// thread's attributes (its entry in Encoder.threads).
+type sampleKey struct{ stack, thread int32 }
+
+// maxThreads bounds the thread entries kept with the dictionary for the
+// next batch: past it they are forgotten (and built again as samples need
+// them).
+const maxThreads = 1 << 12
 
 // nodeProfile is the profile of one node's samples.
 type nodeProfile struct {
@@ -169,6 +190,7 @@ func (e *Encoder) reset() {
 	if e.strings == nil {
 		e.strings, e.attrs, e.mappings, e.funcs = map[string]int32{}, map[attrKey]int32{}, map[mappingKey]int32{}, map[funcKey]int32{}
 		e.locs, e.stacks, e.shared, e.nodes = map[sample.Frame]int32{}, map[string]int32{}, map[stackRef]sharedStack{}, map[string]*nodeProfile{}
+		e.threads = map[threadKey]int32{}
 	}
 	clear(e.strings)
 	clear(e.attrs)
@@ -177,6 +199,7 @@ func (e *Encoder) reset() {
 	clear(e.locs)
 	clear(e.stacks)
 	clear(e.nodes)
+	e.forgetThreads()
 	e.stackGen, e.attrGen = e.stackGen[:0], e.attrGen[:0]
 	e.newBatch()
 	e.fresh = true
@@ -194,6 +217,12 @@ func (e *Encoder) reset() {
 	e.mappings[mappingKey{}] = 0
 	e.funcs[funcKey{}] = 0
 	e.stacks[""] = 0
+}
+
+// forgetThreads empties the thread entries.
+func (e *Encoder) forgetThreads() {
+	clear(e.threads)
+	e.threadSpans, e.threadAttrs, e.threadGen = e.threadSpans[:0], e.threadAttrs[:0], e.threadGen[:0]
 }
 
 // newBatch starts a new batch on the dictionary as it is.
@@ -238,6 +267,9 @@ func (e *Encoder) nextBatch() {
 		e.reset()
 		return
 	}
+	if len(e.threads) > maxThreads {
+		e.forgetThreads()
+	}
 	e.newBatch()
 	e.fresh = false
 }
@@ -253,21 +285,18 @@ func (e *Encoder) Add(s *sample.Sample) {
 	if np == nil || !np.inBatch {
 		np = e.newNodeProfile(node, np)
 	}
-	key := sampleKey{
-		stack: e.stack(s.Stack),
-		pid:   s.PID, tid: s.TID, cpu: s.CPU,
-		comm:     s.Comm,
-		cgroupID: s.CgroupID,
-	}
-	if s.Container != nil && *s.Container != (sample.Container{}) {
-		key.container = s.Container
-	}
+	key := sampleKey{stack: e.stack(s.Stack), thread: e.thread(s)}
 	i, ok := np.samples[key]
 	if !ok {
 		i = np.profile.Samples().Len()
 		np.samples[key] = i
 		np.counts = append(np.counts, 0)
-		e.newSample(np.profile.Samples().AppendEmpty(), &key)
+		os := np.profile.Samples().AppendEmpty()
+		os.SetStackIndex(key.stack)
+		t := e.threadSpans[key.thread]
+		a := os.AttributeIndices()
+		a.EnsureCapacity(int(t.to - t.from))
+		a.Append(e.threadAttrs[t.from:t.to]...)
 	}
 	period := s.PeriodNs
 	if period <= 0 {
@@ -319,24 +348,50 @@ func (e *Encoder) newNodeProfile(node string, np *nodeProfile) *nodeProfile {
 	return np
 }
 
-// newSample sets the stack and attributes of a new OTLP Sample.
-func (e *Encoder) newSample(os pprofile.Sample, k *sampleKey) {
-	os.SetStackIndex(k.stack)
-	a := os.AttributeIndices()
-	a.Append(e.intAttr(keyPID, int64(k.pid)), e.intAttr(keyTID, int64(k.tid)), e.intAttr(keyCPU, int64(k.cpu)))
+// thread returns the index of the entry of s's thread (its attributes),
+// adding it if new, and marks its attributes used by the batch.
+func (e *Encoder) thread(s *sample.Sample) int32 {
+	k := threadKey{pid: s.PID, tid: s.TID, cpu: s.CPU, comm: s.Comm, cgroupID: s.CgroupID}
+	if s.Container != nil && *s.Container != (sample.Container{}) {
+		k.container = s.Container
+	}
+	t, ok := e.threads[k]
+	if !ok {
+		t = int32(len(e.threadSpans))
+		from := int32(len(e.threadAttrs))
+		e.threadAttrs = e.appendAttrs(e.threadAttrs, &k)
+		e.threadSpans = append(e.threadSpans, span{from, int32(len(e.threadAttrs))})
+		e.threadGen = append(e.threadGen, e.gen)
+		e.threads[k] = t
+		return t
+	}
+	if e.threadGen[t] != e.gen {
+		e.threadGen[t] = e.gen
+		sp := e.threadSpans[t]
+		for _, a := range e.threadAttrs[sp.from:sp.to] {
+			e.use(a)
+		}
+	}
+	return t
+}
+
+// appendAttrs appends the indices of a thread's attributes (adding those
+// that are new to the table) to dst.
+func (e *Encoder) appendAttrs(dst []int32, k *threadKey) []int32 {
+	dst = append(dst, e.intAttr(keyPID, int64(k.pid)), e.intAttr(keyTID, int64(k.tid)), e.intAttr(keyCPU, int64(k.cpu)))
 	if k.comm != "" {
-		a.Append(e.strAttr(keyThreadName, k.comm))
+		dst = append(dst, e.strAttr(keyThreadName, k.comm))
 	}
 	if k.cgroupID != 0 {
 		// The id's 64 bits, read back as they were written.
-		a.Append(e.intAttr(keyCgroupID, int64(k.cgroupID)))
+		dst = append(dst, e.intAttr(keyCgroupID, int64(k.cgroupID)))
 	}
 	c := k.container
 	if c == nil {
-		return
+		return dst
 	}
 	if c.Cgroup != "" {
-		a.Append(e.strAttr(keyCgroup, cgroupV2Prefix+c.Cgroup))
+		dst = append(dst, e.strAttr(keyCgroup, cgroupV2Prefix+c.Cgroup))
 	}
 	for _, kv := range [...]struct{ key, value string }{
 		{keyContainerID, c.ID},
@@ -348,9 +403,10 @@ func (e *Encoder) newSample(os pprofile.Sample, k *sampleKey) {
 		{keyContainerName, c.Name},
 	} {
 		if kv.value != "" {
-			a.Append(e.strAttr(kv.key, kv.value))
+			dst = append(dst, e.strAttr(kv.key, kv.value))
 		}
 	}
+	return dst
 }
 
 // stack returns the index of a stack's entry in the stack table, adding
@@ -495,11 +551,16 @@ func (e *Encoder) attr(k attrKey) int32 {
 		e.attrs[k] = i
 		e.attrGen = append(e.attrGen, 0)
 	}
+	e.use(i)
+	return i
+}
+
+// use marks attribute i used by the batch.
+func (e *Encoder) use(i int32) {
 	if e.attrGen[i] != e.gen {
 		e.attrGen[i] = e.gen
 		e.usedAttrs++
 	}
-	return i
 }
 
 // Profiles returns the batch of the samples added since the last call,

@@ -241,3 +241,46 @@ func TestRequestsKeepDictionary(t *testing.T) {
 		})
 	}
 }
+
+// TestThreadsForgotten: a dictionary kept while its threads' entries
+// (one per pid, tid, CPU and labels) are past maxThreads forgets them
+// between batches, and the next batches, their entries built again,
+// decode to their own samples.
+func TestThreadsForgotten(t *testing.T) {
+	stack := []sample.Frame{{Function: "spin", Module: "/opt/spin", Address: 0x10, Kind: sample.KindUser}}
+	const pids, cpus = 64, 65 // 4 160 threads over a few hundred attributes: a kept dictionary
+	e := NewEncoder("v1", "node", 0)
+	tm := int64(1_790_000_000_000_000_000)
+	for b := range 3 {
+		var want []sample.Sample
+		for pid := range uint32(pids) {
+			for cpu := range uint32(cpus) {
+				tm += 1000
+				want = append(want, sample.Sample{Time: tm, PeriodNs: 10_101_010, CPU: cpu, PID: 100 + pid, TID: 100 + pid, Comm: "spin", Node: "node", Stack: stack})
+			}
+		}
+		for i := range want {
+			e.Add(&want[i])
+		}
+		body, err := e.Request()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b > 0 && e.fresh {
+			t.Fatalf("batch %d: the dictionary was started afresh, so the threads' bound was not what forgot them", b)
+		}
+		if len(e.threads) != 0 {
+			t.Fatalf("batch %d: %d thread entries kept for the next batch, bound %d", b, len(e.threads), maxThreads)
+		}
+		p, err := UnmarshalRequest(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := decodeAll(t, p, DecodeOptions{})
+		sortSamples(want)
+		sortSamples(got)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("batch %d: its request decodes to other samples (%d, want %d)", b, len(got), len(want))
+		}
+	}
+}
