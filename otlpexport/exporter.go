@@ -72,6 +72,13 @@ type Config struct {
 	// their protobuf, which is what they take in memory
 	// (DefaultQueueBytes when 0).
 	QueueBytes int64
+	// QueueChanged, when not nil, is told the bytes the queue holds (the
+	// batch being sent included) each time they change, in order: it is
+	// called with the queue locked, so it must be quick and must not
+	// call the Exporter. record adds them to the agent's Go memory
+	// limit, so that batches waiting for an endpoint that is down do not
+	// make the garbage collector run more often for the rest of the agent.
+	QueueChanged func(bytes int64)
 	// Timeout bounds one request, and Close's wait for the queue
 	// (DefaultTimeout when 0).
 	Timeout time.Duration
@@ -290,6 +297,7 @@ func (x *Exporter) enqueue(b batch) {
 		x.overflowDropped += dropped
 	}
 	queued := x.queuedBytes
+	x.queueChangedLocked()
 	x.qMu.Unlock()
 	if dropped > 0 {
 		x.droppedFull.Add(dropped)
@@ -301,6 +309,14 @@ func (x *Exporter) enqueue(b batch) {
 	select {
 	case x.wake <- struct{}{}:
 	default:
+	}
+}
+
+// queueChangedLocked tells Config.QueueChanged the bytes queued; qMu is
+// held.
+func (x *Exporter) queueChangedLocked() {
+	if x.cfg.QueueChanged != nil {
+		x.cfg.QueueChanged(x.queuedBytes)
 	}
 }
 
@@ -335,6 +351,7 @@ func (x *Exporter) sent(b batch) {
 	x.qMu.Lock()
 	x.queuedSamples -= int64(b.samples)
 	x.queuedBytes -= b.size()
+	x.queueChangedLocked()
 	var ended uint64
 	if x.overflowing && x.queuedBytes < x.cfg.QueueBytes/2 {
 		ended, x.overflowing, x.overflowDropped = x.overflowDropped, false, 0
@@ -499,6 +516,7 @@ func (x *Exporter) Close() error {
 			x.queuedBytes -= b.size()
 		}
 		x.queue = nil
+		x.queueChangedLocked()
 		x.qMu.Unlock()
 		if err := x.client.close(); err != nil {
 			x.log.Warn("closing the OTLP connection", "err", err)

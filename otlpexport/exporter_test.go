@@ -286,7 +286,8 @@ func TestRefused(t *testing.T) {
 // TestEndpointDown: with the endpoint down, Add goes on (it never waits
 // for the endpoint) while the queue stays within its bound, dropping its
 // oldest batches, counted; once the endpoint is up, what the queue holds
-// arrives; every sample is exported or counted as dropped.
+// arrives; every sample is exported or counted as dropped. QueueChanged
+// is told the queue's bytes as they change, and 0 at the end.
 func TestEndpointDown(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -296,7 +297,15 @@ func TestEndpointDown(t *testing.T) {
 	l.Close() // down: connections are refused
 	log, logs := logBuffer()
 	const bound = 32 << 10
-	x, err := newExporter(Config{Endpoint: addr, Insecure: true, Interval: 20 * time.Millisecond, QueueBytes: bound, Log: log, Timeout: 2 * time.Second}, 20*time.Millisecond)
+	var told []int64 // what QueueChanged was told, in order
+	var toldMu sync.Mutex
+	queueChanged := func(n int64) {
+		toldMu.Lock()
+		told = append(told, n)
+		toldMu.Unlock()
+	}
+	x, err := newExporter(Config{Endpoint: addr, Insecure: true, Interval: 20 * time.Millisecond, QueueBytes: bound, Log: log, Timeout: 2 * time.Second,
+		QueueChanged: queueChanged}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +355,12 @@ func TestEndpointDown(t *testing.T) {
 		if !times[s.Time] {
 			t.Fatalf("a sample added once the endpoint was up and the queue sent did not arrive")
 		}
+	}
+	toldMu.Lock()
+	defer toldMu.Unlock()
+	if len(told) == 0 || told[len(told)-1] != 0 || slices.Max(told) < bound/2 || slices.Max(told) > bound+batchSlack {
+		t.Errorf("QueueChanged was told %d values, the largest %d, the last %d: want the queue's bytes up to about its bound %d, and 0 at the end",
+			len(told), slices.Max(append(told, 0)), append([]int64{-1}, told...)[len(told)], bound)
 	}
 }
 

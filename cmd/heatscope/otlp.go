@@ -39,7 +39,7 @@ func addOTLPFlags(fs *flag.FlagSet) *otlpFlags {
 		headersFile: fs.String("otlp-headers-file", "", "file of 'Name: value' lines sent as headers with every export, e.g. 'Authorization: Bearer TOKEN' "+
 			"(also $"+otlpHeadersEnv+" and $"+otlpProfilesHeadersEnv+", as name=value,...; the file wins)"),
 		interval:  fs.Duration("otlp-interval", otlpexport.DefaultInterval, "how often a batch is sent to --otlp-endpoint"),
-		queueSize: fs.String("otlp-queue-size", "4MiB", "bound of the batches waiting for --otlp-endpoint (their protobuf, which is what they take in memory): past it the oldest are dropped and counted, recording never waits"),
+		queueSize: fs.String("otlp-queue-size", "4MiB", "bound of the batches waiting for --otlp-endpoint (their protobuf, which is what they take in memory, on top of --memory-limit): past it the oldest are dropped and counted, recording never waits"),
 		timeout:   fs.Duration("otlp-timeout", otlpexport.DefaultTimeout, "bound of one export request, and of the wait for the queue when recording stops"),
 	}
 }

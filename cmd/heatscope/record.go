@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,7 +133,7 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	f.cacheSize = fs.String("cache-size", "256MiB", "disk bound of the unwind tables, and apart of the symbol tables, cached in --cache-dir: the least recently used are removed beyond it")
 	f.procs = fs.Int("gomaxprocs", 1, "CPUs the agent's Go code may use at once (GOMAXPROCS); 1 wakes the fewest threads, queries served while recording then run on one CPU")
 	f.symCache = fs.String("symbol-cache", defaultSymbolCache, "memory bound of the cached symbol tables of user-space binaries: the least recently used are dropped beyond it")
-	f.memLimit = fs.String("memory-limit", defaultRecordMemoryLimit, "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it ('0' for none; the GOMEMLIMIT environment variable overrides it)")
+	f.memLimit = fs.String("memory-limit", defaultRecordMemoryLimit, "soft limit of the agent's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it; what the OTLP export's queue holds (at most --otlp-queue-size) comes on top ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	f.maxCPU = fs.Float64("max-cpu", 1, "overhead budget in percent of one CPU (agent plus BPF program): above it the sampling frequency is halved, "+
 		"and raised back when the cost allows (0: no guard)")
 	f.cpuProfile = fs.String("cpu-profile", "", "write the agent's own Go CPU profile of the whole run to this file (go tool pprof reads it; '' for none)")
@@ -311,7 +310,10 @@ type recording struct {
 	folded    *pipeline.Folded
 	saturated *pipeline.Saturation
 	otlp      *otlpexport.Exporter
-	start     time.Time
+	// memLimit is the Go memory limit: --memory-limit, and the OTLP
+	// queue's bytes on top of it.
+	memLimit memoryLimit
+	start    time.Time
 	// stopped is when the recorder stopped sampling, its ring drained:
 	// the sinks' closing after it (the OTLP queue's last sends, up to
 	// --otlp-timeout) is no recording time.
@@ -364,6 +366,7 @@ func (r *recording) openOutputs() error {
 		r.deferred(func() { r.out.Close() })
 	}
 	if r.plan.exportOTLP {
+		r.plan.otlp.QueueChanged = r.memLimit.queueChanged
 		if r.otlp, err = otlpexport.New(r.plan.otlp); err != nil {
 			return usageError{err}
 		}
@@ -401,8 +404,8 @@ func (r *recording) openSampler() error {
 	procs := runtime.GOMAXPROCS(*f.procs)
 	r.deferred(func() { runtime.GOMAXPROCS(procs) })
 	if r.plan.memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		limit := debug.SetMemoryLimit(r.plan.memoryLimit)
-		r.deferred(func() { debug.SetMemoryLimit(limit) })
+		r.memLimit.start(r.plan.memoryLimit)
+		r.deferred(r.memLimit.stop)
 	}
 	cfg := r.plan.sampler
 	rec, err := recorder.Open(cfg, symbolize.Options{KernelCacheDir: *f.cacheDir, MaxBinaryBytes: r.plan.symCacheBytes,
