@@ -398,6 +398,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 // the per-frame method bits are set by shifts.
 struct walk {
 	struct hs_proc *proc; // the process's mappings, looked up once
+	struct stack_window *win; // the CPU's stack_windows entry
 	__u64 gen;            // proc->gen
 	__u64 ip, sp, bp;
 	__u64 dwarf_lo, dwarf_hi;
@@ -442,12 +443,93 @@ struct {
 	__type(value, struct hs_cached_row);
 } walk_cache SEC(".maps");
 
+// The row the walk found last for a stack's leaf (the sampled pc), with
+// the range of pcs it covers (in the process's addresses, up to the next
+// row or the mapping's end), per CPU in one of LEAF_CACHE_SLOTS slots by
+// process entry (a hash of hs_proc.gen). A leaf's pc moves from sample to
+// sample within a function (an interpreter's evaluation loop, a hot
+// loop), so walk_cache, by exact pc, seldom has it and the walk searched
+// the tables for it at nearly every sample of a Python process: this has
+// it while the pc stays within one row.
+#define LEAF_CACHE_BITS 4
+#define LEAF_CACHE_SLOTS (1 << LEAF_CACHE_BITS)
+struct hs_leaf_row {
+	__u64 start, end;     // the pcs the row covers: start <= pc < end
+	__u64 gen;            // 0: empty
+	struct hs_row row;
+	__u32 _pad;
+};
+struct hs_leaf_rows {
+	__u64 pc;             // the pc sampled: the leaf of the walk in progress
+	struct hs_leaf_row slot[LEAF_CACHE_SLOTS];
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hs_leaf_rows);
+} leaf_cache SEC(".maps");
+
 static __always_inline __u64 read_user(__u64 addr)
 {
 	__u64 v = 0;
 	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr) < 0)
 		return 0;
 	return v;
+}
+
+// The user stack a walk reads, STACK_WINDOW bytes at a time: a walk's
+// return addresses and saved registers lie close together, so one read
+// serves the words of several frames, where a bpf_probe_read_user per
+// word (two per frame) was most of a walk's time. A window lies within
+// the 4 KB-aligned block of the word it was read for (within one page):
+// it is readable whenever that word is. at and valid say what b holds;
+// each walk starts with valid clear (the stack has moved since).
+#define STACK_WINDOW 1024
+struct stack_window {
+	__u64 at;             // the address b was read from
+	__u32 valid;
+	__u32 _pad;
+	__u8 b[STACK_WINDOW];
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_window);
+} stack_windows SEC(".maps");
+
+// stack_word returns the 8-byte word at addr of the walk's user stack (0
+// where it cannot be read): from the window when it holds addr, else
+// reading a new window, from a little below addr (a frame's saved rbp is
+// below its return address) up, within addr's 4 KB block.
+//
+// It is a global function, checked once by the verifier on its own: the
+// window's state lives in map memory, which the verifier does not track,
+// and the walk sees one call with an unknown result (inlined in
+// walk_step, with the window's address in struct walk, the verifier went
+// through two thirds more instructions).
+__noinline __u64 stack_word(struct stack_window *win, __u64 addr)
+{
+	if (!win)
+		return 0;
+	if (addr & 7)
+		return read_user(addr); // no frame's word: read alone
+	if (!win->valid || addr - win->at > STACK_WINDOW - 8) {
+		__u64 block = addr & ~4095ULL;
+		__u64 at = addr - 64;
+		if (at < block || at > addr)
+			at = block;
+		if (at > block + 4096 - STACK_WINDOW)
+			at = block + 4096 - STACK_WINDOW;
+		if (bpf_probe_read_user(win->b, STACK_WINDOW, (void *)at) < 0) {
+			win->valid = 0;
+			return 0;
+		}
+		win->at = at;
+		win->valid = 1;
+	}
+	return *(__u64 *)&win->b[(addr - win->at) & (STACK_WINDOW - 8)];
 }
 
 // A binary search for a process's mapping, run by bpf_loop.
@@ -511,7 +593,9 @@ static long row_search_step(__u64 i, struct row_search *rs)
 
 // find_row returns the last row of a mapping's table at or before pc, or
 // NULL. The table's index gives the few rows to search (about 6 for libc).
-static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc)
+// *end is set to the next row's pc (the end of the pcs the row covers),
+// or 0xffffffff after the last row.
+static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc, __u32 *end)
 {
 	__u32 table = m->table;
 	void *rows = bpf_map_lookup_elem(&unwind_tables, &table);
@@ -541,6 +625,13 @@ static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc)
 	if (rs.lo == 0)
 		return NULL;
 	__u32 idx = rs.lo - 1;
+	*end = 0xffffffff;
+	if (rs.lo < m->rows) {
+		struct hs_row *next = bpf_map_lookup_elem(rows, &rs.lo);
+		if (!next)
+			return NULL;
+		*end = next->pc;
+	}
 	return bpf_map_lookup_elem(rows, &idx);
 }
 
@@ -548,15 +639,31 @@ static __always_inline struct hs_row *find_row(struct hs_umap *m, __u32 pc)
 // slice of walk_cache (from cache_base) or else by searching them (and
 // then keeps it there), and copies it to out. It returns 1 for a row, 0
 // for none (frame pointers), -1 for a pc in no mapping of the process.
+// For the sampled pc (the leaf, which walk_user writes in the CPU's
+// leaf_cache) the CPU's leaf_cache is looked in first, and kept too.
 //
 // It is a global function, which the verifier checks once on its own: in
 // walk_step, a cache hit, skipping the searches' nested loops, made the
 // walk's states at each frame differ beyond the verifier's limit of a
-// million instructions.
+// million instructions. The leaf is told by its pc, kept in map memory,
+// not by the caller: telling it by the frame's number in walk_step (a
+// branch there, 951387a, reverted; or n passed in an argument) made the
+// verifier go through 6 to 23 times more instructions (0.2 to 0.75 s of
+// CPU at every load).
 __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_base, struct hs_row *out)
 {
 	if (!proc || !out)
 		return 0;
+	struct hs_leaf_row *leaf = NULL;
+	__u32 zero = 0;
+	struct hs_leaf_rows *leaves = bpf_map_lookup_elem(&leaf_cache, &zero);
+	if (leaves && leaves->pc == pc) {
+		leaf = &leaves->slot[(gen * 0x9E3779B97F4A7C15ULL) >> (64 - LEAF_CACHE_BITS)];
+		if (leaf->gen == gen && pc >= leaf->start && pc < leaf->end) {
+			*out = leaf->row;
+			return 1;
+		}
+	}
 	__u32 ckey = cache_base + (__u32)((pc * 0x9E3779B97F4A7C15ULL) >> (64 - WALK_CACHE_BITS));
 	struct hs_cached_row *cached = bpf_map_lookup_elem(&walk_cache, &ckey);
 	if (cached && cached->pc == pc && cached->gen == gen) {
@@ -569,10 +676,18 @@ __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_
 	struct hs_umap *m = &proc->m[idx & (MAX_UMAPS - 1)];
 	if (m->table == HS_NO_TABLE || pc - m->bias > 0xffffffffULL)
 		return 0;
-	struct hs_row *r = find_row(m, (__u32)(pc - m->bias));
+	__u32 end = 0;
+	struct hs_row *r = find_row(m, (__u32)(pc - m->bias), &end);
 	if (!r)
 		return 0;
 	*out = *r;
+	// The row's pcs within this mapping only (a table covers the whole
+	// binary, a mapping part of it).
+	__u64 start = m->bias + r->pc, stop = m->bias + end;
+	if (start < m->start)
+		start = m->start;
+	if (stop > m->end)
+		stop = m->end;
 	// The walk keeps proc from its start, and a hash map reuses a freed
 	// element at once: if the agent replaced the process's entry since,
 	// the element now holds another gen (the agent never reuses one), and
@@ -580,10 +695,16 @@ __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_
 	// pointers for this frame.
 	if (proc->gen != gen)
 		return 0;
+	if (leaf) {
+		leaf->start = start;
+		leaf->end = stop;
+		leaf->gen = gen;
+		leaf->row = *out;
+	}
 	if (cached) {
 		cached->pc = pc;
 		cached->gen = gen;
-		cached->row = *r;
+		cached->row = *out;
 	}
 	return 1;
 }
@@ -627,9 +748,9 @@ static long walk_step(__u64 i, struct walk *w)
 			// rsp points at the ucontext the kernel pushed:
 			// uc_mcontext (struct sigcontext) is 40 bytes in,
 			// and holds rbp at 80, rsp at 120, rip at 128.
-			w->bp = read_user(w->sp + 40 + 80);
-			w->ip = read_user(w->sp + 40 + 128);
-			w->sp = read_user(w->sp + 40 + 120);
+			w->bp = stack_word(w->win, w->sp + 40 + 80);
+			w->ip = stack_word(w->win, w->sp + 40 + 128);
+			w->sp = stack_word(w->win, w->sp + 40 + 120);
 			goto dwarf;
 		case HS_CFA_UNSUPPORTED:
 			w->unsupported = 1;
@@ -637,9 +758,9 @@ static long walk_step(__u64 i, struct walk *w)
 		default: // HS_CFA_END: the outermost frame
 			goto stop;
 		}
-		__u64 ra = read_user(cfa - 8);
+		__u64 ra = stack_word(w->win, cfa - 8);
 		if (r->rbp == HS_RBP_AT_CFA)
-			w->bp = read_user(cfa + r->rbp_off);
+			w->bp = stack_word(w->win, cfa + r->rbp_off);
 		else if (r->rbp != HS_RBP_UNCHANGED)
 			w->bp = 0;
 		w->sp = cfa;
@@ -649,9 +770,9 @@ static long walk_step(__u64 i, struct walk *w)
 	// Frame pointers: the caller's rbp at rbp, the return address above.
 	if (w->bp == 0 || w->bp < w->sp)
 		goto stop;
-	w->ip = read_user(w->bp + 8);
+	w->ip = stack_word(w->win, w->bp + 8);
 	w->sp = w->bp + 16;
-	w->bp = read_user(w->bp);
+	w->bp = stack_word(w->win, w->bp);
 	return 0;
 dwarf:
 	// Frame n (the caller just found) has bit n-1.
@@ -723,12 +844,22 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return -1;
+	__u32 zero = 0;
+	struct stack_window *win = bpf_map_lookup_elem(&stack_windows, &zero);
+	if (!win)
+		return -1;
+	struct hs_leaf_rows *leaves = bpf_map_lookup_elem(&leaf_cache, &zero);
+	if (!leaves)
+		return -1;
+	win->valid = 0;
 	struct walk w = {};
 	w.proc = proc;
+	w.win = win;
 	w.gen = proc->gen;
 	w.ip = BPF_CORE_READ(regs, ip);
 	w.sp = BPF_CORE_READ(regs, sp);
 	w.bp = BPF_CORE_READ(regs, bp);
+	leaves->pc = w.ip;
 	__u32 cpu = bpf_get_smp_processor_id();
 	__u32 first = cpu * MAX_WALK_FRAMES;
 	w.key = first;
@@ -826,7 +957,8 @@ struct {
 
 // The Python frames of the walk in progress, MAX_PY_FRAMES per CPU
 // (sized by the agent), copied into the sample when it is done, as
-// walk_frames; py_buf holds the frame (or thread state) being read.
+// walk_frames; py_buf holds the thread state being read, py_windows the
+// frames.
 #define PY_CHUNK 16
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -844,6 +976,53 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_frame_buf);
 } py_buf SEC(".maps");
+
+// The interpreter frames a walk reads, PY_WINDOW bytes at a time, as the
+// native walk reads the stack (stack_window): the frames of one
+// _PyEval_EvalFrameDefault call lie next to one another on the thread's
+// data stack, each caller below its callee, so one read of the bytes
+// below a frame serves its callers too (busy.py's four frames: one read
+// where there were four). A window ends with the frame it was read for,
+// or starts at that frame's 4 KB block, so that it is readable whenever
+// the frame is. b has room past the window for a frame's fields (at most
+// 255 bytes in); each walk starts with valid clear.
+#define PY_WINDOW 1024
+struct py_window {
+	__u64 at;             // the address b was read from
+	__u32 valid;
+	__u32 _pad;
+	__u8 b[PY_WINDOW + 256 + 8];
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_window);
+} py_windows SEC(".maps");
+
+// py_frame_bytes returns where in win->b the first PY_FRAME_READ bytes of
+// the frame at addr are, reading a new window unless the one read last
+// holds them, or -1 where they cannot be read. A global function, as
+// stack_word is: the window's state stays out of the verifier's view of
+// py_step.
+__noinline long py_frame_bytes(struct py_window *win, __u64 addr)
+{
+	if (!win)
+		return -1;
+	if (win->valid && addr - win->at <= PY_WINDOW - PY_FRAME_READ)
+		return addr - win->at;
+	__u64 block = addr & ~4095ULL;
+	__u64 at = addr + PY_FRAME_READ - PY_WINDOW;
+	if (at < block || at > addr)
+		at = block;
+	if (bpf_probe_read_user(win->b, PY_WINDOW, (void *)at) < 0) {
+		win->valid = 0;
+		return -1;
+	}
+	win->at = at;
+	win->valid = 1;
+	return addr - at;
+}
 
 // Thread states looked at per sample (across interpreters), and
 // interpreter frames (shims included) followed.
@@ -926,7 +1105,7 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 // frames go to py_frames by key.
 struct py_walk {
 	struct hs_py_layout *l;
-	struct py_frame_buf *buf; // the CPU's py_buf
+	struct py_window *win; // the CPU's py_windows entry
 	__u64 frame;
 	__u32 key;            // py_frames key of the next frame
 	__u32 n;              // frames written
@@ -946,14 +1125,15 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->flags |= HS_PY_TRUNCATED;
 		return 1;
 	}
-	struct py_frame_buf *buf = w->buf;
-	if (bpf_probe_read_user(buf->b, PY_FRAME_READ, (void *)w->frame) < 0) {
+	long off = py_frame_bytes(w->win, w->frame);
+	if (off < 0) {
 		w->flags |= HS_PY_READ_ERROR;
 		return 1;
 	}
+	__u8 *fb = &w->win->b[off & (PY_WINDOW - 1)];
 	struct hs_py_layout *l = w->l;
-	__u8 owner = buf->b[l->frame_owner & 255];
-	__u64 previous = *(__u64 *)&buf->b[l->frame_previous & 255];
+	__u8 owner = fb[l->frame_owner & 255];
+	__u64 previous = *(__u64 *)&fb[l->frame_previous & 255];
 	// A chain changed while read (another CPU runs the program) may
 	// point anywhere: a frame that is its own caller, or a caller not
 	// 8-byte aligned, is no frame, and the walk stops there.
@@ -977,8 +1157,8 @@ static long py_step(__u64 i, struct py_walk *w)
 	struct hs_py_frame *f = bpf_map_lookup_elem(&py_frames, &w->key);
 	if (!f)
 		return 1;
-	__u64 code = *(__u64 *)&buf->b[l->frame_code & 255];
-	__u64 instr = *(__u64 *)&buf->b[l->frame_instr & 255];
+	__u64 code = *(__u64 *)&fb[l->frame_code & 255];
+	__u64 instr = *(__u64 *)&fb[l->frame_instr & 255];
 	if (code == 0 || (code & 7)) {
 		w->flags |= HS_PY_READ_ERROR; // no code object: not a frame
 		return 1;
@@ -1002,7 +1182,7 @@ static long py_step(__u64 i, struct py_walk *w)
 			f->flags |= HS_PYF_INCOMPLETE;
 	}
 	w->innermost = 0;
-	if (l->frame_is_entry != HS_PY_NO_OFFSET && buf->b[l->frame_is_entry & 255]) {
+	if (l->frame_is_entry != HS_PY_NO_OFFSET && fb[l->frame_is_entry & 255]) {
 		f->flags |= HS_PYF_ENTRY;
 		w->innermost = 1;
 	}
@@ -1029,7 +1209,8 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 		return 0;
 	__u32 zero = 0;
 	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
-	if (!buf)
+	struct py_window *win = bpf_map_lookup_elem(&py_windows, &zero);
+	if (!buf || !win)
 		return 0;
 	c->py_walks++;
 	__u32 error = 0;
@@ -1042,7 +1223,8 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 			c->py_no_thread++;
 		return 0;
 	}
-	struct py_walk w = {.l = l, .buf = buf, .innermost = 1};
+	win->valid = 0;
+	struct py_walk w = {.l = l, .win = win, .innermost = 1};
 	__u64 frame = *(__u64 *)&buf->b[l->thread_frame & 255];
 	if (l->cframe_current_frame != HS_PY_NO_OFFSET && frame &&
 	    bpf_probe_read_user(&frame, 8, (void *)(frame + l->cframe_current_frame)) < 0)

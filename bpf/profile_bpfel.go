@@ -38,6 +38,19 @@ type ProfileHsCounters struct {
 	PyTruncated       uint64
 }
 
+type ProfileHsLeafRows struct {
+	_    structs.HostLayout
+	Pc   uint64
+	Slot [16]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+		Gen   uint64
+		Row   ProfileHsRow
+		Pad   uint32
+	}
+}
+
 type ProfileHsMapping struct {
 	_       structs.HostLayout
 	Start   uint64
@@ -152,11 +165,28 @@ type ProfilePyFrameBuf struct {
 	B [264]uint8
 }
 
+type ProfilePyWindow struct {
+	_     structs.HostLayout
+	At    uint64
+	Valid uint32
+	Pad   uint32
+	B     [1288]uint8
+}
+
+type ProfileStackWindow struct {
+	_     structs.HostLayout
+	At    uint64
+	Valid uint32
+	Pad   uint32
+	B     [1024]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ProfileMapEvents         = "events"
+	ProfileMapLeafCache      = "leaf_cache"
 	ProfileMapMapsRing       = "maps_ring"
 	ProfileMapMapsScratch    = "maps_scratch"
 	ProfileMapMode           = "mode"
@@ -165,8 +195,10 @@ const (
 	ProfileMapPyFrames       = "py_frames"
 	ProfileMapPyLayouts      = "py_layouts"
 	ProfileMapPyThreads      = "py_threads"
+	ProfileMapPyWindows      = "py_windows"
 	ProfileMapScratch        = "scratch"
 	ProfileMapSeenPids       = "seen_pids"
+	ProfileMapStackWindows   = "stack_windows"
 	ProfileMapStats          = "stats"
 	ProfileMapTargetPids     = "target_pids"
 	ProfileMapUnwindPending  = "unwind_pending"
@@ -236,6 +268,7 @@ type ProfileProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	LeafCache     *ebpf.MapSpec `ebpf:"leaf_cache"`
 	MapsRing      *ebpf.MapSpec `ebpf:"maps_ring"`
 	MapsScratch   *ebpf.MapSpec `ebpf:"maps_scratch"`
 	Mode          *ebpf.MapSpec `ebpf:"mode"`
@@ -244,8 +277,10 @@ type ProfileMapSpecs struct {
 	PyFrames      *ebpf.MapSpec `ebpf:"py_frames"`
 	PyLayouts     *ebpf.MapSpec `ebpf:"py_layouts"`
 	PyThreads     *ebpf.MapSpec `ebpf:"py_threads"`
+	PyWindows     *ebpf.MapSpec `ebpf:"py_windows"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
+	StackWindows  *ebpf.MapSpec `ebpf:"stack_windows"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids    *ebpf.MapSpec `ebpf:"target_pids"`
 	UnwindPending *ebpf.MapSpec `ebpf:"unwind_pending"`
@@ -287,6 +322,7 @@ func (o *ProfileObjects) Close() error {
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
+	LeafCache     *ebpf.Map `ebpf:"leaf_cache"`
 	MapsRing      *ebpf.Map `ebpf:"maps_ring"`
 	MapsScratch   *ebpf.Map `ebpf:"maps_scratch"`
 	Mode          *ebpf.Map `ebpf:"mode"`
@@ -295,8 +331,10 @@ type ProfileMaps struct {
 	PyFrames      *ebpf.Map `ebpf:"py_frames"`
 	PyLayouts     *ebpf.Map `ebpf:"py_layouts"`
 	PyThreads     *ebpf.Map `ebpf:"py_threads"`
+	PyWindows     *ebpf.Map `ebpf:"py_windows"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
+	StackWindows  *ebpf.Map `ebpf:"stack_windows"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	TargetPids    *ebpf.Map `ebpf:"target_pids"`
 	UnwindPending *ebpf.Map `ebpf:"unwind_pending"`
@@ -309,6 +347,7 @@ type ProfileMaps struct {
 func (m *ProfileMaps) Close() error {
 	return _ProfileClose(
 		m.Events,
+		m.LeafCache,
 		m.MapsRing,
 		m.MapsScratch,
 		m.Mode,
@@ -317,8 +356,10 @@ func (m *ProfileMaps) Close() error {
 		m.PyFrames,
 		m.PyLayouts,
 		m.PyThreads,
+		m.PyWindows,
 		m.Scratch,
 		m.SeenPids,
+		m.StackWindows,
 		m.Stats,
 		m.TargetPids,
 		m.UnwindPending,

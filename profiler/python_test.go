@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -313,5 +315,71 @@ long start_native(void) { pthread_t t; pthread_create(&t, 0, spin, 0); while (!t
 	}
 	if pyWalked < 10 || pyWhole < pyWalked*7/10 {
 		t.Errorf("the Python thread: %d of %d walked samples with its chain", pyWhole, pyWalked)
+	}
+}
+
+// TestPythonDeepChain samples a Python thread 40 calls deep
+// (testdata/pydeep.py) with each interpreter installed. Its chain, 41
+// frames of down() under <module>, lies on the thread's data stack over
+// more than 4 KB, which the walk reads a window of 1 KB at a time
+// (py_windows): every frame must be there, in order, with none cut or
+// read wrong where a frame falls past a window or a 4 KB block.
+func TestPythonDeepChain(t *testing.T) {
+	bpftest.Require(t)
+	if err := dwarfSupported(); err != nil {
+		t.Skipf("the Python walk runs in the table-walking program, which this kernel cannot run: %v", err)
+	}
+	const depth = 40
+	var progs []*pyProgram
+	for _, py := range pythons {
+		if _, err := os.Stat(py.path); err != nil {
+			t.Logf("%s skipped: %v", py.name, err)
+			continue
+		}
+		progs = append(progs, startPython(t, py.name+"/deep", py.path, "pydeep.py", strconv.Itoa(depth)))
+	}
+	if len(progs) == 0 {
+		t.Skip("no CPython 3.11 to 3.13 installed here")
+	}
+	var pids []uint32
+	for _, prog := range progs {
+		pids = append(pids, prog.Pid)
+	}
+	p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, PIDs: pids})
+	if err != nil {
+		t.Fatalf("open profiler: %v", err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	walked, whole := map[uint32]int{}, map[uint32]int{}
+	var wrong []string
+	err = p.Run(ctx, func(r *Record, _ int64) {
+		if len(r.Python) == 0 {
+			return // before the agent set the process up
+		}
+		walked[r.PID]++
+		f := r.Python
+		// down(0) ... down(depth), then <module>.
+		ok := len(f) == depth+2 && r.PythonWalk == PythonWalked && f[depth+1].Code != f[0].Code && f[depth+1].Entry
+		for i := 1; ok && i <= depth; i++ {
+			ok = f[i].Code == f[0].Code && !f[i].Incomplete
+		}
+		if ok {
+			whole[r.PID]++
+		} else if len(wrong) < 5 {
+			wrong = append(wrong, fmt.Sprintf("pid %d: %d frames, walk %b, codes %x", r.PID, len(f), r.PythonWalk, codes(f)))
+		}
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, prog := range progs {
+		n, w := walked[prog.Pid], whole[prog.Pid]
+		t.Logf("%s: %d of %d samples with Python frames have the whole chain", prog.name, w, n)
+		if n < 10 || w < n*9/10 {
+			t.Errorf("%s: %d of %d samples with Python frames have the whole chain of %d frames, want 90%% of 10 or more; first others: %q",
+				prog.name, w, n, depth+2, wrong)
+		}
 	}
 }

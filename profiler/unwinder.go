@@ -127,8 +127,8 @@ type unwinder struct {
 	nextID   uint32
 	// gen is the last generation given to an unwind_procs entry (struct
 	// hs_proc's gen): every entry written gets the next one, so that the
-	// walk's cache of rows (walk_cache) never takes an old entry's rows
-	// for a new one's.
+	// walk's caches of rows (walk_cache, leaf_cache) never take an old
+	// entry's rows for a new one's.
 	gen   uint64
 	swept time.Time
 	// queue holds the binaries to build, by table key.
