@@ -373,7 +373,7 @@ func (g *Guard) keepRate(now time.Time, cur int, cost Cost) bool {
 		return false
 	}
 	held := g.holds(cur, cost)
-	if !held && cost.rateBound(g.cfg.MaxCPU) {
+	if !held && cost.rateBound(cur, g.cfg.MinFrequency, g.cfg.MaxCPU) {
 		return false
 	}
 	g.quiet = 0

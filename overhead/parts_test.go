@@ -119,13 +119,16 @@ func TestPartsOverWindows(t *testing.T) {
 		{Cost{4.691, []PartShare{{"samples", 1.459, true}, {"BPF sampler", 0.696, true}, {"the store", 0.025, true}, {"new processes", 0.505, false},
 			{"symbol tables", 0.090, false}, {"unwind tables", 0.025, false}}}, 1.891, true,
 			"no rate fits and the rest is the largest part (cmd's TestOverheadGuard at 400 Hz), but what falls with the rate is over the budget alone"},
+		{Cost{1.243, []PartShare{{"samples", 0.173, true}, {"BPF sampler", 0.056, true}, {"the store", 0.038, true}, {"new processes", 0.093, false},
+			{"symbol tables", 0.222, false}, {"unwind tables", 0.231, false}}}, 0.430, false,
+			"case b at load 16-34, taken as at 100 Hz: it would fit at 8 Hz, under the 10 Hz floor (at its 24 Hz, at 2 Hz): no cut can bring it within"},
 	} {
-		if got := c.cost.rateBound(1); got != c.want || math.Abs(c.cost.rest()-c.rest) > 1e-9 {
+		if got := c.cost.rateBound(100, 10, 1); got != c.want || math.Abs(c.cost.rest()-c.rest) > 1e-9 {
 			t.Errorf("%+v: rate-bound %v, rest %v; want %v, %v (%s)", c.cost, got, c.cost.rest(), c.want, c.rest, c.why)
 		}
 	}
-	if c := (Cost{Share: 2}); !c.rateBound(1) || c.split() != "" || c.largest() != "samples" {
-		t.Errorf("a cost without parts: rate-bound %v, split %q, largest %q; want true, \"\", samples", c.rateBound(1), c.split(), c.largest())
+	if c := (Cost{Share: 2}); !c.rateBound(100, 10, 1) || c.split() != "" || c.largest() != "samples" {
+		t.Errorf("a cost without parts: rate-bound %v, split %q, largest %q; want true, \"\", samples", c.rateBound(100, 10, 1), c.split(), c.largest())
 	}
 }
 

@@ -147,7 +147,7 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 			Help: "Times the overhead guard gave up work to stay within --max-cpu before lowering the sampling rate."},
 			func() float64 { return float64(g.Sheds()) })
 		kept := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_rate_kept_total",
-			Help: "Runs of windows over --max-cpu in which the overhead guard kept the sampling rate: most of the cost was work a lower rate does not reduce (new processes, symbol and unwind tables)."},
+			Help: "Runs of windows over --max-cpu in which the overhead guard kept the sampling rate: most of the cost was work a lower rate does not reduce (new processes, symbol and unwind tables, the Go runtime), or a cut of the rate had bought nothing and was undone."},
 			func() float64 { return float64(g.RateKept()) })
 		undone := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_cuts_undone_total",
 			Help: "Cuts of the sampling rate the overhead guard undid at the next window: still over --max-cpu, they had bought less than half the saving they were made for (the rate is then kept while what falls with it does not grow)."},
