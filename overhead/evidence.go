@@ -23,7 +23,7 @@ import (
 //     cut is undone at once (it lost samples of every process for
 //     nothing) and the rate is kept over the budget, saying why, until
 //     what falls with the rate grows by half again or is over the budget
-//     alone.
+//     alone, or for 10 minutes at most (holdFor).
 //
 // Without the parts (Guard.Observe) none of this applies: the whole cost
 // is taken to fall with the rate, and every window over the budget cuts.
@@ -49,12 +49,19 @@ type trial struct {
 	promised float64
 }
 
-// held is a cut that did not buy what it promised: the reason, and what
-// fell with the rate then, per Hz, in percent of one CPU.
+// held is a cut that did not buy what it promised: the reason, when, and
+// what fell with the rate then, per Hz, in percent of one CPU.
 type held struct {
 	why          string
+	at           time.Time
 	samplesPerHz float64
 }
+
+// holdFor is how long an undone cut holds the rate at most: the window
+// that judged it may have been one burst (at a load of 16-25, the rest
+// went from 0.54% to 1.47% of one CPU in the window after a cut), so a
+// cut is tried again after it, at most one trial each 10 minutes.
+const holdFor = 10 * time.Minute
 
 // Undones returns how many cuts the Guard undid because they did not buy
 // what they promised.
@@ -105,7 +112,7 @@ func (g *Guard) judgeTrial(now time.Time, cur int, cost Cost) bool {
 	g.undone.Add(1)
 	g.quiet = 0
 	samples, _ := t.before.perSample()
-	g.held = &held{why: reason, samplesPerHz: samples / float64(t.from)}
+	g.held = &held{why: reason, at: now, samplesPerHz: samples / float64(t.from)}
 	g.cfg.Logger.Info("sampling frequency changed", "from_hz", cur, "to_hz", t.from, "reason", reason)
 	g.noteChange(now, cur, t.from, reason)
 	// The rate is kept from this window on: one run of windows kept.
@@ -121,13 +128,13 @@ func (g *Guard) judgeTrial(now time.Time, cur int, cost Cost) bool {
 
 // holds reports whether cuts are held back by an undone cut, lifting the
 // hold once what falls with the rate has grown by half (per Hz) since, or
-// is over the budget alone: a new reason to cut.
-func (g *Guard) holds(cur int, cost Cost) bool {
+// is over the budget alone (a new reason to cut), or after holdFor.
+func (g *Guard) holds(now time.Time, cur int, cost Cost) bool {
 	if g.held == nil {
 		return false
 	}
 	samples, known := cost.perSample()
-	if !known || cost.samplesAlone(g.cfg.MaxCPU) || samples/float64(cur) > 1.5*g.held.samplesPerHz {
+	if !known || cost.samplesAlone(g.cfg.MaxCPU) || samples/float64(cur) > 1.5*g.held.samplesPerHz || now.Sub(g.held.at) >= holdFor {
 		g.held = nil
 		return false
 	}

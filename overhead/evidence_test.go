@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heatscope/heatscope/events"
 )
@@ -171,5 +172,19 @@ func TestGuardUndoesACutThatBoughtNothing(t *testing.T) {
 	// The episode 99 -> 49 -> 99 Hz is one event, ended by the undoing.
 	if len(g.episodes) != 1 || !g.episodes[0].Restored || g.episodes[0].Changes != 2 {
 		t.Errorf("episodes %+v, want one of 2 changes, back at the target", g.episodes)
+	}
+
+	// The hold lasts 10 minutes at most: the window that judged the cut
+	// may have been a burst. Then the same cost is tried again.
+	g = newTestGuard(t, 99, Config{MaxCPU: 1, StartupWindows: -1})
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	got = observeAll(g, []Cost{caseBBusy, caseBBusy, caseBBusy49, caseBBusy})
+	now = now.Add(holdFor - time.Second)
+	got = append(got, observeAll(g, []Cost{caseBBusy})...)
+	now = now.Add(time.Second)
+	got = append(got, observeAll(g, []Cost{caseBBusy})...)
+	if want := []int{99, 49, 99, 99, 99, 49}; !slices.Equal(got, want) {
+		t.Errorf("a hold of 10 minutes: frequencies %v, want %v\n%s", got, want, g.log)
 	}
 }

@@ -372,7 +372,7 @@ func (g *Guard) keepRate(now time.Time, cur int, cost Cost) bool {
 	if cost.Share <= g.cfg.MaxCPU {
 		return false
 	}
-	held := g.holds(cur, cost)
+	held := g.holds(now, cur, cost)
 	if !held && cost.rateBound(cur, g.cfg.MinFrequency, g.cfg.MaxCPU) {
 		return false
 	}
