@@ -40,38 +40,42 @@ func addConfigFlag(fs *flag.FlagSet) *string {
 }
 
 // parseFlagsWithConfig parses args, then sets every flag the command line
-// left unset from the --config file, if one was given.
-func parseFlagsWithConfig(fs *flag.FlagSet, config *string, args []string) error {
+// left unset from the --config file, if one was given. It returns where
+// the file set each flag, for the errors found when the values are
+// checked (configOrigins.explain).
+func parseFlagsWithConfig(fs *flag.FlagSet, config *string, args []string) (configOrigins, error) {
+	origins := configOrigins{command: fs.Name(), lines: map[string]int{}}
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return origins, err
 	}
 	if *config == "" {
-		return nil
+		return origins, nil
 	}
+	origins.file = *config
 	f, err := os.Open(*config)
 	if err != nil {
-		return usageError{fmt.Errorf("--config: %w", err)}
+		return origins, usageError{fmt.Errorf("--config: %w", err)}
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
 	if err != nil {
-		return usageError{fmt.Errorf("--config: read %s: %w", *config, err)}
+		return origins, usageError{fmt.Errorf("--config: read %s: %w", *config, err)}
 	}
 	if len(b) > maxConfigBytes {
-		return usageError{fmt.Errorf("--config %s: larger than %d bytes", *config, maxConfigBytes)}
+		return origins, usageError{fmt.Errorf("--config %s: larger than %d bytes", *config, maxConfigBytes)}
 	}
 	values, err := parseConfig(b, fs.Name())
 	if err != nil {
-		return usageError{fmt.Errorf("--config %s: %w", *config, err)}
+		return origins, usageError{fmt.Errorf("--config %s: %w", *config, err)}
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	for _, v := range values {
 		if v.name == "config" {
-			return usageError{fmt.Errorf("--config %s: line %d: %s.config: a config file cannot name another", *config, v.line, fs.Name())}
+			return origins, usageError{fmt.Errorf("--config %s: line %d: %s.config: a config file cannot name another", *config, v.line, fs.Name())}
 		}
 		if fs.Lookup(v.name) == nil {
-			return usageError{fmt.Errorf("--config %s: line %d: unknown key %s.%s (the keys are %s's flags)", *config, v.line, fs.Name(), v.name, fs.Name())}
+			return origins, usageError{fmt.Errorf("--config %s: line %d: unknown key %s.%s (the keys are %s's flags)", *config, v.line, fs.Name(), v.name, fs.Name())}
 		}
 		if onCommandLine[v.name] {
 			continue
@@ -84,11 +88,40 @@ func parseFlagsWithConfig(fs *flag.FlagSet, config *string, args []string) error
 		}
 		for _, value := range values {
 			if err := fs.Set(v.name, value); err != nil {
-				return usageError{fmt.Errorf("--config %s: line %d: %s.%s %q: %w", *config, v.line, fs.Name(), v.name, value, err)}
+				return origins, usageError{fmt.Errorf("--config %s: line %d: %s.%s %q: %w", *config, v.line, fs.Name(), v.name, value, err)}
 			}
 		}
+		origins.lines[v.name] = v.line
 	}
-	return nil
+	return origins, nil
+}
+
+// configOrigins are the flags a config file set, each with its line.
+type configOrigins struct {
+	file, command string
+	lines         map[string]int
+}
+
+// explain adds to err, when it is about a flag the config file set (its
+// message starts with --NAME, as every flag's error does), the file and
+// line that set it: a value is checked after the file is read, so its
+// error would otherwise name a flag the command line never gave.
+func (o configOrigins) explain(err error) error {
+	if err == nil || o.file == "" {
+		return err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "--")
+	if !ok {
+		return err
+	}
+	if end := strings.IndexAny(name, " :="); end >= 0 {
+		name = name[:end]
+	}
+	line, ok := o.lines[name]
+	if !ok {
+		return err
+	}
+	return fmt.Errorf("%w (set by --config %s, line %d: %s.%s)", err, o.file, line, o.command, name)
 }
 
 // configValue is one flag's value from a config file: value, and for a

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -34,7 +35,7 @@ func writeConfig(t *testing.T, text string) string {
 func TestConfigFile(t *testing.T) {
 	path := writeConfig(t, "record:\n  frequency: 49\n  duration: 30s\n  pid: [12, 34]\n  listen: ''\nserve:\n  listen: 0.0.0.0:1\n  anything: ignored by record\n")
 	fs, config, freq, dur, pid, listen := configFlagSet()
-	if err := parseFlagsWithConfig(fs, config, []string{"--config", path, "--frequency", "199"}); err != nil {
+	if _, err := parseFlagsWithConfig(fs, config, []string{"--config", path, "--frequency", "199"}); err != nil {
 		t.Fatal(err)
 	}
 	if *freq != 199 || *dur != 30*time.Second || *pid != "12,34" || *listen != "" {
@@ -42,7 +43,7 @@ func TestConfigFile(t *testing.T) {
 	}
 	// Without the flag, the file's value.
 	fs, config, freq, _, _, _ = configFlagSet()
-	if err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
+	if _, err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
 		t.Fatal(err)
 	}
 	if *freq != 49 {
@@ -65,17 +66,17 @@ func TestConfigFileErrors(t *testing.T) {
 	} {
 		path := writeConfig(t, c.text)
 		fs, config, _, _, _, _ := configFlagSet()
-		err := parseFlagsWithConfig(fs, config, []string{"--config", path})
+		_, err := parseFlagsWithConfig(fs, config, []string{"--config", path})
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%q: error %v, want one naming the file and saying %q", c.text, err, c.want)
 		}
 	}
 	fs, config, freq, _, _, _ := configFlagSet()
-	if err := parseFlagsWithConfig(fs, config, []string{"--config", writeConfig(t, "# nothing\n")}); err != nil || *freq != 99 {
+	if _, err := parseFlagsWithConfig(fs, config, []string{"--config", writeConfig(t, "# nothing\n")}); err != nil || *freq != 99 {
 		t.Errorf("an empty config: %v, frequency %d", err, *freq)
 	}
 	fs, config, _, _, _, _ = configFlagSet()
-	if err := parseFlagsWithConfig(fs, config, []string{"--config", "/nonexistent/heatscope.yaml"}); err == nil || !strings.Contains(err.Error(), "--config") {
+	if _, err := parseFlagsWithConfig(fs, config, []string{"--config", "/nonexistent/heatscope.yaml"}); err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Errorf("a missing config file: %v", err)
 	}
 }
@@ -87,6 +88,40 @@ func TestConfigThroughServe(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run([]string{"serve", "--config", path}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "unknown key serve.retention") {
 		t.Errorf("exit %d, %s; want 2 and the unknown key named", code, stderr.String())
+	}
+}
+
+// TestConfigValueErrorsNameTheFile: a value the file sets that is
+// checked after the file is read (a retention, a size, a frequency, an
+// address) is an error that names the file and the line that set it, as
+// a value the flag itself refuses is; the same value given as a flag is
+// not attributed to the file.
+func TestConfigValueErrorsNameTheFile(t *testing.T) {
+	for _, c := range []struct {
+		command, text, want string
+	}{
+		{"record", "record:\n  frequency: 99\n  retention: 7x\n", `--retention: "7x" is not a duration like 7d or 36h (set by --config %s, line 3: record.retention)`},
+		{"record", "record:\n  frequency: 0\n", `--frequency 0: want 1 to `},
+		{"record", "record:\n  node-label: [zone]\n", `line 2: record.node-label)`},
+		{"serve", "serve:\n  memory-limit: lots\n", `--memory-limit: "lots" is not a size like 10GB or 512MiB (set by --config %s, line 2: serve.memory-limit)`},
+		{"serve", "serve:\n  overview-warm-columns: -1\n", `line 2: serve.overview-warm-columns)`},
+	} {
+		path := writeConfig(t, c.text)
+		want := c.want
+		if strings.Contains(want, "%s") {
+			want = fmt.Sprintf(want, path)
+		}
+		var stderr bytes.Buffer
+		if code := run([]string{c.command, "--config", path}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), want) ||
+			!strings.Contains(stderr.String(), path) {
+			t.Errorf("%s %q: exit %d, %s; want 2, the file and its line named: %s", c.command, c.text, code, stderr.String(), want)
+		}
+	}
+	// The same bad value as a flag, beside a config file: the flag's error alone.
+	path := writeConfig(t, "record:\n  frequency: 99\n")
+	var stderr bytes.Buffer
+	if code := run([]string{"record", "--config", path, "--retention", "7x"}, io.Discard, &stderr); code != 2 || strings.Contains(stderr.String(), path) {
+		t.Errorf("--retention 7x given as a flag: exit %d, %s; want 2 and the file not named", code, stderr.String())
 	}
 }
 
@@ -118,7 +153,7 @@ func TestConfigEventPatterns(t *testing.T) {
 	config := addConfigFlag(fs)
 	ef := addEventFlags(fs)
 	path := writeConfig(t, "record:\n  event-pattern:\n    - 'retries=retry {2,5} times'\n    - 'nvme timeout'\n  default-event-patterns: false\n")
-	if err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
+	if _, err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
 		t.Fatal(err)
 	}
 	patterns, err := ef.compile()
@@ -134,7 +169,7 @@ func TestConfigEventPatterns(t *testing.T) {
 	config = addConfigFlag(fs)
 	ef = addEventFlags(fs)
 	path = writeConfig(t, "record:\n  event-pattern: ['bad=(unclosed']\n")
-	if err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
+	if _, err := parseFlagsWithConfig(fs, config, []string{"--config", path}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ef.compile(); err == nil || !strings.Contains(err.Error(), "(unclosed") {

@@ -54,11 +54,12 @@ const defaultSymbolCache = "8MiB"
 // RSS under 40 MB.
 const defaultRecordMemoryLimit = "36MiB"
 
-func runRecord(args []string, stdout, stderr io.Writer) error {
+func runRecord(args []string, stdout, stderr io.Writer) (err error) {
 	f, err := parseRecordFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	defer func() { err = f.config.explain(err) }()
 	plan, err := f.plan()
 	if err != nil {
 		return err
@@ -102,6 +103,8 @@ type recordFlags struct {
 	ship                                                                   *shipFlags
 	otlp                                                                   *otlpFlags
 	listenSet, blockDurationSet, nodeSet                                   bool
+	// config says where the --config file set a flag, for its errors.
+	config configOrigins
 }
 
 // parseRecordFlags defines record's flags and parses args (and the
@@ -144,7 +147,8 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	f.saturation = addSaturationFlags(fs)
 	f.ship = addShipFlags(fs)
 	f.otlp = addOTLPFlags(fs)
-	if err := parseFlagsWithConfig(fs, config, args); err != nil {
+	var err error
+	if f.config, err = parseFlagsWithConfig(fs, config, args); err != nil {
 		return nil, err
 	}
 	fs.Visit(func(fl *flag.Flag) {

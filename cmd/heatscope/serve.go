@@ -90,7 +90,7 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func runServe(args []string, stdout, stderr io.Writer) error {
+func runServe(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("serve", "serve [--data DIR] [--objstore-config FILE] [--listen ADDR] [--auth-token TOKEN]", stderr)
 	qf := addQueryFlags(fs, "data directory to serve (opened read-only: no privileges needed)")
 	config := addConfigFlag(fs)
@@ -98,9 +98,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	heapDir := fs.String("heap-profile-dir", "", "on SIGUSR1, write the query service's own Go heap profile into this existing directory ('' for none)")
 	memLimit := fs.String("memory-limit", defaultServeMemoryLimit, "soft limit of the query service's Go memory (runtime/debug.SetMemoryLimit): the garbage collector works harder near it, the caches stay within their own bounds ('0' for none; the GOMEMLIMIT environment variable overrides it)")
 	warmColumns := fs.Int("overview-warm-columns", defaultOverviewWarmColumns, "at start and as blocks arrive, read in the background what the fleet overview of every node's whole span in this many columns needs (the UI asks for as many as fit its width, 3 px each), so that the first overview is as fast as the next ('0' for no warming)")
-	if err := parseFlagsWithConfig(fs, config, args); err != nil {
+	origins, err := parseFlagsWithConfig(fs, config, args)
+	if err != nil {
 		return err
 	}
+	defer func() { err = origins.explain(err) }()
 	if *warmColumns < 0 || *warmColumns > overview.MaxColumns {
 		return usageError{fmt.Errorf("--overview-warm-columns: %d, want 0 (no warming) to %d", *warmColumns, overview.MaxColumns)}
 	}
