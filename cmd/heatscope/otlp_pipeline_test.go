@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -159,27 +158,6 @@ func (r *receiver) stop() {
 	r.cmd = nil
 }
 
-// metric reads one unlabelled metric of the receiver's /metrics, with
-// its token.
-func (r *receiver) metric(t *testing.T, name string) string {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+r.metricsAddr+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+r.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	t.Fatalf("/metrics (%s) has no %s", resp.Status, name)
-	return ""
-}
-
 // waitFor waits until the receiver's node holds n samples.
 func waitFor(t *testing.T, dir, node string, n int, within time.Duration) {
 	t.Helper()
@@ -294,8 +272,9 @@ func TestOTLPPipeline(t *testing.T) {
 	}
 	received := filepath.Join(rcv.data, "otlp-node")
 	waitFor(t, received, "otlp-node", want.samples, time.Minute)
-	if m := rcv.metric(t, "heatscope_otlp_receive_samples_total"); m != strconv.Itoa(want.samples) {
-		t.Errorf("heatscope_otlp_receive_samples_total %s, want %d", m, want.samples)
+	metrics := scrape(t, "http://"+rcv.metricsAddr+"/metrics", "Authorization", "Bearer "+rcv.token)
+	if m := metricSum(metrics, "heatscope_otlp_receive_samples_total"); m != float64(want.samples) {
+		t.Errorf("heatscope_otlp_receive_samples_total %v, want %d", m, want.samples)
 	}
 	col.Stop() // first, so that its exporter does not log the receiver gone
 	rcv.stop()

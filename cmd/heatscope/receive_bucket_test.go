@@ -72,8 +72,8 @@ func TestReceiveBucketDown(t *testing.T) {
 	if ps := send().PartialSuccess(); ps.ErrorMessage() != "" || ps.RejectedProfiles() != 0 {
 		t.Fatalf("the bucket answers, yet the partial success says %d %q", ps.RejectedProfiles(), ps.ErrorMessage())
 	}
-	if v := metricValue(t, metrics, "heatscope_otlp_receive_bucket_up"); v != "1" {
-		t.Fatalf("heatscope_otlp_receive_bucket_up %s while the bucket answers", v)
+	if v := metricSum(scrape(t, metrics), "heatscope_otlp_receive_bucket_up"); v != 1 {
+		t.Fatalf("heatscope_otlp_receive_bucket_up %v while the bucket answers", v)
 	}
 
 	srv.Stop()
@@ -81,8 +81,8 @@ func TestReceiveBucketDown(t *testing.T) {
 	if l := d.log(); !strings.Contains(l, srv.Bucket) {
 		t.Errorf("the log does not name the bucket %s:\n%s", srv.Bucket, l)
 	}
-	if v := metricValue(t, metrics, "heatscope_otlp_receive_bucket_up"); v != "0" {
-		t.Errorf("heatscope_otlp_receive_bucket_up %s while the bucket is down, want 0", v)
+	if v := metricSum(scrape(t, metrics), "heatscope_otlp_receive_bucket_up"); v != 0 {
+		t.Errorf("heatscope_otlp_receive_bucket_up %v while the bucket is down, want 0", v)
 	}
 	ps := send().PartialSuccess()
 	if ps.RejectedProfiles() != 0 || !strings.Contains(ps.ErrorMessage(), "not shipped yet") || !strings.Contains(ps.ErrorMessage(), srv.Bucket) {
@@ -91,29 +91,11 @@ func TestReceiveBucketDown(t *testing.T) {
 
 	srv.Restart()
 	waitUntil("the log does not say the bucket answers again", func() bool { return strings.Contains(d.log(), "the bucket answers again") })
-	if v := metricValue(t, metrics, "heatscope_otlp_receive_bucket_up"); v != "1" {
-		t.Errorf("heatscope_otlp_receive_bucket_up %s once the bucket is back, want 1", v)
+	if v := metricSum(scrape(t, metrics), "heatscope_otlp_receive_bucket_up"); v != 1 {
+		t.Errorf("heatscope_otlp_receive_bucket_up %v once the bucket is back, want 1", v)
 	}
 	if ps := send().PartialSuccess(); ps.ErrorMessage() != "" {
 		t.Errorf("the bucket is back, yet the partial success says %q", ps.ErrorMessage())
 	}
 	d.stop(t)
-}
-
-// metricValue reads one unlabelled series of a /metrics page ("" when it
-// is absent).
-func metricValue(t *testing.T, url, name string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	return ""
 }
