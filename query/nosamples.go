@@ -79,10 +79,28 @@ func Relative(list []store.SourceInfo, sources []string) bool {
 // UnknownSources returns an error naming the sources of names that list
 // does not hold, with those it does, or nil.
 func UnknownSources(list []store.SourceInfo, names []string) error {
-	var missing, held []string
+	held := make([]string, 0, len(list))
 	for _, s := range list {
 		held = append(held, s.Name)
 	}
+	return unknown("source", held, names)
+}
+
+// UnknownNodes returns an error naming the nodes of names that list does
+// not hold, with those it does, or nil: a node name mistyped in a filter
+// is named as such, not taken for a node without samples.
+func UnknownNodes(list []store.NodeInfo, names []string) error {
+	held := make([]string, 0, len(list))
+	for _, n := range list {
+		held = append(held, n.Name)
+	}
+	return unknown("node", held, names)
+}
+
+// unknown returns an error naming the names that held lacks, what they
+// are (a source, a node), and what held has, or nil.
+func unknown(what string, held, names []string) error {
+	var missing []string
 	for _, n := range names {
 		if !contains(held, n) {
 			missing = append(missing, strconv.Quote(n))
@@ -92,9 +110,9 @@ func UnknownSources(list []store.SourceInfo, names []string) error {
 		return nil
 	}
 	if len(held) == 0 {
-		return fmt.Errorf("no source %s: the data holds none yet", strings.Join(missing, ", "))
+		return fmt.Errorf("no %s %s: the data holds none yet", what, strings.Join(missing, ", "))
 	}
-	return fmt.Errorf("no source %s: the data holds %s", strings.Join(missing, ", "), strings.Join(held, ", "))
+	return fmt.Errorf("no %s %s: the data holds %s", what, strings.Join(missing, ", "), strings.Join(held, ", "))
 }
 
 // FormatTime writes Unix nanoseconds as RFC 3339 in UTC, as ParseTime reads

@@ -59,6 +59,9 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if err := query.UnknownSources(db.Sources(), f.Sources); err != nil {
 		return usageError{fmt.Errorf("--source: %w", err)}
 	}
+	if err := query.UnknownNodes(db.Nodes(), f.Nodes); err != nil {
+		return usageError{fmt.Errorf("--node: %w", err)}
+	}
 	r, err := exportRange(db, &f, *from, *to)
 	if err != nil {
 		return err

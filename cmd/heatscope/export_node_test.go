@@ -45,4 +45,14 @@ func TestExportNodeOfASharedSource(t *testing.T) {
 	if want := fmt.Sprintf("exported %d samples", 1000); !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), last) {
 		t.Errorf("export of node a's vm: %q, want %q up to node a's last sample (%s)", errb.String(), want, last)
 	}
+
+	// A node the data does not hold is named as such, with the nodes it
+	// does hold, as an unknown source is: not "no samples" of a node
+	// that might exist.
+	out.Reset()
+	errb.Reset()
+	args = []string{"export", "--data", dir, "--node", "a,nosuch", "--format", "folded", "-o", filepath.Join(t.TempDir(), "x.folded")}
+	if code := run(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), `--node: no node "nosuch": the data holds a, b`) {
+		t.Errorf("export --node a,nosuch: exit %d, %q; want 2 and the unknown node named beside a and b", code, errb.String())
+	}
 }
