@@ -363,17 +363,35 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return err
 }
 
-// Run renews the lease every Renew until ctx is done.
+// Run renews the lease every Renew until ctx is done. Each renewal gets
+// the renewal interval to answer: a bucket that hangs (a stopped server
+// whose kernel still accepts connections) is named in the log within two
+// intervals, not once the client's own timeouts give up (30 s a try,
+// three tries: the lease's whole TTL). The first renewal after failures
+// logs that the bucket answers again.
 func (l *Lease) Run(ctx context.Context) {
 	t := time.NewTicker(l.opts.Renew)
 	defer t.Stop()
+	var failingSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := l.Renew(ctx); err != nil && ctx.Err() == nil {
-				l.log.Warn("node lease not renewed", "node", l.opts.Node, "err", err)
+			rctx, cancel := context.WithTimeout(ctx, l.opts.Renew)
+			err := l.Renew(rctx)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				if failingSince.IsZero() {
+					failingSince = time.Now()
+				}
+				l.log.Warn("node lease not renewed", "node", l.opts.Node, "failing for", time.Since(failingSince).Round(time.Second), "err", err)
+			case !failingSince.IsZero():
+				l.log.Info("node lease renewed again: the bucket answers", "node", l.opts.Node, "unrenewed for", time.Since(failingSince).Round(time.Second))
+				failingSince = time.Time{}
 			}
 		}
 	}
