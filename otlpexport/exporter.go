@@ -29,9 +29,13 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
-// Defaults of Config.
+// Defaults of Config. A request carries the whole dictionary its
+// samples use, so its cost is partly per request: at 10 s a 2-CPU node's
+// export cost its agent about half what it did at 5 s (bench/otlp
+// -workload-only, docs/benchmarks.md), the samples reaching the endpoint
+// at most 10 s after they were taken.
 const (
-	DefaultInterval   = 5 * time.Second
+	DefaultInterval   = 10 * time.Second
 	DefaultQueueBytes = 4 << 20
 	DefaultTimeout    = 10 * time.Second
 )
