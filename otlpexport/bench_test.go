@@ -16,8 +16,8 @@ import (
 	"github.com/heatscope/heatscope/sample"
 )
 
-// BenchmarkBatch: batch after batch of a 2-CPU node at 99 Hz over the
-// default 5 s interval (990 synthetic samples, containers marked), as the
+// BenchmarkBatch: batch after batch of a 2-CPU node at 99 Hz over a
+// 5 s interval (990 synthetic samples, containers marked; the default is 10 s), as the
 // exporter makes them: encoded, marshaled and gzip-compressed. "steady"
 // is a node running a few programs (100 stacks), "churn" one whose stacks
 // change all the time (5000, most of them rare: a busy build machine). It
