@@ -81,6 +81,28 @@ func BenchmarkTimelineSummaries(b *testing.B) {
 	}
 }
 
+// BenchmarkTimelineSummariesCoarse measures timelines at 60 s steps
+// answered from the blocks' summaries, cut by the CPUs' time (the per-CPU
+// steps the Reader keeps for its timelines): every thread, and a comm
+// filter.
+func BenchmarkTimelineSummariesCoarse(b *testing.B) {
+	db, r := benchDB(b)
+	r.From, r.To = r.From/60e9*60e9, (r.To/60e9+1)*60e9
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		f    Filter
+	}{{"all", Filter{}}, {"comm", Filter{Comm: "kubelet"}}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				if _, _, err := db.Timeline(ctx, r, 60e9, &c.f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func benchDB(b *testing.B) (*DB, Range) {
 	b.Helper()
 	dir := b.TempDir()
