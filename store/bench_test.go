@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/benchcpu"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 )
@@ -73,7 +74,7 @@ func BenchmarkTimelineSummaries(b *testing.B) {
 	db, r := benchDB(b)
 	r.From, r.To = r.From/10e9*10e9, (r.To/10e9+1)*10e9
 	ctx := context.Background()
-	b.ResetTimer()
+	defer benchcpu.PerOp(b)()
 	for range b.N {
 		if _, _, err := db.Timeline(ctx, r, 10e9, &Filter{Comm: "kubelet"}); err != nil {
 			b.Fatal(err)
@@ -94,6 +95,7 @@ func BenchmarkTimelineSummariesCoarse(b *testing.B) {
 		f    Filter
 	}{{"all", Filter{}}, {"comm", Filter{Comm: "kubelet"}}} {
 		b.Run(c.name, func(b *testing.B) {
+			defer benchcpu.PerOp(b)()
 			for range b.N {
 				if _, _, err := db.Timeline(ctx, r, 60e9, &c.f); err != nil {
 					b.Fatal(err)
