@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/store"
 	"github.com/heatscope/heatscope/symbolize"
@@ -91,6 +92,12 @@ type Recorder interface {
 // frequency.
 func (m *Metrics) RegisterRecorder(rec Recorder, frequencyChanges func() uint64) error {
 	return m.Register(&recorderCollector{rec: rec, changes: frequencyChanges})
+}
+
+// RegisterOverview exports what the fleet overview's cells hold, read at
+// scrape time (overview.Cells.Stats over the store it serves).
+func (m *Metrics) RegisterOverview(stats func() overview.Stats) error {
+	return m.Register(tableCollector{descs: overviewDescriptions, read: func() []constMetric { return overviewTable(stats()) }})
 }
 
 // StoreStats is what RegisterStore reads at scrape time: the store.
@@ -279,14 +286,15 @@ var (
 	descCorruptSkips  = desc("store_corrupt_skips_total", "Corrupt blocks, block indexes or WAL segments skipped.")
 	descIndexBytes    = desc("store_index_cache_bytes", "Approximate memory of the block indexes (tables, summaries) cached for queries.")
 	descIndexReads    = desc("store_index_reads_total", "Block indexes read from disk for queries (index cache misses).")
-	descSummaryReads  = desc("store_cpu_summary_reads_total", "Blocks' per-CPU summaries read for the fleet overview (its cache misses, and the start-up warming's reads).")
+	descSummaryReads  = desc("store_cpu_summary_reads_total", "Blocks' per-CPU summaries read for the fleet overview (its cache misses, and the start-up warming's reads) and the timelines of every thread.")
 	descWarmBlocks    = desc("overview_warm_blocks", "Blocks whose per-CPU cells are warm for the fleet overview's warm step, which serves its first page and every coarser step (serve warms them at start and as blocks arrive).")
 	descWarmPending   = desc("overview_warm_pending", "Blocks still cold for the fleet overview's warm step: warming is done when this is 0.")
 	descWarmBytes     = desc("overview_warm_bytes", "Approximate memory of the warm per-CPU cells, bounded by the index cache's size.")
 	descStepCellBytes = desc("overview_step_cells_bytes", "Approximate memory of the fleet overview's per-CPU cells at steps the warm ones do not serve (zooms), bounded by 16 MiB.")
 	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
 		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads,
-		descSummaryReads, descWarmBlocks, descWarmPending, descWarmBytes, descStepCellBytes}
+		descSummaryReads}
+	overviewDescriptions = []*prometheus.Desc{descWarmBlocks, descWarmPending, descWarmBytes, descStepCellBytes}
 )
 
 // tableCollector is a collector whose metrics are read at scrape time, as
@@ -332,9 +340,15 @@ func storeTable(st store.Stats) []constMetric {
 		{descIndexBytes, prometheus.GaugeValue, float64(st.IndexCacheBytes)},
 		{descIndexReads, prometheus.CounterValue, float64(st.IndexReads)},
 		{descSummaryReads, prometheus.CounterValue, float64(st.CPUSummaryReads)},
-		{descWarmBlocks, prometheus.GaugeValue, float64(st.OverviewWarmBlocks)},
-		{descWarmPending, prometheus.GaugeValue, float64(st.OverviewWarmPending)},
-		{descWarmBytes, prometheus.GaugeValue, float64(st.OverviewWarmBytes)},
-		{descStepCellBytes, prometheus.GaugeValue, float64(st.OverviewStepCellsBytes)},
+	}
+}
+
+// overviewTable is the fleet overview's cells as metrics.
+func overviewTable(st overview.Stats) []constMetric {
+	return []constMetric{
+		{descWarmBlocks, prometheus.GaugeValue, float64(st.WarmBlocks)},
+		{descWarmPending, prometheus.GaugeValue, float64(st.WarmPending)},
+		{descWarmBytes, prometheus.GaugeValue, float64(st.WarmBytes)},
+		{descStepCellBytes, prometheus.GaugeValue, float64(st.ZoomBytes)},
 	}
 }

@@ -4,8 +4,9 @@
 // and its total CPU time, with the node's events as marks on its row. It
 // answers from the store's per-CPU summaries (Reader.NodeCPUSteps) when
 // the filter allows, so a day of a large fleet costs no sample read. It
-// owns the steps an overview is drawn at (Ladder) and the warming that
-// makes the first overview as fast as the next (Warm, Warmer).
+// owns the steps an overview is drawn at (Ladder), what it keeps of the
+// summaries it read (Cells) and the warming that makes the first overview
+// as fast as the next (Warm, Warmer).
 package overview
 
 import (
@@ -116,14 +117,19 @@ type Mark struct {
 	Text   string  `json:"text"`
 }
 
-// Build computes the overview of req from db.
-func Build(ctx context.Context, db Reader, req Request) (*Overview, store.Warnings, error) {
+// Build computes the overview of req from db, reading the blocks' per-CPU
+// steps through cells (nil: read each time).
+func Build(ctx context.Context, db Reader, cells *Cells, req Request) (*Overview, store.Warnings, error) {
 	r, step := req.Range, req.Step
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("overview: empty range or step")
 	}
 	cols := int((r.To - r.From + step - 1) / step)
-	rows, warnings, err := db.NodeCPUSteps(ctx, r, step, req.Filter)
+	var cache store.CPUStepsCache
+	if cells != nil {
+		cache = cells
+	}
+	rows, warnings, err := db.NodeCPUSteps(ctx, r, step, req.Filter, cache)
 	if err != nil {
 		return nil, warnings, fmt.Errorf("overview: %w", err)
 	}

@@ -51,7 +51,7 @@ func TestOverviewFiltersPythonFrames(t *testing.T) {
 	r := store.Range{From: start, To: start + 10*int64(time.Second)}
 	for _, re := range []string{`^Trainer\.step$`, `trainer\.py\)$`} {
 		f := &store.Filter{Frame: regexp.MustCompile(re)}
-		ov, _, err := Build(context.Background(), fleet, Request{Range: r, Step: 10 * int64(time.Second), Filter: f, SampleFilter: true})
+		ov, _, err := Build(context.Background(), fleet, NewCells(0, 0), Request{Range: r, Step: 10 * int64(time.Second), Filter: f, SampleFilter: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,13 +58,6 @@ type Block struct {
 	// timeline read it: small (16 bytes a 10 s bucket), it answers the
 	// overview of everything retained without the blocks' indexes.
 	totals atomic.Pointer[[]bucketTotal]
-	// warmSteps is the block's cells at the step DB.WarmCPUSteps warms,
-	// kept apart from the DB's stepCells cache so that a query at another
-	// step does not replace them.
-	warmSteps atomic.Pointer[cpuStepCells]
-	// warmFailed is set when warming could not read the block's per-CPU
-	// summary (it is corrupt): warming leaves it to the queries.
-	warmFailed atomic.Bool
 
 	// refs counts the DB's reference plus one for every query part that
 	// will read a chunk; the data is closed with the last, so a block
@@ -75,6 +68,10 @@ type Block struct {
 	// not cache them again.
 	retired atomic.Bool
 }
+
+// Retired reports whether the block has left its Reader (compacted away,
+// expired, gone from its source): what a cache of its reads drops.
+func (b *Block) Retired() bool { return b.retired.Load() }
 
 // String names the block in warnings: its key in its source.
 func (b *Block) String() string {

@@ -46,7 +46,7 @@ func TestDirectoryAndItsShippedCopy(t *testing.T) {
 	if samples != int64(n) {
 		t.Errorf("timeline: %d samples, want %d", samples, n)
 	}
-	steps, _, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &f)
+	steps, _, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,9 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
+
+	"github.com/heatscope/heatscope/lru"
 )
 
 // NodeCPU is one node's CPU time in consecutive steps: the CPU time of its
@@ -42,6 +45,18 @@ type NodeCPU struct {
 // holds steps × CPUs counters.
 const maxNodeSteps = 100_000
 
+// CPUStepsCache keeps blocks' per-CPU steps between reads: NodeCPUSteps
+// asks it first and gives it the steps it read. The fleet overview's
+// (overview.Cells) holds the warm steps and a zoom's; the Reader keeps its
+// own for its timelines (Timeline).
+type CPUStepsCache interface {
+	// CPUSteps returns b's steps that serve r at step (CPUSteps.Serves)
+	// with or without idle samples, or nil.
+	CPUSteps(b *Block, r Range, step int64, idle bool) *CPUSteps
+	// KeepCPUSteps keeps steps read of b.
+	KeepCPUSteps(b *Block, c *CPUSteps)
+}
+
 // NodeCPUSteps returns, for every node with samples in r that pass f (by
 // name), its CPU time in steps of step ns from r.From, per CPU reduced to
 // the busiest CPU and the total. Every sample weighs its own block's (or
@@ -60,13 +75,11 @@ const maxNodeSteps = 100_000
 // When the filter keeps every thread (it looks at nodes, CPUs and idleness
 // only) and r is whole steps of a whole multiple of 10 s, blocks of format
 // version 4 answer from their per-CPU 10 s summaries without reading a
-// chunk or a table: from the cells WarmCPUSteps kept when step is a whole
-// multiple of theirs, else from cells computed at step over r and kept in
-// a cache bounded by Options.StepCellsBytes, so the same overview again
-// reads nothing. Other blocks, heads and other filters are scanned. Memory
-// is one node's steps × CPUs counters per worker, the answer, and the two
-// kinds of cells.
-func (rd *Reader) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter) ([]NodeCPU, Warnings, error) {
+// chunk or a table: from the steps cache holds for them (nil: none), else
+// from steps read at step over r (ReadCPUSteps), which cache then keeps.
+// Other blocks, heads and other filters are scanned. Memory is one node's
+// steps × CPUs counters per worker and the answer.
+func (rd *Reader) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filter, cache CPUStepsCache) ([]NodeCPU, Warnings, error) {
 	if step <= 0 || r.To <= r.From {
 		return nil, nil, fmt.Errorf("node cpu steps: empty range or step")
 	}
@@ -134,7 +147,7 @@ func (rd *Reader) NodeCPUSteps(ctx context.Context, r Range, step int64, f *Filt
 				w := work[i]
 				acc.reset()
 				if wctx.Err() == nil {
-					warns[i], errs[i] = rd.nodeCPU(wctx, acc, w.blocks, w.heads, r, step, f)
+					warns[i], errs[i] = rd.nodeCPU(wctx, acc, w.blocks, w.heads, r, step, f, cache)
 					if errs[i] != nil {
 						cancel()
 					}
@@ -261,11 +274,11 @@ func (a *cpuAcc) result(node string, labels map[string]string, coveredNs []int64
 // part).
 func (f *Filter) cpuSummaryOK() bool { return f.allThreads() && f.Frame == nil && f.Stack == AllFrames }
 
-// blockCPU adds block b to acc, from its per-CPU summary when useSummary
-// allows, else by scanning its chunks in r, and closes it. A block that
+// blockCPU adds block b to acc, from its per-CPU summary (through cache)
+// when useSummary allows, else by scanning its chunks in r, and closes it. A block that
 // cannot be read is added to warnings; the context's end, an unavailable
 // source (ErrUnavailable) and a scan's error end the node.
-func (rd *Reader) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warnings, useSummary bool, r Range, step int64, f *Filter, scan func(*Batch) error) (Warnings, error) {
+func (rd *Reader) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings Warnings, useSummary bool, r Range, step int64, f *Filter, cache CPUStepsCache, scan func(*Batch) error) (Warnings, error) {
 	defer b.Close()
 	if err := ctx.Err(); err != nil {
 		return warnings, err
@@ -277,7 +290,7 @@ func (rd *Reader) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings 
 		return rd.skipped(warnings, err), nil
 	}
 	if useSummary && b.Meta.Version >= 4 {
-		cells, err := rd.blockCPUSteps(b, r, step, f.IncludeIdle)
+		cells, err := rd.cachedCPUSteps(cache, b, r, step, f.IncludeIdle)
 		if err != nil {
 			return skip(err)
 		}
@@ -292,7 +305,7 @@ func (rd *Reader) blockCPU(ctx context.Context, acc *cpuAcc, b *Block, warnings 
 }
 
 // nodeCPU adds one node's blocks and heads to acc, closing the blocks.
-func (rd *Reader) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads []part, r Range, step int64, f *Filter) (Warnings, error) {
+func (rd *Reader) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, heads []part, r Range, step int64, f *Filter, cache CPUStepsCache) (Warnings, error) {
 	bucket := int64(summaryBucket) * 1000 // ns
 	useSummary := f.cpuSummaryOK() && step%bucket == 0 && r.From%bucket == 0 && (r.To-r.From)%step == 0
 	// A scanned sample's CPU time is spread over its period before it, as
@@ -315,7 +328,7 @@ func (rd *Reader) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, hea
 	var warnings Warnings
 	for i, b := range blocks {
 		var err error
-		if warnings, err = rd.blockCPU(ctx, acc, b, warnings, useSummary, r, step, f, scan); err != nil {
+		if warnings, err = rd.blockCPU(ctx, acc, b, warnings, useSummary, r, step, f, cache, scan); err != nil {
 			for _, rest := range blocks[i+1:] {
 				rest.Close()
 			}
@@ -326,23 +339,23 @@ func (rd *Reader) nodeCPU(ctx context.Context, acc *cpuAcc, blocks []*Block, hea
 	return append(warnings, more...), err
 }
 
-// cpuStepCells is a block's non-idle (or, with idle, every) sample count
-// per CPU per step of one step length and phase, over a time range: what
-// the overview of every thread needs of the block, kept once computed so
-// that drawing the overview again reads nothing. The counts are dense,
-// steps × the CPUs with samples, 4 bytes each: a 12-hour block of 8 CPUs
-// at 2-minute steps is 11.5 KB.
+// CPUSteps is a block's non-idle (or, with idle, every) sample count per
+// CPU per step of one step length and phase, over a time range: what the
+// overview of every thread needs of the block, read from its per-CPU
+// summary (ReadCPUSteps). The counts are dense, steps × the CPUs with
+// samples, 4 bytes each: a 12-hour block of 8 CPUs at 2-minute steps is
+// 11.5 KB. Immutable once read.
 //
-// Cells at step s serve any step that is a whole multiple of s at the same
-// phase (the coarser steps of the web API's ladder): a coarse step sums
-// its fine steps per CPU before the busiest CPU is taken (cpuAcc), so
-// the busiest CPU's share is that of the coarse step, not the highest of
-// the fine ones.
-type cpuStepCells struct {
+// Steps of length s serve any step that is a whole multiple of s at the
+// same phase (the coarser steps of the overview's ladder): a coarse step
+// sums its fine steps per CPU before the busiest CPU is taken (cpuAcc),
+// so the busiest CPU's share is that of the coarse step, not the highest
+// of the fine ones.
+type CPUSteps struct {
 	step, phase int64
 	idle        bool
-	// from and to bound the time the cells cover (ns): the range of the
-	// query that computed them, or all time (warm cells).
+	// from and to bound the time the steps cover (ns): the range they
+	// were read over.
 	from, to int64
 	// k0 is the first step's index from time 0 at the phase,
 	// ⌊(t − phase) / step⌋; cpus the CPUs with samples, ascending;
@@ -352,45 +365,95 @@ type cpuStepCells struct {
 	counts []uint32
 }
 
-// serves reports whether c can answer an overview of r (whole steps of
+// Serves reports whether c can answer an overview of r (whole steps of
 // step, from r.From) with or without idle samples.
-func (c *cpuStepCells) serves(r Range, step int64, idle bool) bool {
+func (c *CPUSteps) Serves(r Range, step int64, idle bool) bool {
 	return c.idle == idle && step%c.step == 0 && (r.From-c.phase)%c.step == 0 && c.from <= r.From && r.To <= c.to
 }
 
-// defaultStepCellsBytes is Options.StepCellsBytes's default: a zoom of 500
-// nodes into an hour at 10 s steps (360 steps × 8 CPUs × 4 bytes a block)
-// is 5.8 MB of cells.
+// Step, Phase and Idle are the step length (ns) and phase c was read at,
+// and whether it counts idle samples.
+func (c *CPUSteps) Step() int64  { return c.step }
+func (c *CPUSteps) Phase() int64 { return c.phase }
+func (c *CPUSteps) Idle() bool   { return c.idle }
+
+// Bytes approximates the memory c holds.
+func (c *CPUSteps) Bytes() int64 {
+	return int64(unsafe.Sizeof(*c)) + 4*int64(cap(c.cpus)+cap(c.counts))
+}
+
+// defaultStepCellsBytes is Options.StepCellsBytes's default: a timeline of
+// 500 nodes' hour at 10 s steps (360 steps × 8 CPUs × 4 bytes a block) is
+// 5.8 MB of steps.
 const defaultStepCellsBytes = 16 << 20
 
-// blockCPUSteps returns cells of b that serve r at step: its warm cells
-// (DB.WarmCPUSteps) or those the DB's stepCells cache kept, the coarser
-// when both do, else cells computed at step over r from b's per-CPU
-// summary section alone (no table is read) and kept in that cache. The
-// caller holds a reference to b.
-func (rd *Reader) blockCPUSteps(b *Block, r Range, step int64, idle bool) (*cpuStepCells, error) {
-	var best *cpuStepCells
-	cached, _ := rd.stepCells.Get(b)
-	for _, c := range []*cpuStepCells{b.warmSteps.Load(), cached} {
-		if c != nil && c.serves(r, step, idle) && (best == nil || c.step > best.step) {
-			best = c
+// timelineSteps is the Reader's own CPUStepsCache, for its timelines
+// (Timeline): each block's steps of the last step asked, bounded by
+// Options.StepCellsBytes.
+type timelineSteps struct{ lru *lru.Cache[*Block, *CPUSteps] }
+
+func (t timelineSteps) CPUSteps(b *Block, r Range, step int64, idle bool) *CPUSteps {
+	if c, ok := t.lru.Get(b); ok && c.Serves(r, step, idle) {
+		return c
+	}
+	return nil
+}
+
+func (t timelineSteps) KeepCPUSteps(b *Block, c *CPUSteps) {
+	t.lru.Remove(b)
+	t.lru.AddIf(b, c, func() bool { return !b.retired.Load() })
+}
+
+// cachedCPUSteps returns steps of b that serve r at step: those cache
+// holds (nil: none), else steps read at step over r from b's per-CPU
+// summary section alone (no table is read) and given to cache. The caller
+// holds a reference to b.
+func (rd *Reader) cachedCPUSteps(cache CPUStepsCache, b *Block, r Range, step int64, idle bool) (*CPUSteps, error) {
+	if cache != nil {
+		if c := cache.CPUSteps(b, r, step, idle); c != nil {
+			return c, nil
 		}
 	}
-	if best != nil {
-		return best, nil
-	}
-	c, err := rd.cpuStepCells(b, step, r.From%step, idle, r)
+	c, err := rd.ReadCPUSteps(b, step, r.From%step, idle, r)
 	if err != nil {
 		return nil, err
 	}
-	rd.stepCells.Remove(b)
-	rd.stepCells.AddIf(b, c, func() bool { return !b.retired.Load() })
+	if cache != nil {
+		cache.KeepCPUSteps(b, c)
+	}
 	return c, nil
 }
 
-// cpuStepCells computes b's cells for steps of step at phase over r from
-// its per-CPU summary section. The caller holds a reference to b.
-func (rd *Reader) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) (*cpuStepCells, error) {
+// CPUSummaryBlocks returns the blocks with a per-CPU summary (format
+// version 4 or later), each with a reference the caller drops with
+// Block.Close: what the fleet overview's warming reads.
+func (rd *Reader) CPUSummaryBlocks() []*Block {
+	rd.mu.RLock()
+	defer rd.mu.RUnlock()
+	var blocks []*Block
+	for _, b := range rd.blocks {
+		if b.Meta.Version >= 4 {
+			b.acquire()
+			blocks = append(blocks, b)
+		}
+	}
+	return blocks
+}
+
+// ReadCPUSteps reads b's per-CPU summary section (no table) and sums it
+// in steps of step at phase over r (all time: math.MinInt64 to
+// math.MaxInt64), counting idle samples or not. Nothing is kept: the
+// callers cache what they read (CPUStepsCache). Stats counts the reads
+// (CPUSummaryReads). The caller holds a reference to b (CPUSummaryBlocks,
+// or a query's); a block of a format before version 4 (no per-CPU
+// summary) is an error.
+func (rd *Reader) ReadCPUSteps(b *Block, step, phase int64, idle bool, r Range) (*CPUSteps, error) {
+	if b.Meta.Version < 4 {
+		return nil, fmt.Errorf("block %s: format version %d has no per-CPU summary", b, b.Meta.Version)
+	}
+	if step <= 0 {
+		return nil, fmt.Errorf("block %s: per-CPU steps of %d ns", b, step)
+	}
 	if err := b.header(); err != nil {
 		return nil, err
 	}
@@ -403,7 +466,7 @@ func (rd *Reader) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) 
 	if err != nil {
 		return nil, fmt.Errorf("block %s: %w", b, err)
 	}
-	c := &cpuStepCells{step: step, phase: phase, idle: idle, from: r.From, to: r.To}
+	c := &CPUSteps{step: step, phase: phase, idle: idle, from: r.From, to: r.To}
 	bucket := int64(summaryBucket) * 1000
 	// The entries in r with samples to count, their steps and CPUs.
 	in := func(e summaryCell) (int64, uint32, bool) {
@@ -455,7 +518,7 @@ func (rd *Reader) cpuStepCells(b *Block, step, phase int64, idle bool, r Range) 
 // steps of step (a whole multiple of c.step). r.From is a multiple of
 // c.step plus c's phase and r is whole steps, so every cell lies wholly
 // inside or outside r and inside one step.
-func addCPUSteps(acc *cpuAcc, c *cpuStepCells, f *Filter, r Range, step, weight int64) {
+func addCPUSteps(acc *cpuAcc, c *CPUSteps, f *Filter, r Range, step, weight int64) {
 	if len(c.cpus) == 0 {
 		return
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -62,7 +63,7 @@ func TestNodeCPUSteps(t *testing.T) {
 	ctx := context.Background()
 	step := int64(10 * time.Second)
 	r := Range{From: start, To: start + 60*int64(time.Second)}
-	got, warnings, err := db.NodeCPUSteps(ctx, r, step, &Filter{})
+	got, warnings, err := db.NodeCPUSteps(ctx, r, step, &Filter{}, nil)
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("NodeCPUSteps: %v %v", err, warnings)
 	}
@@ -106,18 +107,18 @@ func TestNodeCPUSteps(t *testing.T) {
 		{"cpu", Filter{CPUs: []uint32{1, 3}}},
 		{"label", Filter{NodeLabels: []Label{{"zone", "z2"}}}},
 	} {
-		sum, _, err := db.NodeCPUSteps(ctx, r, step, &c.f)
+		sum, _, err := db.NodeCPUSteps(ctx, r, step, &c.f, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		scanF := c.f
 		scanF.Frame = any
-		scan, _, err := db.NodeCPUSteps(ctx, r, step, &scanF)
+		scan, _, err := db.NodeCPUSteps(ctx, r, step, &scanF, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A 1 s-aligned range that is not a multiple of 10 s scans too.
-		odd, _, err := db.NodeCPUSteps(ctx, Range{From: r.From, To: r.To - int64(time.Second)}, step, &c.f)
+		odd, _, err := db.NodeCPUSteps(ctx, Range{From: r.From, To: r.To - int64(time.Second)}, step, &c.f, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,10 +139,10 @@ func TestNodeCPUSteps(t *testing.T) {
 	}
 
 	// Bad arguments.
-	if _, _, err := db.NodeCPUSteps(ctx, r, 0, &Filter{}); err == nil {
+	if _, _, err := db.NodeCPUSteps(ctx, r, 0, &Filter{}, nil); err == nil {
 		t.Error("step 0 accepted")
 	}
-	if _, _, err := db.NodeCPUSteps(ctx, Range{From: 0, To: 1 << 62}, 1, &Filter{}); err == nil {
+	if _, _, err := db.NodeCPUSteps(ctx, Range{From: 0, To: 1 << 62}, 1, &Filter{}, nil); err == nil {
 		t.Error("10^18 steps accepted")
 	}
 }
@@ -173,7 +174,7 @@ func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := Range{From: 1_700_000_000_000_000_000, To: 1_700_000_010_000_000_000}
-		got, warnings, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &Filter{IncludeIdle: true})
+		got, warnings, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &Filter{IncludeIdle: true}, nil)
 		if err != nil || len(warnings) > 0 || len(got) != 1 {
 			t.Fatalf("%s: %+v %v %v", v, got, warnings, err)
 		}
@@ -263,7 +264,7 @@ func FuzzDecodeCPUSummary(f *testing.F) {
 
 // TestDecodeSummaryRejectsBucketsGoingBack: a summary whose buckets rise
 // then fall (0, 5, 3) is a corrupt block, not entries that readers such as
-// cpuStepCells, which take the first and last entries for the lowest and
+// ReadCPUSteps, which take the first and last entries for the lowest and
 // highest buckets, would index past their counts with.
 func TestDecodeSummaryRejectsBucketsGoingBack(t *testing.T) {
 	back := encodeSummary([]summaryEntry{{bucket: 100, key: 0, count: 1}, {bucket: 105, key: 1, count: 2}, {bucket: 103, key: 0, count: 3}})
@@ -280,162 +281,57 @@ func TestDecodeSummaryRejectsBucketsGoingBack(t *testing.T) {
 	}
 }
 
-// alternatingNode records 80 s of 2 CPUs at 100 Hz from start into a new
-// data directory as node: CPU 0 busy in the first 10 s of every 20 s, CPU
-// 1 in the second, idle samples the rest.
-func alternatingNode(t *testing.T, node string, start int64) string {
-	t.Helper()
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: node, Node: node, PeriodNs: int64(10 * time.Millisecond), BlockDuration: 20 * time.Second})
+// TestTimelineKeepsItsCPUSteps: a timeline of every thread cuts its steps
+// by the CPUs' time from the blocks' per-CPU summaries, read once and kept
+// by the Reader (the overview keeps its own): the same timeline again
+// reads none, another step reads them again, and NodeCPUSteps without a
+// cache reads them every time. ReadCPUSteps refuses a block of a format
+// without a per-CPU summary.
+func TestTimelineKeepsItsCPUSteps(t *testing.T) {
+	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
+	dir := dutyNode(t, "node-a", nil, start, 60, int64(10*time.Millisecond), []float64{1, 0.1})
+	db, err := Open(dir, Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hot := []sample.Frame{{Function: "spin", Module: "/bin/spin", Kind: sample.KindUser}}
-	idle := []sample.Frame{{Function: "default_idle", Module: "[kernel.kallsyms]", Kind: sample.KindKernel}}
-	for off := int64(0); off < 80*int64(time.Second); off += int64(10 * time.Millisecond) {
-		busy := uint32(off / int64(10*time.Second) % 2)
-		for cpu := range uint32(2) {
-			s := sample.Sample{Time: start + off, CPU: cpu, Comm: "swapper", Stack: idle}
-			if cpu == busy {
-				s = sample.Sample{Time: start + off, CPU: cpu, PID: 7, TID: 7, Comm: "spin", Stack: hot}
-			}
-			if err := db.Append(&s); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// TestNodeCPUStepsCoarserFromWarmCells: cells warmed at 10 s answer the
-// overview at 20 s and 40 s without a read, equal to a cold answer and
-// to a scan of the samples; and the busiest CPU of a coarse step is taken
-// after its fine steps are summed per CPU: CPU 0 busy 10 s then CPU 1
-// busy 10 s is a busiest CPU busy half of a 20 s step, not all of it.
-func TestNodeCPUStepsCoarserFromWarmCells(t *testing.T) {
-	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
-	dir := alternatingNode(t, "node-a", start)
-	open := func() *DB {
-		db, err := Open(dir, Options{ReadOnly: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
+	defer db.Close()
 	ctx := context.Background()
-	sec := int64(time.Second)
-	warm := open()
-	if res, err := warm.WarmCPUSteps(ctx, 10*sec); err != nil || res.Warmed < 4 || res.Pending != 0 {
-		t.Fatalf("warm: %+v, %v", res, err)
-	}
-	reads := warm.Stats().CPUSummaryReads
-	r := Range{From: start, To: start + 80*sec}
-	for _, step := range []int64{20 * sec, 40 * sec} {
-		got, _, err := warm.NodeCPUSteps(ctx, r, step, &Filter{})
-		if err != nil {
+	blocks := uint64(db.Stats().Blocks)
+	r := Range{From: start, To: start + 60*int64(time.Second)}
+	reads := func() uint64 { return db.Stats().CPUSummaryReads }
+	for i, c := range []struct {
+		step int64
+		want uint64
+	}{{int64(20 * time.Second), blocks}, {int64(20 * time.Second), blocks}, {int64(30 * time.Second), 2 * blocks}} {
+		if _, _, err := db.Timeline(ctx, r, c.step, &Filter{}); err != nil {
 			t.Fatal(err)
 		}
-		if more := warm.Stats().CPUSummaryReads - reads; more != 0 {
-			t.Errorf("step %ds from cells warm at 10 s: %d summaries read", step/sec, more)
+		if reads() != c.want || blocks < 2 {
+			t.Errorf("timeline %d (%v steps): %d per-CPU summaries read of %d blocks, want %d", i, time.Duration(c.step), reads(), blocks, c.want)
 		}
-		cold, _, err := open().NodeCPUSteps(ctx, r, step, &Filter{})
-		if err != nil {
+	}
+	before := reads()
+	for range 2 {
+		if _, _, err := db.NodeCPUSteps(ctx, r, int64(30*time.Second), &Filter{}, nil); err != nil {
 			t.Fatal(err)
 		}
-		scan, _, err := open().NodeCPUSteps(ctx, r, step, &Filter{Frame: regexp.MustCompile(".")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != 1 || !sameNodeCPU(got[0], cold[0]) || !nearNodeCPU(got[0], scan[0], int64(10*time.Millisecond), 2) {
-			t.Fatalf("step %ds: from warm cells %+v, cold %+v, scan %+v", step/sec, got, cold, scan)
-		}
-		for s, ns := range got[0].BusiestNs {
-			if ns != step/2 || got[0].TotalNs[s] != step {
-				t.Errorf("step %ds, step %d: busiest CPU %d ns, total %d ns; want %d (half the step), %d", step/sec, s, ns,
-					got[0].TotalNs[s], step/2, step)
-			}
-		}
 	}
-	// 30 s, another multiple of 10 s, reads nothing either.
-	if _, _, err := warm.NodeCPUSteps(ctx, Range{From: start, To: start + 60*sec}, 30*sec, &Filter{}); err != nil {
-		t.Fatal(err)
+	if more := reads() - before; more != 2*blocks {
+		t.Errorf("NodeCPUSteps without a cache, twice: %d summaries read, want %d", more, 2*blocks)
 	}
-	if warm.Stats().CPUSummaryReads != reads {
-		t.Error("30 s, a multiple of the warm 10 s, read summaries")
-	}
-}
 
-// TestStepCellsCacheBounded: a zoom (a step finer than the warm one over
-// part of the range) reads the summaries of the blocks it overlaps once,
-// then answers from the step cells cache; the cells cover the zoom's range
-// only, and the cache holds at most Options.StepCellsBytes: below the
-// zoom's cells, the blocks it evicted are read again.
-func TestStepCellsCacheBounded(t *testing.T) {
-	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
-	dir := alternatingNode(t, "node-a", start)
-	ctx := context.Background()
-	sec := int64(time.Second)
-	open := func(budget int64) *DB {
-		db, err := Open(dir, Options{ReadOnly: true, StepCellsBytes: budget})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		if _, err := db.WarmCPUSteps(ctx, 40*sec); err != nil {
-			t.Fatal(err)
-		}
-		return db
-	}
-	// The zoom: 20 s to 60 s at 10 s, over the 2 or 3 blocks it touches.
-	zoom := Range{From: start + 20*sec, To: start + 60*sec}
-	db := open(0)
-	reads := db.Stats().CPUSummaryReads
-	want, _, err := db.NodeCPUSteps(ctx, zoom, 10*sec, &Filter{})
+	old := t.TempDir()
+	copyDir(t, "testdata/v2", old)
+	v2, err := Open(old, Options{Source: "host", ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := db.Stats().CPUSummaryReads - reads
-	if first < 2 {
-		t.Fatalf("the zoom read %d summaries, want those of the 2 or more blocks it overlaps", first)
+	defer v2.Close()
+	if bs := v2.CPUSummaryBlocks(); len(bs) != 0 {
+		t.Errorf("a store of version 2 blocks lists %d with a per-CPU summary", len(bs))
 	}
-	entries, weight := db.stepCells.Len(), db.Stats().OverviewStepCellsBytes
-	if entries != int(first) || weight <= 0 || weight > defaultStepCellsBytes {
-		t.Fatalf("step cells: %d entries, %d bytes; want %d, at most %d", entries, weight, first, defaultStepCellsBytes)
-	}
-	largest := int64(0)
-	db.stepCells.Range(func(_ *Block, c *cpuStepCells) bool {
-		// 4 steps of 2 CPUs at most: the zoom's range, not the block's.
-		if len(c.counts) > 8 {
-			t.Errorf("cells of %d counts for a zoom of 4 steps of 2 CPUs", len(c.counts))
-		}
-		largest = max(largest, c.bytes())
-		return true
-	})
-	got, _, err := db.NodeCPUSteps(ctx, zoom, 10*sec, &Filter{})
-	if err != nil || len(got) != 1 || !sameNodeCPU(got[0], want[0]) {
-		t.Fatalf("the zoom again: %+v, %v; want %+v", got, err, want)
-	}
-	if more := db.Stats().CPUSummaryReads - reads - first; more != 0 {
-		t.Errorf("the zoom again read %d summaries", more)
-	}
-	// A budget of one block's cells: the cache keeps one only, and the
-	// zoom again reads the blocks it evicted.
-	small := open(largest)
-	if _, _, err := small.NodeCPUSteps(ctx, zoom, 10*sec, &Filter{}); err != nil {
-		t.Fatal(err)
-	}
-	if n, w := small.stepCells.Len(), small.Stats().OverviewStepCellsBytes; n != 1 || w > largest {
-		t.Errorf("in a budget of %d bytes: %d entries, %d bytes", largest, n, w)
-	}
-	reads = small.Stats().CPUSummaryReads
-	if _, _, err := small.NodeCPUSteps(ctx, zoom, 10*sec, &Filter{}); err != nil {
-		t.Fatal(err)
-	}
-	if more := small.Stats().CPUSummaryReads - reads; more < first-1 {
-		t.Errorf("the zoom again in a one-block budget read %d summaries, want at least %d", more, first-1)
+	b := v2.blocks[0]
+	if _, err := v2.ReadCPUSteps(b, int64(10*time.Second), 0, false, Range{From: math.MinInt64, To: math.MaxInt64}); err == nil {
+		t.Error("ReadCPUSteps of a version 2 block: no error")
 	}
 }

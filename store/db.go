@@ -56,9 +56,10 @@ type Options struct {
 	// index of their own: the memory of a DB does not grow with the data
 	// it retains.
 	IndexCacheBytes int64
-	// StepCellsBytes bounds the fleet overview's per-CPU cells kept for
-	// steps the warming (DB.WarmCPUSteps) does not serve, a zoom's, in
-	// bytes (default 16 MiB); see NodeCPUSteps.
+	// StepCellsBytes bounds the per-CPU steps the Reader keeps for its
+	// timelines of every thread (Timeline cuts them by the CPUs' time), in
+	// bytes (default 16 MiB). The fleet overview keeps its own
+	// (overview.Cells).
 	StepCellsBytes int64
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
@@ -146,14 +147,11 @@ type Reader struct {
 	chunks     *lru.Cache[chunkKey, *Table]
 	indexes    *lru.Cache[*Block, *blockIndex]
 	indexReads atomic.Uint64
-	// stepCells caches each block's fleet overview cells of the last step
-	// asked that its warm cells do not serve, bounded by their memory.
-	stepCells *lru.Cache[*Block, *cpuStepCells]
-	// cpuSummaryReads counts per-CPU summary sections read for the fleet
-	// overview; warmStep is the step WarmCPUSteps last warmed (0: none)
-	// and warmBytes the memory its cells hold.
-	cpuSummaryReads     atomic.Uint64
-	warmStep, warmBytes atomic.Int64
+	// timelineSteps caches each block's per-CPU steps of the last step a
+	// timeline asked, bounded by their memory.
+	timelineSteps timelineSteps
+	// cpuSummaryReads counts per-CPU summary sections read (ReadCPUSteps).
+	cpuSummaryReads atomic.Uint64
 
 	// corrupt counts the corrupt blocks and WAL segments skipped.
 	corrupt atomic.Uint64
@@ -391,7 +389,7 @@ func (rd *Reader) init(dir string, opts Options) {
 	rd.blockSourceErr = make([]atomic.Pointer[error], len(rd.blockSources))
 	rd.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
 	rd.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
-	rd.stepCells = lru.New[*Block](opts.StepCellsBytes, (*cpuStepCells).bytes, nil)
+	rd.timelineSteps = timelineSteps{lru.New[*Block](opts.StepCellsBytes, (*CPUSteps).Bytes, nil)}
 }
 
 // load lists the blocks, runs heads (a DB's: its WAL's replay; nil for

@@ -31,50 +31,30 @@ type Stats struct {
 	IndexesCached   int
 	IndexCacheBytes int64
 	IndexReads      uint64 // block indexes read from disk (cache misses)
-	// CPUSummaryReads counts blocks' per-CPU summary sections read for
-	// the fleet overview (its cache misses, and DB.WarmCPUSteps's reads).
+	// CPUSummaryReads counts blocks' per-CPU summary sections read
+	// (ReadCPUSteps): the fleet overview's cache misses and its warming's
+	// reads, and the timelines'.
 	CPUSummaryReads uint64
-	// OverviewWarmBlocks counts the blocks whose per-CPU cells are warm
-	// at the step DB.WarmCPUSteps last warmed, OverviewWarmPending those
-	// of format version 4 or later still cold at it but for those whose
-	// summary it found corrupt (0 and 0 before any warming), and
-	// OverviewWarmBytes the memory the warm cells hold.
-	OverviewWarmBlocks  int
-	OverviewWarmPending int
-	OverviewWarmBytes   int64
-	// OverviewStepCellsBytes is the memory of the overview's cells at
-	// other steps (zooms), bounded by Options.StepCellsBytes.
-	OverviewStepCellsBytes int64
-	Events                 int    // system events kept
-	EventsDropped          uint64 // system events deleted by retention
+	Events          int    // system events kept
+	EventsDropped   uint64 // system events deleted by retention
 }
 
-// Stats returns what the Reader counts: its blocks, caches, the
-// overview's cells and the events; a DB's Stats adds the writer's.
+// Stats returns what the Reader counts: its blocks, caches, per-CPU
+// summary reads and the events; a DB's Stats adds the writer's.
 func (rd *Reader) Stats() Stats {
 	rd.mu.RLock()
 	defer rd.mu.RUnlock()
 	s := Stats{CorruptSkips: rd.corrupt.Load(), Blocks: len(rd.blocks)}
-	warmStep := rd.warmStep.Load()
 	for _, b := range rd.blocks {
 		s.BlockBytes += b.Meta.Bytes
-		if warmStep == 0 || b.Meta.Version < 4 {
-			continue
-		}
-		if c := b.warmSteps.Load(); c != nil && c.step == warmStep {
-			s.OverviewWarmBlocks++
-		} else if !b.warmFailed.Load() && !tooSparseToWarm(b, warmStep) {
-			s.OverviewWarmPending++
-		}
 	}
-	s.CPUSummaryReads, s.OverviewWarmBytes = rd.cpuSummaryReads.Load(), rd.warmBytes.Load()
+	s.CPUSummaryReads = rd.cpuSummaryReads.Load()
 	if rd.closed.Load() && rd.blocks == nil {
 		// What the directory held when it was closed (the summary a
 		// recorder prints after Close).
 		s.Blocks, s.BlockBytes = rd.closedBlocks, rd.closedBytes
 	}
 	s.IndexesCached, s.IndexCacheBytes = rd.indexes.Len(), rd.indexes.Weight()
-	s.OverviewStepCellsBytes = rd.stepCells.Weight()
 	s.IndexReads = rd.indexReads.Load()
 	rd.events.mu.Lock()
 	s.Events, s.EventsDropped = rd.events.total, rd.events.dropped

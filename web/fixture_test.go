@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/internal/synth"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
@@ -106,7 +106,7 @@ type fixture struct {
 type fixtureStore interface {
 	Reader
 	Stats() store.Stats
-	WarmCPUSteps(ctx context.Context, step int64) (store.WarmResult, error)
+	overview.WarmStore
 }
 
 func newFixture(t testing.TB, db fixtureStore, opts Options) *fixture {

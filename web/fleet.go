@@ -92,7 +92,7 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 	if n := steps(r, step); n > maxFleetColumns {
 		return nil, paramErr("step", "%v over this range is %d columns, at most %d", time.Duration(step), n, maxFleetColumns)
 	}
-	ov, warnings, err := overview.Build(ctx, s.db, overview.Request{Range: r, Step: step, Filter: &f, SampleFilter: sampleFilter})
+	ov, warnings, err := overview.Build(ctx, s.db, s.opts.Overview, overview.Request{Range: r, Step: step, Filter: &f, SampleFilter: sampleFilter})
 	if err != nil {
 		return warnings, err
 	}

@@ -321,11 +321,12 @@ func TestFleetOverviewWarm(t *testing.T) {
 		t.Fatal("a cold overview read no per-CPU summary")
 	}
 	want1 := getOverview(t, cold, "columns=1")
-	fx := newFixture(t, overviewFleet(t), Options{})
-	if _, err := overview.Warm(context.Background(), fx.db, 0); err == nil {
+	cells := overview.NewCells(0, 0)
+	fx := newFixture(t, overviewFleet(t), Options{Overview: cells})
+	if _, err := overview.Warm(context.Background(), fx.db, cells, 0); err == nil {
 		t.Error("warming 0 columns: no error")
 	}
-	res, err := overview.Warm(context.Background(), fx.db, 3)
+	res, err := overview.Warm(context.Background(), fx.db, cells, 3)
 	blocks := fx.db.Stats().Blocks
 	if err != nil || res.Warmed != blocks || res.Pending != 0 || res.Step != int64(10*time.Second) {
 		t.Fatalf("warm: %+v, %v; want %d blocks warmed at 10 s", res, err, blocks)
@@ -355,8 +356,9 @@ func TestFleetOverviewWarm(t *testing.T) {
 	}
 
 	// Warm for one column: three are finer, read once.
-	fx = newFixture(t, overviewFleet(t), Options{})
-	if res, err := overview.Warm(context.Background(), fx.db, 1); err != nil || res.Step <= int64(10*time.Second) {
+	cells = overview.NewCells(0, 0)
+	fx = newFixture(t, overviewFleet(t), Options{Overview: cells})
+	if res, err := overview.Warm(context.Background(), fx.db, cells, 1); err != nil || res.Step <= int64(10*time.Second) {
 		t.Fatalf("warm for 1 column: %+v, %v", res, err)
 	}
 	reads = fx.db.Stats().CPUSummaryReads

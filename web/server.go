@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/docs"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
@@ -69,6 +70,10 @@ type Options struct {
 	// be stale; while nothing was ever read from it, the API answers 503
 	// and /healthz is not ready.
 	Outage func() *Outage
+	// Overview keeps what the fleet overview read of the blocks' per-CPU
+	// summaries: a query service shares it with its warming and /metrics.
+	// Nil: the server keeps its own.
+	Overview *overview.Cells
 }
 
 // Outage is a storage that does not answer.
@@ -201,6 +206,9 @@ func New(db Reader, opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Overview == nil {
+		opts.Overview = overview.NewCells(0, 0)
 	}
 	s := &Server{db: db, opts: opts, log: opts.Logger, tokenHash: sha256.Sum256([]byte(opts.AuthToken))}
 	if log, ok := db.(EventLog); ok && !log.ReadOnly() {

@@ -236,12 +236,12 @@ func run(dir string, nodes int, hours float64, cpus, hz, runs, columns, minioNod
 type servedStore interface {
 	web.Reader
 	Stats() store.Stats
-	WarmCPUSteps(ctx context.Context, step int64) (store.WarmResult, error)
+	overview.WarmStore
 }
 
 func firstRequests(open func() (servedStore, func(), error), api string, columns, runs, blocks int) error {
 	var colds, warmings, afterWarm, other, zoomCold, zoomWarm []float64
-	var res store.WarmResult
+	var res overview.WarmResult
 	var otherStep, zoomStep float64
 	var zoomReads uint64
 	u, err := url.Parse(api)
@@ -254,7 +254,8 @@ func firstRequests(open func() (servedStore, func(), error), api string, columns
 			if err != nil {
 				return err
 			}
-			srv, err := web.New(db, web.Options{Logger: benchweb.Quiet()})
+			cells := overview.NewCells(0, 0)
+			srv, err := web.New(db, web.Options{Logger: benchweb.Quiet(), Overview: cells})
 			if err != nil {
 				closeDB()
 				return err
@@ -281,7 +282,7 @@ func firstRequests(open func() (servedStore, func(), error), api string, columns
 					colds = append(colds, d)
 					return err
 				}
-				if res, err = overview.Warm(context.Background(), db, columns); err != nil {
+				if res, err = overview.Warm(context.Background(), db, cells, columns); err != nil {
 					return err
 				}
 				if res.Pending > 0 || res.Warmed == 0 {

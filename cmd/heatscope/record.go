@@ -20,6 +20,7 @@ import (
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/metrics"
 	"github.com/heatscope/heatscope/otlpexport"
+	"github.com/heatscope/heatscope/overview"
 	"github.com/heatscope/heatscope/pipeline"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
@@ -524,6 +525,15 @@ func (r *recording) serve() error {
 		return nil
 	}
 	webOpts := web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery}
+	if r.db != nil {
+		// The fleet overview's cells of the recorder's own store: its
+		// API's, in /metrics.
+		cells := overview.NewCells(0, 0)
+		if err := m.RegisterOverview(func() overview.Stats { return cells.Stats(r.db) }); err != nil {
+			return err
+		}
+		webOpts.Overview = cells
+	}
 	if r.guard != nil {
 		webOpts.Busy = r.guard.busy
 	}

@@ -129,7 +129,8 @@ func runServe(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	defer closeBucket()
 	defer db.Close()
-	opts, err := serveOptions(db, src)
+	cells := overview.NewCells(0, 0)
+	opts, err := serveOptions(db, src, cells)
 	if err != nil {
 		return err
 	}
@@ -144,7 +145,7 @@ func runServe(args []string, stdout, stderr io.Writer) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	warm := func() {}
 	if *warmColumns > 0 {
-		w := &overview.Warmer{Store: db, Columns: *warmColumns, Logger: slog.Default()}
+		w := &overview.Warmer{Store: db, Cells: cells, Columns: *warmColumns, Logger: slog.Default()}
 		warm = func() { w.Pass(ctx) }
 	}
 	go refreshEvery(ctx, db, every, warm)
@@ -157,14 +158,18 @@ func runServe(args []string, stdout, stderr io.Writer) (err error) {
 }
 
 // serveOptions are the web server's options of a query service over db
-// and, when not nil, the bucket src: its metrics (the store's, the
-// bucket's reads) and its health, and the bucket's outage.
-func serveOptions(db queryStore, src *bucketstore.Source) (web.Options, error) {
+// and, when not nil, the bucket src: its metrics (the store's, the fleet
+// overview's cells, the bucket's reads), its health, the overview's cells
+// (which its warming shares) and the bucket's outage.
+func serveOptions(db queryStore, src *bucketstore.Source, cells *overview.Cells) (web.Options, error) {
 	m := metrics.New()
 	if err := m.RegisterStore(db); err != nil {
 		return web.Options{}, err
 	}
-	opts := web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery}
+	if err := m.RegisterOverview(func() overview.Stats { return cells.Stats(db) }); err != nil {
+		return web.Options{}, err
+	}
+	opts := web.Options{Metrics: m.Handler(), Health: db.Health, ObserveQuery: m.ObserveQuery, Overview: cells}
 	if src == nil {
 		return opts, nil
 	}
