@@ -44,6 +44,7 @@ func BenchmarkBatch(b *testing.B) {
 			enc := otlpprofile.NewEncoder("bench", "node", 0)
 			gz := newGzipWriter()
 			var plain, compressed int
+			b.ReportAllocs()
 			b.ResetTimer()
 			cpu0 := cpuTime()
 			for i := range b.N {

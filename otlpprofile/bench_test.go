@@ -24,6 +24,7 @@ func benchSamples(b *testing.B) []sample.Sample {
 func BenchmarkEncode(b *testing.B) {
 	ss := benchSamples(b)
 	e := NewEncoder("bench", "node", 0)
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s := &ss[i%len(ss)]
