@@ -5,12 +5,12 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/heatscope/heatscope/internal/benchcpu"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/otlpprofile"
 	"github.com/heatscope/heatscope/sample"
@@ -45,8 +45,7 @@ func BenchmarkBatch(b *testing.B) {
 			gz := newGzipWriter()
 			var plain, compressed int
 			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime()
+			reportCPU := benchcpu.PerOp(b)
 			for i := range b.N {
 				// Successive batches, as a recording's: the stacks of
 				// one batch recur in the next.
@@ -64,18 +63,11 @@ func BenchmarkBatch(b *testing.B) {
 				gz.Close()
 				plain, compressed = len(body), z.Len()
 			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			reportCPU()
 			b.ReportMetric(float64(plain), "request-bytes")
 			b.ReportMetric(float64(compressed), "gzip-bytes")
 		})
 	}
-}
-
-// cpuTime is the process's CPU time so far (user and system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkExport: the whole export of a 2-CPU node's 5 s batches (990
@@ -117,9 +109,8 @@ func BenchmarkExport(b *testing.B) {
 			defer x.Close()
 			const perBatch = 990
 			var before, after runtime.MemStats
+			reportCPU := benchcpu.PerOp(b)
 			runtime.ReadMemStats(&before)
-			b.ResetTimer()
-			cpu0 := cpuTime()
 			for i := range b.N {
 				first := i * perBatch % (len(ss) - perBatch)
 				for j := range perBatch {
@@ -130,7 +121,7 @@ func BenchmarkExport(b *testing.B) {
 					time.Sleep(100 * time.Microsecond)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			reportCPU()
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N), "alloc-bytes/op")
 		})
