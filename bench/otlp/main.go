@@ -65,7 +65,7 @@ import (
 )
 
 func main() {
-	runs := flag.Int("runs", 5, "CPU runs")
+	runs := flag.Int("runs", 5, "CPU runs (0: none, the memory run alone)")
 	duration := flag.Duration("duration", 30*time.Second, "length of each CPU run")
 	hz := flag.Int("hz", 99, "sampling frequency")
 	down := flag.Duration("down", 10*time.Minute, "how long the memory run keeps the endpoint down (0: no memory run)")
@@ -111,7 +111,9 @@ func main() {
 	}
 	r := &receiver{}
 	addr := serve(r)
-	cpuRuns(bin, *before, tmp, addr, r, *runs, *duration, *hz, *interval)
+	if *runs > 0 {
+		cpuRuns(bin, *before, tmp, addr, r, *runs, *duration, *hz, *interval)
+	}
 	if *down > 0 {
 		memoryRun(bin, tmp, *down, *hz, *queue)
 	}
