@@ -285,7 +285,9 @@ func ParseFilter(get func(name string) string) (store.Filter, error) {
 		}
 	}
 	if v := get("frame"); v != "" {
-		re, err := regexp.Compile(v)
+		// Always a regular expression; a leading ~, as comm and node
+		// write one, is taken as such (no function name starts with ~).
+		re, err := regexp.Compile(strings.TrimPrefix(v, "~"))
 		if err != nil {
 			return f, paramErr("frame", "bad regular expression: %v", err)
 		}

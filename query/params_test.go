@@ -270,3 +270,23 @@ func FuzzParseTime(f *testing.F) {
 		}
 	})
 }
+
+// TestParseFilterFrameTilde: frame is a regular expression, and a leading
+// ~, written as for comm and node, marks it as one rather than being
+// matched literally (`--frame '~^Model'` matched nothing).
+func TestParseFilterFrameTilde(t *testing.T) {
+	for _, v := range []string{"~^Model\\.", "^Model\\."} {
+		f, err := ParseFilter(func(n string) string {
+			if n == "frame" {
+				return v
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatalf("frame=%s: %v", v, err)
+		}
+		if !f.Frame.MatchString("Model.forward") || f.Frame.MatchString("Trainer.step") {
+			t.Errorf("frame=%s: %v matches wrongly", v, f.Frame)
+		}
+	}
+}
