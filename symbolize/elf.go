@@ -158,14 +158,14 @@ func readFuncSymbols(f *elf.File, typ elf.SectionType, trim *pageTrim) ([]candid
 	entries := data[min(entSize, len(data)):]
 	funcs := 0 // to allocate the candidates once
 	for e := entries; len(e) >= entSize; e = e[entSize:] {
-		trim.count(entSize)
+		trim.touch(unsafe.Pointer(unsafe.SliceData(e)), entSize)
 		if isFunc(e[infoAt]) {
 			funcs++
 		}
 	}
 	cands := make([]candidate, 0, funcs)
 	for e := entries; len(e) >= entSize; e = e[entSize:] {
-		trim.count(entSize)
+		trim.touch(unsafe.Pointer(unsafe.SliceData(e)), entSize)
 		var (
 			nameOff     = uint64(order.Uint32(e))
 			info        byte
@@ -186,7 +186,7 @@ func readFuncSymbols(f *elf.File, typ elf.SectionType, trim *pageTrim) ([]candid
 			continue
 		}
 		name, _, terminated := strings.Cut(names[nameOff:], "\x00")
-		trim.count(len(name) + 1)
+		trim.touch(unsafe.Pointer(unsafe.StringData(names[nameOff:])), len(name)+1)
 		if name == "" || !terminated {
 			continue
 		}

@@ -131,8 +131,8 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int, 
 	if nfunc >= funcsSize/8 {
 		return nil, false, fmt.Errorf("%d functions in a table of %d bytes", nfunc, funcsSize)
 	}
-	funcTab := newWindow(r, funcsStart, funcsSize, order)
-	records := newWindow(r, funcsStart, funcsSize, order)
+	funcTab := newWindow(r, funcsStart, funcsSize, order, trim)
+	records := newWindow(r, funcsStart, funcsSize, order, trim)
 	// Reading the end of both tables first checks that they are there
 	// before allocating for them, in case the sizes are corrupt.
 	if _, err := funcTab.uint32(8 * nfunc); err != nil {
@@ -158,7 +158,6 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int, 
 	names := unsafe.String(unsafe.SliceData(nameTab), len(nameTab))
 	cands := make([]candidate, 0, int(nfunc)+spare)
 	end, err := funcTab.uint32(0)
-	lastRec := uint32(0)
 	for i := uint64(0); i < nfunc && err == nil; i++ {
 		var rec, nameOff uint32
 		entry := end
@@ -171,14 +170,10 @@ func readGoFuncs(r io.ReaderAt, size uint64, order binary.ByteOrder, spare int, 
 		if nameOff, err = records.uint32(uint64(rec) + 4); err != nil {
 			break
 		}
-		// The records are read in increasing order, skipping most of
-		// each: the pages passed over are counted as read.
-		trim.count(8 + int(max(rec, lastRec)-lastRec))
-		lastRec = max(rec, lastRec)
 		nameEnd := -1
 		if int(nameOff) < len(names) {
 			nameEnd = strings.IndexByte(names[nameOff:], 0)
-			trim.count(nameEnd + 1)
+			trim.touch(unsafe.Pointer(unsafe.StringData(names[nameOff:])), nameEnd+1)
 		}
 		if nameEnd < 0 {
 			return nil, false, fmt.Errorf("function %d: name at %#x not in the name table", i, nameOff)
@@ -206,13 +201,15 @@ type window struct {
 	buf   []byte
 	// off is the offset in the part of buf's first byte.
 	off uint64
+	// trim counts the words read from buf, which may be the mapping.
+	trim *pageTrim
 }
 
 // windowSize is the buffer size of a window.
 const windowSize = 32 << 10
 
-func newWindow(r io.ReaderAt, start, size uint64, order binary.ByteOrder) *window {
-	w := &window{r: r, start: start, size: size, order: order}
+func newWindow(r io.ReaderAt, start, size uint64, order binary.ByteOrder, trim *pageTrim) *window {
+	w := &window{r: r, start: start, size: size, order: order, trim: trim}
 	if mem, ok := r.(inMemory); ok && start <= uint64(len(mem)) && size <= uint64(len(mem))-start {
 		w.buf = mem[start : start+size]
 	}
@@ -234,7 +231,9 @@ func (w *window) uint32(off uint64) (uint32, error) {
 		}
 		w.buf, w.off = w.buf[:n], off
 	}
-	return w.order.Uint32(w.buf[off-w.off:]), nil
+	word := w.buf[off-w.off:]
+	w.trim.touch(unsafe.Pointer(unsafe.SliceData(word)), 4)
+	return w.order.Uint32(word), nil
 }
 
 // readOldGoFuncs returns the functions of a table older than Go 1.18,

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,27 +39,55 @@ func openELF(f *os.File) (ef *elf.File, close func(), err error) {
 	return ef, m.unmap, nil
 }
 
-// mapFile maps the whole of f read-only.
+// largeFolio is the largest page-cache folio (2 MiB, a PMD's span on
+// x86-64 and arm64 with 4 KiB pages) a file's pages may be held in.
+const largeFolio = 2 << 20
+
+// mapFile maps the whole of f read-only, a page past a multiple of
+// largeFolio: a fault maps the pages around it that are in the page cache,
+// and Linux 6.18 maps a whole large folio when it fits in one page table.
+// A binary freshly written (by a build, or go install) is held in 2 MiB
+// folios, so where mmap puts a mapping by default (aligned to 2 MiB) one
+// byte read mapped 2 MiB into the process, and loading MinIO's symbols
+// held 14 MiB. Shifted by a page, no such folio fits in one page table,
+// and a fault maps its fault-around window (64 KiB) only.
 func mapFile(f *os.File) (*mappedFile, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", f.Name(), err)
 	}
-	if st.Size() <= 0 || st.Size() > math.MaxInt {
+	page := uintptr(os.Getpagesize())
+	if st.Size() <= 0 || uint64(st.Size()) > uint64(math.MaxInt-largeFolio)-uint64(page) {
 		return nil, fmt.Errorf("map %s: cannot map %d bytes", f.Name(), st.Size())
 	}
+	size := uintptr(st.Size())
+	span := (size+page-1)&^(page-1) + largeFolio
+	// Reserve room for the shifted mapping, then map the file over it.
+	room, err := unix.MmapPtr(-1, 0, nil, span, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: reserve %d bytes: %w", f.Name(), span, err)
+	}
+	// The shift from room to a page past a multiple of largeFolio.
+	shift := (largeFolio-uintptr(room)%largeFolio)%largeFolio + page
 	rc, err := f.SyscallConn()
 	if err != nil {
+		_ = unix.MunmapPtr(room, span)
 		return nil, fmt.Errorf("map %s: %w", f.Name(), err)
 	}
-	var data []byte
+	var mapped unsafe.Pointer
 	ctlErr := rc.Control(func(fd uintptr) {
-		data, err = unix.Mmap(int(fd), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE)
+		mapped, err = unix.MmapPtr(int(fd), 0, unsafe.Add(room, shift), size, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_FIXED)
 	})
 	if err = errors.Join(ctlErr, err); err != nil {
+		_ = unix.MunmapPtr(room, span)
 		return nil, fmt.Errorf("map %s: %w", f.Name(), err)
 	}
-	return &mappedFile{data: data}, nil
+	// Give back the room on either side.
+	_ = unix.MunmapPtr(room, shift)
+	if end := shift + (size+page-1)&^(page-1); end < span {
+		_ = unix.MunmapPtr(unsafe.Add(room, end), span-end)
+	}
+	return &mappedFile{data: unsafe.Slice((*byte)(mapped), size)}, nil
 }
 
 // unmap unmaps the file, once. A failure is a bug: an invalid mapping.
@@ -66,7 +95,7 @@ func (m *mappedFile) unmap() {
 	if m.data == nil {
 		return
 	}
-	if err := unix.Munmap(m.data); err != nil {
+	if err := unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(m.data)), uintptr(len(m.data))); err != nil {
 		panic(fmt.Sprintf("symbolize: unmap %d bytes at %p: %v", len(m.data), m.data, err))
 	}
 	m.data = nil
@@ -150,24 +179,48 @@ func catchFaults(read func() error) (err error) {
 	return read()
 }
 
-// trimEvery is how many bytes a load reads from its mappings between two
-// trims (see pageTrim): about the most of them that are resident at once.
+// trimEvery is how many bytes of its mappings a load may map into the
+// process between two trims (see pageTrim): about the most of them that
+// are resident at once.
 const trimEvery = 1 << 20
+
+// readPerTrim is the least a load reads between two trims. A table read
+// at random (a shared library's .dynstr: the names of its .dynsym, which
+// is in hash order) maps a new window at almost every read: trimmed every
+// trimEvery bytes mapped, libLLVM's 3 MB of names were faulted in again
+// and again, 26 times the faults and 8 times the time of a load. Such a
+// table stays mapped until its reads have paid for a trim: the bound is
+// then the table, as it must be to read it at random without refaulting.
+const readPerTrim = trimEvery / 4
+
+// faultAround is how much of a mapping one read may map into the process:
+// a page fault on a file mapping also maps the pages around it that are in
+// the page cache, within an aligned window of fault_around_bytes (64 KiB
+// by default; see mapFile for large folios).
+const faultAround = 64 << 10
 
 // pageTrim bounds the resident pages of the mapped files a load reads. A
 // page of a mapping that has been read stays in the process's RSS until
 // the mapping goes, so loading a 150 MB binary's symbols (MinIO's: its
 // symbol and name tables, its Go function records) added 31 MB of
 // file-backed RSS to the agent for as long as the load lasted. The load
-// counts what it reads (read); every trimEvery bytes the mappings' pages
-// are dropped from the process (madvise MADV_DONTNEED). A private
-// read-only file mapping reads a dropped page again from the page cache
-// when it is touched again, so nothing read is lost: the names gathered
-// so far, which point into the mapping, are still read right when
-// buildSymtab copies them. A nil *pageTrim trims nothing.
+// tells it where it reads (touch), and it counts what that maps: a whole
+// fault-around window for each window read since the last trim, since one
+// byte read maps its neighbours too: a count of the bytes read missed the
+// pages of sparse reads (a few bytes of each Go function record, names
+// scattered over a table). When trimEvery bytes are mapped (and
+// readPerTrim read), the mappings' pages are dropped from the process
+// (madvise MADV_DONTNEED). A
+// private read-only file mapping reads a dropped page again from the page
+// cache when it is touched again, so nothing read is lost: the names
+// gathered so far, which point into the mapping, are still read right
+// when buildSymtab copies them. A nil *pageTrim trims nothing.
 type pageTrim struct {
 	maps []*mappedFile
-	read int // bytes read since the last trim
+	seen [][]uint64 // per mapping, a bit for each window read since the last trim
+	// mapped is the bytes of the windows read since the last trim, and
+	// read the bytes read from them.
+	mapped, read int
 }
 
 // trimOf returns a pageTrim for the mapping the file f was opened over, or
@@ -180,11 +233,21 @@ func trimOf(f *elf.File) *pageTrim {
 		}
 		if r, _, _ := sr.Outer(); r != nil {
 			if m, ok := r.(*mappedFile); ok {
-				return &pageTrim{maps: []*mappedFile{m}}
+				t := &pageTrim{}
+				t.watch(m)
+				return t
 			}
 		}
 	}
 	return nil
+}
+
+// watch makes t count and trim the mapping m.
+func (t *pageTrim) watch(m *mappedFile) {
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(m.data)))
+	windows := (start+uintptr(len(m.data))-1)/faultAround - start/faultAround + 1
+	t.maps = append(t.maps, m)
+	t.seen = append(t.seen, make([]uint64, (windows+63)/64))
 }
 
 // add makes t trim the mapping f was opened over too (a debug file's).
@@ -193,26 +256,55 @@ func (t *pageTrim) add(f *elf.File) {
 		return
 	}
 	if o := trimOf(f); o != nil {
-		t.maps = append(t.maps, o.maps...)
+		t.watch(o.maps[0])
 	}
 }
 
-// count counts n bytes read from the mappings, and trims them when
-// trimEvery bytes have been read since the last trim.
-func (t *pageTrim) count(n int) {
-	if t == nil {
+// touch counts a read of n bytes at p (a read outside the mappings maps
+// nothing), and trims the mappings when trimEvery bytes of them were
+// mapped since the last trim, and at least readPerTrim bytes read.
+func (t *pageTrim) touch(p unsafe.Pointer, n int) {
+	if t == nil || n <= 0 {
 		return
 	}
-	if t.read += n; t.read < trimEvery {
-		return
+	addr := uintptr(p)
+	for i, m := range t.maps {
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(m.data)))
+		if m.data == nil || addr < start || addr-start >= uintptr(len(m.data)) {
+			continue
+		}
+		first := addr/faultAround - start/faultAround
+		last := min(addr+uintptr(n)-1, start+uintptr(len(m.data))-1)/faultAround - start/faultAround
+		t.read += n
+		seen := t.seen[i]
+		for w := first; w <= last; w++ {
+			if bit := uint64(1) << (w % 64); seen[w/64]&bit == 0 {
+				seen[w/64] |= bit
+				t.mapped += faultAround
+			}
+		}
+		break
 	}
-	t.read = 0
-	for _, m := range t.maps {
+	if t.mapped >= trimEvery && t.read >= readPerTrim {
+		t.trim()
+	}
+}
+
+// trim drops the mappings' pages from the process, and counts again.
+func (t *pageTrim) trim() {
+	for i, m := range t.maps {
 		if m.data == nil {
 			continue
 		}
 		// Advice on a valid mapping does not fail: if it did, the pages
 		// would simply stay until the unmap.
 		_ = unix.Madvise(m.data, unix.MADV_DONTNEED)
+		clear(t.seen[i])
 	}
+	t.mapped, t.read = 0, 0
+}
+
+// touchString counts a read of the string s (see touch).
+func (t *pageTrim) touchString(s string) {
+	t.touch(unsafe.Pointer(unsafe.StringData(s)), len(s))
 }

@@ -148,7 +148,7 @@ func buildSymtab(cands []candidate, trim *pageTrim, frontCode bool) symtab {
 	shared := make([]uint8, len(kept))
 	for k, i := range kept {
 		name := cands[i].name
-		trim.count(len(name))
+		trim.touchString(name)
 		if frontCode && k%prefixRun != 0 {
 			shared[k] = sharedPrefix(cands[kept[k-1]].name, name)
 			total++
@@ -167,7 +167,7 @@ func buildSymtab(cands []candidate, trim *pageTrim, frontCode bool) symtab {
 			names = append(names, shared[k])
 		}
 		names = append(names, c.name[shared[k]:]...)
-		trim.count(len(c.name))
+		trim.touchString(c.name)
 		t.syms[k] = symbol{addr: c.addr, size: symbolSize(c.addr, c.size, next, last), nameEnd: uint32(len(names))}
 	}
 	t.names = unsafe.String(unsafe.SliceData(names), len(names))
