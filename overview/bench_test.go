@@ -2,11 +2,11 @@ package overview
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/internal/benchcpu"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
 )
@@ -17,25 +17,9 @@ import (
 // columns (a step finer than the warm one: a zoom's steps, kept after the
 // first).
 func BenchmarkBuild(b *testing.B) {
-	dir := b.TempDir()
-	w, err := store.Open(dir, store.Options{Source: "host", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
 	start := time.Now().Add(-time.Hour).Truncate(time.Hour).UnixNano()
-	g := synth.New(synth.Config{CPUs: 64, Hz: 99, Start: start, Seconds: 600})
-	st, err := w.Import("synthetic", int64(time.Second)/99, g.Feed)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.Close()
-	db, err := store.Open(dir, store.Options{ReadOnly: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
+	db, span := storetest.Imported(b, synth.Config{CPUs: 64, Hz: 99, Start: start, Seconds: 600}, store.Options{})
 	ctx := context.Background()
-	span := store.Range{From: st.First, To: st.Last + 1}
 	for _, c := range []struct {
 		name    string
 		columns int

@@ -5,120 +5,48 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
-	"slices"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
-
-// dutyNode records into a new data directory as node, in 20 s blocks: per
-// CPU, a thread busy share[cpu] of every 100 ms, idle samples the rest,
-// sampled every period from start for seconds.
-func dutyNode(t *testing.T, node string, start, seconds, period int64, share []float64) string {
-	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, PeriodNs: period, BlockDuration: 20 * time.Second,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hot := []sample.Frame{{Function: "spin", Module: "/bin/spin", Kind: sample.KindUser}}
-	idle := []sample.Frame{{Function: "default_idle", Module: "[kernel.kallsyms]", Kind: sample.KindKernel}}
-	end := start + seconds*int64(time.Second)
-	for ts := start; ts < end; ts += period {
-		for cpu, sh := range share {
-			s := sample.Sample{Time: ts / 1000 * 1000, CPU: uint32(cpu), Comm: "swapper", Stack: idle}
-			if float64((ts-start)%int64(100*time.Millisecond)) < sh*float64(100*time.Millisecond) {
-				s = sample.Sample{Time: ts / 1000 * 1000, CPU: uint32(cpu), PID: 100, TID: uint32(100 + cpu), Comm: "t", Stack: hot}
-			}
-			if err := db.Append(&s); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // alternatingNode records 80 s of 2 CPUs at 100 Hz from start into a new
 // data directory as node: CPU 0 busy in the first 10 s of every 20 s, CPU
 // 1 in the second, idle samples the rest.
 func alternatingNode(t *testing.T, node string, start int64) string {
 	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, PeriodNs: int64(10 * time.Millisecond), BlockDuration: 20 * time.Second,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := store.Options{Source: node, Node: node, PeriodNs: int64(10 * time.Millisecond), BlockDuration: 20 * time.Second}
 	hot := []sample.Frame{{Function: "spin", Module: "/bin/spin", Kind: sample.KindUser}}
 	idle := []sample.Frame{{Function: "default_idle", Module: "[kernel.kallsyms]", Kind: sample.KindKernel}}
-	for off := int64(0); off < 80*int64(time.Second); off += int64(10 * time.Millisecond) {
-		busy := uint32(off / int64(10*time.Second) % 2)
-		for cpu := range uint32(2) {
-			s := sample.Sample{Time: start + off, CPU: cpu, Comm: "swapper", Stack: idle}
-			if cpu == busy {
-				s = sample.Sample{Time: start + off, CPU: cpu, PID: 7, TID: 7, Comm: "spin", Stack: hot}
-			}
-			if err := db.Append(&s); err != nil {
-				t.Fatal(err)
+	return storetest.Record(t, opts, func(add func(*sample.Sample)) {
+		for off := int64(0); off < 80*int64(time.Second); off += int64(10 * time.Millisecond) {
+			busy := uint32(off / int64(10*time.Second) % 2)
+			for cpu := range uint32(2) {
+				s := sample.Sample{Time: start + off, CPU: cpu, Comm: "swapper", Stack: idle}
+				if cpu == busy {
+					s = sample.Sample{Time: start + off, CPU: cpu, PID: 7, TID: 7, Comm: "spin", Stack: hot}
+				}
+				add(&s)
 			}
 		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	})
 }
 
-// openReader opens a Reader of dirs, closed with the test.
-func openReader(t *testing.T, dirs ...string) *store.Reader {
+// localBlocks lists the blocks of the data directory dir, failing t when
+// there is none.
+func localBlocks(t *testing.T, dir string) []store.LocalBlock {
 	t.Helper()
-	var sources []store.BlockSource
-	for _, d := range dirs {
-		sources = append(sources, store.DirSource(d))
+	blocks, err := store.LocalBlocks(dir)
+	if err != nil || len(blocks) == 0 {
+		t.Fatalf("no block in %s: %v", dir, err)
 	}
-	rd, err := store.OpenReader(sources, store.ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rd.Close() })
-	return rd
-}
-
-// blockFiles lists the file name of every block of the data directory
-// dir, in order.
-func blockFiles(t *testing.T, dir, name string) []string {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "blocks", "*", name))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no block's %s in %s: %v", name, dir, err)
-	}
-	slices.Sort(paths)
-	return paths
-}
-
-// nearNodeCPU reports whether a and b have the same samples and covered
-// time in every step, and CPU times within a period a CPU (of cpus).
-func nearNodeCPU(a, b store.NodeCPU, period int64, cpus int64) bool {
-	near := func(x, y []int64, within int64) bool {
-		return slices.EqualFunc(x, y, func(p, q int64) bool { return max(p-q, q-p) <= within })
-	}
-	return a.Node == b.Node && slices.Equal(a.Samples, b.Samples) && slices.Equal(a.CoveredNs, b.CoveredNs) &&
-		near(a.BusiestNs, b.BusiestNs, period) && near(a.TotalNs, b.TotalNs, cpus*period)
-}
-
-func sameNodeCPU(a, b store.NodeCPU) bool {
-	return a.Node == b.Node && slices.Equal(a.BusiestNs, b.BusiestNs) && slices.Equal(a.TotalNs, b.TotalNs) &&
-		slices.Equal(a.Samples, b.Samples) && slices.Equal(a.CoveredNs, b.CoveredNs)
+	return blocks
 }
 
 // TestWarmSteps: warming reads every block's per-CPU summary once, in the
@@ -128,12 +56,12 @@ func sameNodeCPU(a, b store.NodeCPU) bool {
 func TestWarmSteps(t *testing.T) {
 	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
 	const ms = int64(time.Millisecond)
-	a := dutyNode(t, "node-a", start, 60, 10*ms, []float64{1, 0.1})
-	b := dutyNode(t, "node-b", start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
+	a := storetest.DutyNode(t, "node-a", nil, start, 60, 10*ms, []float64{1, 0.1})
+	b := storetest.DutyNode(t, "node-b", nil, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
 	ctx := context.Background()
 	step := int64(20 * time.Second)
 	r := store.Range{From: start, To: start + 60*int64(time.Second)}
-	cold := openReader(t, a, b)
+	cold := storetest.OpenDirs(t, a, b)
 	want, _, err := cold.NodeCPUSteps(ctx, r, step, &store.Filter{}, NewCells(0, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +71,7 @@ func TestWarmSteps(t *testing.T) {
 		t.Fatalf("a cold overview read %d per-CPU summaries of %d blocks, want every one (at least 4 blocks)", got, blocks)
 	}
 
-	db, cells := openReader(t, a, b), NewCells(0, 0)
+	db, cells := storetest.OpenDirs(t, a, b), NewCells(0, 0)
 	if st := cells.Stats(db); st.WarmBlocks != 0 || st.WarmPending != 0 || db.Stats().CPUSummaryReads != 0 {
 		t.Fatalf("before warming: %+v, %d reads", st, db.Stats().CPUSummaryReads)
 	}
@@ -167,7 +95,7 @@ func TestWarmSteps(t *testing.T) {
 		t.Fatalf("warm overview has %d nodes, cold %d", len(got), len(want))
 	}
 	for i := range want {
-		if !sameNodeCPU(got[i], want[i]) {
+		if !storetest.SameNodeCPU(got[i], want[i]) {
 			t.Errorf("node %s: warm %+v, cold %+v", want[i].Node, got[i], want[i])
 		}
 	}
@@ -203,8 +131,8 @@ func TestWarmSteps(t *testing.T) {
 		t.Fatalf("no zoom's steps kept after an overview at %v: %+v", time.Duration(step/2), st)
 	}
 	for _, dir := range []string{a, b} {
-		for _, p := range blockFiles(t, dir, store.BlockMetaFile) {
-			if err := os.RemoveAll(filepath.Dir(p)); err != nil {
+		for _, b := range localBlocks(t, dir) {
+			if err := os.RemoveAll(b.Dir); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -225,14 +153,14 @@ func TestWarmSteps(t *testing.T) {
 // later pass reads it again; the overview still warns about it.
 func TestWarmStepsSkipsACorruptSummary(t *testing.T) {
 	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
-	dir := dutyNode(t, "node-a", start, 60, int64(10*time.Millisecond), []float64{1, 0.1})
-	paths := blockFiles(t, dir, store.BlockDataFile)
-	if len(paths) < 2 {
-		t.Fatalf("blocks %v", paths)
+	dir := storetest.DutyNode(t, "node-a", nil, start, 60, int64(10*time.Millisecond), []float64{1, 0.1})
+	local := localBlocks(t, dir)
+	if len(local) < 2 {
+		t.Fatalf("blocks %v", local)
 	}
-	corruptCPUSummary(t, paths[0])
+	corruptCPUSummary(t, local[0].DataPath())
 
-	db, cells := openReader(t, dir), NewCells(0, 0)
+	db, cells := storetest.OpenDirs(t, dir), NewCells(0, 0)
 	blocks := db.Stats().Blocks
 	ctx := context.Background()
 	step := int64(20 * time.Second)
@@ -348,7 +276,7 @@ func TestCoarserFromWarmSteps(t *testing.T) {
 	dir := alternatingNode(t, "node-a", start)
 	ctx := context.Background()
 	sec := int64(time.Second)
-	warm, cells := openReader(t, dir), NewCells(0, 0)
+	warm, cells := storetest.OpenDirs(t, dir), NewCells(0, 0)
 	if res, err := cells.WarmSteps(ctx, warm, 10*sec); err != nil || res.Warmed < 4 || res.Pending != 0 {
 		t.Fatalf("warm: %+v, %v", res, err)
 	}
@@ -362,15 +290,15 @@ func TestCoarserFromWarmSteps(t *testing.T) {
 		if more := warm.Stats().CPUSummaryReads - reads; more != 0 {
 			t.Errorf("step %ds from steps warm at 10 s: %d summaries read", step/sec, more)
 		}
-		cold, _, err := openReader(t, dir).NodeCPUSteps(ctx, r, step, &store.Filter{}, NewCells(0, 0))
+		cold, _, err := storetest.OpenDirs(t, dir).NodeCPUSteps(ctx, r, step, &store.Filter{}, NewCells(0, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		scan, _, err := openReader(t, dir).NodeCPUSteps(ctx, r, step, &store.Filter{Frame: regexp.MustCompile(".")}, nil)
+		scan, _, err := storetest.OpenDirs(t, dir).NodeCPUSteps(ctx, r, step, &store.Filter{Frame: regexp.MustCompile(".")}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 1 || !sameNodeCPU(got[0], cold[0]) || !nearNodeCPU(got[0], scan[0], int64(10*time.Millisecond), 2) {
+		if len(got) != 1 || !storetest.SameNodeCPU(got[0], cold[0]) || !storetest.NearNodeCPU(got[0], scan[0], int64(10*time.Millisecond), 2) {
 			t.Fatalf("step %ds: from warm steps %+v, cold %+v, scan %+v", step/sec, got, cold, scan)
 		}
 		for s, ns := range got[0].BusiestNs {
@@ -400,7 +328,7 @@ func TestZoomStepsBounded(t *testing.T) {
 	ctx := context.Background()
 	sec := int64(time.Second)
 	open := func(budget int64) (*store.Reader, *Cells) {
-		db, cells := openReader(t, dir), NewCells(0, budget)
+		db, cells := storetest.OpenDirs(t, dir), NewCells(0, budget)
 		if _, err := cells.WarmSteps(ctx, db, 40*sec); err != nil {
 			t.Fatal(err)
 		}
@@ -432,7 +360,7 @@ func TestZoomStepsBounded(t *testing.T) {
 		return true
 	})
 	got, _, err := db.NodeCPUSteps(ctx, zoom, 10*sec, &store.Filter{}, cells)
-	if err != nil || len(got) != 1 || !sameNodeCPU(got[0], want[0]) {
+	if err != nil || len(got) != 1 || !storetest.SameNodeCPU(got[0], want[0]) {
 		t.Fatalf("the zoom again: %+v, %v; want %+v", got, err, want)
 	}
 	if more := db.Stats().CPUSummaryReads - reads - first; more != 0 {

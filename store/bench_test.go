@@ -1,14 +1,15 @@
-package store
+package store_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/heatscope/heatscope/internal/benchcpu"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/store"
 )
 
 // BenchmarkAppend measures ingest: decoded samples pushed into the WAL and
@@ -35,7 +36,7 @@ func benchmarkAppend(b *testing.B, cfg synth.Config) {
 	for g.Next(&s) {
 		samples = append(samples, s)
 	}
-	db, err := Open(b.TempDir(), Options{Source: "host"})
+	db, err := store.Open(b.TempDir(), store.Options{Source: "host"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func BenchmarkSelect(b *testing.B) {
 	b.ResetTimer()
 	n := 0
 	for range b.N {
-		if _, err := db.Select(ctx, r, &Filter{}, func(bt *Batch) error { n += len(bt.Rows); return nil }); err != nil {
+		if _, err := db.Select(ctx, r, &store.Filter{}, func(bt *store.Batch) error { n += len(bt.Rows); return nil }); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -76,7 +77,7 @@ func BenchmarkTimelineSummaries(b *testing.B) {
 	ctx := context.Background()
 	defer benchcpu.PerOp(b)()
 	for range b.N {
-		if _, _, err := db.Timeline(ctx, r, 10e9, &Filter{Comm: "kubelet"}); err != nil {
+		if _, _, err := db.Timeline(ctx, r, 10e9, &store.Filter{Comm: "kubelet"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -92,8 +93,8 @@ func BenchmarkTimelineSummariesCoarse(b *testing.B) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
-		f    Filter
-	}{{"all", Filter{}}, {"comm", Filter{Comm: "kubelet"}}} {
+		f    store.Filter
+	}{{"all", store.Filter{}}, {"comm", store.Filter{Comm: "kubelet"}}} {
 		b.Run(c.name, func(b *testing.B) {
 			defer benchcpu.PerOp(b)()
 			for range b.N {
@@ -105,24 +106,9 @@ func BenchmarkTimelineSummariesCoarse(b *testing.B) {
 	}
 }
 
-func benchDB(b *testing.B) (*DB, Range) {
-	b.Helper()
-	dir := b.TempDir()
-	w, err := Open(dir, Options{Source: "host", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
+// benchDB imports 10 minutes of 64 CPUs at 99 Hz and opens them
+// read-only with a chunk cache of 1 M samples.
+func benchDB(b *testing.B) (*store.DB, store.Range) {
 	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
-	g := synth.New(synth.Config{CPUs: 64, Hz: 99, Start: start, Seconds: 600})
-	st, err := w.Import("synthetic", int64(time.Second)/99, g.Feed)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.Close()
-	db, err := Open(dir, Options{ReadOnly: true, ChunkCacheSamples: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	return db, Range{From: st.First, To: st.Last + 1}
+	return storetest.Imported(b, synth.Config{CPUs: 64, Hz: 99, Start: start, Seconds: 600}, store.Options{ChunkCacheSamples: 1 << 20})
 }

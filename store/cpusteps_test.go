@@ -1,49 +1,16 @@
-package store
+package store_test
 
 import (
 	"context"
-	"errors"
-	"math"
+	"os"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/heatscope/heatscope/internal/synth"
-	"github.com/heatscope/heatscope/sample"
+	"github.com/heatscope/heatscope/internal/storetest"
+	"github.com/heatscope/heatscope/store"
 )
-
-// dutyNode records into a new data directory as node: per CPU, a thread
-// (comm "t<cpu>") busy share[cpu] of every 100 ms, idle samples the rest,
-// sampled every period from start for seconds.
-func dutyNode(t *testing.T, node string, labels map[string]string, start, seconds, period int64, share []float64) string {
-	t.Helper()
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: node, Node: node, NodeLabels: labels, PeriodNs: period, BlockDuration: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hot := []sample.Frame{{Function: "spin", Module: "/bin/spin", Kind: sample.KindUser}}
-	idle := []sample.Frame{{Function: "default_idle", Module: "[kernel.kallsyms]", Kind: sample.KindKernel}}
-	end := start + seconds*int64(time.Second)
-	for ts := start; ts < end; ts += period {
-		for cpu, sh := range share {
-			s := sample.Sample{Time: ts / 1000 * 1000, CPU: uint32(cpu), Comm: "swapper/" + string(rune('0'+cpu)), Stack: idle}
-			if float64((ts-start)%int64(100*time.Millisecond)) < sh*float64(100*time.Millisecond) {
-				s = sample.Sample{Time: ts / 1000 * 1000, CPU: uint32(cpu), PID: 100, TID: uint32(100 + cpu),
-					Comm: "t" + string(rune('0'+cpu)), Stack: hot}
-			}
-			if err := db.Append(&s); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // TestNodeCPUSteps: the busiest CPU's share and the total per node and
 // step, from the per-CPU summaries, equal a scan of the samples, with
@@ -53,17 +20,17 @@ func TestNodeCPUSteps(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	// node-a: one CPU saturated, one 10% busy, at 100 Hz; node-b: four
 	// CPUs 40% busy, at 50 Hz.
-	a := dutyNode(t, "node-a", map[string]string{"zone": "z1"}, start, 60, 10*ms, []float64{1, 0.1})
-	b := dutyNode(t, "node-b", map[string]string{"zone": "z2"}, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
-	db, err := OpenReader([]BlockSource{DirSource(a), DirSource(b)}, ReaderOptions{})
+	a := storetest.DutyNode(t, "node-a", map[string]string{"zone": "z1"}, start, 60, 10*ms, []float64{1, 0.1})
+	b := storetest.DutyNode(t, "node-b", map[string]string{"zone": "z2"}, start, 60, 20*ms, []float64{0.4, 0.4, 0.4, 0.4})
+	db, err := store.OpenReader([]store.BlockSource{store.DirSource(a), store.DirSource(b)}, store.ReaderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	ctx := context.Background()
 	step := int64(10 * time.Second)
-	r := Range{From: start, To: start + 60*int64(time.Second)}
-	got, warnings, err := db.NodeCPUSteps(ctx, r, step, &Filter{}, nil)
+	r := store.Range{From: start, To: start + 60*int64(time.Second)}
+	got, warnings, err := db.NodeCPUSteps(ctx, r, step, &store.Filter{}, nil)
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("NodeCPUSteps: %v %v", err, warnings)
 	}
@@ -99,13 +66,13 @@ func TestNodeCPUSteps(t *testing.T) {
 	any := regexp.MustCompile(".")
 	for _, c := range []struct {
 		name string
-		f    Filter
+		f    store.Filter
 	}{
-		{"all", Filter{}},
-		{"idle too", Filter{IncludeIdle: true}},
-		{"command", Filter{Comm: "t1"}},
-		{"cpu", Filter{CPUs: []uint32{1, 3}}},
-		{"label", Filter{NodeLabels: []Label{{"zone", "z2"}}}},
+		{"all", store.Filter{}},
+		{"idle too", store.Filter{IncludeIdle: true}},
+		{"command", store.Filter{Comm: "t1"}},
+		{"cpu", store.Filter{CPUs: []uint32{1, 3}}},
+		{"label", store.Filter{NodeLabels: []store.Label{{"zone", "z2"}}}},
 	} {
 		sum, _, err := db.NodeCPUSteps(ctx, r, step, &c.f, nil)
 		if err != nil {
@@ -118,12 +85,12 @@ func TestNodeCPUSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A 1 s-aligned range that is not a multiple of 10 s scans too.
-		odd, _, err := db.NodeCPUSteps(ctx, Range{From: r.From, To: r.To - int64(time.Second)}, step, &c.f, nil)
+		odd, _, err := db.NodeCPUSteps(ctx, store.Range{From: r.From, To: r.To - int64(time.Second)}, step, &c.f, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range sum {
-			if !nearNodeCPU(sum[i], scan[i], map[string]int64{"node-a": 10 * ms, "node-b": 20 * ms}[sum[i].Node], 4) {
+			if !storetest.NearNodeCPU(sum[i], scan[i], map[string]int64{"node-a": 10 * ms, "node-b": 20 * ms}[sum[i].Node], 4) {
 				t.Errorf("%s: summary %+v\nscan %+v", c.name, sum[i], scan[i])
 			}
 			if !slices.Equal(scan[i].BusiestNs[:5], odd[i].BusiestNs[:5]) {
@@ -139,27 +106,12 @@ func TestNodeCPUSteps(t *testing.T) {
 	}
 
 	// Bad arguments.
-	if _, _, err := db.NodeCPUSteps(ctx, r, 0, &Filter{}, nil); err == nil {
+	if _, _, err := db.NodeCPUSteps(ctx, r, 0, &store.Filter{}, nil); err == nil {
 		t.Error("step 0 accepted")
 	}
-	if _, _, err := db.NodeCPUSteps(ctx, Range{From: 0, To: 1 << 62}, 1, &Filter{}, nil); err == nil {
+	if _, _, err := db.NodeCPUSteps(ctx, store.Range{From: 0, To: 1 << 62}, 1, &store.Filter{}, nil); err == nil {
 		t.Error("10^18 steps accepted")
 	}
-}
-
-func sameNodeCPU(a, b NodeCPU) bool {
-	return a.Node == b.Node && slices.Equal(a.BusiestNs, b.BusiestNs) && slices.Equal(a.TotalNs, b.TotalNs) &&
-		slices.Equal(a.Samples, b.Samples) && slices.Equal(a.CoveredNs, b.CoveredNs)
-}
-
-// nearNodeCPU reports whether a and b have the same samples and covered
-// time in every step, and CPU times within a period a CPU (of cpus).
-func nearNodeCPU(a, b NodeCPU, period int64, cpus int64) bool {
-	near := func(x, y []int64, within int64) bool {
-		return slices.EqualFunc(x, y, func(p, q int64) bool { return max(p-q, q-p) <= within })
-	}
-	return a.Node == b.Node && slices.Equal(a.Samples, b.Samples) && slices.Equal(a.CoveredNs, b.CoveredNs) &&
-		near(a.BusiestNs, b.BusiestNs, period) && near(a.TotalNs, b.TotalNs, cpus*period)
 }
 
 // TestNodeCPUStepsOfOlderBlocks: blocks of format versions 1 and 2 have
@@ -168,23 +120,25 @@ func nearNodeCPU(a, b NodeCPU, period int64, cpus int64) bool {
 func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
 	for _, v := range []string{"v1", "v2"} {
 		dir := t.TempDir()
-		copyDir(t, "testdata/"+v, dir)
-		db, err := Open(dir, Options{Source: "host", ReadOnly: true})
+		if err := os.CopyFS(dir, os.DirFS("testdata/"+v)); err != nil {
+			t.Fatal(err)
+		}
+		db, err := store.Open(dir, store.Options{Source: "host", ReadOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := Range{From: 1_700_000_000_000_000_000, To: 1_700_000_010_000_000_000}
-		got, warnings, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &Filter{IncludeIdle: true}, nil)
+		r := store.Range{From: 1_700_000_000_000_000_000, To: 1_700_000_010_000_000_000}
+		got, warnings, err := db.NodeCPUSteps(context.Background(), r, int64(10*time.Second), &store.Filter{IncludeIdle: true}, nil)
 		if err != nil || len(warnings) > 0 || len(got) != 1 {
 			t.Fatalf("%s: %+v %v %v", v, got, warnings, err)
 		}
 		perCPU := map[uint32]int64{}
 		var n int64
-		var last LastSample
-		db.Select(context.Background(), r, &Filter{IncludeIdle: true}, func(b *Batch) error {
+		var last store.LastSample
+		db.Select(context.Background(), r, &store.Filter{IncludeIdle: true}, func(b *store.Batch) error {
 			for _, i := range b.Rows {
 				t, cpu := b.T.Time[i], b.T.CPU[i]
-				perCPU[cpu] += min(t, r.To) - max(Since(t, b.Weight(), last.Swap(cpu, t)), r.From)
+				perCPU[cpu] += min(t, r.To) - max(store.Since(t, b.Weight(), last.Swap(cpu, t)), r.From)
 				n++
 			}
 			return nil
@@ -200,110 +154,28 @@ func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
 	}
 }
 
-// TestCPUSummaryOfSynthBlocks: the per-CPU summary of a block, summed
-// over CPUs, is its per-thread summary summed over threads.
-func TestCPUSummaryOfSynthBlocks(t *testing.T) {
-	dir, _ := nodeDir(t, "n", nil, synth.Config{CPUs: 4, Hz: 99, Start: 1e18, Seconds: 30, Seed: 3, Containers: true})
-	db, err := Open(dir, Options{Source: "n", ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, b := range db.blocks {
-		ix, err := db.blockIndex(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := readSection(b.data, b.sections[sectionCPUSummary], b.tocOffset)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
-		if err != nil || len(cs.cells) == 0 {
-			t.Fatalf("block %s: per-CPU summary %+v: %v", b, cs, err)
-		}
-		perCPU, perThread := map[int64][2]uint32{}, map[int64][2]uint32{}
-		for _, c := range cs.cells {
-			v := perCPU[cs.base+int64(c.bucket)]
-			perCPU[cs.base+int64(c.bucket)] = [2]uint32{v[0] + c.count, v[1] + c.idle}
-		}
-		for _, c := range ix.summary.cells {
-			v := perThread[ix.summary.base+int64(c.bucket)]
-			perThread[ix.summary.base+int64(c.bucket)] = [2]uint32{v[0] + c.count, v[1] + c.idle}
-		}
-		if len(perCPU) != len(perThread) {
-			t.Fatalf("%d buckets per CPU, %d per thread", len(perCPU), len(perThread))
-		}
-		for k, v := range perThread {
-			if perCPU[k] != v {
-				t.Errorf("bucket %d: per CPU %v, per thread %v", k, perCPU[k], v)
-			}
-		}
-	}
-}
-
-func FuzzDecodeCPUSummary(f *testing.F) {
-	f.Add(encodeSummary([]summaryEntry{{bucket: 170_000_000, key: 3, count: 990, idle: 10}, {bucket: 170_000_001, key: 0, count: 5, idle: 5}}))
-	f.Add(encodeSummary(nil))
-	f.Add(encodeSummary([]summaryEntry{{bucket: 0, key: 0, count: 1}, {bucket: 5, key: 0, count: 1}, {bucket: 3, key: 1, count: 1}}))
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		s, err := decodeSummary(raw, "cpu summary", maxSummaryCPU)
-		if err != nil {
-			return
-		}
-		for i, c := range s.cells {
-			if c.key >= maxSummaryCPU || c.idle > c.count {
-				t.Fatalf("decoded an out-of-range cell %+v", c)
-			}
-			if i > 0 && c.bucket < s.cells[i-1].bucket {
-				t.Fatalf("decoded cell %d's bucket %d before the previous one's %d", i, c.bucket, s.cells[i-1].bucket)
-			}
-		}
-	})
-}
-
-// TestDecodeSummaryRejectsBucketsGoingBack: a summary whose buckets rise
-// then fall (0, 5, 3) is a corrupt block, not entries that readers such as
-// ReadCPUSteps, which take the first and last entries for the lowest and
-// highest buckets, would index past their counts with.
-func TestDecodeSummaryRejectsBucketsGoingBack(t *testing.T) {
-	back := encodeSummary([]summaryEntry{{bucket: 100, key: 0, count: 1}, {bucket: 105, key: 1, count: 2}, {bucket: 103, key: 0, count: 3}})
-	for _, what := range []string{"cpu summary", "summary"} {
-		_, err := decodeSummary(back, what, maxSummaryCPU)
-		if !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), what+" entry 2's bucket is before the previous entry's") {
-			t.Errorf("%s with buckets 100, 105, 103: %v, want a corrupt-block error naming entry 2", what, err)
-		}
-	}
-	// Equal buckets (several keys in one 10 s) are fine.
-	same := encodeSummary([]summaryEntry{{bucket: 100, key: 0, count: 1}, {bucket: 100, key: 1, count: 2}, {bucket: 101, key: 0, count: 3}})
-	if s, err := decodeSummary(same, "cpu summary", maxSummaryCPU); err != nil || len(s.cells) != 3 || s.cells[2].bucket != 1 {
-		t.Errorf("buckets 100, 100, 101: %+v, %v", s, err)
-	}
-}
-
 // TestTimelineKeepsItsCPUSteps: a timeline of every thread cuts its steps
 // by the CPUs' time from the blocks' per-CPU summaries, read once and kept
 // by the Reader (the overview keeps its own): the same timeline again
 // reads none, another step reads them again, and NodeCPUSteps without a
-// cache reads them every time. ReadCPUSteps refuses a block of a format
-// without a per-CPU summary.
+// cache reads them every time.
 func TestTimelineKeepsItsCPUSteps(t *testing.T) {
 	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
-	dir := dutyNode(t, "node-a", nil, start, 60, int64(10*time.Millisecond), []float64{1, 0.1})
-	db, err := Open(dir, Options{ReadOnly: true})
+	dir := storetest.DutyNode(t, "node-a", nil, start, 60, int64(10*time.Millisecond), []float64{1, 0.1})
+	db, err := store.Open(dir, store.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	ctx := context.Background()
 	blocks := uint64(db.Stats().Blocks)
-	r := Range{From: start, To: start + 60*int64(time.Second)}
+	r := store.Range{From: start, To: start + 60*int64(time.Second)}
 	reads := func() uint64 { return db.Stats().CPUSummaryReads }
 	for i, c := range []struct {
 		step int64
 		want uint64
 	}{{int64(20 * time.Second), blocks}, {int64(20 * time.Second), blocks}, {int64(30 * time.Second), 2 * blocks}} {
-		if _, _, err := db.Timeline(ctx, r, c.step, &Filter{}); err != nil {
+		if _, _, err := db.Timeline(ctx, r, c.step, &store.Filter{}); err != nil {
 			t.Fatal(err)
 		}
 		if reads() != c.want || blocks < 2 {
@@ -312,26 +184,11 @@ func TestTimelineKeepsItsCPUSteps(t *testing.T) {
 	}
 	before := reads()
 	for range 2 {
-		if _, _, err := db.NodeCPUSteps(ctx, r, int64(30*time.Second), &Filter{}, nil); err != nil {
+		if _, _, err := db.NodeCPUSteps(ctx, r, int64(30*time.Second), &store.Filter{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if more := reads() - before; more != 2*blocks {
 		t.Errorf("NodeCPUSteps without a cache, twice: %d summaries read, want %d", more, 2*blocks)
-	}
-
-	old := t.TempDir()
-	copyDir(t, "testdata/v2", old)
-	v2, err := Open(old, Options{Source: "host", ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v2.Close()
-	if bs := v2.CPUSummaryBlocks(); len(bs) != 0 {
-		t.Errorf("a store of version 2 blocks lists %d with a per-CPU summary", len(bs))
-	}
-	b := v2.blocks[0]
-	if _, err := v2.ReadCPUSteps(b, int64(10*time.Second), 0, false, Range{From: math.MinInt64, To: math.MaxInt64}); err == nil {
-		t.Error("ReadCPUSteps of a version 2 block: no error")
 	}
 }
