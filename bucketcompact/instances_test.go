@@ -7,6 +7,7 @@ import (
 
 	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 )
 
@@ -20,7 +21,7 @@ func TestInstancesStayApart(t *testing.T) {
 	start := day().Add(5 * time.Minute).UnixNano()
 	total := 0
 	for seed := range uint64(2) {
-		dir, n := miniotest.RecordSynth(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 49, Start: start, Seconds: 300, Seed: seed + 1}, 2*time.Minute)
+		dir, n := storetest.RecordSynth(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 49, Start: start, Seconds: 300, Seed: seed + 1}, 2*time.Minute)
 		miniotest.UploadBlocks(t, bkt, "node-a", dir)
 		total += n
 	}

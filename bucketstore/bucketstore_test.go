@@ -18,6 +18,7 @@ import (
 	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
 )
@@ -25,7 +26,7 @@ import (
 // record writes cfg's samples into a new data directory as node (blocks
 // of 30 s) and returns it with its sample count.
 func record(t testing.TB, node string, labels map[string]string, cfg synth.Config) (string, int) {
-	return miniotest.RecordSynth(t, node, labels, cfg, 30*time.Second)
+	return storetest.RecordSynth(t, node, labels, cfg, 30*time.Second)
 }
 
 // upload puts every block of dir into the bucket under node, as the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 )
 
@@ -34,7 +35,7 @@ func recordNode(t testing.TB, bkt *bucket.Bucket, node, zone string, seed uint64
 // them; it returns the number of samples.
 func uploadSynth(t testing.TB, bkt *bucket.Bucket, node, zone string, cfg synth.Config, blockDuration time.Duration) int {
 	t.Helper()
-	dir, n := miniotest.RecordSynth(t, node, map[string]string{"zone": zone}, cfg, blockDuration)
+	dir, n := storetest.RecordSynth(t, node, map[string]string{"zone": zone}, cfg, blockDuration)
 	miniotest.UploadBlocks(t, bkt, node, dir)
 	return n
 }

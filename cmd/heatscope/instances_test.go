@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
 )
@@ -30,7 +31,7 @@ func TestServeTwoInstancesOfOneNode(t *testing.T) {
 	for seed := range uint64(2) {
 		// The second starts 10 s after the first, which keeps the name.
 		cfg.Seed, cfg.Start = seed+1, fleetStart+int64(seed)*10e9
-		dir, n := miniotest.RecordSynth(t, "a", nil, cfg, 30e9)
+		dir, n := storetest.RecordSynth(t, "a", nil, cfg, 30e9)
 		miniotest.UploadBlocks(t, bkt, "a", dir)
 		dirs, total = append(dirs, dir), total+n
 	}

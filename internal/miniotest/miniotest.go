@@ -45,8 +45,6 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
-	"github.com/heatscope/heatscope/internal/synth"
-	"github.com/heatscope/heatscope/sample"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -533,32 +531,6 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
-}
-
-// RecordSynth appends cfg's synthetic samples to a new data directory as
-// node (its labels, blocks of blockDuration, cfg.Hz's period) and returns
-// the directory with the number of samples.
-func RecordSynth(t testing.TB, node string, labels map[string]string, cfg synth.Config, blockDuration time.Duration) (string, int) {
-	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, NodeLabels: labels,
-		PeriodNs: sample.PeriodOf(int64(cfg.Hz)), BlockDuration: blockDuration, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := synth.New(cfg)
-	n := 0
-	var s sample.Sample
-	for g.Next(&s) {
-		if err := db.Append(&s); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return dir, n
 }
 
 // UploadBlocks puts every block of the data directory dir into bkt under
