@@ -58,22 +58,12 @@ func methodsOf(samples []sample.Sample) (table, fp int) {
 	return table, fp
 }
 
-// TestFrameMethodsRoundTrip: how each frame was found reads back the same
-// from the head, from blocks cut from it, from the WAL after a crash and
-// from a compacted block; a frame reached both ways is two frames of the
-// tables, of one function.
-func TestFrameMethodsRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
-	want := appendMarked(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 45, Stacks: 50})
-	table, fp := methodsOf(want)
-	if table == 0 || fp == 0 {
-		t.Fatalf("the samples have %d frames found with tables and %d with frame pointers: the test needs both", table, fp)
-	}
+// roundTrip checks that db's samples are want, as its head and the
+// blocks cut from it hold them, as a crash's WAL replays them (a copy of
+// dir), and after compaction merges the blocks; it returns the index of
+// the merged block (of this format's version) for the tables' checks.
+func roundTrip(t *testing.T, db *DB, dir string, want []sample.Sample) *blockIndex {
+	t.Helper()
 	sameSamples(t, all(t, db, Filter{}), want)
 	if db.Stats().Cuts == 0 {
 		t.Error("no block was cut: the blocks are not tested")
@@ -98,14 +88,38 @@ func TestFrameMethodsRoundTrip(t *testing.T) {
 	}
 	sameSamples(t, all(t, db, Filter{}), want)
 
-	// One frame of the tables per (address, method), one function.
 	db.mu.RLock()
 	merged := db.blocks[len(db.blocks)-1]
 	db.mu.RUnlock()
+	if merged.Meta.Version != FormatVersion {
+		t.Errorf("compacted block of version %d, want %d", merged.Meta.Version, FormatVersion)
+	}
 	ix, err := merged.readIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ix
+}
+
+// TestFrameMethodsRoundTrip: how each frame was found reads back the same
+// from the head, from blocks cut from it, from the WAL after a crash and
+// from a compacted block; a frame reached both ways is two frames of the
+// tables, of one function.
+func TestFrameMethodsRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{Source: "host", BlockDuration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-3 * time.Hour).Truncate(time.Hour).UnixNano()
+	want := appendMarked(t, db, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 45, Stacks: 50})
+	table, fp := methodsOf(want)
+	if table == 0 || fp == 0 {
+		t.Fatalf("the samples have %d frames found with tables and %d with frame pointers: the test needs both", table, fp)
+	}
+	// The head, a crash's WAL and a compacted block; one frame of the
+	// tables per (address, method), one function.
+	ix := roundTrip(t, db, dir, want)
 	frames, funcs := ix.tables.Frames, ix.tables.Strings
 	type at struct {
 		fn   string

@@ -41,38 +41,7 @@ func TestPythonFramesRoundTrip(t *testing.T) {
 	if n, lines := pythonFramesOf(want); n == 0 || lines != n {
 		t.Fatalf("the samples have %d Python frames, %d with lines: the test needs them all with lines", n, lines)
 	}
-	sameSamples(t, all(t, db, Filter{}), want)
-	if db.Stats().Cuts == 0 {
-		t.Error("no block was cut: the blocks are not tested")
-	}
-
-	replayed := crashCopy(t, db, dir)
-	sameSamples(t, all(t, replayed, Filter{}), want)
-	if err := replayed.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	db.mu.Lock()
-	db.cutLocked()
-	db.mu.Unlock()
-	waitSealed(t, db)
-	before := db.Stats().Blocks
-	db.Maintain()
-	if st := db.Stats(); st.Compactions == 0 || st.Blocks >= before {
-		t.Fatalf("compaction did not merge the %d blocks: %+v", before, st)
-	}
-	sameSamples(t, all(t, db, Filter{}), want)
-
-	db.mu.RLock()
-	merged := db.blocks[len(db.blocks)-1]
-	db.mu.RUnlock()
-	if merged.Meta.Version != FormatVersion {
-		t.Errorf("compacted block of version %d, want %d", merged.Meta.Version, FormatVersion)
-	}
-	ix, err := merged.readIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := roundTrip(t, db, dir, want)
 	linesOf := map[string]map[uint32]bool{}
 	for _, f := range ix.tables.Frames {
 		if f.Kind != sample.KindPython {
