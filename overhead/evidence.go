@@ -111,6 +111,7 @@ func (g *Guard) judgeTrial(now time.Time, cur int, cost Cost) bool {
 	g.changes.Add(1)
 	g.undone.Add(1)
 	g.quiet = 0
+	g.ceilings.drop(t.from)
 	samples, _ := t.before.perSample()
 	g.held = &held{why: reason, at: now, samplesPerHz: samples / float64(t.from)}
 	g.cfg.Logger.Info("sampling frequency changed", "from_hz", cur, "to_hz", t.from, "reason", reason)

@@ -13,7 +13,10 @@
 // them the Guard acts on evidence (evidence.go): not on the first windows
 // (start-up), not on one window over the budget unless the samples alone
 // are over it, and a cut that did not buy what it was made for is undone
-// and not made again for that reason.
+// and not made again for that reason. It predicts the cost at another
+// rate by what it has learned from its windows of each part's cost per Hz
+// (slope.go), and does not try again a rate it cut from until its windows
+// show that rate to fit (ceiling.go).
 //
 // Every change is logged (and counted in Changes); a run of changes, from
 // the first away from the target until the rate is back, is one Episode,
@@ -26,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -183,6 +187,16 @@ type Guard struct {
 	// evidence is what the Guard has seen of its windows and cuts
 	// (evidence.go).
 	evidence
+	// model is what the Guard has learned of each part's cost per Hz
+	// (slope.go); learned is its last slopes for Slopes, under slopesMu.
+	model    rateModel
+	slopesMu sync.Mutex
+	learned  []PartSlope
+	// recent are the last RaiseAfter windows' costs: a raise goes only
+	// as far as the dearest of them allows.
+	recent []recentCost
+	// ceilings are the rates cut from (ceiling.go).
+	ceilings
 }
 
 // New returns a Guard for sampler, measuring with meter.
@@ -330,6 +344,9 @@ func (g *Guard) observe(cost Cost) {
 	if share <= g.cfg.MaxCPU {
 		g.keeping = false // a run of windows that kept the rate ends
 	}
+	if len(cost.Parts) > 0 {
+		cost = g.learn(cur, cost)
+	}
 	overLast := g.overLast
 	g.overLast = share > g.cfg.MaxCPU
 	if g.judgeTrial(now, cur, cost) || g.waits(cost, overLast) {
@@ -354,6 +371,9 @@ func (g *Guard) observe(cost Cost) {
 	g.changes.Add(1)
 	if low := g.lowest.Load(); low == 0 || int64(next) < low {
 		g.lowest.Store(int64(next))
+	}
+	if len(cost.Parts) > 0 {
+		g.ceilings.noteRate(cur, next, share)
 	}
 	if next < cur && len(cost.Parts) > 0 {
 		// A trial, judged on the next window (judgeTrial).
@@ -417,14 +437,19 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 		if fit, ok := cost.fitRate(cur, g.cfg.HighWater*budget); ok && len(cost.Parts) > 0 {
 			next = max(next, min(fit, cur-1))
 		}
-		return max(next, g.cfg.MinFrequency), cost.over(budget)
+		next = max(next, g.cfg.MinFrequency)
+		reason := cost.over(budget)
+		if len(cost.Parts) > 0 {
+			reason += fmt.Sprintf("; %.3f%% predicted at %d Hz (%s)", cost.at(cur, next), next, g.model.saySlopes(cost.slopes))
+		}
+		return next, reason
 	case len(cost.Parts) > 0 && share <= budget && cur < g.cfg.TargetFrequency:
 		// The cost's parts known: raise while the cost predicted at a
-		// higher rate (what falls with the rate scaled to it, the rest
-		// as measured) stays under HighWater of the budget, at most
-		// doubling. A cut whose cost ended by itself (a start-up, a
-		// burst) comes back so, even where the cost stays over the
-		// low-water mark (case b at 49 Hz: 0.74% of one CPU).
+		// higher rate (what falls with the rate by the slopes learned,
+		// scaled to it; the rest as measured) stays under HighWater of
+		// the budget, at most doubling. A cut whose cost ended by itself
+		// (a start-up, a burst) comes back so, even where the cost stays
+		// over the low-water mark (case b at 49 Hz: 0.74% of one CPU).
 		fit, ok := cost.fitRate(cur, g.cfg.HighWater*budget)
 		if !ok || fit <= cur {
 			g.quiet = 0
@@ -434,10 +459,7 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 		if g.quiet < g.cfg.RaiseAfter {
 			return cur, ""
 		}
-		g.quiet = 0
-		next := min(2*cur, fit, g.cfg.TargetFrequency)
-		return next, fmt.Sprintf("agent CPU %.3f%% of one CPU, %.3f%% predicted at %d Hz, has stayed under %.0f%% of the %.3g%% budget (%s)",
-			share, cost.at(cur, next), next, 100*g.cfg.HighWater, budget, cost.split())
+		return g.raise(cur, cost)
 	case share < g.cfg.LowWater*budget && cur < g.cfg.TargetFrequency:
 		g.quiet++
 		if g.quiet < g.cfg.RaiseAfter {

@@ -53,6 +53,10 @@ type PartShare struct {
 type Cost struct {
 	Share float64
 	Parts []PartShare
+	// slopes are the parts' costs per Hz the Guard has learned (by name,
+	// the rest as restName; rateModel), nil before it has: what a
+	// prediction at another rate takes to grow or fall with it (falling).
+	slopes map[string]float64
 }
 
 // rest is the cost outside the parts.
@@ -64,14 +68,17 @@ func (c Cost) rest() float64 {
 	return max(r, 0)
 }
 
-// perSample is the cost that falls with the rate, and whether the parts
-// are known at all: the parts marked PerSample (the samples' own path,
-// the BPF program's runs, the store), measured. The rest is taken to stay
-// when the rate changes: measured, it does not follow the rate (0.34-0.80%
+// perSample is the cost of the parts marked PerSample (the samples' own
+// path, the BPF program's runs, the store), as measured, and whether the
+// parts are known at all: what falls with the rate before the Guard has
+// learned otherwise (falling), and what the hard protections judge by
+// (samplesAlone, rateBound, an undone cut's hold), so that no slope
+// learned from noisy windows keeps the Guard from cutting a rate whose
+// samples alone are over the budget. The rest was taken to stay when the
+// rate changes: on a busy machine it did not follow the rate (0.34-0.80%
 // of one CPU from 99 Hz down to 10 Hz, while the samples' part fell from
-// 0.36% to 0.11%; its largest piece the collector, whose work follows the
-// allocations of new processes and binaries as much as the samples').
-// Taking it to fall made every cut promise more than it bought.
+// 0.36% to 0.11%); on a quiet one it grew with it (rateModel), which the
+// Guard now learns.
 func (c Cost) perSample() (share float64, known bool) {
 	if len(c.Parts) == 0 {
 		return 0, false
@@ -81,6 +88,31 @@ func (c Cost) perSample() (share float64, known bool) {
 			share += p.Share
 		}
 	}
+	return min(share, c.Share), true
+}
+
+// falling is the cost that falls with the rate, measured at cur, as the
+// Guard predicts it: each part's learned cost per Hz (slopes) times cur,
+// at most the part's share in this window; a part without a learned slope
+// falls whole if it is marked PerSample (perSample) and not at all
+// otherwise. known is false without parts.
+func (c Cost) falling(cur int) (share float64, known bool) {
+	if len(c.Parts) == 0 {
+		return 0, false
+	}
+	part := func(name string, s float64, perSample bool) float64 {
+		if perHz, ok := c.slopes[name]; ok && cur > 0 {
+			return min(s, perHz*float64(cur))
+		}
+		if perSample {
+			return s
+		}
+		return 0
+	}
+	for _, p := range c.Parts {
+		share += part(p.Name, p.Share, p.PerSample)
+	}
+	share += part(restName, c.rest(), false)
 	return min(share, c.Share), true
 }
 
@@ -95,10 +127,10 @@ func (c Cost) samplesAlone(budget float64) bool {
 }
 
 // at is the cost the same work would have at the rate hz, measured at cur:
-// what falls with the rate scaled to it, the rest as it is. Without known
-// parts the whole cost is scaled.
+// what falls with the rate (falling: by the learned slopes) scaled to it,
+// the rest as it is. Without known parts the whole cost is scaled.
 func (c Cost) at(cur, hz int) float64 {
-	samples, known := c.perSample()
+	samples, known := c.falling(cur)
 	if !known {
 		samples = c.Share
 	}
@@ -118,7 +150,7 @@ func (c Cost) largest() string {
 }
 
 // fitRate returns the rate at which the cost, at cur, would fit in budget:
-// what falls with the rate (perSample) scales with it, the rest does not. ok is
+// what falls with the rate (falling) scales with it, the rest does not. ok is
 // false when no rate fits (what does not fall with the rate is over the
 // budget alone: a node starting hundreds of processes, a build linking new
 // binaries), when lowering the rate would lose samples of every process for
@@ -126,7 +158,7 @@ func (c Cost) largest() string {
 // samples' part (no Config.Parts) every cut is taken to help: half the rate.
 // With nothing that falls with the rate, every rate fits or none does.
 func (c Cost) fitRate(cur int, budget float64) (hz int, ok bool) {
-	samples, known := c.perSample()
+	samples, known := c.falling(cur)
 	if !known {
 		return cur / 2, true
 	}

@@ -110,16 +110,16 @@ func TestPartsOverWindows(t *testing.T) {
 		want bool
 		why  string
 	}{
-		{Cost{1.4, []PartShare{{"samples", 0.5, true}, {"new processes", 0.6, false}, {"symbol tables", 0.2, false}}}, 0.1, true,
+		{Cost{Share: 1.4, Parts: []PartShare{{"samples", 0.5, true}, {"new processes", 0.6, false}, {"symbol tables", 0.2, false}}}, 0.1, true,
 			"0.9 does not fall with the rate (the rest with it): what is left of the budget, 0.1, fits at a fifth of the rate"},
-		{Cost{1.6, []PartShare{{"samples", 0.3, true}, {"new processes", 0.9, false}, {"symbol tables", 0.2, false}}}, 0.2, false,
+		{Cost{Share: 1.6, Parts: []PartShare{{"samples", 0.3, true}, {"new processes", 0.9, false}, {"symbol tables", 0.2, false}}}, 0.2, false,
 			"1.1 does not fall with the rate, over the budget alone and most of the cost"},
-		{Cost{2.4, []PartShare{{"samples", 1.3, true}, {"new processes", 1.1, false}}}, 0, true,
+		{Cost{Share: 2.4, Parts: []PartShare{{"samples", 1.3, true}, {"new processes", 1.1, false}}}, 0, true,
 			"no rate fits, but the samples' part is most of the cost"},
-		{Cost{4.691, []PartShare{{"samples", 1.459, true}, {"BPF sampler", 0.696, true}, {"the store", 0.025, true}, {"new processes", 0.505, false},
+		{Cost{Share: 4.691, Parts: []PartShare{{"samples", 1.459, true}, {"BPF sampler", 0.696, true}, {"the store", 0.025, true}, {"new processes", 0.505, false},
 			{"symbol tables", 0.090, false}, {"unwind tables", 0.025, false}}}, 1.891, true,
 			"no rate fits and the rest is the largest part (cmd's TestOverheadGuard at 400 Hz), but what falls with the rate is over the budget alone"},
-		{Cost{1.243, []PartShare{{"samples", 0.173, true}, {"BPF sampler", 0.056, true}, {"the store", 0.038, true}, {"new processes", 0.093, false},
+		{Cost{Share: 1.243, Parts: []PartShare{{"samples", 0.173, true}, {"BPF sampler", 0.056, true}, {"the store", 0.038, true}, {"new processes", 0.093, false},
 			{"symbol tables", 0.222, false}, {"unwind tables", 0.231, false}}}, 0.430, false,
 			"case b at load 16-34, taken as at 100 Hz: it would fit at 8 Hz, under the 10 Hz floor (at its 24 Hz, at 2 Hz): no cut can bring it within"},
 	} {
