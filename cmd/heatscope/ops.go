@@ -152,7 +152,10 @@ func recorderMetrics(rec *recorder.Recorder, db *store.DB, g *guarded, kmsg *eve
 		undone := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "heatscope_guard_cuts_undone_total",
 			Help: "Cuts of the sampling rate the overhead guard undid at the next window: still over --max-cpu, they had bought less than half the saving they were made for (the rate is then kept while what falls with it does not grow)."},
 			func() float64 { return float64(g.Undones()) })
-		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds, kept, undone} {
+		ceiling := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatscope_guard_rate_ceiling_hertz",
+			Help: "The lowest sampling rate the overhead guard cut from and will not raise to again until its windows predict that rate within --max-cpu's margin, less what the raise to it missed by (0 when none)."},
+			func() float64 { return float64(g.Ceiling()) })
+		for _, c := range []prometheus.Collector{collections, judged, share, shedding, sheds, kept, undone, ceiling, slopeCollector{g.Guard}} {
 			if err := m.Register(c); err != nil {
 				return nil, err
 			}
@@ -183,5 +186,22 @@ func (workCollector) Describe(ch chan<- *prometheus.Desc) { ch <- workDesc }
 func (c workCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.rec.Parts() {
 		ch <- prometheus.MustNewConstMetric(workDesc, prometheus.CounterValue, p.CPU.Seconds(), p.Name)
+	}
+}
+
+// slopeDesc describes heatscope_guard_cost_per_hertz.
+var slopeDesc = prometheus.NewDesc("heatscope_guard_cost_per_hertz",
+	"What the overhead guard has learned each part of the agent's cost grows by per Hz of the sampling rate, in percent of one CPU, from its windows at different rates (the part \"the rest\" is the CPU outside every timed part); a part not yet seen at two rates a quarter apart is absent.",
+	[]string{"part"}, nil)
+
+// slopeCollector exports the overhead guard's learned slopes
+// (overhead.Guard.Slopes).
+type slopeCollector struct{ g *overhead.Guard }
+
+func (slopeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- slopeDesc }
+
+func (c slopeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.g.Slopes() {
+		ch <- prometheus.MustNewConstMetric(slopeDesc, prometheus.GaugeValue, s.PerHz, s.Name)
 	}
 }

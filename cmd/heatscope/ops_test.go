@@ -224,6 +224,9 @@ func TestOverheadGuard(t *testing.T) {
 	if v := metricSum(m, "heatscope_agent_work_cpu_seconds_total", "part", "symbol tables"); !(v > 0) {
 		t.Errorf("the agent's CPU time on symbol tables is %v: it read the fixture's and its own", v)
 	}
+	if v := metricSum(m, "heatscope_guard_rate_ceiling_hertz"); v != 400 {
+		t.Errorf("heatscope_guard_rate_ceiling_hertz = %v after the cut from 400 Hz, want 400", v)
+	}
 	tableWalk := !strings.Contains(d.log(), "user stacks are walked with frame pointers")
 	if want := map[bool]float64{true: 1}[tableWalk]; sheds != want {
 		t.Errorf("the guard gave up work %v times before halving, want %v (table walk %v)\n%s", sheds, want, tableWalk, d.log())
