@@ -289,12 +289,14 @@ var (
 	descSummaryReads  = desc("store_cpu_summary_reads_total", "Blocks' per-CPU summaries read for the fleet overview (its cache misses, and the start-up warming's reads) and the timelines of every thread.")
 	descWarmBlocks    = desc("overview_warm_blocks", "Blocks whose per-CPU cells are warm for the fleet overview's warm step, which serves its first page and every coarser step (serve warms them at start and as blocks arrive).")
 	descWarmPending   = desc("overview_warm_pending", "Blocks still cold for the fleet overview's warm step: warming is done when this is 0.")
-	descWarmBytes     = desc("overview_warm_bytes", "Approximate memory of the warm per-CPU cells, bounded by the index cache's size.")
-	descStepCellBytes = desc("overview_step_cells_bytes", "Approximate memory of the fleet overview's per-CPU cells at steps the warm ones do not serve (zooms), bounded by 16 MiB.")
+	descWarmBytes     = desc("overview_warm_bytes", "Approximate memory of the warm per-CPU cells, bounded by overview_warm_limit_bytes.")
+	descWarmLimit     = desc("overview_warm_limit_bytes", "The bound of overview_warm_bytes: past it, warming leaves the remaining blocks to the queries.")
+	descStepCellBytes = desc("overview_step_cells_bytes", "Approximate memory of the per-CPU cells at steps the warm ones do not serve: the fleet overview's zooms' and the timelines' of every thread, in one budget (overview_step_cells_limit_bytes).")
+	descStepCellLimit = desc("overview_step_cells_limit_bytes", "The one bound of overview_step_cells_bytes, the zooms' and the timelines' cells together (least recently used out first).")
 	storeDescriptions = []*prometheus.Desc{descWALBytes, descBlockBytes, descBlocks, descHeadSamples, descAppended,
 		descLost, descWALDropped, descCuts, descCompactions, descRetention, descCorruptSkips, descIndexBytes, descIndexReads,
 		descSummaryReads}
-	overviewDescriptions = []*prometheus.Desc{descWarmBlocks, descWarmPending, descWarmBytes, descStepCellBytes}
+	overviewDescriptions = []*prometheus.Desc{descWarmBlocks, descWarmPending, descWarmBytes, descWarmLimit, descStepCellBytes, descStepCellLimit}
 )
 
 // tableCollector is a collector whose metrics are read at scrape time, as
@@ -349,6 +351,8 @@ func overviewTable(st overview.Stats) []constMetric {
 		{descWarmBlocks, prometheus.GaugeValue, float64(st.WarmBlocks)},
 		{descWarmPending, prometheus.GaugeValue, float64(st.WarmPending)},
 		{descWarmBytes, prometheus.GaugeValue, float64(st.WarmBytes)},
-		{descStepCellBytes, prometheus.GaugeValue, float64(st.ZoomBytes)},
+		{descWarmLimit, prometheus.GaugeValue, float64(st.WarmLimit)},
+		{descStepCellBytes, prometheus.GaugeValue, float64(st.StepBytes)},
+		{descStepCellLimit, prometheus.GaugeValue, float64(st.StepLimit)},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -127,7 +128,7 @@ func TestWarmSteps(t *testing.T) {
 	}
 
 	// Blocks that leave their store take their warm steps and a zoom's.
-	if st := cells.Stats(db); st.ZoomBytes == 0 {
+	if st := cells.Stats(db); st.StepBytes == 0 {
 		t.Fatalf("no zoom's steps kept after an overview at %v: %+v", time.Duration(step/2), st)
 	}
 	for _, dir := range []string{a, b} {
@@ -143,7 +144,7 @@ func TestWarmSteps(t *testing.T) {
 	if n := db.Stats().Blocks; n != 0 {
 		t.Fatalf("%d blocks after their directories were removed", n)
 	}
-	if st := cells.Stats(db); st.WarmBytes != 0 || st.WarmBlocks != 0 || st.ZoomBytes != 0 {
+	if st := cells.Stats(db); st.WarmBytes != 0 || st.WarmBlocks != 0 || st.StepBytes != 0 {
 		t.Fatalf("after every block left: %+v", st)
 	}
 }
@@ -346,12 +347,12 @@ func TestZoomStepsBounded(t *testing.T) {
 	if first < 2 {
 		t.Fatalf("the zoom read %d summaries, want those of the 2 or more blocks it overlaps", first)
 	}
-	entries, weight := cells.zoom.Len(), cells.Stats(db).ZoomBytes
-	if entries != int(first) || weight <= 0 || weight > DefaultZoomBytes {
-		t.Fatalf("zoom steps: %d entries, %d bytes; want %d, at most %d", entries, weight, first, DefaultZoomBytes)
+	entries, weight := cells.steps.Len(), cells.Stats(db).StepBytes
+	if entries != int(first) || weight <= 0 || weight > DefaultStepBytes {
+		t.Fatalf("zoom steps: %d entries, %d bytes; want %d, at most %d", entries, weight, first, DefaultStepBytes)
 	}
 	largest := int64(0)
-	cells.zoom.Range(func(_ *store.Block, s *store.CPUSteps) bool {
+	cells.steps.Range(func(_ stepsKey, s *store.CPUSteps) bool {
 		// 4 steps of 2 CPUs at most: the zoom's range, not the block's.
 		if s.Bytes() > int64(unsafe.Sizeof(store.CPUSteps{}))+4*(2+8) {
 			t.Errorf("steps of %d bytes for a zoom of 4 steps of 2 CPUs", s.Bytes())
@@ -372,7 +373,7 @@ func TestZoomStepsBounded(t *testing.T) {
 	if _, _, err := small.NodeCPUSteps(ctx, zoom, 10*sec, &store.Filter{}, smallCells); err != nil {
 		t.Fatal(err)
 	}
-	if n, w := smallCells.zoom.Len(), smallCells.Stats(small).ZoomBytes; n != 1 || w > largest {
+	if n, w := smallCells.steps.Len(), smallCells.Stats(small).StepBytes; n != 1 || w > largest {
 		t.Errorf("in a budget of %d bytes: %d entries, %d bytes", largest, n, w)
 	}
 	reads = small.Stats().CPUSummaryReads
@@ -381,5 +382,92 @@ func TestZoomStepsBounded(t *testing.T) {
 	}
 	if more := small.Stats().CPUSummaryReads - reads; more < first-1 {
 		t.Errorf("the zoom again in a one-block budget read %d summaries, want at least %d", more, first-1)
+	}
+}
+
+// TestTimelinesShareTheStepBudget: a store whose timelines keep their
+// per-CPU steps in the overview's cells (Reader.KeepStepsIn,
+// Cells.Timelines) answers as one that keeps its own, within the one
+// budget of the zooms' steps: an overview that the timeline's steps serve
+// reads no summary, a timeline and a zoom at steps that do not serve each
+// other do not evict each other, and a budget of one block's steps keeps
+// one block's, whoever read them.
+func TestTimelinesShareTheStepBudget(t *testing.T) {
+	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
+	dir := alternatingNode(t, "node-a", start)
+	ctx := context.Background()
+	sec := int64(time.Second)
+	all := store.Range{From: start, To: start + 80*sec}
+	own := storetest.OpenDirs(t, dir)
+	want, _, err := own.Timeline(ctx, all, 20*sec, &store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	db, cells := storetest.OpenDirs(t, dir), NewCells(0, 0)
+	db.KeepStepsIn(cells.Timelines())
+	blocks := uint64(db.Stats().Blocks)
+	reads := func() uint64 { return db.Stats().CPUSummaryReads }
+	timeline := func() {
+		t.Helper()
+		got, _, err := db.Timeline(ctx, all, 20*sec, &store.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.CPUNs, want.CPUNs) || !slices.Equal(got.Samples, want.Samples) {
+			t.Errorf("timeline through the cells %+v, want %+v", got, want)
+		}
+	}
+	// The zoom: 20 s to 60 s at 10 s, over the 2 or 3 blocks it touches:
+	// steps that serve no timeline of the whole range, at a step no
+	// timeline's steps serve.
+	zoom := store.Range{From: start + 20*sec, To: start + 60*sec}
+	overview := func(r store.Range, step int64) {
+		t.Helper()
+		if _, _, err := Build(ctx, db, cells, Request{Range: r, Step: step, Filter: &store.Filter{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := reads()
+	timeline()
+	if got := reads() - before; got != blocks || blocks < 2 {
+		t.Fatalf("the timeline read %d summaries of %d blocks", got, blocks)
+	}
+	before = reads()
+	overview(zoom, 10*sec)
+	zoomed := reads() - before
+	if zoomed < 2 {
+		t.Fatalf("the zoom read %d summaries, want those of the 2 or more blocks it overlaps", zoomed)
+	}
+	for i, c := range []struct {
+		what string
+		do   func()
+	}{
+		{"the overview at 40 s, which the timeline's steps serve", func() { overview(all, 40*sec) }},
+		{"the timeline again", timeline},
+		{"the zoom again", func() { overview(zoom, 10*sec) }},
+	} {
+		before := reads()
+		c.do()
+		if got := reads() - before; got != 0 {
+			t.Errorf("%d, %s: %d summaries read, want none", i, c.what, got)
+		}
+	}
+	st := cells.Stats(db)
+	if st.StepBytes <= 0 || st.StepLimit != DefaultStepBytes || st.WarmLimit != DefaultWarmBytes || cells.steps.Len() != int(blocks+zoomed) {
+		t.Errorf("stats %+v with %d entries; want the timeline's steps of %d blocks and the zoom's of %d, within %d",
+			st, cells.steps.Len(), blocks, zoomed, DefaultStepBytes)
+	}
+
+	// One budget: a timeline's steps count in it as a zoom's do.
+	var largest int64
+	cells.steps.Range(func(_ stepsKey, s *store.CPUSteps) bool { largest = max(largest, s.Bytes()); return true })
+	small, smallCells := storetest.OpenDirs(t, dir), NewCells(0, largest)
+	small.KeepStepsIn(smallCells.Timelines())
+	if _, _, err := small.Timeline(ctx, all, 10*sec, &store.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, w := smallCells.steps.Len(), smallCells.Stats(small).StepBytes; n != 1 || w > largest {
+		t.Errorf("a timeline in a budget of %d bytes: %d entries, %d bytes kept", largest, n, w)
 	}
 }

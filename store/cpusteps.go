@@ -48,7 +48,8 @@ const maxNodeSteps = 100_000
 // CPUStepsCache keeps blocks' per-CPU steps between reads: NodeCPUSteps
 // asks it first and gives it the steps it read. The fleet overview's
 // (overview.Cells) holds the warm steps and a zoom's; the Reader keeps its
-// own for its timelines (Timeline).
+// own for its timelines (Timeline), or keeps them in the one a query
+// service gives it (KeepStepsIn: the overview's, one budget for both).
 type CPUStepsCache interface {
 	// CPUSteps returns b's steps that serve r at step (CPUSteps.Serves)
 	// with or without idle samples, or nil.
@@ -388,8 +389,8 @@ func (c *CPUSteps) Bytes() int64 {
 const defaultStepCellsBytes = 16 << 20
 
 // timelineSteps is the Reader's own CPUStepsCache, for its timelines
-// (Timeline): each block's steps of the last step asked, bounded by
-// Options.StepCellsBytes.
+// (Timeline) until KeepStepsIn gives it another: each block's steps of
+// the last step asked, bounded by Options.StepCellsBytes.
 type timelineSteps struct{ lru *lru.Cache[*Block, *CPUSteps] }
 
 func (t timelineSteps) CPUSteps(b *Block, r Range, step int64, idle bool) *CPUSteps {
@@ -402,6 +403,21 @@ func (t timelineSteps) CPUSteps(b *Block, r Range, step int64, idle bool) *CPUSt
 func (t timelineSteps) KeepCPUSteps(b *Block, c *CPUSteps) {
 	t.lru.Remove(b)
 	t.lru.AddIf(b, c, func() bool { return !b.retired.Load() })
+}
+
+// stepsCache holds the CPUStepsCache a Reader's timelines keep their
+// steps in.
+type stepsCache struct{ CPUStepsCache }
+
+// KeepStepsIn makes c, in place of the Reader's own cache (within
+// Options.StepCellsBytes, emptied now), where its timelines of every
+// thread keep blocks' per-CPU steps: one bound then covers them and what
+// c keeps besides. A query service gives its overview.Cells' (Timelines),
+// so that the timelines' steps and the fleet overview's zooms share one
+// budget, and a timeline reads no summary that an overview's steps serve.
+func (rd *Reader) KeepStepsIn(c CPUStepsCache) {
+	rd.timelineSteps.Store(&stepsCache{c})
+	rd.ownSteps.lru.RemoveFunc(func(*Block) bool { return true })
 }
 
 // cachedCPUSteps returns steps of b that serve r at step: those cache

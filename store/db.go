@@ -58,8 +58,9 @@ type Options struct {
 	IndexCacheBytes int64
 	// StepCellsBytes bounds the per-CPU steps the Reader keeps for its
 	// timelines of every thread (Timeline cuts them by the CPUs' time), in
-	// bytes (default 16 MiB). The fleet overview keeps its own
-	// (overview.Cells).
+	// bytes (default 16 MiB), until KeepStepsIn gives it a cache of its
+	// caller's (a query service's overview.Cells: one budget for these
+	// and the fleet overview's).
 	StepCellsBytes int64
 	// MaxEvents bounds the system events kept (default 200 000); past it
 	// the oldest go first.
@@ -147,9 +148,11 @@ type Reader struct {
 	chunks     *lru.Cache[chunkKey, *Table]
 	indexes    *lru.Cache[*Block, *blockIndex]
 	indexReads atomic.Uint64
-	// timelineSteps caches each block's per-CPU steps of the last step a
-	// timeline asked, bounded by their memory.
-	timelineSteps timelineSteps
+	// timelineSteps is where its timelines keep blocks' per-CPU steps:
+	// ownSteps, each block's steps of the last step a timeline asked
+	// within Options.StepCellsBytes, or the cache KeepStepsIn gave.
+	timelineSteps atomic.Pointer[stepsCache]
+	ownSteps      timelineSteps
 	// cpuSummaryReads counts per-CPU summary sections read (ReadCPUSteps).
 	cpuSummaryReads atomic.Uint64
 
@@ -389,7 +392,8 @@ func (rd *Reader) init(dir string, opts Options) {
 	rd.blockSourceErr = make([]atomic.Pointer[error], len(rd.blockSources))
 	rd.chunks = lru.New[chunkKey](int64(opts.ChunkCacheSamples), func(t *Table) int64 { return int64(t.Len()) }, nil)
 	rd.indexes = lru.New[*Block](opts.IndexCacheBytes, func(ix *blockIndex) int64 { return ix.bytes }, nil)
-	rd.timelineSteps = timelineSteps{lru.New[*Block](opts.StepCellsBytes, (*CPUSteps).Bytes, nil)}
+	rd.ownSteps = timelineSteps{lru.New[*Block](opts.StepCellsBytes, (*CPUSteps).Bytes, nil)}
+	rd.timelineSteps.Store(&stepsCache{rd.ownSteps})
 }
 
 // load lists the blocks, runs heads (a DB's: its WAL's replay; nil for

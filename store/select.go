@@ -358,7 +358,7 @@ func (rd *Reader) retire(b *Block) {
 	b.retired.Store(true)
 	rd.chunks.RemoveFunc(func(k chunkKey) bool { return k.block == b })
 	rd.indexes.Remove(b)
-	rd.timelineSteps.lru.Remove(b)
+	rd.ownSteps.lru.Remove(b)
 	b.Close()
 }
 

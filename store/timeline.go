@@ -70,7 +70,7 @@ func (rd *Reader) Timeline(ctx context.Context, r Range, step int64, f *Filter) 
 	// Cut it at what every thread of the nodes kept had in the step,
 	// each CPU at most the wall time the node's data cover in it.
 	all := Filter{Sources: f.Sources, Nodes: f.Nodes, NodeRegex: f.NodeRegex, NodeLabels: f.NodeLabels, IncludeIdle: f.IncludeIdle}
-	nodes, more, err := rd.NodeCPUSteps(ctx, r, step, &all, rd.timelineSteps)
+	nodes, more, err := rd.NodeCPUSteps(ctx, r, step, &all, rd.timelineSteps.Load().CPUStepsCache)
 	for _, w := range more {
 		if !slices.Contains(warnings, w) {
 			warnings = append(warnings, w)

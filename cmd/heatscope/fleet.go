@@ -61,6 +61,7 @@ type queryStore interface {
 	Health() error
 	Refresh() error
 	Close() error
+	KeepStepsIn(store.CPUStepsCache)
 }
 
 // open opens the store the flags name, read-only. With a bucket it checks

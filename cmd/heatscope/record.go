@@ -527,8 +527,9 @@ func (r *recording) serve() error {
 	webOpts := web.Options{Metrics: m.Handler(), Health: health, ObserveQuery: m.ObserveQuery}
 	if r.db != nil {
 		// The fleet overview's cells of the recorder's own store: its
-		// API's, in /metrics.
+		// API's, in /metrics, and one budget with its timelines' steps.
 		cells := overview.NewCells(0, 0)
+		r.db.KeepStepsIn(cells.Timelines())
 		if err := m.RegisterOverview(func() overview.Stats { return cells.Stats(r.db) }); err != nil {
 			return err
 		}

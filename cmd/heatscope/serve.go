@@ -129,7 +129,10 @@ func runServe(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	defer closeBucket()
 	defer db.Close()
+	// One budget for the per-CPU steps of the fleet overview's zooms and
+	// of the timelines of every thread: the cells'.
 	cells := overview.NewCells(0, 0)
+	db.KeepStepsIn(cells.Timelines())
 	opts, err := serveOptions(db, src, cells)
 	if err != nil {
 		return err

@@ -188,6 +188,28 @@ func TestServe(t *testing.T) {
 			t.Fatalf("the overview not warmed after 10 s:\n%s", metrics)
 		}
 	}
+	// The bounds of the cells, and a timeline of every thread (idle
+	// samples too: steps the warm ones do not serve) keeping its steps in
+	// the same budget as the zooms'.
+	var tl struct{ Counts []int64 }
+	if resp := getJSON(t, url+"/api/timeline?source=capture&from=5000&to=5010&step=10s&idle=include", &tl); resp.StatusCode != http.StatusOK || len(tl.Counts) != 1 || tl.Counts[0] != 3000 {
+		t.Fatalf("timeline: %d, %+v", resp.StatusCode, tl)
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	metrics = string(b)
+	for _, bound := range []string{"heatscope_overview_warm_limit_bytes 3.3554432e+07", "heatscope_overview_step_cells_limit_bytes 1.6777216e+07"} {
+		if !strings.Contains(metrics, "\n"+bound+"\n") {
+			t.Errorf("no %q in /metrics:\n%s", bound, metrics)
+		}
+	}
+	if !strings.Contains(metrics, "\nheatscope_overview_step_cells_bytes ") || strings.Contains(metrics, "\nheatscope_overview_step_cells_bytes 0\n") {
+		t.Errorf("the timeline's steps are not in the cells' budget:\n%s", metrics)
+	}
 	d.stop(t)
 	if log := d.log(); !strings.Contains(log, "warmed the fleet overview") || !strings.Contains(log, "blocks=1") {
 		t.Errorf("no log line of the warming:\n%s", log)

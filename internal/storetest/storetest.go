@@ -84,15 +84,13 @@ func RecordSynth(tb testing.TB, node string, labels map[string]string, cfg synth
 	return dir, n
 }
 
-// Imported imports cfg's synthetic samples (at cfg.Hz's period) into a
-// new data directory as "heatscope import" does, then opens it read-only
-// with opts, closed when tb ends. It returns the store and the range of
-// its samples.
-func Imported(tb testing.TB, cfg synth.Config, opts store.Options) (*store.DB, store.Range) {
+// ImportDir imports cfg's synthetic samples (at cfg.Hz's period) into a
+// new data directory as "heatscope import" does and returns it with the
+// range of its samples.
+func ImportDir(tb testing.TB, cfg synth.Config) (string, store.Range) {
 	tb.Helper()
 	dir := tb.TempDir()
-	quiet := slog.New(slog.DiscardHandler)
-	w, err := store.Open(dir, store.Options{Source: "host", Logger: quiet})
+	w, err := store.Open(dir, store.Options{Source: "host", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -103,20 +101,28 @@ func Imported(tb testing.TB, cfg synth.Config, opts store.Options) (*store.DB, s
 	if err := w.Close(); err != nil {
 		tb.Fatal(err)
 	}
+	return dir, store.Range{From: st.First, To: st.Last + 1}
+}
+
+// Imported is ImportDir's directory opened read-only with opts, closed
+// when tb ends.
+func Imported(tb testing.TB, cfg synth.Config, opts store.Options) (*store.DB, store.Range) {
+	tb.Helper()
+	dir, r := ImportDir(tb, cfg)
 	opts.ReadOnly = true
 	if opts.Logger == nil {
-		opts.Logger = quiet
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	db, err := store.Open(dir, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	return db, store.Range{From: st.First, To: st.Last + 1}
+	return db, r
 }
 
 // OpenDirs opens a Reader of the blocks of the data directories dirs,
-// closed when tb ends.
+// closed when tb ends (or before, by the caller).
 func OpenDirs(tb testing.TB, dirs ...string) *store.Reader {
 	tb.Helper()
 	var sources []store.BlockSource
