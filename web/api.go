@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,28 @@ func (s *Server) endpoints() map[string]endpoint {
 	}
 	return m
 }
+
+// The answers of /api/heatmap, /api/percpu and /api/top with their
+// message: why they hold no sample ("" when they hold some). The query's
+// fields stay where they were.
+type (
+	heatmapJSON struct {
+		*query.Heatmap
+		Message string `json:"message"`
+	}
+	perCPUJSON struct {
+		*query.PerCPU
+		Message string `json:"message"`
+	}
+	topJSON struct {
+		*query.Top
+		Message string `json:"message"`
+	}
+	growthJSON struct {
+		*query.Growths
+		Message string `json:"message"`
+	}
+)
 
 // selection is a request's filter and time range.
 type selection struct {
@@ -154,6 +177,8 @@ type timelineJSON struct {
 	CPU  []float64 `json:"cpu"`
 	// Counts are the samples of each step (they change with the rate).
 	Counts []int64 `json:"counts"`
+	// Message says why no step has a sample ("" when one has).
+	Message string `json:"message"`
 }
 
 // newTimelineJSON is the answer for steps of step ns from start.
@@ -212,7 +237,12 @@ func (s *Server) timeline(ctx context.Context, p *params, rep *reply) (store.War
 	if err != nil {
 		return warnings, fmt.Errorf("timeline: %w", err)
 	}
-	return warnings, rep.json(newTimelineJSON(r.From, step, tl))
+	out := newTimelineJSON(r.From, step, tl)
+	empty := !slices.ContainsFunc(tl.Samples, func(n int64) bool { return n > 0 })
+	if out.Message, warnings, err = s.explain(ctx, p, &sel.f, warnings, window{r: r, empty: empty}); err != nil {
+		return warnings, err
+	}
+	return warnings, rep.json(out)
 }
 
 // width is r's length in ns (r.To > r.From, both in [0, maxTime]).
@@ -267,7 +297,11 @@ func (s *Server) heatmap(ctx context.Context, p *params, rep *reply) (store.Warn
 	if err != nil {
 		return warnings, fmt.Errorf("heatmap: %w", err)
 	}
-	return warnings, rep.json(h)
+	out := heatmapJSON{Heatmap: h}
+	if out.Message, warnings, err = s.explain(ctx, p, &sel.f, warnings, window{r: sel.r, empty: h.MaxValue == 0}); err != nil {
+		return warnings, err
+	}
+	return warnings, rep.json(out)
 }
 
 func (s *Server) perCPU(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
@@ -286,7 +320,11 @@ func (s *Server) perCPU(ctx context.Context, p *params, rep *reply) (store.Warni
 	if err != nil {
 		return warnings, fmt.Errorf("per-CPU: %w", err)
 	}
-	return warnings, rep.json(pc)
+	out := perCPUJSON{PerCPU: pc}
+	if out.Message, warnings, err = s.explain(ctx, p, &sel.f, warnings, window{r: sel.r, empty: len(pc.CPUs) == 0}); err != nil {
+		return warnings, err
+	}
+	return warnings, rep.json(out)
 }
 
 // defaultPerCPUStep picks a step giving at most defaultPerCPUSteps over
@@ -317,10 +355,19 @@ func (s *Server) flameGraph(ctx context.Context, p *params, rep *reply) (store.W
 	if err != nil {
 		return warnings, fmt.Errorf("flame graph: %w", err)
 	}
-	if compact {
-		return warnings, rep.binary(compactNode(root, rep.limit))
+	msg, warnings, err := s.explain(ctx, p, &sel.f, warnings, window{r: sel.r, empty: root.Value == 0})
+	if err != nil {
+		return warnings, err
 	}
-	return warnings, rep.encoded(node(nil, root, rep.limit))
+	if compact {
+		return warnings, rep.binary(compactNode(root, msg, rep.limit))
+	}
+	// The root's object is the answer: the message is its last field.
+	out, err := node(nil, root, rep.limit)
+	if err == nil {
+		out = append(appendString(append(out[:len(out)-1], `,"message":`...), msg), '}')
+	}
+	return warnings, rep.encoded(out, err)
 }
 
 func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
@@ -348,10 +395,15 @@ func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warning
 	if err != nil {
 		return warnings, fmt.Errorf("diff: %w", err)
 	}
-	if compact {
-		return warnings, rep.binary(compactDiff(d, rep.limit))
+	msg, warnings, err := s.explain(ctx, p, &sel.f, warnings,
+		window{"the selection A (from, to)", sel.r, d.SamplesA == 0}, window{"the baseline B (from2, to2)", baseline, d.SamplesB == 0})
+	if err != nil {
+		return warnings, err
 	}
-	return warnings, rep.encoded(diff(nil, d, rep.limit))
+	if compact {
+		return warnings, rep.binary(compactDiff(d, msg, rep.limit))
+	}
+	return warnings, rep.encoded(diff(nil, d, msg, rep.limit))
 }
 
 func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
@@ -384,7 +436,13 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 			return warnings, fmt.Errorf("top: %w", err)
 		}
 		g.Functions = g.Functions[:min(limit, len(g.Functions))]
-		return warnings, rep.json(g)
+		out := growthJSON{Growths: g}
+		out.Message, warnings, err = s.explain(ctx, p, &sel.f, warnings,
+			window{"the selection A (from, to)", sel.r, g.Samples == 0}, window{"the baseline B (from2, to2)", baseline, g.Samples2 == 0})
+		if err != nil {
+			return warnings, err
+		}
+		return warnings, rep.json(out)
 	}
 	if p.get("order") != "" {
 		return nil, paramErr("order", "applies to growth only: give from2 and to2 too")
@@ -398,7 +456,11 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 		return warnings, fmt.Errorf("top: %w", err)
 	}
 	top.Functions = top.Functions[:min(limit, len(top.Functions))]
-	return warnings, rep.json(top)
+	out := topJSON{Top: top}
+	if out.Message, warnings, err = s.explain(ctx, p, &sel.f, warnings, window{r: sel.r, empty: top.Samples == 0}); err != nil {
+		return warnings, err
+	}
+	return warnings, rep.json(out)
 }
 
 func (s *Server) pprof(ctx context.Context, p *params, rep *reply) (store.Warnings, error) {
@@ -409,6 +471,14 @@ func (s *Server) pprof(ctx context.Context, p *params, rep *reply) (store.Warnin
 	prof, warnings, err := query.PprofOf(ctx, s.db, sel.r, &sel.f)
 	if err != nil {
 		return warnings, fmt.Errorf("pprof: %w", err)
+	}
+	// An empty profile says why in its comments (go tool pprof -comments).
+	msg, warnings, err := s.explain(ctx, p, &sel.f, warnings, window{r: sel.r, empty: len(prof.Sample) == 0})
+	if err != nil {
+		return warnings, err
+	}
+	if msg != "" {
+		prof.Comments = append(prof.Comments, msg)
 	}
 	if err := profileio.WritePprof(rep, prof); err != nil {
 		return warnings, fmt.Errorf("pprof: %w", err)

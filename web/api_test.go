@@ -112,7 +112,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "heatmap", body, h)
+			wantJSON(t, "heatmap", body, heatmapJSON{Heatmap: h})
 
 			resp, body = fx.get(t, withQuery("/api/timeline", queryA, "step=10s", tc.query))
 			mustOK(t, "timeline", resp, body)
@@ -140,7 +140,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if len(pc.CPUs) == 0 {
 				t.Fatal("per-CPU: the filter selects nothing: the comparison proves nothing")
 			}
-			wantJSON(t, "percpu 0.5 s", body, pc)
+			wantJSON(t, "percpu 0.5 s", body, perCPUJSON{PerCPU: pc})
 
 			// The default step: 70 s / 600 columns rounds up to 200 ms.
 			resp, body = fx.get(t, withQuery("/api/percpu", queryA, tc.query))
@@ -148,7 +148,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if pc, _, err = query.PerCPUOf(ctx, db, rangeA, &f, 200e6); err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "percpu default step", body, pc)
+			wantJSON(t, "percpu default step", body, perCPUJSON{PerCPU: pc})
 
 			resp, body = fx.get(t, withQuery("/api/flamegraph", queryA, tc.query))
 			mustOK(t, "flamegraph", resp, body)
@@ -156,7 +156,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "flamegraph", body, root)
+			wantJSON(t, "flamegraph", body, flameJSON{Node: root})
 
 			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75", tc.query))
 			mustOK(t, "diff", resp, body)
@@ -164,7 +164,17 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "diff", body, nestedDiff(d))
+			want := nestedDiff(d)
+			if d.SamplesB == 0 {
+				// The capture has no sample in B: the answer says so.
+				capture := sourceNamed(t, db, "capture")
+				if len(f.Sources) != 1 || f.Sources[0] != "capture" {
+					t.Fatalf("no sample in B with filter %s", tc.query)
+				}
+				want.Message = fmt.Sprintf(`The baseline B (from2, to2): no samples of source "capture" from %s to %s: they span %s to %s.`,
+					query.FormatTime(rangeB.From), query.FormatTime(rangeB.To), query.FormatTime(capture.First), query.FormatTime(capture.Last))
+			}
+			wantJSON(t, "diff", body, want)
 
 			resp, body = fx.get(t, withQuery("/api/diff", queryA, "from2=1795237382.5&to2=1795237389.75&normalize=length", tc.query))
 			mustOK(t, "diff by length", resp, body)
@@ -172,7 +182,10 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantJSON(t, "diff by length", body, nestedDiff(d))
+			msg := want.Message
+			want = nestedDiff(d)
+			want.Message = msg
+			wantJSON(t, "diff by length", body, want)
 
 			resp, body = fx.get(t, withQuery("/api/top", queryA, "limit=20", tc.query))
 			mustOK(t, "top", resp, body)
@@ -184,7 +197,7 @@ func TestEndpointsMatchQueryPackage(t *testing.T) {
 				t.Fatal("the filter selects nothing: the comparison proves nothing")
 			}
 			top.Functions = top.Functions[:min(20, len(top.Functions))]
-			wantJSON(t, "top", body, top)
+			wantJSON(t, "top", body, topJSON{Top: top})
 
 			resp, body = fx.get(t, withQuery("/api/pprof", queryA, tc.query))
 			mustOK(t, "pprof", resp, body)
@@ -259,7 +272,7 @@ func TestFlameGraphGroups(t *testing.T) {
 			if len(root.Children) < 2 && filter == "" || len(root.Children) == 0 || root.Children[0].Kind != "group" {
 				t.Fatalf("group=%s %s: root children %d, first %+v: not a grouped tree", g, filter, len(root.Children), root.Children)
 			}
-			wantJSON(t, "flamegraph group="+string(g), body, root)
+			wantJSON(t, "flamegraph group="+string(g), body, flameJSON{Node: root})
 		}
 	}
 }
@@ -283,7 +296,7 @@ func TestTopGroups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantJSON(t, "top group="+string(g), body, want)
+		wantJSON(t, "top group="+string(g), body, topJSON{Top: want})
 		groups := map[string]bool{}
 		self, total := map[string]int64{}, map[string]int64{}
 		for _, fn := range want.Functions {

@@ -34,7 +34,7 @@ func TestBrowserCompactDecoder(t *testing.T) {
 		{"/api/flamegraph", queryA},
 		{"/api/flamegraph", queryA + "&source=capture&stack=user"},
 		{"/api/flamegraph", "from=1795237380&to=1795237480&source=fixture"}, // xssName
-		{"/api/flamegraph", queryA + "&frame=no_such_function"},             // the root alone
+		{"/api/flamegraph", queryA + "&frame=no_such_function"},             // the root alone, and a message
 		{"/api/diff", queryA + "&from2=1795237382.5&to2=1795237389.75"},
 		{"/api/diff", queryA + "&from2=1795237382.5&to2=1795237389.75&source=capture"},
 	}
@@ -56,7 +56,7 @@ func TestBrowserCompactDecoder(t *testing.T) {
 				return o;
 			};
 			return t.diff ? { unit: 'cpu-seconds', totalA: t.totalA / 1e9, totalB: t.totalB / 1e9, samplesA: t.samplesA, samplesB: t.samplesB,
-				root: t.n ? build(0) : null } : build(0);
+				message: t.message, root: t.n ? build(0) : null } : { ...build(0), message: t.message };
 		};
 		const out = [];
 		for (const [path, query] of %s) {

@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/heatscope/heatscope/query"
+	"github.com/heatscope/heatscope/store"
 )
 
 // emptyNotes are the empty-state notes of the views that show samples.
@@ -37,29 +40,36 @@ func (b *browser) openFresh(url string) {
 
 // TestBrowserEmptyStates opens views no sample reaches (a command that
 // does not exist, a window before the data, a comparison of two such
-// windows) fresh and through the filter bar: each view says which filter
-// and window match no samples, the top table keeps none of the previous
+// windows) fresh and through the filter bar: each view shows the API's
+// message, which says which filter and window match none of how many
+// samples, or where the data is; the top table keeps none of the previous
 // rows, the page finishes loading, and no JavaScript error happens (the
 // browser's cleanup fails the test on any exception or console error).
 func TestBrowserEmptyStates(t *testing.T) {
-	fx := newFixture(t, uiStore(t), Options{})
+	db := uiStore(t)
+	fx := newFixture(t, db, Options{})
 	b := newBrowser(t)
 	first := float64(base) + 0.3 // the fixture's first sample
+	fixture := db.SourcesOf(&store.Filter{Sources: []string{"fixture"}})[0]
+	ft := query.FormatTime
+	// The heatmap's window: the seconds the capture touches.
+	heatmapR := store.Range{From: base * 1e9, To: (base + 4) * 1e9}
+	inHeatmap := countIn(t, db, heatmapR, &store.Filter{Sources: []string{"fixture"}})
 
 	// A filter that matches nothing, opened fresh.
 	b.openFresh(fx.url + "/#source=fixture&comm=nosuchcommand")
-	want := `No samples match source "fixture", command "nosuchcommand" in `
 	for id, text := range b.notes(emptyNotes...) {
-		if !strings.HasPrefix(text, want) {
-			t.Errorf("%s: %q, want %q…", id, text, want)
+		if !strings.HasPrefix(text, "None of the ") || !strings.Contains(text, ` samples of source "fixture" from `) ||
+			!strings.HasSuffix(text, ` passes the filter comm "nosuchcommand".`) {
+			t.Errorf("%s: %q, want none of the samples of the window passing the filter", id, text)
 		}
+	}
+	if got, want := b.notes("heatmap-empty")["heatmap-empty"], fmt.Sprintf(`None of the %d samples of source "fixture" from %s to %s passes the filter comm "nosuchcommand".`,
+		inHeatmap, ft(heatmapR.From), ft(heatmapR.To)); got != want {
+		t.Errorf("heatmap note %q, want %q", got, want)
 	}
 	if n := b.topRows(); n != 0 {
 		t.Errorf("top table: %d rows, want none", n)
-	}
-	// The window: the seconds the capture touches.
-	if got := b.notes("heatmap-empty")["heatmap-empty"]; !strings.HasSuffix(got, " in 2026-11-21 05:03:00.000 UTC + 4 s.") {
-		t.Errorf("heatmap note %q names no window", got)
 	}
 	if got := eval[bool](t, b.ctx, `document.getElementById('flame-box').hidden && document.getElementById('pprof-link').hidden`); !got {
 		t.Error("the empty flame graph's canvas, or its pprof link, is shown")
@@ -78,10 +88,9 @@ func TestBrowserEmptyStates(t *testing.T) {
 	}
 	b.run("filter on a command that does not exist",
 		chromedp.SetValue("#f-comm", "~^nosuch"), chromedp.Click("#f-apply"), settled)
-	want = `No samples match source "fixture", command "~^nosuch" in `
 	for id, text := range b.notes(emptyNotes...) {
-		if !strings.HasPrefix(text, want) {
-			t.Errorf("after apply, %s: %q, want %q…", id, text, want)
+		if !strings.HasPrefix(text, "None of the ") || !strings.HasSuffix(text, ` passes the filter comm "~^nosuch".`) {
+			t.Errorf("after apply, %s: %q, want none passing the filter", id, text)
 		}
 	}
 	if n := b.topRows(); n != 0 {
@@ -92,18 +101,19 @@ func TestBrowserEmptyStates(t *testing.T) {
 	from, to := ftoa(float64(base)-20), ftoa(float64(base)-10)
 	b.openFresh(fx.url + "/#source=fixture&from=" + from + "&to=" + to)
 	// It says where the source's samples are.
-	want = `No samples match source "fixture" in 2026-11-21 05:02:40.000 UTC + 10 s; the source's samples span 2026-11-21 05:03:00.300 UTC to 2026-11-21 05:0`
+	want := fmt.Sprintf(`No samples of source "fixture" from %s to %s: they span %s to %s.`,
+		ft((base-20)*1e9), ft((base-10)*1e9), ft(fixture.First), ft(fixture.Last))
 	for _, id := range []string{"heatmap-empty", "percpu-empty", "flame-empty", "top-empty"} {
-		if got := b.notes(id)[id]; !strings.HasPrefix(got, want) {
-			t.Errorf("window before the data, %s: %q, want %q…", id, got, want)
+		if got := b.notes(id)[id]; got != want {
+			t.Errorf("window before the data, %s: %q, want %q", id, got, want)
 		}
 	}
 	// The same window in a link that names no source: the default source
 	// is picked, the window kept (it used to be replaced, unsaid, by the
 	// data's last span).
 	b.openFresh(fx.url + "/#from=" + from + "&to=" + to)
-	if got := b.notes("heatmap-empty")["heatmap-empty"]; !strings.HasPrefix(got, want) {
-		t.Errorf("window before the data, no source named: %q, want %q…", got, want)
+	if got := b.notes("heatmap-empty")["heatmap-empty"]; got != want {
+		t.Errorf("window before the data, no source named: %q, want %q", got, want)
 	}
 	b.openFresh(fx.url + "/#source=fixture&from=" + from + "&to=" + to)
 	if got := b.notes("timeline-empty")["timeline-empty"]; got != "" {
@@ -112,6 +122,7 @@ func TestBrowserEmptyStates(t *testing.T) {
 	if got := eval[string](t, b.ctx, `document.getElementById('events').textContent`); got != "No events in the heatmap's span (2026-11-21 05:02:40.000 UTC + 10 s)." {
 		t.Errorf("events: %q", got)
 	}
+	b.screenshot("empty-window.png")
 
 	// A comparison of two windows that hold nothing for the filter.
 	sf, st := ftoa(first+1), ftoa(first+2)
@@ -121,13 +132,14 @@ func TestBrowserEmptyStates(t *testing.T) {
 		t.Fatal("not in compare mode")
 	}
 	notes := b.notes("flame-empty", "growth-empty", "top-empty")
-	for id, text := range notes {
-		if !strings.HasPrefix(text, `No samples match source "fixture", command "nosuchcommand" in `) {
-			t.Errorf("compare, %s: %q", id, text)
-		}
+	if !strings.HasPrefix(notes["top-empty"], "None of the ") {
+		t.Errorf("compare, top-empty: %q", notes["top-empty"])
 	}
-	if !strings.Contains(notes["flame-empty"], "nor in the baseline B (2026-11-21 05:03:00.300 UTC + 1 s)") {
-		t.Errorf("compare, flame-empty names no baseline: %q", notes["flame-empty"])
+	for _, id := range []string{"flame-empty", "growth-empty"} {
+		if text := notes[id]; !strings.HasPrefix(text, `The selection A (from, to): none of the `) ||
+			!strings.Contains(text, `; the baseline B (from2, to2): none of the `) || !strings.HasSuffix(text, ` passes the filter comm "nosuchcommand".`) {
+			t.Errorf("compare, %s names not both windows: %q", id, text)
+		}
 	}
 	if n := eval[int](t, b.ctx, `document.querySelector('#growth tbody').rows.length`); n != 0 {
 		t.Errorf("growth table: %d rows", n)

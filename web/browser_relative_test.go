@@ -14,9 +14,10 @@ import (
 
 // TestBrowserRelativeSource opens an import whose times are its capture's
 // own clock (a perf script 2243 s after its machine booted, no wall time):
-// every time the page shows is seconds from the first sample's second ("t=…"),
-// never a date in 1970, in the labels, the heatmap's tooltip and an empty
-// state's message.
+// every time the labels and the heatmap's tooltip show is seconds from the
+// first sample's second ("t=…"), an empty state's message writes the API's
+// seconds on the capture's clock and where t=0 is on it, and nothing is a
+// date in 1970.
 func TestBrowserRelativeSource(t *testing.T) {
 	db, err := store.Open(t.TempDir(), store.Options{Source: "host", Logger: discard()})
 	if err != nil {
@@ -56,10 +57,12 @@ func TestBrowserRelativeSource(t *testing.T) {
 	}
 	b.screenshot("relative-source.png")
 
-	// A selection and an empty state name their windows the same way.
+	// An empty state's note writes times on the capture's clock, as the
+	// API does, and says where the views' t=0 is on it.
 	b.openFresh(fx.url + "/#source=boot&comm=nosuchcommand")
 	p = read()
-	if note := b.notes("heatmap-empty")["heatmap-empty"]; !strings.Contains(note, " in t=") || strings.Contains(p.Text, "1970") {
+	if note := b.notes("heatmap-empty")["heatmap-empty"]; !strings.Contains(note, "(times on the capture's own clock, in seconds: no wall time)") ||
+		!strings.HasSuffix(note, "(The views' t=0 is 2243 s on that clock.)") || strings.Contains(p.Text, "1970") {
 		t.Fatalf("empty heatmap note %q; the page says 1970: %v", note, strings.Contains(p.Text, "1970"))
 	}
 }

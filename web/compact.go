@@ -23,7 +23,9 @@ import (
 //	bytes 16-    the JSON header: {"names":[...],"kinds":[...]} and, for a
 //	             differential, "unit":"cpu-nanoseconds", "totalA" and
 //	             "totalB" (CPU time) and, from /api/diff, "samplesA" and
-//	             "samplesB"; then zero bytes up to a multiple of 8
+//	             "samplesB"; from /api/flamegraph and /api/diff, "message"
+//	             (why the answer is empty, "" when it is not); then zero
+//	             bytes up to a multiple of 8
 //	then the columns of N values each, in this order:
 //	  float64: value, self (integers, exact below 2^53), cpu, selfCpu
 //	           (seconds), fp (samples, 0 when none or not known) for
@@ -179,22 +181,30 @@ func appendStrings(out []byte, list []string) []byte {
 	return append(out, ']')
 }
 
-func noHeader(out []byte) []byte { return out }
+// messageHeader appends to a compact tree's header the answer's message.
+func messageHeader(message string) func([]byte) []byte {
+	return func(out []byte) []byte {
+		return appendString(append(out, `,"message":`...), message)
+	}
+}
 
-// compactNode encodes a flame graph tree in the compact layout.
-func compactNode(root *query.Node, limit int) ([]byte, error) {
-	return compactTree(compactFlameMagic, root, 5, limit, noHeader, func(n *query.Node, nums []float64) (string, string) {
+// compactNode encodes a flame graph tree in the compact layout, with the
+// answer's message (why it is empty; "" when it is not).
+func compactNode(root *query.Node, message string, limit int) ([]byte, error) {
+	return compactTree(compactFlameMagic, root, 5, limit, messageHeader(message), func(n *query.Node, nums []float64) (string, string) {
 		nums[0], nums[1], nums[2], nums[3], nums[4] = float64(n.Value), float64(n.Self), n.CPU, n.SelfCPU, float64(n.FP)
 		return n.Name, n.Kind
 	}, func(n *query.Node) []*query.Node { return n.Children })
 }
 
 // compactDiff encodes a differential flame graph in the compact layout,
-// its figures CPU time in nanoseconds; a diff without a root has no
+// its figures CPU time in nanoseconds, with the answer's message (why a
+// window is empty; "" when neither is); a diff without a root has no
 // nodes.
-func compactDiff(d *query.Diff, limit int) ([]byte, error) {
-	header := cpuDiffHeader(intField{"totalA", d.TotalA}, intField{"totalB", d.TotalB},
+func compactDiff(d *query.Diff, message string, limit int) ([]byte, error) {
+	counts := cpuDiffHeader(intField{"totalA", d.TotalA}, intField{"totalB", d.TotalB},
 		intField{"samplesA", d.SamplesA}, intField{"samplesB", d.SamplesB})
+	header := func(out []byte) []byte { return messageHeader(message)(counts(out)) }
 	if d.Root == nil {
 		c := &columns{limit: limit}
 		return c.encode(compactDiffMagic, header)

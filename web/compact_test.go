@@ -27,6 +27,8 @@ type compactData struct {
 		TotalB   *int64  `json:"totalB"`
 		SamplesA *int64  `json:"samplesA"`
 		SamplesB *int64  `json:"samplesB"`
+		// why the answer is empty ("" when it is not)
+		Message *string `json:"message"`
 	}
 	nums       [][]float64
 	name, size []uint32
@@ -196,7 +198,15 @@ type diffJSON struct {
 	TotalB   float64       `json:"totalB"`
 	SamplesA int64         `json:"samplesA"`
 	SamplesB int64         `json:"samplesB"`
+	Message  string        `json:"message"`
 	Root     *diffNodeJSON `json:"root"`
+}
+
+// flameJSON is /api/flamegraph's nested answer: the root's object, its
+// message the last field.
+type flameJSON struct {
+	*query.Node
+	Message string `json:"message"`
 }
 
 type diffNodeJSON struct {
@@ -244,12 +254,16 @@ func nested(t *testing.T, what string, body []byte) []byte {
 		if len(d.name) == 0 {
 			t.Fatalf("%s: a flame graph without a root", what)
 		}
-		v, err = d.tree(0)
+		var root *query.Node
+		root, err = d.tree(0)
+		v = flameJSON{Node: root, Message: *d.header.Message}
 	default:
 		var df *query.Diff
 		df, err = d.diff()
 		if err == nil {
-			v = nestedDiff(df)
+			nd := nestedDiff(df)
+			nd.Message = *d.header.Message
+			v = nd
 		}
 	}
 	if err != nil {
@@ -308,9 +322,9 @@ func TestCompactEncodingNames(t *testing.T) {
 		v       any
 		compact func(int) ([]byte, error)
 	}{
-		{"tree", root, func(limit int) ([]byte, error) { return compactNode(root, limit) }},
-		{"diff", nestedDiff(d), func(limit int) ([]byte, error) { return compactDiff(d, limit) }},
-		{"empty diff", nestedDiff(&query.Diff{}), func(limit int) ([]byte, error) { return compactDiff(&query.Diff{}, limit) }},
+		{"tree", flameJSON{Node: root}, func(limit int) ([]byte, error) { return compactNode(root, "", limit) }},
+		{"diff", nestedDiff(d), func(limit int) ([]byte, error) { return compactDiff(d, "", limit) }},
+		{"empty diff", nestedDiff(&query.Diff{}), func(limit int) ([]byte, error) { return compactDiff(&query.Diff{}, "", limit) }},
 	} {
 		body, err := tc.compact(1 << 20)
 		if err != nil {
@@ -378,11 +392,11 @@ func FuzzCompactEncoding(f *testing.F) {
 				top.FP += int64(data[i] % 3) // reached by frame pointers, or not
 			}
 		}
-		body, err := compactNode(root, 1<<30)
+		body, err := compactNode(root, "", 1<<30)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := json.Marshal(root)
+		want, _ := json.Marshal(flameJSON{Node: root})
 		if got := nested(t, "fuzzed tree", body); !sameJSON(t, got, want) {
 			t.Fatalf("got %s\nwant %s", got, want)
 		}

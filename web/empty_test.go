@@ -2,13 +2,17 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -131,4 +135,142 @@ func clipBody(b []byte) string {
 		return string(b[:300]) + "..."
 	}
 	return string(b)
+}
+
+// countIn counts the samples of r that f keeps, as the store gives them.
+func countIn(t *testing.T, db Reader, r store.Range, f *store.Filter) int {
+	t.Helper()
+	n := 0
+	if _, err := db.Select(context.Background(), r, f, func(b *store.Batch) error {
+		n += len(b.Rows)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// messageOf reads the message of an answer of path: a JSON answer's
+// "message" field, the compact tree's header's, a pprof profile's
+// comments (joined).
+func messageOf(t *testing.T, fx *fixture, target string) string {
+	t.Helper()
+	resp, body := fx.get(t, target)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", target, resp.StatusCode, body)
+	}
+	switch {
+	case strings.HasPrefix(target, "/api/pprof"):
+		p, err := profile.ParseData(body)
+		if err != nil {
+			t.Fatalf("GET %s: %v", target, err)
+		}
+		return strings.Join(p.Comments, "\n")
+	case strings.Contains(target, "encoding=compact"):
+		d, err := decodeCompact(body)
+		if err != nil || d.header.Message == nil {
+			t.Fatalf("GET %s: %v, message %v", target, err, d)
+		}
+		return *d.header.Message
+	}
+	var v struct {
+		Message *string `json:"message"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil || v.Message == nil {
+		t.Fatalf("GET %s: %v, no message in %s", target, err, clipBody(body))
+	}
+	return *v.Message
+}
+
+// TestEmptyAnswersSayWhy asks every endpoint that answers a selection for
+// selections no sample passes, over a real store through a real server:
+// each answer carries a message saying what was empty and why (the
+// filter matched none of the N samples the store holds in the window; no
+// data in the window, and where the data is; a node filter that keeps no
+// node; a window of the CPU idle loop alone), the same from every
+// endpoint; an answer with samples has an empty message.
+func TestEmptyAnswersSayWhy(t *testing.T) {
+	db := testStore(t)
+	fx := newFixture(t, db, Options{})
+	nodes := db.Nodes()
+	if len(nodes) != 1 {
+		t.Fatalf("nodes %v, want the recording's one", nodes)
+	}
+	node := nodes[0].Name
+	ft := query.FormatTime
+	sources := db.Sources()
+	first, last := sources[0].First, sources[0].Last
+	for _, s := range sources {
+		first, last = min(first, s.First), max(last, s.Last)
+	}
+	span := ft(first) + " to " + ft(last)
+	gapR := store.Range{From: (base + 66) * 1e9, To: (base + 69) * 1e9}
+	const gap = "from=1795237446&to=1795237449"
+	// The capture's fourth sample, of the swapper (the idle loop), alone.
+	idleR := store.Range{From: (base+70)*1e9 + 15e6, To: (base+70)*1e9 + 17e6}
+	inA := countIn(t, db, rangeA, &store.Filter{})
+	if inA == 0 {
+		t.Fatal("no sample in range A")
+	}
+	for _, c := range []struct{ what, query, want string }{
+		{"a command that does not exist", "comm=nosuchcommand&" + queryA,
+			fmt.Sprintf(`None of the %d samples in the data from %s to %s passes the filter comm "nosuchcommand".`, inA, ft(rangeA.From), ft(rangeA.To))},
+		{"two filters", "cpu=1&frame=nosuch&" + queryA,
+			fmt.Sprintf(`None of the %d samples in the data from %s to %s passes the filter cpu "1", frame "nosuch".`, inA, ft(rangeA.From), ft(rangeA.To))},
+		{"a window without data", gap,
+			fmt.Sprintf(`No samples in the data from %s to %s: they span %s.`, ft(gapR.From), ft(gapR.To), span)},
+		{"a node without data in the window", "node=" + node + "&" + gap,
+			fmt.Sprintf(`No samples of node %q from %s to %s: they span %s.`, node, ft(gapR.From), ft(gapR.To), span)},
+		{"a source without data in the window", "source=capture&from=1795237390&to=1795237400",
+			fmt.Sprintf(`No samples of source "capture" from %s to %s: they span %s to %s.`, ft(rangeA.From), ft(rangeA.From+10e9),
+				ft(db.SourcesOf(&store.Filter{Sources: []string{"capture"}})[0].First), ft(db.SourcesOf(&store.Filter{})[0].Last))},
+		{"a node regexp that matches none", "node=~^nosuch&" + queryA,
+			fmt.Sprintf(`No node matches node "~^nosuch": the data holds node %q.`, node)},
+		{"a label no node has", "label=zone=mars&" + queryA,
+			fmt.Sprintf(`No node matches label "zone=mars": the data holds node %q.`, node)},
+		{"the idle loop alone", "source=capture&from=1795237450.015&to=1795237450.017",
+			fmt.Sprintf(`No samples of source "capture" from %s to %s but 1 of the CPU idle loop, which the views leave out unless idle=include.`, ft(idleR.From), ft(idleR.To))},
+	} {
+		for _, path := range []string{"/api/timeline?step=1ms&", "/api/heatmap?", "/api/percpu?", "/api/flamegraph?", "/api/flamegraph?encoding=compact&",
+			"/api/flamegraph?group=pod&", "/api/top?", "/api/top?group=container&", "/api/pprof?"} {
+			target := path + c.query
+			if strings.HasPrefix(path, "/api/timeline") && strings.Contains(c.query, queryA) {
+				target = "/api/timeline?step=1s&" + c.query
+			}
+			if got := messageOf(t, fx, target); got != c.want {
+				t.Errorf("%s, %s:\n got %q\nwant %q", c.what, target, got, c.want)
+			}
+		}
+	}
+	// Every answer with samples has an empty message; a pprof profile no
+	// comment.
+	for _, path := range []string{"/api/timeline?", "/api/heatmap?", "/api/percpu?", "/api/flamegraph?", "/api/flamegraph?encoding=compact&",
+		"/api/top?", "/api/pprof?", "/api/diff?from2=1795237382.5&to2=1795237389.75&", "/api/diff?encoding=compact&from2=1795237382.5&to2=1795237389.75&",
+		"/api/top?from2=1795237382.5&to2=1795237389.75&"} {
+		if got := messageOf(t, fx, path+queryA); got != "" {
+			t.Errorf("%s with samples: message %q", path+queryA, got)
+		}
+	}
+	// A comparison: each window that holds nothing is named, the other not.
+	inB := countIn(t, db, rangeB, &store.Filter{})
+	for _, c := range []struct{ query, want string }{
+		{"comm=nosuchcommand&from2=1795237382.5&to2=1795237389.75&" + queryA,
+			fmt.Sprintf(`The selection A (from, to): none of the %d samples in the data from %s to %s passes the filter comm "nosuchcommand"; `+
+				`the baseline B (from2, to2): none of the %d samples in the data from %s to %s passes the filter comm "nosuchcommand".`,
+				inA, ft(rangeA.From), ft(rangeA.To), inB, ft(rangeB.From), ft(rangeB.To))},
+		{"from2=1795237382.5&to2=1795237389.75&" + gap,
+			fmt.Sprintf(`The selection A (from, to): no samples in the data from %s to %s: they span %s.`, ft(gapR.From), ft(gapR.To), span)},
+		{"from2=1795237446&to2=1795237449&" + queryA,
+			fmt.Sprintf(`The baseline B (from2, to2): no samples in the data from %s to %s: they span %s.`, ft(gapR.From), ft(gapR.To), span)},
+	} {
+		for _, path := range []string{"/api/diff?", "/api/diff?encoding=compact&", "/api/top?"} {
+			if got := messageOf(t, fx, path+c.query); got != c.want {
+				t.Errorf("%s:\n got %q\nwant %q", path+c.query, got, c.want)
+			}
+		}
+	}
+	// A node that does not exist is a 400 naming it, as before.
+	if resp, body := fx.get(t, "/api/top?node=nosuch&"+queryA); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `no node named \"nosuch\"`) {
+		t.Errorf("unknown node: %d %s", resp.StatusCode, body)
+	}
 }

@@ -152,8 +152,9 @@ func diffFields(n *query.DiffNode) [6]intField {
 }
 
 // diff appends d as the nested JSON of /api/diff: CPU times in seconds
-// (unit "cpu-seconds"), sample counts as integers.
-func diff(out []byte, d *query.Diff, limit int) ([]byte, error) {
+// (unit "cpu-seconds"), sample counts as integers, and the message (why
+// a window holds no sample; "" when both hold some).
+func diff(out []byte, d *query.Diff, message string, limit int) ([]byte, error) {
 	out = append(out, `{"unit":"`+query.UnitCPUSeconds+`","totalA":`...)
 	out = appendFloat(out, seconds(d.TotalA))
 	out = append(out, `,"totalB":`...)
@@ -162,6 +163,7 @@ func diff(out []byte, d *query.Diff, limit int) ([]byte, error) {
 	out = strconv.AppendInt(out, d.SamplesA, 10)
 	out = append(out, `,"samplesB":`...)
 	out = strconv.AppendInt(out, d.SamplesB, 10)
+	out = appendString(append(out, `,"message":`...), message)
 	out = append(out, `,"root":`...)
 	if d.Root == nil {
 		return append(out, "null}"...), nil

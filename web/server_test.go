@@ -75,7 +75,7 @@ func TestDefaultRanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantJSON(t, "heatmap "+tc.query, body, h)
+		wantJSON(t, "heatmap "+tc.query, body, heatmapJSON{Heatmap: h})
 	}
 
 	// A short span: a step from the 1-2-5 ladder, the range as it is.
@@ -425,7 +425,8 @@ func TestPanicIsRecovered(t *testing.T) {
 }
 
 // TestStoreWarnings damages one of two blocks: the answer covers the other
-// and says what was skipped in a Warning header.
+// and says what was skipped in a Warning header; an answer of the damaged
+// block alone says in its message that nothing could be read.
 func TestStoreWarnings(t *testing.T) {
 	dir := t.TempDir()
 	db, err := store.Open(dir, store.Options{Source: "host", Logger: discard()})
@@ -473,6 +474,18 @@ func TestStoreWarnings(t *testing.T) {
 	resp, _ = fx.get(t, "/api/top?from=1795237450&to=1795237453&source=two")
 	if resp.StatusCode != http.StatusOK || len(resp.Header.Values("Warning")) != 0 {
 		t.Fatalf("source two alone: %d, warnings %q", resp.StatusCode, resp.Header.Values("Warning"))
+	}
+	// Source one alone: nothing could be read. The message says so, not
+	// that the window holds nothing, and the block is named once.
+	for _, path := range []string{"/api/top?", "/api/heatmap?", "/api/timeline?"} {
+		resp, body = fx.get(t, path+"from=1795237450&to=1795237453&source=one")
+		var v struct{ Message string }
+		json.Unmarshal(body, &v)
+		want := `No samples of source "one" from 2026-11-21T05:04:10Z to 2026-11-21T05:04:13Z could be read: 1 warning names what was not.`
+		if warnings := resp.Header.Values("Warning"); resp.StatusCode != http.StatusOK || v.Message != want || len(warnings) != 1 ||
+			!strings.Contains(warnings[0], filepath.Base(damaged)) {
+			t.Errorf("%ssource=one: %d, message %q, warnings %q; want %q", path, resp.StatusCode, v.Message, warnings, want)
+		}
 	}
 }
 
@@ -616,7 +629,7 @@ func TestTreeEncodingMatchesEncodingJSON(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("node:\n got %s\nwant %s", got, want)
 	}
-	got, err = diff(nil, d, 1<<20)
+	got, err = diff(nil, d, "", 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +637,7 @@ func TestTreeEncodingMatchesEncodingJSON(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("diff:\n got %s\nwant %s", got, want)
 	}
-	got, _ = diff(nil, &query.Diff{}, 100)
+	got, _ = diff(nil, &query.Diff{}, "", 100)
 	if want, _ := json.Marshal(nestedDiff(&query.Diff{})); !bytes.Equal(got, want) {
 		t.Fatalf("empty diff: %s, want %s", got, want)
 	}

@@ -36,7 +36,8 @@ function column(T, buf, off, n, native) {
 }
 
 // decodeTree reads a compact tree (an ArrayBuffer) into
-// {diff, n, names, kinds, totalA, totalB, samplesA, samplesB, name, kind,
+// {diff, n, names, kinds, totalA, totalB, samplesA, samplesB, message (why
+// the answer is empty, '' when it is not), name, kind,
 // size, and the numeric columns: value, self, cpu and selfCpu (CPU
 // seconds) and fp (samples whose frame there was found with frame
 // pointers in a walk with unwind tables), or a, b, selfA, selfB, delta and
@@ -59,7 +60,7 @@ export function decodeTree(buf, native = littleEndian) {
   if (buf.byteLength !== off + n * (8 * cols.length + 9) || n < 1 && magic === 'HSF3') throw bad('size');
   if (magic === 'HSD1' && head.unit !== 'cpu-nanoseconds') throw bad('unit ' + JSON.stringify(head.unit));
   const t = { diff: magic === 'HSD1', n, names: head.names, kinds: head.kinds, totalA: head.totalA, totalB: head.totalB,
-    samplesA: head.samplesA, samplesB: head.samplesB };
+    samplesA: head.samplesA, samplesB: head.samplesB, message: head.message || '' };
   for (const c of cols) {
     t[c] = column(Float64Array, buf, off, n, native);
     off += 8 * n;

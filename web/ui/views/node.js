@@ -13,8 +13,8 @@ import { PerCPU } from '../percpu.js';
 import { EventList } from '../events.js';
 import { drawLegend, formatCPU, formatChange } from '../legend.js';
 import {
-  node as state, nodeData, NODE_FILTERS, readNodeURL, writeNodeURL, activeFilters, setFilters, filterParams,
-  hasBaseline, selectedRange, secs, setBusy, setRelativeOrigin,
+  node as state, nodeData, NODE_FILTERS, readNodeURL, writeNodeURL, setFilters, filterParams,
+  hasBaseline, selectedRange, secs, setBusy, setRelativeOrigin, clock,
 } from '../state.js';
 
 const DEFAULT_SPAN = 120; // seconds: at most the last 2 minutes of a source
@@ -24,36 +24,23 @@ const TOP_LIMIT = 1000; // rows of the top functions table fetched
 const ROW_CHOICES = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
 const MIN_VIEW = 10; // seconds: the narrowest the timeline zooms
 
-// FILTER_NAMES name the filters in messages.
-const FILTER_NAMES = {
-  node: 'node', comm: 'command', pid: 'pid', cpu: 'CPU', container: 'container', pod: 'pod', namespace: 'namespace',
-  qos: 'QoS class', frame: 'frame', stack: 'stack',
-};
-
-// filterText names the source and the filters in force, for messages.
-function filterText() {
-  const parts = [`source ${JSON.stringify(state.source)}`];
-  for (const [f, v] of activeFilters(state)) parts.push(`${FILTER_NAMES[f]} ${JSON.stringify(v)}`);
-  return parts.join(', ');
-}
-
 // windowText names a time window: its start and its length.
 function windowText(from, to) {
   return `${formatTime(from)} + ${Math.round((to - from) * 1000) / 1000} s`;
 }
 
+// emptyNote is a view's note from the API's message, which says why the
+// view holds no sample ('' when it holds some). For a source on its
+// capture's own clock, whose times the views write from t=0, it says
+// where t=0 is on that clock, in which the message writes them.
+function emptyNote(message) {
+  const origin = clock.relativeOrigin;
+  return message && origin !== null ? `${message} (The views' t=0 is ${origin} s on that clock.)` : message;
+}
+
 // samplesText counts samples in words.
 function samplesText(n) {
   return `${n} sample${n === 1 ? '' : 's'}`;
-}
-
-// noSamples is the message of a view no sample reaches; for a window
-// outside the source's samples, it says where they are.
-function noSamples(from, to) {
-  const src = currentSource();
-  const where = src && (to <= src.first || from > src.last)
-    ? `; the source's samples span ${formatTime(src.first)} to ${formatTime(src.last)}` : '';
-  return `No samples match ${filterText()} in ${windowText(from, to)}${where}.`;
 }
 
 function currentSource() {
@@ -108,8 +95,8 @@ function showGrowth(g) {
   nodeData.growth = g;
   $('growth-box').hidden = !g;
   if (!g) return;
-  showEmpty('growth-empty', g.samples > 0 || g.samples2 > 0 ? ''
-    : `No samples match ${filterText()} in A (${windowText(state.selFrom, state.selTo)}) nor in B (${windowText(state.bFrom, state.bTo)}).`);
+  // The API's message says which window holds no sample, and why.
+  showEmpty('growth-empty', emptyNote(g.message));
   $('growth-label').textContent = `A: ${formatCPU(g.cpu)} of CPU time (${samplesText(g.samples)}), B: ${formatCPU(g.cpu2)} (${samplesText(g.samples2)}), ` +
     "B scaled to A's length";
   $('growth-by-total').classList.toggle('sorted', state.growthOrder === 'total');
@@ -147,7 +134,7 @@ function showGrowth(g) {
 // showTop fills the top functions table with its first TOP_PAGE rows (the
 // "more" button adds more); a failed request (top null) empties it, so
 // that it never shows an earlier query's rows.
-function showTop(top, from, to) {
+function showTop(top) {
   nodeData.top = top;
   nodeData.topShown = TOP_PAGE;
   if (!top) {
@@ -155,7 +142,7 @@ function showTop(top, from, to) {
     showEmpty('top-empty', 'The top functions could not be loaded (see the message above).');
     return;
   }
-  showEmpty('top-empty', top.functions.length > 0 ? '' : noSamples(from, to));
+  showEmpty('top-empty', emptyNote(top.message));
   drawTop();
 }
 
@@ -421,8 +408,7 @@ export function mountNodeView() {
     }
     const data = await request('timeline', '/api/timeline', p);
     if (data) {
-      showEmpty('timeline-empty', data.counts.some((c) => c > 0) ? ''
-        : noSamples(data.start, data.start + data.counts.length * data.step));
+      showEmpty('timeline-empty', emptyNote(data.message));
       timeline.set(data, [state.from, state.to], state.viewFrom !== null ? [state.viewFrom, state.viewTo] : null);
       const tallest = data.cpu.reduce((m, v) => Math.max(m, v), 0);
       $('view-label').textContent = (state.viewFrom !== null
@@ -445,7 +431,7 @@ export function mountNodeView() {
       heatmap.enhanced = state.enhanced;
       heatmap.set(data, state.selFrom !== null ? [state.selFrom, state.selTo] : null, hasBaseline() ? [state.bFrom, state.bTo] : null);
       measureDraw('heatmap', '/api/heatmap');
-      const empty = data.maxvalue > 0 ? '' : noSamples(state.from, state.to);
+      const empty = emptyNote(data.message);
       showEmpty('heatmap-empty', empty);
       showHeatmapLegend();
       setStatus(empty || `heatmap: ${data.columns.length} s × ${data.rows.length} rows, busiest cell ${formatCPU(data.maxcpu)} of ${unitName(data.unit)}`);
@@ -494,7 +480,7 @@ export function mountNodeView() {
     p.set('to', secs(state.to));
     const data = await request('percpu', '/api/percpu', p);
     if (data) {
-      showEmpty('percpu-empty', data.cpus.length > 0 ? '' : noSamples(state.from, state.to));
+      showEmpty('percpu-empty', emptyNote(data.message));
       perCPU.enhanced = state.enhanced;
       perCPU.set(data);
       showPerCPULegend();
@@ -538,25 +524,22 @@ export function mountNodeView() {
       return gp;
     })()) : null;
     const [fg, top, growth] = await Promise.all([request('flame', flamePath, fp, fetchTree), request('top', '/api/top', topParams), growthReq]);
-    if (fg) showFlame(fg, from, to, flamePath);
-    if (top !== undefined) showTop(top, from, to);
+    if (fg) showFlame(fg, flamePath);
+    if (top !== undefined) showTop(top);
     showGrowth(growth);
   }
 
   // showFlame draws a flame graph (or differential) tree, or says that no
-  // sample reached it.
-  function showFlame(fg, from, to, path) {
-    let empty = '';
-    if (fg.diff && fg.totalA === 0) {
-      empty = fg.totalB === 0
-        ? `No samples match ${filterText()} in the selection A (${windowText(from, to)}) nor in the baseline B (${windowText(state.bFrom, state.bTo)}).`
-        : `No samples match ${filterText()} in the selection A (${windowText(from, to)}); the baseline B holds ${formatCPU(fg.totalB / 1e9)} of CPU time (${samplesText(fg.samplesB)}).`;
-    } else if (!fg.diff && (fg.n === 0 || fg.value[0] === 0)) {
-      empty = noSamples(from, to);
-    }
-    showEmpty('flame-empty', empty);
-    $('flame-box').hidden = !!empty;
-    $('pprof-link').hidden = !!empty; // nothing to download
+  // sample reached it, with the API's message (which names a
+  // differential's empty baseline too, under a graph of the selection).
+  function showFlame(fg, path) {
+    const empty = fg.diff ? fg.samplesA === 0 : fg.n === 0 || fg.value[0] === 0;
+    // An empty selection against a baseline that holds samples: what B holds.
+    const inB = fg.diff && empty && fg.samplesB > 0
+      ? ` The baseline B holds ${formatCPU(fg.totalB / 1e9)} of CPU time (${samplesText(fg.samplesB)}).` : '';
+    showEmpty('flame-empty', emptyNote(fg.message) + inB);
+    $('flame-box').hidden = empty;
+    $('pprof-link').hidden = empty; // nothing to download
     flame.set(fg);
     measureDraw('flame', path);
   }
