@@ -23,7 +23,8 @@ import (
 //
 // The fit is robust to a window's noise (in that run a window's cost
 // strayed up to 0.14% of one CPU from the line through them all): the
-// windows at one rate count by their median, the slope is the median of
+// windows at one rate count by their median, once there are two, the
+// slope is the median of
 // the slopes between every two rates at least a quarter apart (a
 // Theil-Sen estimate; two rates close together turn a window's noise into
 // a wild slope), and a cost never falls as the rate rises (a negative
@@ -56,6 +57,13 @@ const restName = "the rest"
 // them to give a slope: a quarter (49 and 64 Hz do, 47 and 50 Hz do not).
 const minRateRatio = 1.25
 
+// minRateWindows is how many windows a rate needs for its median to count:
+// one window is no median. On a busy machine (load 12-18) the first
+// windows at 99, 49 and 24 Hz, one each, cost 1.60%, 1.19% and 1.03% of
+// one CPU as the machine's load moved, and a slope taken through them
+// made a cut from 24 to 12 Hz promise 0.121% where it bought 0.026%.
+const minRateWindows = 2
+
 // add takes one judged window's cost at hz.
 func (m *rateModel) add(hz int, c Cost) {
 	if hz <= 0 || len(c.Parts) == 0 {
@@ -73,8 +81,8 @@ func (m *rateModel) add(hz int, c Cost) {
 }
 
 // slopes returns each part's learned cost per Hz, in percent of one CPU,
-// for the parts seen at two rates at least minRateRatio apart (nil when
-// none is).
+// for the parts seen at two rates at least minRateRatio apart, each in
+// minRateWindows windows (nil when none is).
 func (m *rateModel) slopes() map[string]float64 {
 	names := map[string]bool{}
 	for _, w := range m.windows {
@@ -94,8 +102,9 @@ func (m *rateModel) slopes() map[string]float64 {
 	return out
 }
 
-// slope is one part's Theil-Sen slope over the rates it was seen at:
-// the median of its windows at each rate, then the median of the slopes
+// slope is one part's Theil-Sen slope over the rates it was seen at in
+// minRateWindows windows or more: the median of its windows at each rate,
+// then the median of the slopes
 // between every two of those rates at least minRateRatio apart, never
 // negative. ok is false when no two rates are that far apart.
 func (m *rateModel) slope(name string) (perHz float64, ok bool) {
@@ -106,8 +115,10 @@ func (m *rateModel) slope(name string) (perHz float64, ok bool) {
 		}
 	}
 	rates := make([]int, 0, len(byRate))
-	for hz := range byRate {
-		rates = append(rates, hz)
+	for hz, shares := range byRate {
+		if len(shares) >= minRateWindows {
+			rates = append(rates, hz)
+		}
 	}
 	slices.Sort(rates)
 	level := make([]float64, len(rates))
