@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/thanos-io/objstore"
 
+	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/heappeak"
 	"github.com/heatscope/heatscope/internal/miniotest"
@@ -132,7 +132,11 @@ func TestTwoHourWindowUnderChurnIsBounded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := bkt.Upload(context.Background(), strings.Replace(k, "/", "/blocks/", 1)+"/meta.json", bytes.NewReader(raw)); err != nil {
+			blk, err := bucketlayout.ParseBlockKey(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := bkt.Upload(context.Background(), blk.Object(bucketlayout.MetaFile), bytes.NewReader(raw)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -63,7 +64,7 @@ func TestQueriesAcrossNodes(t *testing.T) {
 	upload(t, bkt, "node-a", dirA)
 	upload(t, bkt, "node-b", dirB)
 	// A block being uploaded: its data is there, its meta not yet.
-	if err := bkt.Upload(context.Background(), "node-b/blocks/1795237380000-0badf00d/data", strings.NewReader("partial")); err != nil {
+	if err := bkt.Upload(context.Background(), bucketlayout.Block{Node: "node-b", ID: "1795237380000-0badf00d"}.Object(bucketlayout.DataFile), strings.NewReader("partial")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -128,7 +129,7 @@ func TestFollowsUploads(t *testing.T) {
 	}
 	for _, id := range idsA {
 		for _, f := range []string{bucketlayout.MetaFile, bucketlayout.DataFile} {
-			if err := bkt.Delete(context.Background(), "node-a/blocks/"+id+"/"+f); err != nil {
+			if err := bkt.Delete(context.Background(), bucketlayout.Block{Node: "node-a", ID: id}.Object(f)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -152,8 +153,16 @@ func TestDamagedObjects(t *testing.T) {
 		t.Fatalf("%d blocks, want 3 or more", len(ids))
 	}
 	ctx := context.Background()
+	local, err := store.LocalBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	read := func(id string) []byte {
-		b, err := os.ReadFile(filepath.Join(dir, "blocks", id, bucketlayout.DataFile))
+		i := slices.IndexFunc(local, func(b store.LocalBlock) bool { return b.ID == id })
+		if i < 0 {
+			t.Fatalf("block %s not in %s", id, dir)
+		}
+		b, err := os.ReadFile(local[i].DataPath())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,14 +170,14 @@ func TestDamagedObjects(t *testing.T) {
 	}
 	truncated, corrupt := ids[0], ids[1]
 	b := read(truncated)
-	if err := bkt.Upload(ctx, "node-a/blocks/"+truncated+"/data", bytes.NewReader(b[:len(b)/2])); err != nil {
+	if err := bkt.Upload(ctx, bucketlayout.Block{Node: "node-a", ID: truncated}.Object(bucketlayout.DataFile), bytes.NewReader(b[:len(b)/2])); err != nil {
 		t.Fatal(err)
 	}
 	b = read(corrupt)
 	for i := 100; i < len(b)-200; i += 97 {
 		b[i] ^= 0x5a
 	}
-	if err := bkt.Upload(ctx, "node-a/blocks/"+corrupt+"/data", bytes.NewReader(b)); err != nil {
+	if err := bkt.Upload(ctx, bucketlayout.Block{Node: "node-a", ID: corrupt}.Object(bucketlayout.DataFile), bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
 	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
@@ -388,29 +397,11 @@ func TestReadsTheBucketIndex(t *testing.T) {
 // as the shipper does (the same object again as it grows).
 func uploadEvents(t testing.TB, bkt *bucket.Bucket, node string, n int) {
 	t.Helper()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{Source: node, Node: node, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
+	evs := make([]events.Event, n)
+	for j := range evs {
+		evs[j] = events.Event{Time: start + int64(j)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"}
 	}
-	for j := range n {
-		e := events.Event{Time: start + int64(j)*1e9, Source: "kmsg", Severity: events.Warning, Text: "ena 0000:00:05.0 eth0: Device reset"}
-		if err := db.AppendEvent(e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db.Close()
-	segs, err := os.ReadDir(filepath.Join(dir, "events"))
-	if err != nil || len(segs) != 1 {
-		t.Fatalf("want one event segment: %v, %v", segs, err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "events", segs[0].Name()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bkt.Upload(context.Background(), node+"/events/"+segs[0].Name(), bytes.NewReader(b)); err != nil {
-		t.Fatal(err)
-	}
+	miniotest.UploadEvents(t, bkt, node, evs)
 }
 
 // TestEventsOfEachInstanceGrow: a node's newest segment is each of its
