@@ -11,16 +11,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heatscope/heatscope/internal/needs"
 )
 
 // Require skips or fails t when this process cannot load BPF programs.
 func Require(t testing.TB) {
 	t.Helper()
 	if reason := unavailable(); reason != "" {
-		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but BPF tests cannot run: %s", reason)
-		}
-		t.Skipf("needs BPF and perf events: %s (set HEATSCOPE_REQUIRE_BPF=1 to make this a failure)", reason)
+		needs.Missing(t, "HEATSCOPE_REQUIRE_BPF", "needs BPF and perf events: "+reason)
 	}
 }
 

@@ -6,13 +6,13 @@ package browsertest
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/heatscope/heatscope/internal/needs"
 )
 
 // names are the executables tried, in order.
@@ -49,10 +49,7 @@ func Start(t testing.TB, width, height int, timeout time.Duration) context.Conte
 	t.Helper()
 	exe, err := Find()
 	if err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatal("chromium is not installed (apt-get install chromium) and HEATSCOPE_REQUIRE_BPF=1 requires the browser tests")
-		}
-		t.Skip("chromium is not installed (apt-get install chromium): skipping the browser test")
+		needs.Missing(t, "HEATSCOPE_REQUIRE_BPF", "the browser tests need chromium, which is not installed (apt-get install chromium)")
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), Options(exe, t.TempDir(), width, height)...)
 	t.Cleanup(cancelAlloc)

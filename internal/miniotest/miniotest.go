@@ -45,6 +45,7 @@ import (
 	"github.com/heatscope/heatscope/bucket"
 	"github.com/heatscope/heatscope/bucketlayout"
 	"github.com/heatscope/heatscope/events"
+	"github.com/heatscope/heatscope/internal/needs"
 	"github.com/heatscope/heatscope/store"
 )
 
@@ -102,10 +103,7 @@ func Require(t testing.TB) string {
 	t.Helper()
 	path, err := Binary()
 	if err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_MINIO") == "1" {
-			t.Fatalf("HEATSCOPE_REQUIRE_MINIO=1 but %v", err)
-		}
-		t.Skipf("skipping: this test needs a real MinIO server: %v", err)
+		needs.Missing(t, "HEATSCOPE_REQUIRE_MINIO", "this test needs a real MinIO server: "+err.Error())
 	}
 	return path
 }

@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heatscope/heatscope/internal/needs"
 )
 
 // FeatureGate is the Collector's gate for the profiles signal (alpha in
@@ -98,10 +100,7 @@ func Require(t testing.TB) string {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_COLLECTOR") == "1" {
-			t.Fatalf("HEATSCOPE_REQUIRE_COLLECTOR=1 but %v", err)
-		}
-		t.Skipf("skipping: this test needs a real OpenTelemetry Collector: %v", err)
+		needs.Missing(t, "HEATSCOPE_REQUIRE_COLLECTOR", "this test needs a real OpenTelemetry Collector: "+err.Error())
 	}
 	return bin
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heatscope/heatscope/internal/needs"
 )
 
 //go:embed scripts/*.py
@@ -49,10 +51,10 @@ var Interpreters = []Interpreter{
 func Need(t testing.TB, py Interpreter) {
 	t.Helper()
 	if _, err := os.Stat(py.Path); err != nil {
-		if py.Required && os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("%s is required here (HEATSCOPE_REQUIRE_BPF=1): %v", py.Path, err)
+		if !py.Required {
+			t.Skipf("no %s here: %v", py.Path, err)
 		}
-		t.Skipf("no %s here: %v", py.Path, err)
+		needs.Missing(t, "HEATSCOPE_REQUIRE_BPF", fmt.Sprintf("no %s here: %v", py.Path, err))
 	}
 }
 

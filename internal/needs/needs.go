@@ -1,0 +1,21 @@
+// Package needs is the one place of the tests' rule for what a test
+// needs and does not find here (BPF, a compiler, MinIO, Chromium, the
+// Collector, an interpreter): it skips, saying why, unless the
+// environment requires it (HEATSCOPE_REQUIRE_BPF=1 and its kin, as CI
+// sets them), where a skip would hide a broken part, so it fails.
+package needs
+
+import (
+	"os"
+	"testing"
+)
+
+// Missing stops t for want of something it needs, saying why: it fails
+// t when the environment variable required is "1", else skips it.
+func Missing(t testing.TB, required, why string) {
+	t.Helper()
+	if os.Getenv(required) == "1" {
+		t.Fatalf("%s=1 requires it: %s", required, why)
+	}
+	t.Skipf("skipping: %s (%s=1 makes this a failure)", why, required)
+}
