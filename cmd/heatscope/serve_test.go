@@ -172,20 +172,14 @@ func TestServe(t *testing.T) {
 	}
 
 	// The fleet overview is warmed at start: its block warm, none pending.
-	var metrics string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get(url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		metrics = string(b)
-		if strings.Contains(metrics, "\nheatscope_overview_warm_blocks 1\n") && strings.Contains(metrics, "\nheatscope_overview_warm_pending 0\n") {
+		m := scrape(t, url+"/metrics")
+		if metricSum(m, "heatscope_overview_warm_blocks") == 1 && metricSum(m, "heatscope_overview_warm_pending") == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the overview not warmed after 10 s:\n%s", metrics)
+			t.Fatalf("the overview not warmed after 10 s: %d warm, %d pending", int(metricSum(m, "heatscope_overview_warm_blocks")),
+				int(metricSum(m, "heatscope_overview_warm_pending")))
 		}
 	}
 	// The bounds of the cells, and a timeline of every thread (idle
@@ -195,20 +189,14 @@ func TestServe(t *testing.T) {
 	if resp := getJSON(t, url+"/api/timeline?source=capture&from=5000&to=5010&step=10s&idle=include", &tl); resp.StatusCode != http.StatusOK || len(tl.Counts) != 1 || tl.Counts[0] != 3000 {
 		t.Fatalf("timeline: %d, %+v", resp.StatusCode, tl)
 	}
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	metrics = string(b)
-	for _, bound := range []string{"heatscope_overview_warm_limit_bytes 3.3554432e+07", "heatscope_overview_step_cells_limit_bytes 1.6777216e+07"} {
-		if !strings.Contains(metrics, "\n"+bound+"\n") {
-			t.Errorf("no %q in /metrics:\n%s", bound, metrics)
+	m := scrape(t, url+"/metrics")
+	for name, want := range map[string]float64{"heatscope_overview_warm_limit_bytes": 32 << 20, "heatscope_overview_step_cells_limit_bytes": 16 << 20} {
+		if got := metricSum(m, name); got != want {
+			t.Errorf("%s %v, want %v", name, got, want)
 		}
 	}
-	if !strings.Contains(metrics, "\nheatscope_overview_step_cells_bytes ") || strings.Contains(metrics, "\nheatscope_overview_step_cells_bytes 0\n") {
-		t.Errorf("the timeline's steps are not in the cells' budget:\n%s", metrics)
+	if got := metricSum(m, "heatscope_overview_step_cells_bytes"); got <= 0 {
+		t.Errorf("heatscope_overview_step_cells_bytes %v: the timeline's steps are not in the cells' budget", got)
 	}
 	d.stop(t)
 	if log := d.log(); !strings.Contains(log, "warmed the fleet overview") || !strings.Contains(log, "blocks=1") {
