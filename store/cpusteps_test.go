@@ -156,7 +156,8 @@ func TestNodeCPUStepsOfOlderBlocks(t *testing.T) {
 
 // TestTimelineKeepsItsCPUSteps: a timeline of every thread cuts its steps
 // by the CPUs' time from the blocks' per-CPU summaries, read once and kept
-// by the Reader (the overview keeps its own): the same timeline again
+// by the Reader (in its own cache: none given by KeepStepsIn; overview's
+// TestTimelinesShareTheStepBudget checks one given): the same timeline again
 // reads none, another step reads them again, and NodeCPUSteps without a
 // cache reads them every time.
 func TestTimelineKeepsItsCPUSteps(t *testing.T) {
