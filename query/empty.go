@@ -78,17 +78,10 @@ type Emptiness struct {
 // it, reading samples only in r's partial 10 s at each end. warnings are
 // the empty answer's own; they are counted in, and the counting's added.
 func Explain(ctx context.Context, db EmptyReader, r store.Range, f *store.Filter, filters string, warnings store.Warnings) (*Emptiness, store.Warnings, error) {
-	e := &Emptiness{Range: r, Relative: Relative(db.Sources(), f.Sources), Of: recordingsOf(f), Filters: filters}
+	e := Unselected(db, f)
+	e.Range, e.Filters = r, filters
 	defer func() { e.Warnings = len(warnings) }()
-	nodes := db.Nodes()
-	if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return f.KeepsNode(n.Name, n.Labels) }) {
-		e.NodeFilter = nodeFilterOf(f)
-		for _, n := range nodes {
-			e.Nodes = append(e.Nodes, n.Name)
-		}
-		return e, warnings, nil
-	}
-	if e.Data, e.HasData = Span(db.SourcesOf(f), f.Sources); !e.HasData {
+	if !e.HasData {
 		return e, warnings, nil
 	}
 	whole := store.Filter{Sources: f.Sources, Nodes: f.Nodes, NodeRegex: f.NodeRegex, NodeLabels: f.NodeLabels, IncludeIdle: f.IncludeIdle}
@@ -99,6 +92,24 @@ func Explain(ctx context.Context, db EmptyReader, r store.Range, f *store.Filter
 	whole.IncludeIdle = true
 	e.Idle, warnings, err = count(ctx, db, r, &whole, warnings)
 	return e, warnings, err
+}
+
+// Unselected says why the recordings f's source, node and label filters
+// select hold no sample at any time (the node filter keeps no node, or
+// they hold none); its HasData is true, and Data their span, when they
+// hold some. It reads no sample.
+func Unselected(db EmptyReader, f *store.Filter) *Emptiness {
+	e := &Emptiness{Relative: Relative(db.Sources(), f.Sources), Of: recordingsOf(f)}
+	nodes := db.Nodes()
+	if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return f.KeepsNode(n.Name, n.Labels) }) {
+		e.NodeFilter = nodeFilterOf(f)
+		for _, n := range nodes {
+			e.Nodes = append(e.Nodes, n.Name)
+		}
+		return e
+	}
+	e.Data, e.HasData = Span(db.SourcesOf(f), f.Sources)
+	return e
 }
 
 // summaryStep is the store's timeline summaries' step: a timeline at

@@ -98,8 +98,7 @@ func (s *Server) parseSelection(p *params, optional bool) (*selection, error) {
 	if err != nil {
 		return nil, err
 	}
-	whole, ok := span(s.db, &f)
-	r, err := p.timeRange("from", "to", whole, ok, optional)
+	r, err := p.timeRange("from", "to", span(s.db, &f), noData(s.db, &f), optional)
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +374,7 @@ func (s *Server) diff(ctx context.Context, p *params, rep *reply) (store.Warning
 	if err != nil {
 		return nil, err
 	}
-	baseline, err := p.timeRange("from2", "to2", store.Range{}, false, false)
+	baseline, err := p.timeRange("from2", "to2", store.Range{}, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -423,7 +422,7 @@ func (s *Server) top(ctx context.Context, p *params, rep *reply) (store.Warnings
 		if p.get("group") != "" {
 			return nil, paramErr("group", "applies to the top table, not to growth: leave out from2 and to2")
 		}
-		baseline, err := p.timeRange("from2", "to2", store.Range{}, false, false)
+		baseline, err := p.timeRange("from2", "to2", store.Range{}, nil, false)
 		if err != nil {
 			return nil, err
 		}

@@ -269,6 +269,21 @@ func TestEmptyAnswersSayWhy(t *testing.T) {
 			}
 		}
 	}
+	// Without a window, a node filter that keeps no node leaves nothing
+	// to default the window to: the 400 says why.
+	for _, target := range []string{"/api/percpu?node=~^nosuch", "/api/heatmap?label=zone=mars", "/api/timeline?node=~^nosuch&to=1795237460"} {
+		resp, body := fx.get(t, target)
+		var e errorBody
+		json.Unmarshal(body, &e)
+		what := `node "~^nosuch"`
+		if strings.Contains(target, "label") {
+			what = `label "zone=mars"`
+		}
+		if want := fmt.Sprintf(`from: required: there is no data to default to: no node matches %s: the data holds node %q`, what, node); resp.StatusCode != http.StatusBadRequest ||
+			e.Error != want || e.Param != "from" {
+			t.Errorf("%s: %d %s, want 400 %q", target, resp.StatusCode, body, want)
+		}
+	}
 	// A node that does not exist is a 400 naming it, as before.
 	if resp, body := fx.get(t, "/api/top?node=nosuch&"+queryA); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `no node named \"nosuch\"`) {
 		t.Errorf("unknown node: %d %s", resp.StatusCode, body)

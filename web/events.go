@@ -74,7 +74,7 @@ type eventQuery struct {
 func parseEventQuery(p *params) (eventQuery, error) {
 	var q eventQuery
 	var err error
-	if q.r, err = p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true); err != nil {
+	if q.r, err = p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, nil, true); err != nil {
 		return q, err
 	}
 	if q.limit, err = p.int("limit", defaultEventsLimit, 1, maxEventsLimit); err != nil {

@@ -26,11 +26,6 @@ const (
 	maxFleetRange = 3650 * 24 * int64(time.Hour)
 )
 
-// sampleFilterParams are the filter parameters that look at samples, not
-// only at which nodes: with one of them, nodes none of whose samples pass
-// are left out of the overview.
-var sampleFilterParams = []string{"comm", "pid", "tid", "cpu", "cgroup", "container", "pod", "namespace", "qos", "frame", "stack"}
-
 // fleetOverview answers GET /api/fleet/overview: per node and time step,
 // the busy share of the node's busiest CPU and its total CPU time, with
 // the node's events; see docs/api.md.
@@ -57,16 +52,11 @@ func (s *Server) fleetOverview(ctx context.Context, p *params, rep *reply) (stor
 	if err != nil {
 		return nil, err
 	}
-	sampleFilter := false
-	for _, name := range sampleFilterParams {
-		if v := p.get(name); v != "" && !(name == "stack" && v == "all") {
-			sampleFilter = true
-		}
-	}
-	whole, ok := span(s.db, &f)
-	r, err := p.timeRange("from", "to", whole, ok, true)
+	sampleFilter := query.DescribeFilter(p.get) != ""
+	noWhole := noData(s.db, &f)
+	r, err := p.timeRange("from", "to", span(s.db, &f), noWhole, true)
 	var pe *query.ParamError
-	if err != nil && !ok && p.get("from") == "" && errors.As(err, &pe) {
+	if err != nil && noWhole != nil && p.get("from") == "" && errors.As(err, &pe) {
 		// Nothing to default the range to: no node, or none the node
 		// filter keeps. Say so, as an empty overview.
 		ov := &overview.Overview{BusiestUnit: overview.UnitBusiest, TotalUnit: overview.UnitTotal, Nodes: []overview.Node{}}

@@ -240,7 +240,7 @@ func (s *Server) prediffOptions(p *params) (prediff.Options, error) {
 	if o.Window, err = prediff.ParseWindow("window", p.get("window")); err != nil {
 		return o, err
 	}
-	if o.Range, err = p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, true, true); err != nil {
+	if o.Range, err = p.timeRange("from", "to", store.Range{From: 0, To: maxTime}, nil, true); err != nil {
 		return o, err
 	}
 	if o.MaxEvents, err = p.int("events", prediff.DefaultMaxEvents, 1, prediff.MaxEvents); err != nil {

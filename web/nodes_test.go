@@ -155,7 +155,7 @@ func TestNodes(t *testing.T) {
 
 	// Default ranges follow the selected nodes.
 	resp, body = fx.get(t, "/api/heatmap?label=zone=us-east-1c")
-	if resp.StatusCode != 400 || !strings.Contains(string(body), "no samples") {
+	if resp.StatusCode != 400 || !strings.Contains(string(body), `there is no data to default to: no node matches label \"zone=us-east-1c\"`) {
 		t.Errorf("a heatmap of no node without a range: %d %s, want a 400 saying there is nothing to default to", resp.StatusCode, body)
 	}
 }

@@ -80,8 +80,8 @@ func (p *params) time(name string) (t int64, ok bool, err error) {
 
 // timeRange reads a range from the parameters named from and to. Missing
 // ends default to whole, the span of the selected data, when there is one
-// (hasWhole); without it they are required.
-func (p *params) timeRange(from, to string, whole store.Range, hasWhole, optional bool) (store.Range, error) {
+// (noWhole nil, else why there is none); without it they are required.
+func (p *params) timeRange(from, to string, whole store.Range, noWhole error, optional bool) (store.Range, error) {
 	var r store.Range
 	var hasFrom, hasTo bool
 	var err error
@@ -101,8 +101,8 @@ func (p *params) timeRange(from, to string, whole store.Range, hasWhole, optiona
 		case end.given:
 		case !optional:
 			return r, paramErr(end.name, "required")
-		case !hasWhole:
-			return r, paramErr(end.name, "required: the selected sources hold no samples to default to")
+		case noWhole != nil:
+			return r, paramErr(end.name, "required: there is no data to default to: %v", noWhole)
 		default:
 			*end.t = end.def
 		}
@@ -183,11 +183,21 @@ func (p *params) filter(sources []store.SourceInfo, nodes []store.NodeInfo) (sto
 
 // span is the time range of the samples of the sources f selects on the
 // nodes it keeps, from the first sample to just after the last (within
-// the times parameters may name); ok is false when they hold none. A
-// source is spanned on those nodes only: two nodes' recordings may share
-// a source name (their hostname), and one node's range is its own.
-func span(db Reader, f *store.Filter) (r store.Range, ok bool) {
-	r, ok = query.Span(db.SourcesOf(f), f.Sources)
+// the times parameters may name); empty when they hold none (noData
+// says why). A source is spanned on those nodes only: two nodes'
+// recordings may share a source name (their hostname), and one node's
+// range is its own.
+func span(db Reader, f *store.Filter) store.Range {
+	r, _ := query.Span(db.SourcesOf(f), f.Sources)
 	r.From, r.To = max(r.From, 0), min(r.To, maxTime)
-	return r, ok
+	return r
+}
+
+// noData says why the recordings f's source, node and label filters
+// select hold no sample (query.Unselected): nil when they hold some.
+func noData(db Reader, f *store.Filter) error {
+	if e := query.Unselected(db, f); !e.HasData {
+		return e
+	}
+	return nil
 }
