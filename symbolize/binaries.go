@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/heatscope/heatscope/internal/rawsys"
 )
 
 // binKey identifies a binary in the cache: by build id, so that the same
@@ -218,7 +220,7 @@ func (s *Symbolizer) statMapped(pid uint32, m *mapping) (fileID, error) {
 	var errs []error
 	for _, p := range paths {
 		var st syscall.Stat_t
-		if err := syscall.Stat(p.path, &st); err != nil {
+		if err := rawsys.Stat(p.path, &st); err != nil {
 			errs = append(errs, err)
 			continue
 		}

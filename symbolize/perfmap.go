@@ -7,6 +7,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/heatscope/heatscope/internal/rawsys"
 )
 
 // perfMap is the symbol table a JIT runtime writes to /tmp/perf-PID.map.
@@ -37,8 +40,8 @@ func (p *perfMap) lookup(addr uint64) (string, bool) {
 
 // reload re-reads the file if its size changed and reports whether it did.
 func (p *perfMap) reload() bool {
-	st, err := os.Stat(p.path)
-	if err != nil || st.Size() == p.size {
+	var st syscall.Stat_t
+	if err := rawsys.Stat(p.path, &st); err != nil || st.Size == p.size {
 		return false
 	}
 	f, err := os.Open(p.path)
@@ -50,7 +53,7 @@ func (p *perfMap) reload() bool {
 	if err != nil {
 		return false
 	}
-	p.tab, p.size = tab, st.Size()
+	p.tab, p.size = tab, st.Size
 	return true
 }
 

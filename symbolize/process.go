@@ -2,14 +2,13 @@ package symbolize
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/heatscope/heatscope/internal/rawsys"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -75,7 +74,9 @@ func (s *Symbolizer) readMaps(p *process) {
 	sc := mapsScratches.Get().(*mapsScratch)
 	defer sc.put()
 	var err error
-	if sc.data, err = readFile(path, sc.data); err == nil {
+	// With raw system calls: an ordinary one woke the Go runtime's sysmon
+	// thread for the rest of the drain of the sample ring (rawsys).
+	if sc.data, err = rawsys.ReadFile(path, sc.data); err == nil {
 		sc.maps, err = parseMaps(sc.maps[:0], sc.data, true, &s.paths)
 		if err != nil {
 			err = fmt.Errorf("parse %s: %w", path, err)
@@ -133,7 +134,7 @@ type ExecMapping struct {
 // ReadExecMappings reads the executable mappings of the maps file at
 // path (/proc/PID/maps), as the symbolizer parses its own reads.
 func ReadExecMappings(path string) ([]ExecMapping, error) {
-	data, err := os.ReadFile(path)
+	data, err := rawsys.ReadFile(path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -194,30 +195,6 @@ func (sc *mapsScratch) put() {
 	clear(sc.maps[:cap(sc.maps)]) // drop the paths
 	sc.data, sc.maps = sc.data[:0], sc.maps[:0]
 	mapsScratches.Put(sc)
-}
-
-// readFile reads the whole of the file at path into buf, growing it as
-// needed.
-func readFile(path string, buf []byte) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return buf, err
-	}
-	defer f.Close()
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, fmt.Errorf("read %s: %w", path, err)
-		}
-	}
 }
 
 // find returns the executable mapping containing addr, or nil.

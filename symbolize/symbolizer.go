@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heatscope/heatscope/internal/diskcache"
+	"github.com/heatscope/heatscope/internal/rawsys"
 	"github.com/heatscope/heatscope/internal/workclock"
 	"github.com/heatscope/heatscope/pyinterp"
 	"github.com/heatscope/heatscope/pysymbol"
@@ -323,7 +324,7 @@ func (s *Symbolizer) ForgetExited(idle time.Duration) int {
 			continue
 		}
 		var st syscall.Stat_t
-		err := syscall.Stat(filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10)), &st)
+		err := rawsys.Stat(filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10)), &st)
 		if errors.Is(err, syscall.ENOENT) {
 			gone[p] = true
 		}
