@@ -167,8 +167,9 @@ type unwinder struct {
 	// drainedAt is when that drain ended (the Python set-up's debug log).
 	lastTake, drainedTake, drainedAt time.Time
 	// pendKeys and pendVals are the buffers unwind_pending is read into.
-	pendKeys []uint32
-	pendVals []uint64
+	pendKeys   []uint32
+	pendVals   []uint64
+	pendCursor batchCursor
 	// askCount is the BPF program's count of the requests it wrote to
 	// unwind_pending (asks in .bss, read through its memory mapping), and
 	// askCountSeen its value at the last take: unwind_pending is read only
@@ -197,6 +198,9 @@ type unwinder struct {
 	python *pythonFinder
 	// entry is the buffer writeEntry fills; under state.
 	entry bpf.ProfileHsProc
+	// procsW writes unwind_procs entries with raw system calls
+	// (procsOut).
+	procsW *procsWriter
 	// pyRetries holds the processes whose mappings the Python set-up
 	// reads again for their interpreter (retryPython), made at the
 	// first; under state.
@@ -453,7 +457,7 @@ func (u *unwinder) turnOff(err error) {
 	u.off = true
 	u.log.Warn("the table walk cannot work on this kernel: user stacks are walked with frame pointers", "check", CheckWalkResults, "reason", err)
 	for pid := range u.procList {
-		_ = u.procs.Delete(pid)
+		_ = u.procsOut().delete(pid)
 	}
 	clear(u.procList)
 	clear(u.queue)
@@ -487,6 +491,15 @@ func (u *unwinder) mayRunPython(pid uint32, a ask) bool {
 	maps, ok := u.recentMaps(u.useBuf[:0], pid, a.since)
 	u.useBuf = maps[:0]
 	return ok && slices.ContainsFunc(maps, func(m symbolize.ExecMapping) bool { return !m.Deleted && pyinterp.MayBeInterpreter(m.Path) })
+}
+
+// procsOut returns the writer of unwind_procs entries, made at its first
+// use. u.state is held: its calls share one key buffer.
+func (u *unwinder) procsOut() *procsWriter {
+	if u.procsW == nil {
+		u.procsW = newProcsWriter(u.procs)
+	}
+	return u.procsW
 }
 
 // runPythonSetUp writes the entries of new Python processes after each

@@ -109,13 +109,12 @@ func (u *unwinder) take(byReader bool) {
 	if !u.asked() {
 		return
 	}
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := u.pending.BatchLookupAndDelete(&cursor, u.pendKeys, u.pendVals, nil)
+	for start := true; ; start = false {
+		n, err := lookupAndDeleteBatch(u.pending, &u.pendCursor, start, u.pendKeys, u.pendVals)
 		for i := range n {
 			u.taken = append(u.taken, taken{pid: u.pendKeys[i], mm: u.pendVals[i], at: now, byReader: byReader})
 		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err == errBatchDone {
 			return // all taken
 		}
 		if err != nil {
@@ -245,7 +244,7 @@ func (u *unwinder) forgetExited() {
 	for pid := range u.procList {
 		if err := unix.Kill(int(pid), 0); errors.Is(err, unix.ESRCH) {
 			delete(u.procList, pid)
-			_ = u.procs.Delete(pid)
+			_ = u.procsOut().delete(pid)
 		}
 	}
 }
@@ -419,7 +418,7 @@ func (u *unwinder) writeEntry(pid uint32, st *procState, now time.Time) error {
 		entry.M[entry.Count] = um
 		entry.Count++
 	}
-	if err := u.procs.Put(pid, entry); err != nil {
+	if err := u.procsOut().put(pid, entry); err != nil {
 		return fmt.Errorf("write the mappings of process %d: %w", pid, err)
 	}
 	if len(st.tables) > 0 && st.withTables.IsZero() {

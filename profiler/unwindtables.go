@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heatscope/heatscope/internal/rawsys"
 	"github.com/heatscope/heatscope/unwind"
 )
 
@@ -250,7 +251,7 @@ func (u *unwinder) fileKeyOf(path string, id mappedID, now time.Time) (fileKey, 
 // maps name it, is not needed for that).
 func statFileKey(path string, _ mappedID) (fileKey, bool) {
 	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	if err := rawsys.Stat(path, &st); err != nil { // a mapped file: its inode is in memory
 		return fileKey{}, false
 	}
 	return fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtimeNs: st.Mtim.Nano()}, true
@@ -443,7 +444,7 @@ func (u *unwinder) evictOne(now time.Time, inUse map[string]bool) bool {
 	delete(u.loaded, victim.key)
 	for pid, st := range u.procList {
 		if slices.Contains(st.tables, victim.key) {
-			_ = u.procs.Delete(pid)
+			_ = u.procsOut().delete(pid)
 			delete(u.procList, pid)
 		}
 	}
