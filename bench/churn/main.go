@@ -41,6 +41,7 @@
 //	go run ./bench/churn -cases b -runs 1 -duration 10m   # the rate held for 10 minutes
 //	go run ./bench/churn -cases b -agent-profiles DIR     # where the agent's CPU goes (go tool pprof -top), and its log
 //	go run ./bench/churn -cases ab -before /tmp/heatscope-main   # a change against a build from before it, in the same runs
+//	go run ./bench/churn -cases b -agent-flags '--max-cpu 0'      # the guard off: 99 Hz throughout, whatever it costs
 package main
 
 import (
@@ -77,6 +78,8 @@ func main() {
 	profiles := flag.String("agent-profiles", "", "write each heatscope run's own CPU profile (record --cpu-profile) and its log into this existing directory")
 	before := flag.String("before", "", "also measure this heatscope binary (a build from before a change), beside the tree's in every case and run, in turns: "+
 		"rows say before and after; compare their ratios to perf, taken in the same runs")
+	agentFlags := flag.String("agent-flags", "", "more flags for every heatscope record, space-separated: --max-cpu 0 turns the overhead guard off, "+
+		"so that every run samples at -hz throughout and builds compare at the same rate")
 	flag.Parse()
 	log.SetFlags(0)
 	var cs []churnCase
@@ -95,7 +98,8 @@ func main() {
 			log.Fatalf("-agent-profiles %s: not a directory", *profiles)
 		}
 	}
-	b := bench{duration: *duration, hz: *hz, steadyFrom: *steadyFrom, maxRunning: *maxRunning, profiles: *profiles, before: *before}
+	b := bench{duration: *duration, hz: *hz, steadyFrom: *steadyFrom, maxRunning: *maxRunning, profiles: *profiles, before: *before,
+		agentFlags: strings.Fields(*agentFlags)}
 	if err := b.run(cs, *runs); err != nil {
 		log.Fatalf("churn benchmark: %v", err)
 	}
@@ -167,6 +171,8 @@ type bench struct {
 	// before is -before: another heatscope binary to measure beside the
 	// tree's ("": none).
 	before string
+	// agentFlags are -agent-flags, added to every record's own.
+	agentFlags []string
 	// dir is the temporary directory; heatscope, spinner, tiny and
 	// script the programs; cacheDir heatscope's --cache-dir, kept over
 	// the runs (run 1 starts cold).
@@ -416,6 +422,7 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 	if b.profiles != "" {
 		args = append(args, "--cpu-profile", filepath.Join(b.profiles, fmt.Sprintf("run%d-%s%s.pprof", run, c.name, c.label)))
 	}
+	args = append(args, b.agentFlags...)
 	hs := exec.Command(c.bin, args...)
 	var hsErr bytes.Buffer
 	hs.Stderr = &hsErr
