@@ -306,10 +306,11 @@ func runNode(g *testGuard, n *measuredNode, count int) []int {
 // on a quiet machine, whose rest and new processes grow with the rate (it
 // costs 1.275% of one CPU at 99 Hz, 0.998% at 72, 0.874% at 60), 10
 // minutes of windows after start-up never try again a rate cut from,
-// cut at most twice, hold one rate for the last 5 minutes, and end within
-// 90% of the budget but not under 70% of it: a window strays up to 0.14%
-// of one CPU from the node's lines, so a raise to the mark may be cut
-// again, once, and is remembered. Before, each raise went to a rate
+// cut at most twice, raise by an eighth of the rate at least, hold one
+// rate for the last 5 minutes, and end within 90% of the budget but not
+// under 70% of it: a window strays up to 0.14% of one CPU from the node's
+// lines, so a raise to the mark may be cut again, once, and is
+// remembered. Before, each raise went to a rate
 // predicted at 0.86-0.90% of one CPU with the rest taken as flat, cost
 // over the budget there, and was cut again, as in the run.
 func TestGuardLearnsHowTheCostGrowsWithTheRate(t *testing.T) {
@@ -327,6 +328,8 @@ func TestGuardLearnsHowTheCostGrowsWithTheRate(t *testing.T) {
 		if c.To < c.From {
 			cutFrom[c.From] = true
 			cuts++
+		} else if c.To < 99 && c.To-c.From < c.From/8 {
+			t.Errorf("rates %v: a raise from %d to %d Hz, less than an eighth of the rate", got, c.From, c.To)
 		}
 	}
 	end := got[len(got)-1]

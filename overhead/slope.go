@@ -66,9 +66,6 @@ const minRateWindows = 2
 
 // add takes one judged window's cost at hz.
 func (m *rateModel) add(hz int, c Cost) {
-	if hz <= 0 || len(c.Parts) == 0 {
-		return
-	}
 	w := modelWindow{hz: hz, parts: make(map[string]float64, len(c.Parts)+1)}
 	for _, p := range c.Parts {
 		w.parts[p.Name] = p.Share
