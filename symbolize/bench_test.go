@@ -10,8 +10,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/heatscope/heatscope/sample"
 	"testing"
+
+	"github.com/heatscope/heatscope/internal/benchcpu"
+	"github.com/heatscope/heatscope/sample"
 )
 
 // BenchmarkSymbolize symbolizes one stack of this test binary's own frames
@@ -62,6 +64,22 @@ func BenchmarkSymbolize(b *testing.B) {
 			i++
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(kernel)+len(user))), "ns/frame")
+	})
+	// leaf: 4096 user stacks in turn whose leaf alone differs, as a
+	// CPU-bound program's samples are (its leaf moves from instruction
+	// to instruction under the same callers): each a stack the cache
+	// does not hold, of frames seen before. CPU time per stack.
+	b.Run("leaf", func(b *testing.B) {
+		stacks := make([][]uint64, 4096)
+		for i := range stacks {
+			stacks[i] = append([]uint64{user[0] + uint64(i%512)}, user[1:]...)
+			stacks[i][1] += uint64(i / 512) // and its caller's call site
+		}
+		b.ReportAllocs()
+		defer benchcpu.PerOp(b)()
+		for i := range b.N {
+			s.Symbolize(pid, nil, stacks[i%len(stacks)])
+		}
 	})
 }
 

@@ -211,6 +211,9 @@ func (p *process) find(addr uint64) *userMapping {
 // lookup (addr-1 for return addresses), and whether it was named.
 // p.mu must be held.
 func (s *Symbolizer) resolveUser(p *process, addr, lookup uint64) (sample.Frame, bool) {
+	if f, ok := s.frames.get(p.version, addr, lookup); ok {
+		return f, true
+	}
 	m := p.find(lookup)
 	if m == nil && time.Since(p.readAt) >= mapsRefreshInterval {
 		s.readMaps(p)
@@ -245,6 +248,7 @@ func (s *Symbolizer) resolveUser(p *process, addr, lookup uint64) (sample.Frame,
 	f.Address = bin.vaddr(off)
 	if name, ok := bin.lookup(f.Address - (addr - lookup)); ok {
 		f.Function = name
+		s.frames.put(p.version, addr, lookup, f)
 		return f, true
 	}
 	f.Function = unknownName(m.path, f.Address)

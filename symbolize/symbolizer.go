@@ -123,7 +123,10 @@ type Symbolizer struct {
 	}
 	// stacks caches recently symbolized stacks; versions numbers the
 	// processes' mappings for its keys (process.version).
-	stacks   stackCache
+	stacks stackCache
+	// frames caches recently named user frames, for the stacks that
+	// stacks does not hold (frameCache).
+	frames   frameCache
 	versions atomic.Uint64
 }
 

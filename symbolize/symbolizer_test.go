@@ -709,3 +709,32 @@ func TestExecSeenByCommandName(t *testing.T) {
 		t.Errorf("%d reads of the maps after a second sample, want still 2", st.MapsReads)
 	}
 }
+
+// TestFrameCache symbolizes stacks the stack cache does not hold, of
+// frames already named (the leaf moved; an address seen as a leaf now a
+// return address, looked up a byte before): each frame as a symbolizer
+// that never saw them names it.
+func TestFrameCache(t *testing.T) {
+	fx := startC(t)
+	s := New(nil, Options{})
+	s.Observe(fx.pid, "test")
+	stack, _, _ := cChain(t, fx)
+	first := s.Symbolize(fx.pid, nil, stack)
+	moved := slices.Clone(stack)
+	moved[0]++
+	swapped := []uint64{stack[1], stack[0], stack[2], stack[3]}
+	for _, st := range [][]uint64{moved, swapped} {
+		got := s.Symbolize(fx.pid, nil, st)
+		fresh := New(nil, Options{})
+		fresh.Observe(fx.pid, "test")
+		if want := fresh.Symbolize(fx.pid, nil, st); !slices.Equal(got, want) {
+			t.Errorf("stack %#x named\n%v,\nwant %v", st, got, want)
+		}
+	}
+	if got := s.Symbolize(fx.pid, nil, moved); !slices.Equal(got[1:], first[1:]) || got[0].Function != first[0].Function || got[0].Address != first[0].Address+1 {
+		t.Errorf("the moved leaf's stack named %v, want %v with the leaf a byte on", got, first)
+	}
+	if swapped := s.Symbolize(fx.pid, nil, swapped); swapped[1] == first[0] {
+		t.Errorf("hot_c_function's first byte as a return address named %v, as the leaf was", swapped[1])
+	}
+}
