@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // ceilings are the rates the Guard cut from, each not tried again until
@@ -18,7 +19,9 @@ import (
 // RaiseAfter windows predicts it under the mark less its miss, by the
 // slopes learned (rateModel): the node's cost has fallen since, or the
 // slopes say more. A raise stops under the lowest ceiling the windows do
-// not show to fit.
+// not show to fit. A miss is kept for missFor: a cut may come from a load
+// that came and went (a build) rather than from a wrong prediction, and
+// an agent recording for days must not stay under it for good.
 type ceilings struct {
 	list []ceiling // by rate, lowest first
 	// raised is the last raise, while the rate is where it went.
@@ -29,12 +32,27 @@ type ceilings struct {
 	lowest atomic.Int64
 }
 
-// ceiling is a rate cut from, and by how much the window that cut was
-// over what the raise to it predicted (0 for a rate the Guard did not
+// ceiling is a rate cut from, when, and by how much the window that cut
+// was over what the raise to it predicted (0 for a rate the Guard did not
 // raise to, as the target at start), in percent of one CPU.
 type ceiling struct {
 	hz   int
+	at   time.Time
 	miss float64
+}
+
+// missFor is how long a ceiling's miss holds raises back: three times
+// the windows the slopes are learned over, so that a cut's miss is tried
+// again at most once each 30 minutes; the ceiling itself stays until the
+// windows show its rate to fit.
+const missFor = 30 * time.Minute
+
+// missAt is the ceiling's miss at now: 0 once missFor has passed.
+func (e ceiling) missAt(now time.Time) float64 {
+	if now.Sub(e.at) >= missFor {
+		return 0
+	}
+	return e.miss
 }
 
 // raised is a raise: its rate and the cost it predicted there (the
@@ -82,7 +100,7 @@ func (g *Guard) learn(cur int, cost Cost) Cost {
 // Each window is judged by the slopes learned now (cost's): the raise goes
 // only as far as the dearest of them allows, at most doubling, and stops
 // under the lowest ceiling that they do not show to fit (ceilings).
-func (g *Guard) raise(cur int, cost Cost) (int, string) {
+func (g *Guard) raise(now time.Time, cur int, cost Cost) (int, string) {
 	high := g.cfg.HighWater * g.cfg.MaxCPU
 	var windows []Cost
 	for _, w := range g.recent {
@@ -91,7 +109,7 @@ func (g *Guard) raise(cur int, cost Cost) (int, string) {
 			windows = append(windows, w.cost)
 		}
 	}
-	margin := g.ceilings.miss(cur)
+	margin := g.ceilings.miss(now, cur)
 	next := min(2*cur, g.cfg.TargetFrequency)
 	for _, w := range windows {
 		fit, ok := w.fitRate(cur, high-margin)
@@ -100,7 +118,7 @@ func (g *Guard) raise(cur int, cost Cost) (int, string) {
 		}
 		next = min(next, fit)
 	}
-	next, lifted := g.ceilings.bound(cur, next, windows, high)
+	next, lifted := g.ceilings.bound(now, cur, next, windows, high)
 	if next <= cur || next < g.cfg.TargetFrequency && next-cur < cur/minRaiseStep {
 		return cur, ""
 	}
@@ -120,20 +138,21 @@ func (g *Guard) raise(cur int, cost Cost) (int, string) {
 
 // bound returns next held under the lowest ceiling above cur that the
 // windows (at cur) do not show to fit: each predicts the ceiling's rate
-// at or under high, less its miss. The ceilings they show to fit are
-// lifted, said in lifted.
-func (c *ceilings) bound(cur, next int, windows []Cost, high float64) (int, string) {
+// at or under high, less its miss at now. The ceilings they show to fit
+// are lifted, said in lifted.
+func (c *ceilings) bound(now time.Time, cur, next int, windows []Cost, high float64) (int, string) {
 	var lifted strings.Builder
 	for len(c.list) > 0 && c.list[0].hz <= next {
 		top := c.list[0]
 		if top.hz > cur {
+			miss := top.missAt(now)
 			for _, w := range windows {
-				if w.at(cur, top.hz) > high-top.miss {
+				if w.at(cur, top.hz) > high-miss {
 					c.publish()
 					return min(next, top.hz-1), lifted.String()
 				}
 			}
-			fmt.Fprintf(&lifted, "; %d Hz, cut from before, fits again by the windows (within %.3f%% of the %.0f%% mark, what its raise missed by)", top.hz, top.miss, 100*high)
+			fmt.Fprintf(&lifted, "; %d Hz, cut from before, fits again by the windows (within %.3f%% of the %.0f%% mark, what its raise missed by)", top.hz, miss, 100*high)
 		}
 		c.list = c.list[1:]
 	}
@@ -141,21 +160,21 @@ func (c *ceilings) bound(cur, next int, windows []Cost, high float64) (int, stri
 	return next, lifted.String()
 }
 
-// miss returns the largest miss of the ceilings above cur.
-func (c *ceilings) miss(cur int) float64 {
+// miss returns the largest miss at now of the ceilings above cur.
+func (c *ceilings) miss(now time.Time, cur int) float64 {
 	m := 0.0
 	for _, e := range c.list {
 		if e.hz > cur {
-			m = max(m, e.miss)
+			m = max(m, e.missAt(now))
 		}
 	}
 	return m
 }
 
-// noteRate records a change from cur to next made on a window that cost
-// share: a cut adds cur as a ceiling, with what the raise to it missed
-// by; a raise becomes the last raise.
-func (c *ceilings) noteRate(cur, next int, share float64) {
+// noteRate records a change from cur to next made at now on a window that
+// cost share: a cut adds cur as a ceiling, with what the raise to it
+// missed by; a raise becomes the last raise.
+func (c *ceilings) noteRate(now time.Time, cur, next int, share float64) {
 	switch {
 	case next > cur:
 		r := c.pending
@@ -166,7 +185,7 @@ func (c *ceilings) noteRate(cur, next int, share float64) {
 			miss = max(0, share-r.predicted)
 		}
 		c.raised = nil
-		c.add(ceiling{hz: cur, miss: miss})
+		c.add(ceiling{hz: cur, at: now, miss: miss})
 	}
 }
 

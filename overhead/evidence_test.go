@@ -433,3 +433,33 @@ func TestGuardStillCutsAnOverload(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardForgetsAMissAfterAWhile: a cut's miss holds raises back for
+// missFor (30 minutes), not for good (a miss may come from a load that came
+// and went, and an agent records for days): on case b's node, a window
+// each 10 s, the guard stays at the rate it cut to until 30 minutes after
+// the cut, then raises again.
+func TestGuardForgetsAMissAfterAWhile(t *testing.T) {
+	n := newMeasuredNode()
+	g := newTestGuard(t, 99, Config{MaxCPU: 1, Shedder: &countingShedder{}})
+	now := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	g.now = func() time.Time { return now }
+	var cutAt time.Time
+	var got []int
+	for range 3 + 60 + 200 {
+		now = now.Add(10 * time.Second)
+		before := g.s.hz
+		g.observe(n.window(before))
+		got = append(got, g.s.hz)
+		switch {
+		case g.s.hz < before && g.ceilings.miss(now, g.s.hz) > 0 && cutAt.IsZero():
+			cutAt = now
+		case g.s.hz > before && !cutAt.IsZero():
+			if now.Sub(cutAt) < missFor {
+				t.Fatalf("rates %v: raised %v after a cut that missed, want none for %v", got, now.Sub(cutAt), missFor)
+			}
+			return
+		}
+	}
+	t.Errorf("rates %v: cut with a miss at %v, never raised again", got, cutAt)
+}

@@ -360,7 +360,7 @@ func (g *Guard) observe(cost Cost) {
 	if g.keepRate(now, cur, cost) {
 		return
 	}
-	next, reason := g.decide(cur, cost)
+	next, reason := g.decide(now, cur, cost)
 	if next == cur {
 		return
 	}
@@ -373,7 +373,7 @@ func (g *Guard) observe(cost Cost) {
 		g.lowest.Store(int64(next))
 	}
 	if len(cost.Parts) > 0 {
-		g.ceilings.noteRate(cur, next, share)
+		g.ceilings.noteRate(now, cur, next, share)
 	}
 	if next < cur && len(cost.Parts) > 0 {
 		// A trial, judged on the next window (judgeTrial).
@@ -419,7 +419,7 @@ func (g *Guard) keepRate(now time.Time, cur int, cost Cost) bool {
 func (g *Guard) RateKept() uint64 { return g.kept.Load() }
 
 // decide returns the frequency for the next window and why.
-func (g *Guard) decide(cur int, cost Cost) (int, string) {
+func (g *Guard) decide(now time.Time, cur int, cost Cost) (int, string) {
 	budget := g.cfg.MaxCPU
 	share := cost.Share
 	switch {
@@ -459,7 +459,7 @@ func (g *Guard) decide(cur int, cost Cost) (int, string) {
 		if g.quiet < g.cfg.RaiseAfter {
 			return cur, ""
 		}
-		return g.raise(cur, cost)
+		return g.raise(now, cur, cost)
 	case share < g.cfg.LowWater*budget && cur < g.cfg.TargetFrequency:
 		g.quiet++
 		if g.quiet < g.cfg.RaiseAfter {
