@@ -60,8 +60,8 @@ const minRateRatio = 1.25
 // minRateWindows is how many windows a rate needs for its median to count:
 // one window is no median. On a busy machine (load 12-18) the first
 // windows at 99, 49 and 24 Hz, one each, cost 1.60%, 1.19% and 1.03% of
-// one CPU as the machine's load moved, and a slope taken through them
-// made a cut from 24 to 12 Hz promise 0.121% where it bought 0.026%.
+// one CPU, moving with the machine's load as much as with the rate, and
+// slopes were taken through them.
 const minRateWindows = 2
 
 // add takes one judged window's cost at hz.
