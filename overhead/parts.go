@@ -199,7 +199,7 @@ func (c Cost) split() string {
 		return ""
 	}
 	parts := slices.Clone(c.Parts)
-	parts = append(parts, PartShare{Name: "the rest", Share: c.rest()})
+	parts = append(parts, PartShare{Name: restName, Share: c.rest()})
 	slices.SortStableFunc(parts, func(a, b PartShare) int {
 		switch {
 		case a.Share > b.Share:

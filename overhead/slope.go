@@ -23,14 +23,13 @@ import (
 //
 // The fit is robust to a window's noise (in that run a window's cost
 // strayed up to 0.14% of one CPU from the line through them all): the
-// windows at one rate count by their median, once there are two, the
-// slope is the median of
-// the slopes between every two rates at least a quarter apart (a
-// Theil-Sen estimate; two rates close together turn a window's noise into
-// a wild slope), and a cost never falls as the rate rises (a negative
-// slope is taken as none). A part seen at fewer than two such rates keeps
-// its prior: the parts marked PerSample in proportion to the rate, the
-// others flat.
+// windows at one rate count by their median, once there are two; the
+// slope is the median of the slopes between every two rates at least a
+// quarter apart (a Theil-Sen estimate; two rates close together turn a
+// window's noise into a wild slope); and a cost never falls as the rate
+// rises (a negative slope is taken as none). A part seen at fewer than two
+// such rates keeps its prior: the parts marked PerSample in proportion to
+// the rate, the others flat.
 type rateModel struct {
 	// windows are the last modelWindows judged windows past start-up,
 	// oldest first.
