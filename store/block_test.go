@@ -81,14 +81,7 @@ func TestBlockRoundTrip(t *testing.T) {
 	got := readAll(t, b)
 	sortSamples(got)
 	sortSamples(want)
-	if len(got) != len(want) {
-		t.Fatalf("read %d samples, wrote %d", len(got), len(want))
-	}
-	for i := range want {
-		if !equalSamples(got[i], want[i]) {
-			t.Fatalf("sample %d: got %+v\nwant %+v", i, got[i], want[i])
-		}
-	}
+	sameSamples(t, got, want)
 	if b.Meta.MinTime != want[0].Time || b.Meta.MaxTime != want[len(want)-1].Time {
 		t.Errorf("meta time range [%d, %d], samples [%d, %d]", b.Meta.MinTime, b.Meta.MaxTime, want[0].Time, want[len(want)-1].Time)
 	}

@@ -89,14 +89,7 @@ func TestMergeOfOverlappingParents(t *testing.T) {
 	got := readAll(t, merged)
 	sortSamples(got)
 	sortSamples(want)
-	if len(got) != len(want) {
-		t.Fatalf("merged %d samples, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !equalSamples(got[i], want[i]) {
-			t.Fatalf("sample %d: %+v\nwant %+v", i, got[i], want[i])
-		}
-	}
+	sameSamples(t, got, want)
 }
 
 // overlapDepth is the largest number of blocks whose [MinTime, MaxTime]
