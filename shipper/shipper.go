@@ -241,6 +241,11 @@ func (s *Shipper) Stats() Stats {
 // not cut a backoff short).
 func (s *Shipper) Run(ctx context.Context) {
 	backoff := time.Duration(0)
+	// failing is when the uploads began to fail; waited the most blocks
+	// pending while they did, and shipped the blocks shipped before.
+	var failing time.Time
+	var waited int
+	var shipped uint64
 	for {
 		err := s.Sync(ctx)
 		if ctx.Err() != nil {
@@ -248,13 +253,19 @@ func (s *Shipper) Run(ctx context.Context) {
 		}
 		wait := s.opts.EventsEvery
 		wake := s.wake
+		st := s.Stats()
 		if err != nil {
+			if backoff == 0 {
+				failing, waited, shipped = time.Now(), 0, st.BlocksShipped
+			}
+			waited = max(waited, st.Pending)
 			backoff = min(max(2*backoff, s.opts.MinBackoff), s.opts.MaxBackoff)
 			wait, wake = backoff, nil
-			s.log.Warn("shipper: upload failed; retrying", "in", backoff, "pending", s.Stats().Pending, "err", err)
+			s.log.Warn("shipper: upload failed; retrying", "in", backoff, "pending", st.Pending, "err", err)
 		} else if backoff > 0 {
 			backoff = 0
-			s.log.Info("shipper: uploads resumed")
+			s.log.Info("shipper: uploads resumed", "failing for", time.Since(failing).Round(time.Second),
+				"most blocks waiting", waited, "blocks shipped since", st.BlocksShipped-shipped)
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -207,14 +208,22 @@ func TestShipsBlocksAndEvents(t *testing.T) {
 // TestOutage stops MinIO for a minute while the store goes on cutting
 // blocks, with the backoff capped at 2 s so that many retries fail.
 // Nothing is lost, compaction and age retention keep the unshipped blocks,
-// and uploads resume once MinIO is back.
+// and uploads resume once MinIO is back, the log saying after how long
+// and how many blocks waited.
 func TestOutage(t *testing.T) {
 	srv := miniotest.Start(t)
 	b := srv.Open("")
 	dir := t.TempDir()
 	var sh *shipper.Shipper
 	db := openDB(t, dir, &sh, store.Options{Retention: time.Hour})
-	sh = newShipper(t, b, dir, shipper.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, EventsEvery: time.Second})
+	// The shipper's log, in a file: read while it is written.
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	sh = newShipper(t, b, dir, shipper.Options{MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, EventsEvery: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logFile, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sh.Run(ctx); close(done) }()
@@ -247,6 +256,16 @@ func TestOutage(t *testing.T) {
 	}
 	sh.Notify()
 	waitFor(t, "uploads resumed", func() bool { return sh.Stats().Pending == 0 && sh.Sync(context.Background()) == nil })
+	resumed := regexp.MustCompile(`msg="shipper: uploads resumed" "failing for"=(\S+) "most blocks waiting"=(\d+) "blocks shipped since"=(\d+)`)
+	var m []string
+	waitFor(t, "the log to say the uploads resumed", func() bool {
+		log, _ := os.ReadFile(logFile.Name())
+		m = resumed.FindStringSubmatch(string(log))
+		return m != nil
+	})
+	if failing, err := time.ParseDuration(m[1]); err != nil || failing < 30*time.Second || m[2] == "0" || m[3] == "0" {
+		t.Errorf("the uploads resumed after a minute's outage, blocks waiting: %s", m[0])
+	}
 	metas, partial := bucketBlocks(t, srv, "")
 	if got := sumSamples(metas); got != n || len(partial) > 0 {
 		t.Fatalf("bucket holds %d samples (partial blocks %v), recorded %d", got, partial, n)
