@@ -45,7 +45,7 @@ func (e *NoSamplesError) Error() string {
 	if !e.HasData {
 		return msg + ": the selected sources hold no samples"
 	}
-	msg = fmt.Sprintf("%s for this filter; the selected sources' samples span %s to %s", msg, format(e.Data.From), format(e.Data.To))
+	msg = fmt.Sprintf("%s for this filter; the selected sources' samples span %s to %s", msg, format(e.Data.From), format(e.Data.To-1))
 	if e.Relative {
 		msg += " (their capture's own clock, in seconds: no wall time)"
 	}

@@ -81,8 +81,13 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	}
 	printWarnings(stderr, warnings) // first: they may say why nothing was selected
 	if n == 0 {
-		data, found := query.Span(db.SourcesOf(&f), f.Sources)
-		return &query.NoSamplesError{Range: r, Data: data, HasData: found, Relative: relative}
+		// Why: the window holds no data, or none of its N samples passes
+		// the filter, as the API's message says it.
+		why, _, err := query.Explain(context.Background(), db, r, &f, query.DescribeFilter(func(name string) string { return *filters[name] }), warnings)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		return why
 	}
 	reportExport(stderr, n, r, relative, *format, db.InstanceNotices())
 	return nil

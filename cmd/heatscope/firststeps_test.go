@@ -59,11 +59,20 @@ func TestExportOutsideTheData(t *testing.T) {
 	}{
 		{[]string{"--from", "-1m"}, "no samples at or after "},
 		{[]string{"--to", "1970-01-01T00:00:01Z"}, "no samples before 1 s for this filter"},
-		{[]string{"--from", "-1m", "--to", "-0s"}, "no samples from "},
-		{[]string{"--comm", "nosuchcommand"}, "no samples from 5000 s to 5002.99"},
+		{[]string{"--from", "-1m", "--to", "-0s"}, "no samples in the data from "},
+		// A filter that matches nothing: of how many samples, in the
+		// window of all of them.
+		{[]string{"--comm", "nosuchcommand"}, `none of the 300 samples in the data from 5000 s through 5002.99 s passes the filter comm "nosuchcommand"`},
 	} {
 		code, _, stderr := runIn(append([]string{"export", "--data", data, "-o", out}, tc.args...)...)
-		if code == 0 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "samples span 5000 s to 5002.99") ||
+		where := "samples span 5000 s to 5002.99 s"
+		switch {
+		case tc.args[0] == "--comm":
+			where = "through 5002.99 s"
+		case len(tc.args) == 4:
+			where = "they span 5000 s to 5002.99 s"
+		}
+		if code == 0 || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, where) ||
 			!strings.Contains(stderr, "capture's own clock") || strings.Contains(stderr, "1970") || strings.Contains(stderr, "must be after") {
 			t.Errorf("export %q: exit %d, %q; want %q and where the data is", tc.args, code, stderr, tc.want)
 		}
