@@ -289,8 +289,10 @@ func Open(dir string, opts Options) (*DB, error) {
 			return nil, err
 		}
 	} else {
-		if _, err := os.Stat(dir); err != nil {
+		if fi, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("open data directory: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("open data directory: %s is a file, not a data directory", dir)
 		}
 		if id, ok, err := readIdentity(dir); err != nil {
 			db.log.Warn("reading the data directory's identity", "err", err)
