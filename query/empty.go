@@ -230,12 +230,7 @@ func (e *Emptiness) Error() string {
 	if e.Relative {
 		format = FormatSeconds
 	}
-	window := fmt.Sprintf("from %s to %s", format(e.Range.From), format(e.Range.To))
-	if e.Range.To%1000 == 1 {
-		// A range defaulted to the data's end stops just after its last
-		// sample (stored in microseconds): name that sample.
-		window = fmt.Sprintf("from %s through %s", format(e.Range.From), format(e.Range.To-1))
-	}
+	window := Window(e.Range, e.Relative)
 	of := "of " + e.Of
 	if e.Of == "" {
 		of = "in the data"
@@ -268,6 +263,22 @@ func (e *Emptiness) Error() string {
 		msg += fmt.Sprintf("; %s data this answer could not include", warningsName(e.Warnings))
 	}
 	return msg
+}
+
+// Window writes a range for a person: "from A to B", or "from A through
+// B" when it stops a nanosecond after B, as a range defaulted to the
+// data's end does after its last sample (stored in microseconds). Times
+// are RFC 3339 in UTC or, relative (a capture's own clock), seconds on
+// that clock.
+func Window(r store.Range, relative bool) string {
+	format := FormatTime
+	if relative {
+		format = FormatSeconds
+	}
+	if r.To%1000 == 1 {
+		return fmt.Sprintf("from %s through %s", format(r.From), format(r.To-1))
+	}
+	return fmt.Sprintf("from %s to %s", format(r.From), format(r.To))
 }
 
 // warningsName is "1 warning names", "2 warnings name".

@@ -131,12 +131,11 @@ func reportExport(stderr io.Writer, n int, r store.Range, relative bool, format 
 	for _, w := range notices {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
-	formatTime := func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
 	clock := ""
 	if relative {
-		formatTime, clock = query.FormatSeconds, " on the capture's own clock"
+		clock = " on the capture's own clock"
 	}
-	fmt.Fprintf(stderr, "exported %d samples from %s to %s%s (%s)\n", n, formatTime(r.From), formatTime(r.To), clock, format)
+	fmt.Fprintf(stderr, "exported %d samples %s%s (%s)\n", n, query.Window(r, relative), clock, format)
 }
 
 // exportRange resolves --from and --to, an end not given defaulting to the

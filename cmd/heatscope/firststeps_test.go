@@ -89,7 +89,7 @@ func TestExportOutsideTheData(t *testing.T) {
 		t.Errorf("export of a source that does not exist: %d %q", code, stderr)
 	}
 	code, _, stderr = runIn("export", "--data", data, "-o", out)
-	if code != 0 || !strings.Contains(stderr, "exported 300 samples from 5000 s to 5002.99") || strings.Contains(stderr, "1970") {
+	if code != 0 || !strings.Contains(stderr, "exported 300 samples from 5000 s through 5002.99 s on the capture's own clock") || strings.Contains(stderr, "1970") {
 		t.Errorf("export of the relative source: %d %q; want its times in seconds", code, stderr)
 	}
 }
