@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/heatscope/heatscope/events"
 	"github.com/heatscope/heatscope/query"
 	"github.com/heatscope/heatscope/store"
 )
@@ -99,8 +100,9 @@ func TestEmptyResults(t *testing.T) {
 		}
 	}
 	// Events of a window without any, and the sources of an empty store.
+	const noneYet = `"message":"No events: none recorded yet (kernel log markers, CPU saturation, events posted to /api/events)."`
 	resp, body := fx.get(t, "/api/events?from=1795237446&to=1795237449")
-	if resp.StatusCode != http.StatusOK || string(body) != `{"events":[],"more":false}` {
+	if resp.StatusCode != http.StatusOK || string(body) != `{"events":[],"more":false,`+noneYet+`}` {
 		t.Errorf("events: %d %s", resp.StatusCode, body)
 	}
 	db, err := store.Open(t.TempDir(), store.Options{Source: "none", Logger: discard()})
@@ -112,7 +114,7 @@ func TestEmptyResults(t *testing.T) {
 	if resp, body := empty.get(t, "/api/sources"); resp.StatusCode != http.StatusOK || string(body) != `[]` {
 		t.Errorf("sources of an empty store: %d %s", resp.StatusCode, body)
 	}
-	if resp, body := empty.get(t, "/api/events"); resp.StatusCode != http.StatusOK || string(body) != `{"events":[],"more":false}` {
+	if resp, body := empty.get(t, "/api/events"); resp.StatusCode != http.StatusOK || string(body) != `{"events":[],"more":false,`+noneYet+`}` {
 		t.Errorf("events of an empty store: %d %s", resp.StatusCode, body)
 	}
 	if resp, body := empty.get(t, "/api/nodes"); resp.StatusCode != http.StatusOK || string(body) != `[]` {
@@ -282,6 +284,25 @@ func TestEmptyAnswersSayWhy(t *testing.T) {
 		if want := fmt.Sprintf(`from: required: there is no data to default to: no node matches %s: the data holds node %q`, what, node); resp.StatusCode != http.StatusBadRequest ||
 			e.Error != want || e.Param != "from" {
 			t.Errorf("%s: %d %s, want 400 %q", target, resp.StatusCode, body, want)
+		}
+	}
+	// Events: a window without any, a filter none passes, with or
+	// without a node filter; a list with events has no message.
+	for _, at := range []int64{base + 5, base + 30} {
+		if err := db.AppendEvent(events.Event{Time: at * 1e9, Source: "test", Severity: events.Info, Text: "deploy"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := fmt.Sprintf("the data holds 2, from %s to %s.", ft((base+5)*1e9), ft((base+30)*1e9))
+	for _, c := range []struct{ query, want string }{
+		{gap, fmt.Sprintf(`No events from %s to %s: %s`, ft(gapR.From), ft(gapR.To), held)},
+		{"node=" + node + "&" + gap, fmt.Sprintf(`No events of node %q from %s to %s: %s`, node, ft(gapR.From), ft(gapR.To), held)},
+		{"source=nosuch", `No events of source "nosuch" at any time.`},
+		{"kind=oom-kill&node=" + node, fmt.Sprintf(`No events of kind "oom-kill", node %q at any time.`, node)},
+		{queryA, ""},
+	} {
+		if got := messageOf(t, fx, "/api/events?"+c.query); got != c.want {
+			t.Errorf("/api/events?%s:\n got %q\nwant %q", c.query, got, c.want)
 		}
 	}
 	// A node that does not exist is a 400 naming it, as before.

@@ -69,13 +69,18 @@ func eventList(n int, more bool, limit int, encode func(out []byte, i int) []byt
 }
 
 // listOfEvents is the answer of /api/events (eventsJSON): n events, each
-// appended by encode, and more.
-func listOfEvents(n int, more bool, limit int, encode func(out []byte, i int) []byte) ([]byte, error) {
+// appended by encode, more and the message.
+func listOfEvents(n int, more bool, message string, limit int, encode func(out []byte, i int) []byte) ([]byte, error) {
 	out, err := eventList(n, more, limit, encode)
 	if err != nil {
 		return nil, err
 	}
-	return append(out, '}'), nil
+	return closeEventList(out, eventsMessage{message})
+}
+
+// eventsMessage is the field of /api/events' answer after the list.
+type eventsMessage struct {
+	Message string `json:"message"`
 }
 
 // closeEventList ends a list begun by eventList with the other fields of

@@ -35,7 +35,7 @@ func TestEventListEncoding(t *testing.T) {
 			want.Events = append(want.Events, toEventJSON(&evs[i]))
 		}
 		wantB, _ := json.Marshal(want)
-		got, err := listOfEvents(n, n == 0, 1<<20, func(out []byte, i int) []byte { return append(appendEventFields(out, &evs[i]), '}') })
+		got, err := listOfEvents(n, n == 0, "", 1<<20, func(out []byte, i int) []byte { return append(appendEventFields(out, &evs[i]), '}') })
 		if err != nil || string(got) != string(wantB) {
 			t.Errorf("events list of %d (err %v):\n got %s\nwant %s", n, err, got, wantB)
 		}
@@ -58,7 +58,7 @@ func TestEventListEncoding(t *testing.T) {
 			t.Errorf("fleet events list of %d (err %v):\n got %s\nwant %s", n, err, got, wantB)
 		}
 	}
-	if _, err := listOfEvents(len(evs), false, 100, func(out []byte, i int) []byte { return append(appendEventFields(out, &evs[i]), '}') }); !errors.Is(err, errTooLarge) {
+	if _, err := listOfEvents(len(evs), false, "", 100, func(out []byte, i int) []byte { return append(appendEventFields(out, &evs[i]), '}') }); !errors.Is(err, errTooLarge) {
 		t.Errorf("a list past the response limit: err %v, want errTooLarge", err)
 	}
 }

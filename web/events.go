@@ -57,6 +57,8 @@ type eventsJSON struct {
 	Events []eventJSON `json:"events"`
 	// More is true when limit cut the list short.
 	More bool `json:"more"`
+	// Message says why the list is empty ("" when it is not).
+	Message string `json:"message"`
 }
 
 // eventQuery holds the parameters both event lists (/api/events and
@@ -100,7 +102,12 @@ func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.War
 	r, f, limit := q.r, q.filter, q.limit
 	if p.get("node") == "" && p.get("label") == "" {
 		evs, more := s.db.Events(r, f, limit)
-		return nil, rep.encoded(listOfEvents(len(evs), more, rep.limit, func(out []byte, i int) []byte {
+		msg := ""
+		if len(evs) == 0 {
+			all, more := s.db.Events(store.Range{From: 0, To: maxTime}, f, maxEventsLimit)
+			msg = noEvents(p, r, len(all), more, all)
+		}
+		return nil, rep.encoded(listOfEvents(len(evs), more, msg, rep.limit, func(out []byte, i int) []byte {
 			return append(appendEventFields(out, &evs[i]), '}')
 		}))
 	}
@@ -109,9 +116,46 @@ func (s *Server) listEvents(_ context.Context, p *params, rep *reply) (store.War
 		return nil, err
 	}
 	evs := s.db.NodeEvents(r, f, &nf)
-	return nil, rep.encoded(listOfEvents(min(len(evs), limit), len(evs) > limit, rep.limit, func(out []byte, i int) []byte {
+	msg := ""
+	if len(evs) == 0 {
+		all := s.db.NodeEvents(store.Range{From: 0, To: maxTime}, f, &nf)
+		first := make([]events.Event, 0, 2)
+		if len(all) > 0 {
+			first = append(first, all[0].Event, all[len(all)-1].Event)
+		}
+		msg = noEvents(p, r, len(all), false, first)
+	}
+	return nil, rep.encoded(listOfEvents(min(len(evs), limit), len(evs) > limit, msg, rep.limit, func(out []byte, i int) []byte {
 		return append(appendEventFields(out, &evs[i].Event), '}')
 	}))
+}
+
+// noEvents says why no event in r passes the event and node filters: the
+// data holds none that pass them at any time, or n at other times (more:
+// at least n), from the first of some to the last.
+func noEvents(p *params, r store.Range, n int, more bool, some []events.Event) string {
+	var filters []string
+	for _, name := range []string{"source", "kind", "node", "label"} {
+		if v := p.get(name); v != "" {
+			filters = append(filters, name+" "+strconv.Quote(query.Clip(v)))
+		}
+	}
+	of := ""
+	if len(filters) > 0 {
+		of = " of " + strings.Join(filters, ", ")
+	}
+	switch {
+	case n == 0 && of == "":
+		return "No events: none recorded yet (kernel log markers, CPU saturation, events posted to /api/events)."
+	case n == 0:
+		return fmt.Sprintf("No events%s at any time.", of)
+	}
+	if more {
+		return fmt.Sprintf("No events%s %s: the data holds more than %d, the first at %s.", of, query.Window(r, false), n,
+			query.FormatTime(some[0].Time))
+	}
+	return fmt.Sprintf("No events%s %s: the data holds %d, from %s to %s.", of, query.Window(r, false), n,
+		query.FormatTime(some[0].Time), query.FormatTime(some[len(some)-1].Time))
 }
 
 // postedEvent is the body of POST /api/events. Time is Unix seconds (a
