@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -294,7 +295,13 @@ func Open(dir string, opts Options) (*DB, error) {
 		} else if !fi.IsDir() {
 			return nil, fmt.Errorf("open data directory: %s is a file, not a data directory", dir)
 		}
-		if id, ok, err := readIdentity(dir); err != nil {
+		id, ok, err := readIdentity(dir)
+		if _, blocksErr := os.Stat(filepath.Join(dir, blocksDir)); err == nil && !ok && errors.Is(blocksErr, fs.ErrNotExist) {
+			// Nothing was ever recorded or imported here: say so, or a
+			// mistyped --data serves empty answers unexplained.
+			db.log.Warn("the data directory holds no recording (no identity.json, no blocks/): is it the directory heatscope record or import wrote?", "dir", dir)
+		}
+		if err != nil {
 			db.log.Warn("reading the data directory's identity", "err", err)
 		} else if ok {
 			db.identity = id
