@@ -69,10 +69,7 @@ func TestQueriesAcrossNodes(t *testing.T) {
 	}
 
 	src := New(bkt, bkt.Name(), Options{})
-	db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenReader(t, src)
 	defer db.Close()
 	got, warnings, err := count(t, db, store.Filter{})
 	if err != nil || len(warnings) > 0 {
@@ -111,10 +108,7 @@ func TestFollowsUploads(t *testing.T) {
 	bkt := m.Open("")
 	dirA, nA := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 30, Seed: 1})
 	idsA := upload(t, bkt, "node-a", dirA)
-	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenReader(t, New(bkt, bkt.Name(), Options{}))
 	defer db.Close()
 	dirC, nC := record(t, "node-c", nil, synth.Config{CPUs: 1, Hz: 99, Start: start, Seconds: 30, Seed: 3})
 	upload(t, bkt, "node-c", dirC)
@@ -180,10 +174,7 @@ func TestDamagedObjects(t *testing.T) {
 	if err := bkt.Upload(ctx, bucketlayout.Block{Node: "node-a", ID: corrupt}.Object(bucketlayout.DataFile), bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenReader(t, New(bkt, bkt.Name(), Options{}))
 	defer db.Close()
 	got, warnings, err := count(t, db, store.Filter{})
 	if err != nil {
@@ -212,14 +203,11 @@ func TestBucketStopped(t *testing.T) {
 	bkt := m.Open("")
 	dir, n := record(t, "node-a", nil, synth.Config{CPUs: 2, Hz: 99, Start: start, Seconds: 60, Seed: 1})
 	upload(t, bkt, "node-a", dir)
-	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{Timeout: 3 * time.Second})}, store.ReaderOptions{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenReader(t, New(bkt, bkt.Name(), Options{Timeout: 3 * time.Second}))
 	defer db.Close()
 	m.Stop()
 	began := time.Now()
-	_, _, err = count(t, db, store.Filter{})
+	_, _, err := count(t, db, store.Filter{})
 	took := time.Since(began)
 	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), bkt.Name()) {
 		t.Fatalf("query with the bucket stopped: %v, want ErrUnavailable naming %s", err, bkt.Name())
@@ -261,10 +249,7 @@ func TestEventsAcrossNodes(t *testing.T) {
 		}
 		miniotest.UploadEvents(t, bkt, node, evs)
 	}
-	db, err := store.OpenReader([]store.BlockSource{New(bkt, bkt.Name(), Options{})}, store.ReaderOptions{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenReader(t, New(bkt, bkt.Name(), Options{}))
 	defer db.Close()
 	evs, more := db.Events(store.Range{From: 0, To: 1 << 62}, store.EventFilter{}, 0)
 	if len(evs) != 6 || more {
@@ -306,10 +291,7 @@ func TestReadsTheBucketIndex(t *testing.T) {
 	var skew atomic.Int64 // the reader's clock ahead of the compactor's
 	src := New(bkt, bkt.Name(), Options{Logger: quiet(), Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	// No index yet: the source lists.
-	db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenReader(t, src)
 	defer db.Close()
 	if st := src.Stats(); st.Listings == 0 || st.Lists == 0 {
 		t.Fatalf("no index: stats %+v, want a listing", st)

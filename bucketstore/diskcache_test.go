@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/heatscope/heatscope/internal/miniotest"
+	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
 	"github.com/heatscope/heatscope/store"
 )
@@ -27,10 +28,7 @@ func TestDiskCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := New(bkt, bkt.Name(), Options{DiskCache: disk, IndexMaxAge: -1})
-		db, err := store.OpenReader([]store.BlockSource{src}, store.ReaderOptions{Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := storetest.OpenReader(t, src)
 		defer db.Close()
 		got, warnings, err := count(t, db, store.Filter{})
 		if err != nil || len(warnings) > 0 {

@@ -129,6 +129,13 @@ func OpenDirs(tb testing.TB, dirs ...string) *store.Reader {
 	for _, d := range dirs {
 		sources = append(sources, store.DirSource(d))
 	}
+	return OpenReader(tb, sources...)
+}
+
+// OpenReader opens a Reader of the blocks of sources (a bucket's, a
+// directory's), closed when tb ends (or before, by the caller).
+func OpenReader(tb testing.TB, sources ...store.BlockSource) *store.Reader {
+	tb.Helper()
 	rd, err := store.OpenReader(sources, store.ReaderOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)
