@@ -661,19 +661,9 @@ func TestPeriodsStayApart(t *testing.T) {
 	if err := db.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	ix, err := bucketindex.Read(context.Background(), bkt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	marked := map[string]bool{}
-	for _, m := range ix.DeletionMarks {
-		marked[m.ID] = true
-	}
 	periods := map[int64]int{}
-	for _, b := range ix.Blocks {
-		if !marked[b.ID] {
-			periods[b.PeriodNs]++
-		}
+	for _, b := range liveBlocks(t, bkt) {
+		periods[b.PeriodNs]++
 	}
 	if periods[int64(1e9)/49] != 1 || periods[int64(1e9)/99] != 1 || len(periods) != 2 {
 		t.Fatalf("blocks by period after compaction: %v, want one merged block per period", periods)

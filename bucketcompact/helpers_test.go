@@ -15,6 +15,7 @@ import (
 	"github.com/thanos-io/objstore"
 
 	"github.com/heatscope/heatscope/bucket"
+	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/bucketstore"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -181,4 +182,25 @@ func framePointerFrames(t *testing.T, db *store.Reader) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// liveBlocks reads the bucket index and returns the metas of its blocks
+// that no deletion mark names: what queries read after compaction.
+func liveBlocks(t *testing.T, bkt objstore.Bucket) []store.Meta {
+	t.Helper()
+	ix, err := bucketindex.Read(context.Background(), bkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := map[string]bool{}
+	for _, m := range ix.DeletionMarks {
+		marked[m.ID] = true
+	}
+	var live []store.Meta
+	for _, b := range ix.Blocks {
+		if !marked[b.ID] {
+			live = append(live, b)
+		}
+	}
+	return live
 }

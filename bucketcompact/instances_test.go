@@ -1,11 +1,9 @@
 package bucketcompact
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/heatscope/heatscope/bucketindex"
 	"github.com/heatscope/heatscope/internal/miniotest"
 	"github.com/heatscope/heatscope/internal/storetest"
 	"github.com/heatscope/heatscope/internal/synth"
@@ -29,21 +27,11 @@ func TestInstancesStayApart(t *testing.T) {
 	for range 3 {
 		run(t, c)
 	}
-	ix, err := bucketindex.Read(context.Background(), bkt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	marked := map[string]bool{}
-	for _, m := range ix.DeletionMarks {
-		marked[m.ID] = true
-	}
 	byInstance := map[string]int{}
 	samples := 0
-	for _, b := range ix.Blocks {
-		if !marked[b.ID] {
-			byInstance[b.Instance]++
-			samples += b.Samples
-		}
+	for _, b := range liveBlocks(t, bkt) {
+		byInstance[b.Instance]++
+		samples += b.Samples
 	}
 	if len(byInstance) != 2 || samples != total {
 		t.Fatalf("blocks by instance after compaction: %v with %d samples; want two instances' blocks, %d samples", byInstance, samples, total)
