@@ -266,7 +266,14 @@ struct hs_proc {
 	// known), and the index of its layout in py_layouts.
 	__u64 py_runtime;
 	__u32 py_layout;
-	__u32 _pad;
+	// The thread the Python walk found a thread state for last, and
+	// that thread state: written by the BPF program (the agent writes
+	// 0), checked at each use as py_threads' entries are. On the cache
+	// line the walk reads anyway, where a py_threads lookup (a hash)
+	// touched lines no other part of the sample did: about 1 us of a
+	// Python sample's 5 to 7 in a VM at load 15.
+	__u32 py_tid;
+	__u64 py_tstate;
 	struct hs_umap m[MAX_UMAPS];
 };
 
@@ -398,7 +405,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
 // the per-frame method bits are set by shifts.
 struct walk {
 	struct hs_proc *proc; // the process's mappings, looked up once
-	struct stack_window *win; // the CPU's stack_windows entry
+	struct window *win;   // the CPU's stack_windows entry
 	__u64 gen;            // proc->gen
 	__u64 ip, sp, bp;
 	__u64 dwarf_lo, dwarf_hi;
@@ -478,58 +485,76 @@ static __always_inline __u64 read_user(__u64 addr)
 	return v;
 }
 
-// The user stack a walk reads, STACK_WINDOW bytes at a time: a walk's
-// return addresses and saved registers lie close together, so one read
-// serves the words of several frames, where a bpf_probe_read_user per
-// word (two per frame) was most of a walk's time. A window lies within
-// the 4 KB-aligned block of the word it was read for (within one page):
-// it is readable whenever that word is. at and valid say what b holds;
-// each walk starts with valid clear (the stack has moved since).
-#define STACK_WINDOW 1024
-struct stack_window {
+// User memory a walk reads, WINDOW bytes at a time: the user stack
+// (stack_windows: a walk's return addresses and saved registers lie close
+// together, so one read serves the words of several frames, where a
+// bpf_probe_read_user per word, two per frame, was most of a walk's time)
+// and the interpreter frames of the Python walk (py_windows: see
+// py_frame_bytes). b has room past the window for the fields of a frame
+// that starts in it (at most 255 bytes in). at and valid say what b
+// holds; each walk starts with valid clear (the memory has moved since).
+#define WINDOW 1024
+struct window {
 	__u64 at;             // the address b was read from
 	__u32 valid;
 	__u32 _pad;
-	__u8 b[STACK_WINDOW];
+	__u8 b[WINDOW + 256 + 8];
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct stack_window);
+	__type(value, struct window);
 } stack_windows SEC(".maps");
 
-// stack_word returns the 8-byte word at addr of the walk's user stack (0
-// where it cannot be read): from the window when it holds addr, else
-// reading a new window, from a little below addr (a frame's saved rbp is
-// below its return address) up, within addr's 4 KB block.
+// window_at returns where in win->b the need bytes at addr are, reading a
+// new window unless the one read last holds them, or -1 where they cannot
+// be read. A new window starts below bytes below addr, or at addr's 4 KB
+// block if that is lower, and ends within the block unless the bytes
+// needed cross its end: it is readable whenever they are.
 //
 // It is a global function, checked once by the verifier on its own: the
 // window's state lives in map memory, which the verifier does not track,
-// and the walk sees one call with an unknown result (inlined in
-// walk_step, with the window's address in struct walk, the verifier went
-// through two thirds more instructions).
-__noinline __u64 stack_word(struct stack_window *win, __u64 addr)
+// and a walk sees one call with an unknown result (inlined in walk_step,
+// with the window's address in struct walk, the verifier went through two
+// thirds more instructions).
+__noinline long window_at(struct window *win, __u64 addr, __u64 below, __u64 need)
+{
+	if (!win || need > WINDOW)
+		return -1;
+	if (win->valid && addr - win->at <= WINDOW - need)
+		return addr - win->at;
+	__u64 block = addr & ~4095ULL;
+	__u64 at = addr - below;
+	if (at < block || at > addr)
+		at = block;
+	if (at > block + 4096 - WINDOW)
+		at = block + 4096 - WINDOW;
+	if (addr - at > WINDOW - need)
+		at = addr + need - WINDOW;
+	if (bpf_probe_read_user(win->b, WINDOW, (void *)at) < 0) {
+		win->valid = 0;
+		return -1;
+	}
+	win->at = at;
+	win->valid = 1;
+	return addr - at;
+}
+
+// stack_word returns the 8-byte word at addr of the walk's user stack (0
+// where it cannot be read), from a window read from a little below addr
+// (a frame's saved rbp is below its return address) up. Global too, for
+// the verifier's sake as window_at.
+__noinline __u64 stack_word(struct window *win, __u64 addr)
 {
 	if (!win)
 		return 0;
 	if (addr & 7)
 		return read_user(addr); // no frame's word: read alone
-	if (!win->valid || addr - win->at > STACK_WINDOW - 8) {
-		__u64 block = addr & ~4095ULL;
-		__u64 at = addr - 64;
-		if (at < block || at > addr)
-			at = block;
-		if (at > block + 4096 - STACK_WINDOW)
-			at = block + 4096 - STACK_WINDOW;
-		if (bpf_probe_read_user(win->b, STACK_WINDOW, (void *)at) < 0) {
-			win->valid = 0;
-			return 0;
-		}
-		win->at = at;
-		win->valid = 1;
-	}
-	return *(__u64 *)&win->b[(addr - win->at) & (STACK_WINDOW - 8)];
+	long off = window_at(win, addr, 64, 8);
+	if (off < 0)
+		return 0;
+	return *(__u64 *)&win->b[off & (WINDOW - 8)];
 }
 
 // A binary search for a process's mapping, run by bpf_loop.
@@ -664,12 +689,28 @@ __noinline int frame_row(struct hs_proc *proc, __u64 pc, __u64 gen, __u32 cache_
 			return 1;
 		}
 	}
-	__u32 ckey = cache_base + (__u32)((pc * 0x9E3779B97F4A7C15ULL) >> (64 - WALK_CACHE_BITS));
+	// Two ways: the pair of slots (one cache line) the pc's hash picks.
+	__u32 ckey = cache_base + ((__u32)((pc * 0x9E3779B97F4A7C15ULL) >> (64 - WALK_CACHE_BITS)) & ~1U);
 	struct hs_cached_row *cached = bpf_map_lookup_elem(&walk_cache, &ckey);
-	if (cached && cached->pc == pc && cached->gen == gen) {
+	ckey++;
+	struct hs_cached_row *other = bpf_map_lookup_elem(&walk_cache, &ckey);
+	if (!cached || !other)
+		return 0;
+	if (cached->pc == pc && cached->gen == gen) {
 		*out = cached->row;
 		return 1;
 	}
+	if (other->pc == pc && other->gen == gen) {
+		*out = other->row;
+		return 1;
+	}
+	// The row found goes to a way that holds nothing of this process
+	// entry, else to either at random: two pcs of one stack whose hash
+	// is the same end in the two ways after a few samples, where one
+	// slot had them evict each other at every sample (a search each: 2.3 a
+	// sample in one busy.py of ten measured, 0.4-0.6 in the others).
+	if (other->gen != gen || (cached->gen == gen && (bpf_get_prandom_u32() & 1)))
+		cached = other;
 	int idx = find_umap(proc, pc);
 	if (idx < 0)
 		return (proc->flags & HS_PROC_TRUNCATED) ? 0 : -1;
@@ -845,7 +886,7 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	if (!regs)
 		return -1;
 	__u32 zero = 0;
-	struct stack_window *win = bpf_map_lookup_elem(&stack_windows, &zero);
+	struct window *win = bpf_map_lookup_elem(&stack_windows, &zero);
 	if (!win)
 		return -1;
 	struct hs_leaf_rows *leaves = bpf_map_lookup_elem(&leaf_cache, &zero);
@@ -977,52 +1018,18 @@ struct {
 	__type(value, struct py_frame_buf);
 } py_buf SEC(".maps");
 
-// The interpreter frames a walk reads, PY_WINDOW bytes at a time, as the
-// native walk reads the stack (stack_window): the frames of one
-// _PyEval_EvalFrameDefault call lie next to one another on the thread's
-// data stack, each caller below its callee, so one read of the bytes
-// below a frame serves its callers too (busy.py's four frames: one read
-// where there were four). A window ends with the frame it was read for,
-// or starts at that frame's 4 KB block, so that it is readable whenever
-// the frame is. b has room past the window for a frame's fields (at most
-// 255 bytes in); each walk starts with valid clear.
-#define PY_WINDOW 1024
-struct py_window {
-	__u64 at;             // the address b was read from
-	__u32 valid;
-	__u32 _pad;
-	__u8 b[PY_WINDOW + 256 + 8];
-};
+// The interpreter frames a walk reads, a window at a time (window_at):
+// the frames of one _PyEval_EvalFrameDefault call lie next to one
+// another on the thread's data stack, each caller below its callee, so
+// one read of the bytes below a frame serves its callers too (busy.py's
+// four frames: one read where there were four). A window ends with the
+// frame it was read for, or starts at that frame's 4 KB block.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct py_window);
+	__type(value, struct window);
 } py_windows SEC(".maps");
-
-// py_frame_bytes returns where in win->b the first PY_FRAME_READ bytes of
-// the frame at addr are, reading a new window unless the one read last
-// holds them, or -1 where they cannot be read. A global function, as
-// stack_word is: the window's state stays out of the verifier's view of
-// py_step.
-__noinline long py_frame_bytes(struct py_window *win, __u64 addr)
-{
-	if (!win)
-		return -1;
-	if (win->valid && addr - win->at <= PY_WINDOW - PY_FRAME_READ)
-		return addr - win->at;
-	__u64 block = addr & ~4095ULL;
-	__u64 at = addr + PY_FRAME_READ - PY_WINDOW;
-	if (at < block || at > addr)
-		at = block;
-	if (bpf_probe_read_user(win->b, PY_WINDOW, (void *)at) < 0) {
-		win->valid = 0;
-		return -1;
-	}
-	win->at = at;
-	win->valid = 1;
-	return addr - at;
-}
 
 // Thread states looked at per sample (across interpreters), and
 // interpreter frames (shims included) followed.
@@ -1064,21 +1071,36 @@ error:
 	return 1;
 }
 
+// is_thread_state reads the first PY_THREAD_READ bytes of tstate into
+// buf and reports whether it is thread tid's thread state.
+static __always_inline int is_thread_state(struct hs_py_layout *l, __u64 tstate, __u32 tid,
+					   struct py_frame_buf *buf)
+{
+	return tstate && bpf_probe_read_user(buf->b, PY_THREAD_READ, (void *)tstate) == 0 &&
+	       *(__u64 *)&buf->b[l->thread_native_id & 255] == tid;
+}
+
 // py_thread_state returns the thread state of the current thread tid in a
 // process whose _PyRuntime is at runtime, its first PY_THREAD_READ bytes
-// in buf, or 0; error is set when a read failed.
+// in buf, or 0; error is set when a read failed. The process entry's hint
+// (the thread found last) is tried first, then py_threads, then the
+// interpreters' lists of threads.
 static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_proc *proc,
 					     __u64 runtime, __u32 tid, __u64 now,
 					     struct py_frame_buf *buf, __u32 *error)
 {
+	if (proc->py_tid == tid && is_thread_state(l, proc->py_tstate, tid, buf))
+		return proc->py_tstate;
 	struct hs_py_thread *cached = bpf_map_lookup_elem(&py_threads, &tid);
 	if (cached && cached->gen == proc->gen) {
 		__u64 tstate = cached->tstate;
 		if (!tstate && now - cached->checked_ns < PY_NO_THREAD_NS)
 			return 0;
-		if (tstate && bpf_probe_read_user(buf->b, PY_THREAD_READ, (void *)tstate) == 0 &&
-		    *(__u64 *)&buf->b[l->thread_native_id & 255] == tid)
+		if (is_thread_state(l, tstate, tid, buf)) {
+			proc->py_tstate = tstate;
+			proc->py_tid = tid;
 			return tstate;
+		}
 	}
 	struct py_thread_search ts = {.l = l, .tid = tid};
 	if (bpf_probe_read_user(&ts.interp, 8, (void *)(runtime + l->runtime_interpreters_head)) < 0) {
@@ -1092,11 +1114,14 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 	}
 	// tstate is set only where the loop stopped at a match, unless the
 	// bound cut it: check the match.
-	if (ts.tstate && (bpf_probe_read_user(buf->b, PY_THREAD_READ, (void *)ts.tstate) < 0 ||
-			  *(__u64 *)&buf->b[l->thread_native_id & 255] != tid))
+	if (!is_thread_state(l, ts.tstate, tid, buf))
 		ts.tstate = 0;
 	struct hs_py_thread v = {.tstate = ts.tstate, .gen = proc->gen, .checked_ns = now};
 	bpf_map_update_elem(&py_threads, &tid, &v, BPF_ANY);
+	if (ts.tstate) {
+		proc->py_tstate = ts.tstate;
+		proc->py_tid = tid;
+	}
 	return ts.tstate;
 }
 
@@ -1105,7 +1130,7 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 // frames go to py_frames by key.
 struct py_walk {
 	struct hs_py_layout *l;
-	struct py_window *win; // the CPU's py_windows entry
+	struct window *win;   // the CPU's py_windows entry
 	__u64 frame;
 	__u32 key;            // py_frames key of the next frame
 	__u32 n;              // frames written
@@ -1125,12 +1150,12 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->flags |= HS_PY_TRUNCATED;
 		return 1;
 	}
-	long off = py_frame_bytes(w->win, w->frame);
+	long off = window_at(w->win, w->frame, WINDOW - PY_FRAME_READ, PY_FRAME_READ);
 	if (off < 0) {
 		w->flags |= HS_PY_READ_ERROR;
 		return 1;
 	}
-	__u8 *fb = &w->win->b[off & (PY_WINDOW - 1)];
+	__u8 *fb = &w->win->b[off & (WINDOW - 1)];
 	struct hs_py_layout *l = w->l;
 	__u8 owner = fb[l->frame_owner & 255];
 	__u64 previous = *(__u64 *)&fb[l->frame_previous & 255];
@@ -1209,7 +1234,7 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 		return 0;
 	__u32 zero = 0;
 	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
-	struct py_window *win = bpf_map_lookup_elem(&py_windows, &zero);
+	struct window *win = bpf_map_lookup_elem(&py_windows, &zero);
 	if (!buf || !win)
 		return 0;
 	c->py_walks++;

@@ -80,7 +80,8 @@ type ProfileHsProc struct {
 	Gen       uint64
 	PyRuntime uint64
 	PyLayout  uint32
-	Pad       uint32
+	PyTid     uint32
+	PyTstate  uint64
 	M         [64]ProfileHsUmap
 }
 
@@ -165,20 +166,12 @@ type ProfilePyFrameBuf struct {
 	B [264]uint8
 }
 
-type ProfilePyWindow struct {
+type ProfileWindow struct {
 	_     structs.HostLayout
 	At    uint64
 	Valid uint32
 	Pad   uint32
 	B     [1288]uint8
-}
-
-type ProfileStackWindow struct {
-	_     structs.HostLayout
-	At    uint64
-	Valid uint32
-	Pad   uint32
-	B     [1024]uint8
 }
 
 // Names of all BPF objects in the ELF.
