@@ -67,7 +67,11 @@ struct hs_sample {
 // PyCode_Addr2Line takes; 0xffffffff when the frame points before its
 // code), HS_PYF_* flags.
 #define HS_PYF_ENTRY 1      // the first frame of a _PyEval_EvalFrameDefault call
-#define HS_PYF_INCOMPLETE 2 // being set up (before _co_firsttraceable): no name yet
+// The innermost frame of a _PyEval_EvalFrameDefault call, not a
+// generator's: the one frame of a call that may still be being set up
+// (incomplete: its instruction before its code's _co_firsttraceable),
+// which the symbolizer tells from the code object it reads anyway.
+#define HS_PYF_MAY_BE_INCOMPLETE 2
 struct hs_py_frame {
 	__u64 code;
 	__u32 offset;
@@ -962,7 +966,6 @@ struct hs_py_layout {
 	__u32 frame_instr;
 	__u32 frame_owner;
 	__u32 frame_is_entry;        // HS_PY_NO_OFFSET from 3.12
-	__u32 code_firsttraceable;
 	__u32 code_adaptive;
 	__u8 owner_generator;
 	__u8 owner_cstack;           // HS_PY_NO_OWNER before 3.12
@@ -1138,7 +1141,7 @@ struct py_walk {
 	// Set when the next frame is the innermost of its
 	// _PyEval_EvalFrameDefault call's: the only one that may be
 	// incomplete (its callers in that call have run a CALL, past their
-	// first traceable instruction).
+	// first traceable instruction), HS_PYF_MAY_BE_INCOMPLETE.
 	__u32 innermost;
 };
 
@@ -1193,19 +1196,12 @@ static long py_step(__u64 i, struct py_walk *w)
 	f->flags = 0;
 	f->offset = instr >= start && instr - start < 0xffffffffULL ? (__u32)(instr - start) : 0xffffffff;
 	// Incomplete (CPython's _PyFrame_IsIncomplete): not a generator's,
-	// and before the code's first traceable instruction. That is
-	// within the first few instructions (MAKE_CELL, COPY_FREE_VARS,
-	// RETURN_GENERATOR) of the innermost frame of a call: only there is
-	// the code object read.
-	if (w->innermost && owner != l->owner_generator && (f->offset == 0xffffffff || f->offset < 512)) {
-		__u32 first = 0;
-		if (bpf_probe_read_user(&first, 4, (void *)(code + l->code_firsttraceable)) < 0) {
-			w->flags |= HS_PY_READ_ERROR;
-			return 1;
-		}
-		if (instr < start + (__u64)first * 2)
-			f->flags |= HS_PYF_INCOMPLETE;
-	}
+	// and before the code's first traceable instruction, which only the
+	// innermost frame of a call can be. The code object is not read
+	// here (it was at nearly every sample: a small function's frames
+	// run within the first 512 bytes of code).
+	if (w->innermost && owner != l->owner_generator)
+		f->flags |= HS_PYF_MAY_BE_INCOMPLETE;
 	w->innermost = 0;
 	if (l->frame_is_entry != HS_PY_NO_OFFSET && fb[l->frame_is_entry & 255]) {
 		f->flags |= HS_PYF_ENTRY;

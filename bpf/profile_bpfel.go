@@ -106,7 +106,6 @@ type ProfileHsPyLayout struct {
 	FrameInstr              uint32
 	FrameOwner              uint32
 	FrameIsEntry            uint32
-	CodeFirsttraceable      uint32
 	CodeAdaptive            uint32
 	OwnerGenerator          uint8
 	OwnerCstack             uint8

@@ -220,7 +220,6 @@ func bpfLayout(l pyinterp.Layout) (bpf.ProfileHsPyLayout, error) {
 		FrameInstr:              l.FrameInstr,
 		FrameOwner:              l.FrameOwner,
 		FrameIsEntry:            l.FrameIsEntry,
-		CodeFirsttraceable:      l.CodeFirstTraceable,
 		CodeAdaptive:            l.CodeAdaptive,
 		OwnerGenerator:          l.OwnerGenerator,
 		OwnerCstack:             l.OwnerCStack,

@@ -210,13 +210,15 @@ func TestPythonFrames(t *testing.T) {
 				if !last.Entry {
 					t.Errorf("%s thread %d: the outermost frame is no entry frame: %+v", prog.name, th.TID, f)
 				}
-				if f[0].Entry || f[0].Incomplete || f[0].Offset == pyinterp.NoInstr {
-					t.Errorf("%s thread %d: the leaf frame %+v: want a complete frame with an instruction, no entry", prog.name, th.TID, f[0])
+				if f[0].Entry || !f[0].MayBeIncomplete || f[0].Offset == pyinterp.NoInstr {
+					t.Errorf("%s thread %d: the leaf frame %+v: want the innermost of its call (may be incomplete) with an instruction, no entry", prog.name, th.TID, f[0])
 				}
 				if i == 0 && th.Module != 0 {
-					// module -> main_top -> map (C) -> main_mid -> main_leaf.
-					if !f[1].Entry || f[2].Entry || len(f) != 4 || f[3].Code != th.Module {
-						t.Errorf("%s main thread: want [leaf, mid (entry), top, <module> (entry)], got %+v (module %#x)", prog.name, f, th.Module)
+					// module -> main_top -> map (C) -> main_mid -> main_leaf:
+					// leaf and top the innermost frames of their calls.
+					if !f[1].Entry || f[2].Entry || len(f) != 4 || f[3].Code != th.Module ||
+						f[1].MayBeIncomplete || !f[2].MayBeIncomplete || f[3].MayBeIncomplete {
+						t.Errorf("%s main thread: want [leaf (innermost), mid (entry), top (innermost), <module> (entry)], got %+v (module %#x)", prog.name, f, th.Module)
 					}
 				}
 			}
@@ -363,7 +365,7 @@ func TestPythonDeepChain(t *testing.T) {
 		// down(0) ... down(depth), then <module>.
 		ok := len(f) == depth+2 && r.PythonWalk == PythonWalked && f[depth+1].Code != f[0].Code && f[depth+1].Entry
 		for i := 1; ok && i <= depth; i++ {
-			ok = f[i].Code == f[0].Code && !f[i].Incomplete
+			ok = f[i].Code == f[0].Code && !f[i].MayBeIncomplete
 		}
 		if ok {
 			whole[r.PID]++

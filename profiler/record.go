@@ -127,8 +127,8 @@ func (r *Record) Decode(b []byte) error {
 
 // The flags of struct hs_py_frame.
 const (
-	pyFrameEntry      = 1
-	pyFrameIncomplete = 2
+	pyFrameEntry           = 1
+	pyFrameMayBeIncomplete = 2
 )
 
 func decodePython(dst []pyinterp.Frame, b []byte) []pyinterp.Frame {
@@ -136,10 +136,10 @@ func decodePython(dst []pyinterp.Frame, b []byte) []pyinterp.Frame {
 	for i := 0; i+pyFrameSize <= len(b); i += pyFrameSize {
 		flags := le.Uint32(b[i+12:])
 		dst = append(dst, pyinterp.Frame{
-			Code:       le.Uint64(b[i:]),
-			Offset:     le.Uint32(b[i+8:]),
-			Entry:      flags&pyFrameEntry != 0,
-			Incomplete: flags&pyFrameIncomplete != 0,
+			Code:            le.Uint64(b[i:]),
+			Offset:          le.Uint32(b[i+8:]),
+			Entry:           flags&pyFrameEntry != 0,
+			MayBeIncomplete: flags&pyFrameMayBeIncomplete != 0,
 		})
 	}
 	return dst

@@ -61,8 +61,8 @@ func encodeRecord(r Record) []byte {
 		if f.Entry {
 			flags |= pyFrameEntry
 		}
-		if f.Incomplete {
-			flags |= pyFrameIncomplete
+		if f.MayBeIncomplete {
+			flags |= pyFrameMayBeIncomplete
 		}
 		le.PutUint32(b[off+12:], flags)
 		off += pyFrameSize
@@ -104,8 +104,8 @@ func TestDecodePython(t *testing.T) {
 		Python: []pyinterp.Frame{
 			{Code: 0x7f0000001000, Offset: 24},
 			{Code: 0x7f0000002000, Offset: 112, Entry: true},
-			{Code: 0x7f0000003000, Offset: pyinterp.NoInstr, Incomplete: true},
-			{Code: 0x7f0000004000, Offset: 6, Entry: true, Incomplete: true},
+			{Code: 0x7f0000003000, Offset: pyinterp.NoInstr, MayBeIncomplete: true},
+			{Code: 0x7f0000004000, Offset: 6, Entry: true, MayBeIncomplete: true},
 		},
 		PythonWalk: PythonWalked | PythonTruncated}
 	var out Record
@@ -159,7 +159,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encodeRecord(Record{}))
 	f.Add([]byte{1, 2, 3})
 	f.Add(encodeRecord(Record{PID: 9, User: []uint64{3}, PythonWalk: PythonWalked,
-		Python: []pyinterp.Frame{{Code: 0x1000, Offset: 8, Entry: true}, {Code: 0x2000, Offset: pyinterp.NoInstr, Incomplete: true}}}))
+		Python: []pyinterp.Frame{{Code: 0x1000, Offset: 8, Entry: true}, {Code: 0x2000, Offset: pyinterp.NoInstr, MayBeIncomplete: true}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r Record
 		if err := r.Decode(b); err != nil {
@@ -176,7 +176,7 @@ func FuzzDecode(f *testing.F) {
 		for i, f := range r.Python {
 			o := at + pyFrameSize*i
 			if f.Code != binary.LittleEndian.Uint64(b[o:]) || f.Offset != binary.LittleEndian.Uint32(b[o+8:]) ||
-				f.Entry != (b[o+12]&pyFrameEntry != 0) || f.Incomplete != (b[o+12]&pyFrameIncomplete != 0) {
+				f.Entry != (b[o+12]&pyFrameEntry != 0) || f.MayBeIncomplete != (b[o+12]&pyFrameMayBeIncomplete != 0) {
 				t.Fatalf("Python frame %d decoded as %+v from %x", i, f, b[o:o+pyFrameSize])
 			}
 		}

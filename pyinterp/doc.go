@@ -21,9 +21,11 @@
 // runs: it is no Python frame, and the frame above it is that call's
 // entry frame (3.11 says so in the frame's is_entry). A frame whose
 // instruction is before its code's _co_firsttraceable is incomplete
-// (being set up) and, as in CPython's own traceback code, not shown. The
-// code object's and strings' offsets are what user space reads to name a
-// frame: co_qualname, co_filename, co_firstlineno, co_linetable.
+// (being set up) and, as in CPython's own traceback code, not shown: only
+// the innermost frame of a call can be, and user space tells from the code
+// object. The code object's and strings' offsets are what user space reads
+// to name a frame: co_qualname, co_filename, co_firstlineno, co_linetable,
+// _co_firsttraceable.
 //
 // The table (layout.go) holds 3.11, 3.12 and 3.13, taken from each
 // version's internal headers and checked by the tests against the

@@ -18,11 +18,15 @@ type Frame struct {
 	// (inclusive), innermost first, ran in one evaluation loop frame of
 	// the native stack, the innermost run in the innermost such frame.
 	Entry bool
-	// Incomplete marks a frame still being set up (its instruction
-	// before the code's _co_firsttraceable): CPython's own tracebacks
-	// leave it out, and it has no line yet. It is kept so that the runs
-	// Entry delimits stay whole: a symbolizer shows no name for it.
-	Incomplete bool
+	// MayBeIncomplete marks the innermost frame of its
+	// _PyEval_EvalFrameDefault call, unless a generator owns it: the one
+	// frame of a call that may still be being set up (incomplete: its
+	// instruction before its code's _co_firsttraceable, which the
+	// sampler does not read; pysymbol's Code.Incomplete tells). CPython's
+	// own tracebacks leave an incomplete frame out, and it has no line
+	// yet: a symbolizer shows no name for it, but keeps it so that the
+	// runs Entry delimits stay whole.
+	MayBeIncomplete bool
 }
 
 // NoInstr is Frame.Offset for a frame whose instruction is not known.

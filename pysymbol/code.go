@@ -26,6 +26,19 @@ type Code struct {
 	FirstLine int
 	// lines is co_linetable (see Line).
 	lines []byte
+	// firstTraceable is _co_firsttraceable: the code unit before which
+	// a frame is still being set up (see Incomplete).
+	firstTraceable uint32
+}
+
+// Incomplete reports whether a frame of this code whose instruction is at
+// byte offset off (pyinterp.Frame.Offset) is still being set up, before
+// the code's first traceable instruction, as CPython's
+// _PyFrame_IsIncomplete says of a frame no generator owns (the sampler
+// marks those that may be: pyinterp.Frame.MayBeIncomplete).
+// pyinterp.NoInstr, a frame that has not started, is.
+func (c *Code) Incomplete(off uint32) bool {
+	return off == pyinterp.NoInstr || uint64(off) < 2*uint64(c.firstTraceable)
 }
 
 // Line is the line of the instruction at byte offset off in the code
@@ -68,6 +81,7 @@ func readCode(pid uint32, l *pyinterp.Layout, addr uint64) (*Code, error) {
 		return nil, fmt.Errorf("code object at %#x: first line %d: %w", addr, first, errGarbage)
 	}
 	c.FirstLine = int(first)
+	c.firstTraceable = word32(head, l.CodeFirstTraceable)
 	parts := []struct {
 		what string
 		addr uint64

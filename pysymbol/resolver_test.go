@@ -106,6 +106,50 @@ func TestCodeOfRunningPython(t *testing.T) {
 	}
 }
 
+// TestIncomplete reads the code objects of functions whose frames run
+// set-up instructions before their first traceable one (a cell, a
+// closure's free variables, a generator) and of one without, under each
+// interpreter installed, and checks which offsets Code.Incomplete calls
+// incomplete against the first RESUME the program found in each code.
+func TestIncomplete(t *testing.T) {
+	for _, py := range pyfixture.Interpreters {
+		t.Run(py.Name, func(t *testing.T) {
+			proc := pyfixture.Start(t, py, "setup.py")
+			p := pythonProcess(t, proc.PID)
+			r := New(0)
+			if len(proc.Codes) != 4 || len(proc.Traceable) != 4 {
+				t.Fatalf("%d code objects, %d first traceable instructions, want 4 each", len(proc.Codes), len(proc.Traceable))
+			}
+			setUp := 0
+			for name, addr := range proc.Codes {
+				c, err := r.Code(p, addr)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				first, ok := proc.Traceable[name]
+				if !ok {
+					t.Fatalf("%s: no first traceable instruction printed", name)
+				}
+				if !c.Incomplete(pyinterp.NoInstr) {
+					t.Errorf("%s: a frame before its first instruction is complete", name)
+				}
+				if c.Incomplete(uint32(2 * first)) {
+					t.Errorf("%s: a frame at its first traceable instruction (byte %d) is incomplete", name, 2*first)
+				}
+				if first > 0 {
+					setUp++
+					if !c.Incomplete(uint32(2*first - 2)) {
+						t.Errorf("%s: a frame at byte %d, before its first traceable instruction (%d), is complete", name, 2*first-2, 2*first)
+					}
+				}
+			}
+			if setUp != 3 {
+				t.Errorf("%d functions with set-up instructions, want 3", setUp)
+			}
+		})
+	}
+}
+
 // TestStringKinds reads qualified names of each kind of str (ASCII,
 // Latin-1, UCS-2, UCS-4) and one longer than the first read of a string.
 func TestStringKinds(t *testing.T) {

@@ -105,15 +105,15 @@ func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []p
 	}
 	st := p.py
 	p.mu.Unlock()
-	frames := make([]sample.Frame, len(py))
+	frames := make([]pyFrame, len(py))
 	named := 0
 	for i, f := range py {
-		if !f.Incomplete {
-			frames[i] = s.pythonFrame(st, f)
+		frames[i] = s.pythonFrame(st, f)
+		if !frames[i].incomplete {
 			named++
 		}
 	}
-	out, placed := interleave(stack, kernel, frames, py)
+	out, placed := interleave(stack, kernel, frames)
 	s.stats.pythonFrames.Add(uint64(named))
 	if !placed {
 		s.stats.pythonMisplaced.Add(1)
@@ -121,32 +121,45 @@ func (s *Symbolizer) Python(pid uint32, stack []sample.Frame, kernel int, py []p
 	return out
 }
 
-// pythonFrame names one Python frame.
-func (s *Symbolizer) pythonFrame(st *pythonState, f pyinterp.Frame) sample.Frame {
+// pyFrame is one Python frame of a sample: named, unless incomplete
+// (being set up: CPython's tracebacks leave it out), and whether it is
+// the first its evaluation-loop call ran (pyinterp.Frame.Entry).
+type pyFrame struct {
+	frame             sample.Frame
+	entry, incomplete bool
+}
+
+// pythonFrame names one Python frame, or tells it is incomplete: one the
+// sampler says may be, whose instruction is before its code's first
+// traceable one. A frame whose code object cannot be read is named by
+// its address, and shown.
+func (s *Symbolizer) pythonFrame(st *pythonState, f pyinterp.Frame) pyFrame {
 	if st.err == nil {
 		c, err := s.python.Code(st.proc, f.Code)
 		if err == nil {
+			if f.MayBeIncomplete && c.Incomplete(f.Offset) {
+				return pyFrame{entry: f.Entry, incomplete: true}
+			}
 			line, _ := c.Line(f.Offset)
-			return sample.Frame{Function: c.Qualname, Module: c.File, Kind: sample.KindPython,
-				Line: uint32(line), StartLine: uint32(c.FirstLine)}
+			return pyFrame{frame: sample.Frame{Function: c.Qualname, Module: c.File, Kind: sample.KindPython,
+				Line: uint32(line), StartLine: uint32(c.FirstLine)}, entry: f.Entry}
 		}
 		s.opts.Logger.Debug("symbolize: python code object", "pid", st.proc.PID, "err", err)
 	}
 	s.stats.pythonUnknown.Add(1)
-	return sample.Frame{Function: sample.UnknownName(pythonModule, f.Code), Module: "[" + pythonModule + "]",
-		Kind: sample.KindPython}
+	return pyFrame{frame: sample.Frame{Function: sample.UnknownName(pythonModule, f.Code), Module: "[" + pythonModule + "]",
+		Kind: sample.KindPython}, entry: f.Entry}
 }
 
-// interleave puts the Python frames py (named, leaf first; raw gives each
-// one's entry and incomplete marks) in place of stack's evaluation-loop
-// frames, and reports whether each call of the loop on one side met one
-// on the other. Incomplete frames (being set up: CPython's tracebacks
-// leave them out) delimit their call's run but are not shown.
-func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []pyinterp.Frame) ([]sample.Frame, bool) {
+// interleave puts the Python frames py (leaf first) in place of stack's
+// evaluation-loop frames, and reports whether each call of the loop on
+// one side met one on the other. Incomplete frames delimit their call's
+// run but are not shown.
+func interleave(stack []sample.Frame, kernel int, py []pyFrame) ([]sample.Frame, bool) {
 	run := func(out []sample.Frame, from, to int) []sample.Frame {
 		for i := from; i < to; i++ {
-			if !raw[i].Incomplete {
-				out = append(out, py[i])
+			if !py[i].incomplete {
+				out = append(out, py[i].frame)
 			}
 		}
 		return out
@@ -168,7 +181,7 @@ func interleave(stack []sample.Frame, kernel int, py []sample.Frame, raw []pyint
 		}
 		// This call's frames: up to and with its entry frame.
 		end := next
-		for end < len(py)-1 && !raw[end].Entry {
+		for end < len(py)-1 && !py[end].entry {
 			end++
 		}
 		out = run(out, next, end+1)

@@ -32,16 +32,15 @@ func kernelFrames(names ...string) []sample.Frame {
 
 // pyChain returns Python frames named by names, leaf first; a name ending
 // in "!" is an entry frame, one starting with "?" an incomplete frame.
-func pyChain(names ...string) ([]sample.Frame, []pyinterp.Frame) {
-	var fs []sample.Frame
-	var raw []pyinterp.Frame
-	for i, n := range names {
+func pyChain(names ...string) []pyFrame {
+	var fs []pyFrame
+	for _, n := range names {
 		entry, incomplete := strings.HasSuffix(n, "!"), strings.HasPrefix(n, "?")
 		n = strings.Trim(n, "!?")
-		fs = append(fs, sample.Frame{Function: n, Module: "/srv/app.py", Kind: sample.KindPython})
-		raw = append(raw, pyinterp.Frame{Code: uint64(0x1000 + 8*i), Entry: entry, Incomplete: incomplete})
+		fs = append(fs, pyFrame{frame: sample.Frame{Function: n, Module: "/srv/app.py", Kind: sample.KindPython},
+			entry: entry, incomplete: incomplete})
 	}
-	return fs, raw
+	return fs
 }
 
 func names(fs []sample.Frame) []string {
@@ -109,9 +108,9 @@ func TestInterleave(t *testing.T) {
 		want:   []string{"do_syscall_64", "py:inner", "py:outer"},
 		placed: false,
 	}} {
-		py, raw := pyChain(c.py...)
+		py := pyChain(c.py...)
 		in := slices.Clone(c.stack)
-		got, placed := interleave(c.stack, c.kernel, py, raw)
+		got, placed := interleave(c.stack, c.kernel, py)
 		if !slices.Equal(names(got), c.want) || placed != c.placed {
 			t.Errorf("%s:\n got %v (placed %v)\nwant %v (placed %v)", c.name, names(got), placed, c.want, c.placed)
 		}
@@ -221,6 +220,56 @@ func TestPythonRealProcess(t *testing.T) {
 			}
 			if st := s.Stats(); st.PythonCode.Codes != 0 {
 				t.Errorf("%d code objects cached after the process was forgotten", st.PythonCode.Codes)
+			}
+		})
+	}
+}
+
+// TestPythonIncompleteFrames names the frames of a running program's
+// code objects under each interpreter installed, one of them the
+// innermost of its call (pyinterp.Frame.MayBeIncomplete): hidden while its
+// instruction is before its code's first traceable one (a function with a
+// cell, whose MAKE_CELL comes first), shown from that instruction on; a
+// frame the sampler does not mark is shown wherever it is.
+func TestPythonIncompleteFrames(t *testing.T) {
+	for _, py := range pyfixture.Interpreters {
+		t.Run(py.Name, func(t *testing.T) {
+			proc := pyfixture.Start(t, py, "setup.py")
+			pid := uint32(proc.PID)
+			bin := interpreterBinary(t, proc.PID)
+			var user []uint64
+			for _, fn := range []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"} {
+				sym := dynSymbol(t, bin, fn)
+				user = append(user, runtimeAddr(t, pid, bin, sym.Value+sym.Size/2))
+			}
+			s := New(nil, Options{})
+			s.Observe(pid, "python3")
+			stack := s.Symbolize(pid, nil, user)
+			first := uint32(2 * proc.Traceable["with_cell"])
+			if first == 0 {
+				t.Fatalf("with_cell's first traceable instruction is its first: %v", proc.Traceable)
+			}
+			for _, c := range []struct {
+				offset uint32
+				want   []string
+			}{
+				{pyinterp.NoInstr, []string{"py:generator", "py:plain", "PyEval_EvalCode", "Py_RunMain"}},
+				{first - 2, []string{"py:generator", "py:plain", "PyEval_EvalCode", "Py_RunMain"}},
+				{first, []string{"py:with_cell", "py:generator", "py:plain", "PyEval_EvalCode", "Py_RunMain"}},
+			} {
+				raw := []pyinterp.Frame{
+					{Code: proc.Codes["with_cell"], Offset: c.offset, MayBeIncomplete: true},
+					// Before its first traceable instruction, unmarked.
+					{Code: proc.Codes["generator"], Offset: 0},
+					{Code: proc.Codes["plain"], Offset: 0, Entry: true, MayBeIncomplete: true},
+				}
+				got := names(s.Python(pid, stack, 0, raw))
+				if !slices.Equal(got, c.want) {
+					t.Errorf("with_cell at byte %d (first traceable %d): %v, want %v", c.offset, first, got, c.want)
+				}
+			}
+			if st := s.Stats(); st.PythonUnknown != 0 || st.PythonMisplaced != 0 {
+				t.Errorf("stats %+v", st)
 			}
 		})
 	}

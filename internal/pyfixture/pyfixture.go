@@ -74,6 +74,9 @@ type Ready struct {
 	Lines []Instr `json:"lines"`
 	// File is the script's path, its code objects' co_filename.
 	File string `json:"file"`
+	// Traceable maps qualified names to the code unit of the code's
+	// first traceable instruction, its first RESUME (setup.py).
+	Traceable map[string]int `json:"traceable"`
 }
 
 // Instr is an instruction a running frame was at.
