@@ -19,7 +19,9 @@
 //	          before given per process; a sleeping process recorded
 //	          alone gives the pid filter's cost per skipped run, taken out
 //	          of the others' before dividing by their samples; read over a
-//	          window from -warm-up after the agent served /metrics
+//	          window from -warm-up after the agent served /metrics; each
+//	          run's ratio to native, and the instructions the verifier
+//	          processed to load each build's sampler (its fdinfo)
 //	start     -spawn busy.py processes per interpreter started one after
 //	          another while the whole machine is recorded: for each, the
 //	          time from its first sample to its first sample with Python
@@ -89,7 +91,7 @@ func main() {
 	}
 	b := &bench{runs: *runs, duration: *duration, costDuration: *costDuration, costHz: *costHz, warmUp: *warmUp,
 		spawn: *spawn, cpuDuration: *cpuDuration, before: *before, startVs: *startVs, parts: map[string]bool{},
-		costBefore: *costBefore, costNice: *costNice, trace: *trace}
+		costBefore: *costBefore, costNice: *costNice, trace: *trace, verified: map[string]int{}}
 	for _, p := range strings.Split(*only, ",") {
 		switch p = strings.TrimSpace(p); p {
 		case "":
@@ -121,6 +123,9 @@ type bench struct {
 	costNice   int
 	// trace breaks new processes' times into steps (-trace).
 	trace bool
+	// verified is the instructions the verifier processed to load each
+	// build's sampler (cost), by binary.
+	verified map[string]int
 	// steps holds the steps' times over every run (-trace), ms, by
 	// build (the tree's, -start-vs) and step.
 	steps map[string]map[string][]float64
@@ -290,6 +295,13 @@ func (b *bench) run(beforeCommit string) error {
 			latencies(lat[py.Name]), never[py.Name], medianRange(hit, "%.2f%%"), medianRange(objs, "%.0f"), medianRange(bytes, "%.0f"))
 	}
 	fmt.Printf("| native (nofp) | | | %s | | | | | |\n\n", medianRange(micros(costs["native"]), "%.1f"))
+	if n, ok := b.verified[b.heatscope]; ok {
+		fmt.Printf("The sampler's load: %d instructions processed by the verifier (this tree)", n)
+		if m, ok := b.verified[b.before]; ok && b.costBefore {
+			fmt.Printf(", %d (%s)", m, b.before)
+		}
+		fmt.Print(".\n\n")
+	}
 	if b.startVs != "" {
 		fmt.Printf("New processes, first sample to first with Python frames, median (max), ms, in the same runs:\n\n| interpreter | this tree | %s | never had them (this tree, %s) |\n|---|---|---|---|\n", b.startVs, b.startVs)
 		for _, py := range b.pythons {
@@ -625,9 +637,12 @@ func (b *bench) cost(run int, bin string) (map[string]float64, error) {
 		}
 		out[py.Name] = ns
 	}
-	fmt.Printf("- BPF cost (%s): the pid filter %.0f ns a skipped run; ns per sample:", tag, filtered)
+	fmt.Printf("- BPF cost (%s, its sampler %d instructions verified): the pid filter %.0f ns a skipped run; ns per sample:", tag, b.verified[bin], filtered)
 	for _, k := range append([]string{"native"}, names(b.pythons)...) {
 		fmt.Printf(" %s %.0f", k, out[k])
+		if k != "native" {
+			fmt.Printf(" (%.2f× native)", out[k]/native)
+		}
 	}
 	fmt.Println()
 	return out, nil
@@ -676,6 +691,13 @@ func (b *bench) costOf(bin string, pid int, name string, filtered float64) (floa
 		}
 	}
 	time.Sleep(b.warmUp)
+	if _, ok := b.verified[bin]; !ok {
+		n, err := profrun.VerifiedInstructions(a.cmd.Process.Pid)
+		if err != nil {
+			log.Printf("(%s: %v)", filepath.Base(bin), err)
+		}
+		b.verified[bin] = n
+	}
 	m0, err0 := profrun.ReadMetrics(a.metrics)
 	time.Sleep(b.costDuration - b.warmUp - 500*time.Millisecond)
 	m1, err1 := profrun.ReadMetrics(a.metrics)

@@ -157,6 +157,48 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	return time.Duration(ts.Nano()), nil
 }
 
+// VerifiedInstructions returns how many instructions the kernel's
+// verifier processed to load the perf_event program process pid holds
+// (heatscope record's sampler), read from its file descriptors' fdinfo
+// (verified_insns, Linux 5.16 on), or an error when it holds none.
+func VerifiedInstructions(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("verified instructions: %w", err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			continue // closed since the listing
+		}
+		if n, ok := perfEventVerified(b); ok {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("verified instructions: process %d holds no perf_event program with verified_insns", pid)
+}
+
+// perfEventVerified returns verified_insns of one fdinfo file if it is a
+// perf_event program's (prog_type 7, BPF_PROG_TYPE_PERF_EVENT).
+func perfEventVerified(fdinfo []byte) (int, bool) {
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(fdinfo), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	if fields["prog_type"] != "7" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(fields["verified_insns"])
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
 // ScriptReachMain reads heatscope's perf script export of the workload's
 // samples and returns their number, the share whose stack has main, and
 // the longest time over the processes from a process's first sample to

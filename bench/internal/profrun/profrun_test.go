@@ -90,3 +90,21 @@ func TestParseSummary(t *testing.T) {
 		t.Error("a summary without the BPF program's line: no error")
 	}
 }
+
+func TestPerfEventVerified(t *testing.T) {
+	for _, c := range []struct {
+		fdinfo string
+		want   int
+		ok     bool
+	}{
+		{"pos:\t0\nflags:\t02000002\nprog_type:\t7\nprog_jited:\t1\nprog_tag:\t4a3d1f0c\nmemlock:\t69632\nprog_id:\t12945\nrun_time_ns:\t0\nrun_cnt:\t0\nrecursion_misses:\t0\nverified_insns:\t25325\n", 25325, true},
+		{"pos:\t0\nprog_type:\t26\nverified_insns:\t120\n", 0, false}, // a tracing program
+		{"pos:\t0\nprog_type:\t7\n", 0, false},                        // before Linux 5.16
+		{"pos:\t0\nflags:\t02\nmap_type:\t27\n", 0, false},            // a map
+		{"", 0, false},
+	} {
+		if n, ok := perfEventVerified([]byte(c.fdinfo)); n != c.want || ok != c.ok {
+			t.Errorf("%q: %d, %v; want %d, %v", c.fdinfo, n, ok, c.want, c.ok)
+		}
+	}
+}
