@@ -131,6 +131,21 @@ type bench struct {
 	steps map[string]map[string][]float64
 }
 
+// label names the build bin in the output and in the names of its
+// directories: builds given as files of one name (two heatscope
+// binaries) kept apart.
+func (b *bench) label(bin string) string {
+	switch bin {
+	case b.heatscope:
+		return "this-tree"
+	case b.before:
+		return "before"
+	case b.startVs:
+		return "start-vs"
+	}
+	return filepath.Base(bin)
+}
+
 // wants reports whether the part is to be run (-only).
 func (b *bench) wants(part string) bool { return len(b.parts) == 0 || b.parts[part] }
 
@@ -193,7 +208,7 @@ func (b *bench) run(beforeCommit string) error {
 		}
 	}
 	for _, bin := range warm {
-		a, err := b.record(bin, filepath.Join(b.dir, "warm-"+filepath.Base(bin)), 3*time.Second, 99)
+		a, err := b.record(bin, filepath.Join(b.dir, "warm-"+b.label(bin)), 3*time.Second, 99)
 		if err != nil {
 			return fmt.Errorf("warm %s's cache: %w", bin, err)
 		}
@@ -400,7 +415,7 @@ func (b *bench) recordEnv(bin, dir string, d time.Duration, hz int, env []string
 	}
 	a := &agent{data: filepath.Join(dir, "data"), metrics: "http://127.0.0.1:" + port + "/metrics"}
 	args := append([]string{"record", "--duration", d.String(), "--frequency", strconv.Itoa(hz), "--data", a.data,
-		"--cache-dir", filepath.Join(b.dir, "cache-"+filepath.Base(bin)), "--bpf-stats", "--unwind", "dwarf", "--listen", "127.0.0.1:" + port}, extra...)
+		"--cache-dir", filepath.Join(b.dir, "cache-"+b.label(bin)), "--bpf-stats", "--unwind", "dwarf", "--listen", "127.0.0.1:" + port}, extra...)
 	a.cmd = exec.Command(bin, args...)
 	if len(env) > 0 {
 		a.cmd.Env = append(os.Environ(), env...)
@@ -610,7 +625,7 @@ func (b *bench) cost(run int, bin string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer stop(sleeper)
-	tag := filepath.Base(bin)
+	tag := b.label(bin)
 	filtered, err := b.costOf(bin, sleeper.Process.Pid, fmt.Sprintf("run%d-cost-filtered-%s", run, tag), -1)
 	if err != nil {
 		return nil, err
@@ -694,7 +709,7 @@ func (b *bench) costOf(bin string, pid int, name string, filtered float64) (floa
 	if _, ok := b.verified[bin]; !ok {
 		n, err := profrun.VerifiedInstructions(a.cmd.Process.Pid)
 		if err != nil {
-			log.Printf("(%s: %v)", filepath.Base(bin), err)
+			log.Printf("(%s: %v)", b.label(bin), err)
 		}
 		b.verified[bin] = n
 	}
@@ -736,7 +751,7 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 	if trace {
 		env = []string{"HEATSCOPE_LOG_LEVEL=debug"}
 	}
-	a, err := b.recordEnv(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-start-%s", run, filepath.Base(bin))), 0, 99, env)
+	a, err := b.recordEnv(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-start-%s", run, b.label(bin))), 0, 99, env)
 	if err != nil {
 		return nil, err
 	}
@@ -807,7 +822,7 @@ func (b *bench) start(run int, bin string) (map[string][]float64, error) {
 			res[name] = append(res[name], 1000*(p.python-p.first))
 		}
 	}
-	fmt.Printf("- new processes (%s): %d started, %d never sampled; ms from the first sample to the first with Python frames:", filepath.Base(bin), len(pids), unsampled)
+	fmt.Printf("- new processes (%s): %d started, %d never sampled; ms from the first sample to the first with Python frames:", b.label(bin), len(pids), unsampled)
 	for _, n := range names(b.pythons) {
 		v := slices.Sorted(slices.Values(res[n]))
 		fmt.Printf(" %s %v", n, roundAll(v))
