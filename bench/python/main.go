@@ -15,8 +15,8 @@
 //	          each recorded alone at -cost-hz, it and the agent favoured
 //	          (-cost-nice) so that it takes most of its CPU's runs on a
 //	          busy machine; with -cost-before, -before's build too, the
-//	          two in turns in each run, and the same-run ratio this tree /
-//	          before given per process; a sleeping process recorded
+//	          two in turns on each process in each run, and the same-run
+//	          ratio this tree / before given per process; a sleeping process recorded
 //	          alone gives the pid filter's cost per skipped run, taken out
 //	          of the others' before dividing by their samples; read over a
 //	          window from -warm-up after the agent served /metrics; each
@@ -237,13 +237,9 @@ func (b *bench) run(beforeCommit string) error {
 					slices.Reverse(bins)
 				}
 			}
-			byBin := map[string]map[string]float64{}
-			for _, bin := range bins {
-				cost, err := b.cost(run, bin)
-				if err != nil {
-					return fmt.Errorf("run %d, BPF cost (%s): %w", run, bin, err)
-				}
-				byBin[bin] = cost
+			byBin, err := b.cost(run, bins)
+			if err != nil {
+				return fmt.Errorf("run %d, BPF cost: %w", run, err)
 			}
 			cost := byBin[b.heatscope]
 			for k, v := range cost {
@@ -332,7 +328,7 @@ func (b *bench) run(beforeCommit string) error {
 		fmt.Println()
 	}
 	if b.costBefore && len(changes) > 0 {
-		fmt.Printf("BPF µs per sample with -before's build (%s) in the same runs, in turns:\n\n| process | before | this tree | this tree / before, same run |\n|---|---|---|---|\n", b.before)
+		fmt.Printf("BPF µs per sample with -before's build (%s) on the same processes, in turns:\n\n| process | before | this tree | this tree / before, same run |\n|---|---|---|---|\n", b.before)
 		for _, k := range append(names(b.pythons), "native") {
 			fmt.Printf("| %s | %s | %s | %s |\n", k, medianRange(micros(beforeCosts[k]), "%.1f"), medianRange(micros(costs[k]), "%.1f"), medianRange(changes[k], "%.2f×"))
 		}
@@ -615,51 +611,73 @@ func parseScript(out []byte) []sample {
 	return samples
 }
 
-// cost records, with the build bin, a sleeping process, a native one and
-// each interpreter's busy.py, each alone, and returns the BPF program's
-// ns per sample of each ("native" and the interpreters' names).
-func (b *bench) cost(run int, bin string) (map[string]float64, error) {
-	out := map[string]float64{}
+// cost records, with each build of bins in turn, a sleeping process, a
+// native one and each interpreter's busy.py, each alone, and returns, by
+// build, the BPF program's ns per sample of each ("native" and the
+// interpreters' names). Each process is recorded by every build in turn:
+// a process's cost moved by up to twice from one process to the next
+// (2026-11-28, cause not found), which builds measured on processes of
+// their own mix into the change between them.
+func (b *bench) cost(run int, bins []string) (map[string]map[string]float64, error) {
+	out := map[string]map[string]float64{}
+	filtered := map[string]float64{}
+	for _, bin := range bins {
+		out[bin] = map[string]float64{}
+	}
+	// each records the process pid (name: "native" or an interpreter's)
+	// with every build in turn.
+	each := func(name string, pid int) error {
+		for _, bin := range bins {
+			ns, err := b.costOf(bin, pid, fmt.Sprintf("run%d-cost-%s-%s", run, name, b.label(bin)), filtered[bin])
+			if err != nil {
+				return fmt.Errorf("%s (%s): %w", name, b.label(bin), err)
+			}
+			out[bin][name] = ns
+		}
+		return nil
+	}
 	sleeper := exec.Command("sleep", "600")
 	if err := sleeper.Start(); err != nil {
 		return nil, err
 	}
 	defer stop(sleeper)
-	tag := b.label(bin)
-	filtered, err := b.costOf(bin, sleeper.Process.Pid, fmt.Sprintf("run%d-cost-filtered-%s", run, tag), -1)
-	if err != nil {
-		return nil, err
+	for _, bin := range bins {
+		ns, err := b.costOf(bin, sleeper.Process.Pid, fmt.Sprintf("run%d-cost-filtered-%s", run, b.label(bin)), -1)
+		if err != nil {
+			return nil, err
+		}
+		filtered[bin] = ns
 	}
 	spin := exec.Command(b.spinner)
 	if err := spin.Start(); err != nil {
 		return nil, err
 	}
-	native, err := b.costOf(bin, spin.Process.Pid, fmt.Sprintf("run%d-cost-native-%s", run, tag), filtered)
+	err := each("native", spin.Process.Pid)
 	stop(spin)
 	if err != nil {
 		return nil, err
 	}
-	out["native"] = native
 	for _, py := range b.pythons {
-		busy, pid, err := b.startBusy(py, b.costDuration.Seconds()+90)
+		busy, pid, err := b.startBusy(py, float64(len(bins))*(b.costDuration.Seconds()+90))
 		if err != nil {
 			return nil, err
 		}
-		ns, err := b.costOf(bin, pid, fmt.Sprintf("run%d-cost-%s-%s", run, py.Name, tag), filtered)
+		err = each(py.Name, pid)
 		stop(busy)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", py.Name, err)
-		}
-		out[py.Name] = ns
-	}
-	fmt.Printf("- BPF cost (%s, its sampler %d instructions verified): the pid filter %.0f ns a skipped run; ns per sample:", tag, b.verified[bin], filtered)
-	for _, k := range append([]string{"native"}, names(b.pythons)...) {
-		fmt.Printf(" %s %.0f", k, out[k])
-		if k != "native" {
-			fmt.Printf(" (%.2f× native)", out[k]/native)
+			return nil, err
 		}
 	}
-	fmt.Println()
+	for _, bin := range bins {
+		fmt.Printf("- BPF cost (%s, its sampler %d instructions verified): the pid filter %.0f ns a skipped run; ns per sample:", b.label(bin), b.verified[bin], filtered[bin])
+		for _, k := range append([]string{"native"}, names(b.pythons)...) {
+			fmt.Printf(" %s %.0f", k, out[bin][k])
+			if k != "native" {
+				fmt.Printf(" (%.2f× native)", out[bin][k]/out[bin]["native"])
+			}
+		}
+		fmt.Println()
+	}
 	return out, nil
 }
 
