@@ -156,11 +156,7 @@ func TestPythonRealProcess(t *testing.T) {
 			proc := pyfixture.Start(t, py, "busy.py")
 			pid := uint32(proc.PID)
 			bin := interpreterBinary(t, proc.PID)
-			var user []uint64
-			for _, fn := range []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"} {
-				sym := dynSymbol(t, bin, fn)
-				user = append(user, runtimeAddr(t, pid, bin, sym.Value+sym.Size/2))
-			}
+			user := interpreterStack(t, pid, bin)
 			s := New(nil, Options{})
 			s.Observe(pid, "python3")
 			stack := s.Symbolize(pid, nil, user)
@@ -237,11 +233,7 @@ func TestPythonIncompleteFrames(t *testing.T) {
 			proc := pyfixture.Start(t, py, "setup.py")
 			pid := uint32(proc.PID)
 			bin := interpreterBinary(t, proc.PID)
-			var user []uint64
-			for _, fn := range []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"} {
-				sym := dynSymbol(t, bin, fn)
-				user = append(user, runtimeAddr(t, pid, bin, sym.Value+sym.Size/2))
-			}
+			user := interpreterStack(t, pid, bin)
 			s := New(nil, Options{})
 			s.Observe(pid, "python3")
 			stack := s.Symbolize(pid, nil, user)
@@ -336,4 +328,18 @@ func TestPythonMapsReadInDynamicLoader(t *testing.T) {
 	if st := s.Stats(); st.PythonUnknown != 0 {
 		t.Errorf("%d Python frames unnamed", st.PythonUnknown)
 	}
+}
+
+// interpreterStack returns a native stack of the interpreter's real
+// addresses in the process pid, innermost first: the evaluation loop,
+// PyEval_EvalCode and Py_RunMain, each at the middle of its function in
+// bin, the interpreter's binary.
+func interpreterStack(t *testing.T, pid uint32, bin string) []uint64 {
+	t.Helper()
+	var user []uint64
+	for _, fn := range []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"} {
+		sym := dynSymbol(t, bin, fn)
+		user = append(user, runtimeAddr(t, pid, bin, sym.Value+sym.Size/2))
+	}
+	return user
 }
