@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/internal/needs"
 	"github.com/heatscope/heatscope/sample"
 )
 
@@ -458,10 +460,7 @@ func TestReadPerfScriptRealPerf(t *testing.T) {
 	bpftest.Require(t)
 	perf, err := exec.LookPath("perf")
 	if err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but perf is not installed: %v", err)
-		}
-		t.Skipf("perf is not installed: %v", err)
+		needs.Missing(t, "HEATSCOPE_REQUIRE_BPF", fmt.Sprintf("perf is not installed (apt-get install linux-perf): %v", err))
 	}
 	dir := t.TempDir()
 	data := filepath.Join(dir, "perf.data")

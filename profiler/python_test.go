@@ -17,17 +17,9 @@ import (
 
 	"github.com/heatscope/heatscope/internal/bpftest"
 	"github.com/heatscope/heatscope/internal/fixture"
+	"github.com/heatscope/heatscope/internal/pyfixture"
 	"github.com/heatscope/heatscope/pyinterp"
 )
-
-// pythons are the interpreters the Python tests run: Debian's static
-// python3.11 and pyenv's shared-library builds, where installed.
-var pythons = []struct{ name, path string }{
-	{"debian-3.11", "/usr/bin/python3.11"},
-	{"pyenv-3.11", "/root/.pyenv/versions/3.11.7/bin/python3.11"},
-	{"pyenv-3.12", "/root/.pyenv/versions/3.12.1/bin/python3.12"},
-	{"pyenv-3.13", "/root/.pyenv/versions/3.13.0/bin/python3.13"},
-}
 
 // pyProgram is a running testdata/pychains.py and what it printed.
 type pyProgram struct {
@@ -85,23 +77,10 @@ func TestPythonFrames(t *testing.T) {
 	if err := dwarfSupported(); err != nil {
 		t.Skipf("the Python walk runs in the table-walking program, which this kernel cannot run: %v", err)
 	}
-	var have []struct{ name, path string }
-	for _, py := range pythons {
-		if _, err := os.Stat(py.path); err != nil {
-			if py.name == "debian-3.11" && os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-				t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but %s is not installed (.ci/run installs python3.11): %v", py.path, err)
-			}
-			t.Logf("%s skipped: %v", py.name, err)
-			continue
-		}
-		have = append(have, py)
-	}
-	if len(have) == 0 {
-		t.Skip("no CPython 3.11 to 3.13 installed here")
-	}
+	have := pyfixture.Installed(t)
 	var progs []*pyProgram
 	for _, py := range have {
-		progs = append(progs, startPython(t, py.name+"/before", py.path, "pychains.py"))
+		progs = append(progs, startPython(t, py.Name+"/before", py.Path, "pychains.py"))
 	}
 
 	p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, BPFStats: true})
@@ -128,16 +107,16 @@ func TestPythonFrames(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, py := range have {
 			wg.Go(func() {
-				p := startPython(t, py.name+"/after", py.path, "pychains.py")
+				p := startPython(t, py.Name+"/after", py.Path, "pychains.py")
 				mu.Lock()
 				after[i] = p
 				mu.Unlock()
 			})
-			if py.name == "debian-3.11" || py.name == "pyenv-3.13" {
+			if py.Name == "debian-3.11" || py.Version == "3.13" {
 				// A pool's worker, forked after the interpreter
 				// started (the oldest and newest versions).
 				wg.Go(func() {
-					p := startPython(t, py.name+"/pool", py.path, "pypool.py")
+					p := startPython(t, py.Name+"/pool", py.Path, "pypool.py")
 					mu.Lock()
 					pools = append(pools, p)
 					mu.Unlock()
@@ -265,13 +244,8 @@ func TestPythonNativeThread(t *testing.T) {
 	if err := dwarfSupported(); err != nil {
 		t.Skipf("the Python walk runs in the table-walking program, which this kernel cannot run: %v", err)
 	}
-	const py = "/usr/bin/python3.11"
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but %s is not installed (.ci/run installs python3.11): %v", py, err)
-		}
-		t.Skipf("%s is not installed: %v", py, err)
-	}
+	py := pyfixture.Interpreters[0] // Debian's python3.11
+	pyfixture.Need(t, py)
 	lib := fixture.BuildC(t, "", "gcc", "libspin.so", `
 #include <pthread.h>
 #include <unistd.h>
@@ -280,7 +254,7 @@ static volatile long tid;
 static void *spin(void *arg) { tid = syscall(SYS_gettid); for (;;) {} return arg; }
 long start_native(void) { pthread_t t; pthread_create(&t, 0, spin, 0); while (!tid) {} return tid; }
 `, "-O1", "-shared", "-fPIC", "-pthread")
-	prog := startPython(t, "debian-3.11/native", py, "pynative.py", lib)
+	prog := startPython(t, py.Name+"/native", py.Path, "pynative.py", lib)
 	p, err := Open(Config{Frequency: 499, Unwind: UnwindDWARF, PIDs: []uint32{prog.Pid}})
 	if err != nil {
 		t.Fatalf("open profiler: %v", err)
@@ -338,15 +312,8 @@ func TestPythonDeepChain(t *testing.T) {
 	}
 	const depth = 40
 	var progs []*pyProgram
-	for _, py := range pythons {
-		if _, err := os.Stat(py.path); err != nil {
-			t.Logf("%s skipped: %v", py.name, err)
-			continue
-		}
-		progs = append(progs, startPython(t, py.name+"/deep", py.path, "pydeep.py", strconv.Itoa(depth)))
-	}
-	if len(progs) == 0 {
-		t.Skip("no CPython 3.11 to 3.13 installed here")
+	for _, py := range pyfixture.Installed(t) {
+		progs = append(progs, startPython(t, py.Name+"/deep", py.Path, "pydeep.py", strconv.Itoa(depth)))
 	}
 	var pids []uint32
 	for _, prog := range progs {

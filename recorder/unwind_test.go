@@ -15,6 +15,7 @@ import (
 
 	"github.com/heatscope/heatscope/internal/bpftest"
 	"github.com/heatscope/heatscope/internal/fixture"
+	"github.com/heatscope/heatscope/internal/needs"
 	"github.com/heatscope/heatscope/profileio"
 	"github.com/heatscope/heatscope/profiler"
 	"github.com/heatscope/heatscope/sample"
@@ -449,10 +450,7 @@ func TestUnwindNodePerfMap(t *testing.T) {
 	bpftest.Require(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
-		if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("node is needed for this test (apt-get install nodejs): %v", err)
-		}
-		t.Skipf("node is not installed (apt-get install nodejs): %v", err)
+		needs.Missing(t, "HEATSCOPE_REQUIRE_BPF", fmt.Sprintf("node is not installed (apt-get install nodejs): %v", err))
 	}
 	script := filepath.Join(t.TempDir(), "hot.js")
 	if err := os.WriteFile(script, []byte(nodeScript), 0o644); err != nil {

@@ -14,8 +14,14 @@ import (
 // t when the environment variable required is "1", else skips it.
 func Missing(t testing.TB, required, why string) {
 	t.Helper()
-	if os.Getenv(required) == "1" {
+	if Required(required) {
 		t.Fatalf("%s=1 requires it: %s", required, why)
 	}
 	t.Skipf("skipping: %s (%s=1 makes this a failure)", why, required)
 }
+
+// Required says whether the environment requires what a test needs
+// (the variable required is "1", as CI sets it): where it does, a test
+// lacking it fails rather than skips. For a test that goes on without one
+// of several things and must fail only where that one is required.
+func Required(required string) bool { return os.Getenv(required) == "1" }

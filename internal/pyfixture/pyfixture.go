@@ -93,6 +93,29 @@ type Process struct {
 	Cmd *exec.Cmd
 }
 
+// Installed returns the Interpreters installed here, each missing one
+// named in t's log: a required one missing fails t under
+// HEATSCOPE_REQUIRE_BPF=1 (as Need), and t is skipped when none is
+// installed.
+func Installed(t testing.TB) []Interpreter {
+	t.Helper()
+	var have []Interpreter
+	for _, py := range Interpreters {
+		if _, err := os.Stat(py.Path); err != nil {
+			if py.Required && needs.Required("HEATSCOPE_REQUIRE_BPF") {
+				Need(t, py)
+			}
+			t.Logf("%s skipped: %v", py.Name, err)
+			continue
+		}
+		have = append(have, py)
+	}
+	if len(have) == 0 {
+		t.Skip("no CPython 3.11 to 3.13 installed here")
+	}
+	return have
+}
+
 // Start runs script (a file of scripts/, "busy.py") under py with args
 // until the test ends, and waits for it to be ready (at most 30 s).
 func Start(t testing.TB, py Interpreter, script string, args ...string) *Process {

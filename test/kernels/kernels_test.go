@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heatscope/heatscope/internal/needs"
 )
 
 // A kernel image the matrix boots: the newest of a Debian suite's flavour
@@ -69,11 +71,8 @@ const bootTimeout = 10 * time.Minute
 // HEATSCOPE_REQUIRE_BPF=1 (CI), where the matrix must run.
 func unavailable(t *testing.T, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
-		t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but the kernel matrix cannot run: %s", msg)
-	}
-	t.Skipf("the kernel matrix cannot run: %s (apt-get install qemu-system-x86 qemu-system-arm gcc gcc-aarch64-linux-gnu libc6-dev-arm64-cross)", msg)
+	needs.Missing(t, "HEATSCOPE_REQUIRE_BPF", "the kernel matrix cannot run: "+fmt.Sprintf(format, args...)+
+		" (apt-get install qemu-system-x86 qemu-system-arm gcc gcc-aarch64-linux-gnu libc6-dev-arm64-cross)")
 }
 
 func tool(t *testing.T, name string) string {
@@ -134,7 +133,7 @@ func TestKernelMatrix(t *testing.T) {
 			}
 		}
 		if err != nil {
-			if src.required && os.Getenv("HEATSCOPE_REQUIRE_BPF") == "1" {
+			if src.required && needs.Required("HEATSCOPE_REQUIRE_BPF") {
 				t.Fatalf("HEATSCOPE_REQUIRE_BPF=1 but %s (%s, %s) cannot run: %v", src.meta, src.suite, src.arch, err)
 			}
 			t.Logf("skipped %s from %s (%s): %v", src.meta, src.suite, src.arch, err)
