@@ -38,11 +38,11 @@ func BenchmarkShipBlock(b *testing.B) {
 	}
 	benchRecord(b, db, time.Now().Add(-10*time.Minute).UnixNano(), 45)
 	db.Close()
-	entries, _ := os.ReadDir(filepath.Join(dir, "blocks"))
-	if len(entries) != 1 {
-		b.Fatalf("%d blocks, want 1: %v", len(entries), entries)
+	blocks, _ := store.LocalBlocks(dir)
+	if len(blocks) != 1 {
+		b.Fatalf("%d blocks, want 1: %v", len(blocks), blocks)
 	}
-	st, _ := os.Stat(filepath.Join(dir, "blocks", entries[0].Name(), "data"))
+	st, _ := os.Stat(blocks[0].DataPath())
 	b.SetBytes(st.Size())
 	ctx := context.Background()
 	var cpu time.Duration
@@ -113,8 +113,8 @@ func benchShipperMemory(b *testing.B, srv *miniotest.Server) {
 		benchRecord(b, db, start+int64(i)*45e9, 45)
 	}
 	db.Close()
-	if entries, _ := os.ReadDir(filepath.Join(dir, "blocks")); len(entries) < 10 {
-		b.Fatalf("%d blocks, want 10", len(entries))
+	if blocks, _ := store.LocalBlocks(dir); len(blocks) < 10 {
+		b.Fatalf("%d blocks, want 10", len(blocks))
 	}
 	var peak, retained, heap []float64
 	for i := 0; b.Loop(); i++ {

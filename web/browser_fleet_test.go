@@ -1,12 +1,8 @@
 package web
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,31 +21,12 @@ import (
 	"github.com/heatscope/heatscope/store"
 )
 
-// uploadDir uploads a node's data directory to bkt as its shipper does:
-// each block's data, then its meta.json, then the event segments.
+// uploadDir uploads a node's data directory to bkt as its shipper lays
+// it out: its blocks and event segments.
 func uploadDir(t *testing.T, bkt *bucket.Bucket, node, dir string) {
 	t.Helper()
-	put := func(rel string) {
-		b, err := os.ReadFile(filepath.Join(dir, rel))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bkt.Upload(context.Background(), node+"/"+filepath.ToSlash(rel), bytes.NewReader(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	blocks, err := os.ReadDir(filepath.Join(dir, "blocks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range blocks {
-		put(filepath.Join("blocks", e.Name(), "data"))
-		put(filepath.Join("blocks", e.Name(), "meta.json"))
-	}
-	segs, _ := os.ReadDir(filepath.Join(dir, "events"))
-	for _, e := range segs {
-		put(filepath.Join("events", e.Name()))
-	}
+	miniotest.UploadBlocks(t, bkt, node, dir)
+	miniotest.UploadSegments(t, bkt, node, dir)
 }
 
 // fleetCell is a cell of the drawn overview: its centre in canvas and

@@ -441,16 +441,17 @@ func TestStoreWarnings(t *testing.T) {
 		}
 	}
 	db.Close()
-	metas, _ := filepath.Glob(filepath.Join(dir, "blocks", "*", "meta.json"))
+	blocks, err := store.LocalBlocks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	damaged := ""
-	for _, m := range metas {
-		b, _ := os.ReadFile(m)
-		var meta store.Meta
-		if json.Unmarshal(b, &meta) == nil && meta.Source == "one" {
-			damaged = filepath.Dir(m)
-			data, _ := os.ReadFile(filepath.Join(damaged, "data"))
+	for _, b := range blocks {
+		if meta, _, err := b.ReadMeta(); err == nil && meta.Source == "one" {
+			damaged = b.Dir
+			data, _ := os.ReadFile(b.DataPath())
 			data[20] ^= 0x55 // inside chunk 0
-			os.WriteFile(filepath.Join(damaged, "data"), data, 0o644)
+			os.WriteFile(b.DataPath(), data, 0o644)
 		}
 	}
 	if damaged == "" {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -292,28 +291,24 @@ func TestOverheadGuard(t *testing.T) {
 	}
 	periods := map[int64]bool{}
 	var cpuNs int64 // what the blocks' samples weigh, each at its block's period
-	metas, _ := filepath.Glob(filepath.Join(data, "blocks", "*", "meta.json"))
-	for _, path := range metas {
-		b, err := os.ReadFile(path)
+	blocks, err := store.LocalBlocks(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		meta, _, err := b.ReadMeta()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var meta struct {
-			PeriodNs int64 `json:"periodNs"`
-			Samples  int64 `json:"samples"`
-		}
-		if err := json.Unmarshal(b, &meta); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
 		periods[meta.PeriodNs] = true
-		cpuNs += meta.Samples * meta.PeriodNs
+		cpuNs += int64(meta.Samples) * meta.PeriodNs
 	}
 	if !periods[1e9/400] || !periods[1e9/200] {
 		t.Errorf("blocks state periods %v, want both %d (400 Hz) and %d (200 Hz)", periods, int64(1e9/400), int64(1e9/200))
 	}
 	// The summary counts the blocks written, and says how to look at them.
-	if m := regexp.MustCompile(`data directory \S+: (\d+) blocks, (\d+) bytes`).FindStringSubmatch(log); m == nil || m[1] != strconv.Itoa(len(metas)) || m[2] == "0" {
-		t.Errorf("summary %q, want the %d blocks written", m, len(metas))
+	if m := regexp.MustCompile(`data directory \S+: (\d+) blocks, (\d+) bytes`).FindStringSubmatch(log); m == nil || m[1] != strconv.Itoa(len(blocks)) || m[2] == "0" {
+		t.Errorf("summary %q, want the %d blocks written", m, len(blocks))
 	}
 	if !strings.Contains(log, "heatscope serve --data "+data) {
 		t.Errorf("no line saying how to serve what was recorded:\n%s", log)

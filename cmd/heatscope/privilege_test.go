@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/heatscope/heatscope/internal/bpftest"
+	"github.com/heatscope/heatscope/store"
 )
 
 // recorderCapabilities is the set the recorder runs with, as README.md
@@ -111,16 +112,16 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Fatalf("record as nobody with %v: %v\n%s", recorderCapabilities, err, stderr)
 	}
 	// It ran as nobody: the data directory's blocks are nobody's.
-	blocks, _ := filepath.Glob(filepath.Join(work, "full", "blocks", "*", "meta.json"))
-	if len(blocks) == 0 {
-		t.Fatalf("no block written\n%s", stderr)
+	blocks, err := store.LocalBlocks(filepath.Join(work, "full"))
+	if err != nil || len(blocks) == 0 {
+		t.Fatalf("no block written: %v\n%s", err, stderr)
 	}
-	fi, err := os.Stat(blocks[0])
+	fi, err := os.Stat(blocks[0].MetaPath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != nobodyUID {
-		t.Errorf("%s belongs to uid %d, want nobody (%d)", blocks[0], uid, nobodyUID)
+		t.Errorf("%s belongs to uid %d, want nobody (%d)", blocks[0].MetaPath(), uid, nobodyUID)
 	}
 	hot, total := count(samplesOf(p, fixture.Process.Pid), func(s *profile.Sample) bool {
 		names := stackNames(s)

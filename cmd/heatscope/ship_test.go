@@ -37,7 +37,7 @@ func TestRecordShipsToMinIO(t *testing.T) {
 	url := "http://" + addr
 	waitServing(t, d, url+"/healthz")
 	deadline := time.Now().Add(30 * time.Second)
-	for len(metasIn(t, srv, "fleet/node-a/blocks/")) < 2 {
+	for len(metasIn(t, srv, "fleet", "node-a")) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no two blocks in the bucket after 30 s of recording\n%s", d.log())
 		}
@@ -72,7 +72,7 @@ func TestRecordShipsToMinIO(t *testing.T) {
 		t.Errorf("the recorder's summary does not name the bucket:\n%s", out)
 	}
 
-	remote := metasIn(t, srv, "fleet/node-a/blocks/")
+	remote := metasIn(t, srv, "fleet", "node-a")
 	var inBucket, local int
 	for _, m := range remote {
 		inBucket += m.Samples
@@ -80,14 +80,12 @@ func TestRecordShipsToMinIO(t *testing.T) {
 			t.Errorf("block %s in the bucket: node %q labels %v", m.ID, m.Node, m.NodeLabels)
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(data, "blocks"))
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(data, "blocks", e.Name(), "meta.json"))
-		if err != nil {
-			continue
-		}
-		var m store.Meta
-		if json.Unmarshal(b, &m) == nil {
+	blocks, err := store.LocalBlocks(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		if m, _, err := b.ReadMeta(); err == nil {
 			local += m.Samples
 		}
 	}
@@ -96,23 +94,28 @@ func TestRecordShipsToMinIO(t *testing.T) {
 	}
 }
 
-// metasIn reads the meta.json objects under prefix.
-func metasIn(t *testing.T, srv *miniotest.Server, prefix string) []store.Meta {
+// metasIn reads the metas of node's blocks in the bucket under prefix.
+func metasIn(t *testing.T, srv *miniotest.Server, prefix, node string) []store.Meta {
 	t.Helper()
-	b := srv.Open("")
+	b := srv.Open(prefix)
+	l, err := bucketlayout.List(context.Background(), b, bucketlayout.ListOptions{Blocks: true, Files: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var metas []store.Meta
-	for _, name := range srv.Objects(prefix) {
-		if !strings.HasSuffix(name, "/meta.json") {
+	for _, blk := range l.Blocks {
+		if blk.Node != node || !blk.HasMeta {
 			continue
 		}
+		name := blk.Object(bucketlayout.MetaFile)
 		rc, err := b.Get(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		raw, _ := io.ReadAll(rc)
 		rc.Close()
-		var m store.Meta
-		if err := json.Unmarshal(raw, &m); err != nil {
+		m, err := store.ParseMeta(raw)
+		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		metas = append(metas, m)
@@ -200,10 +203,8 @@ func TestOneRecorderPerNodeName(t *testing.T) {
 			t.Errorf("the refusal does not say %q:\n%s", want, stderr)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(second, "blocks")); err == nil {
-		if entries, _ := os.ReadDir(filepath.Join(second, "blocks")); len(entries) > 0 {
-			t.Errorf("the refused recorder wrote blocks: %v", entries)
-		}
+	if blocks, _ := store.LocalBlocks(second); len(blocks) > 0 {
+		t.Errorf("the refused recorder wrote blocks: %v", blocks)
 	}
 
 	d.stop(t)
@@ -237,7 +238,7 @@ func TestRecordStartsWhileTheBucketIsDown(t *testing.T) {
 	}
 	srv.Restart()
 	deadline := time.Now().Add(60 * time.Second)
-	for len(metasIn(t, srv, "fleet/node-a/blocks/")) < 2 {
+	for len(metasIn(t, srv, "fleet", "node-a")) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no two blocks in the bucket 60 s after it answered again\n%s", d.log())
 		}
