@@ -163,6 +163,47 @@ func TestRecordMetrics(t *testing.T) {
 	}
 }
 
+// TestRecordKeepsTimelineStepsInTheOverviewCells: record's timelines of
+// every thread keep their blocks' per-CPU steps in its fleet overview's
+// cells (store.Reader.KeepStepsIn), one budget with the zooms' steps
+// (docs/design.md, "One budget for the timelines' steps and the zooms'"):
+// the cells' step bytes in /metrics are none before a timeline at 10 s
+// steps and some after it, where a store keeping its own cache leaves
+// them none.
+func TestRecordKeepsTimelineStepsInTheOverviewCells(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := buildHeatscope(t, dir)
+	hotc, _ := buildFixtures(t, dir)
+	start(t, hotc)
+	addr := "127.0.0.1:" + freePort(t)
+	d := startDaemon(t, bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "30s", "--listen", addr,
+		"--progress", "0", "--block-duration", "2s")
+	defer d.stop(t)
+	url := "http://" + addr
+	waitServing(t, d, url+"/healthz")
+	time.Sleep(5 * time.Second) // blocks cut, each with its per-CPU summary
+	stepBytes := func() float64 {
+		t.Helper()
+		return metricSum(scrape(t, url+"/metrics"), "heatscope_overview_step_cells_bytes")
+	}
+	if b := stepBytes(); b != 0 {
+		t.Fatalf("the overview's step cells hold %v bytes before any timeline or zoom", b)
+	}
+	// Every thread at 10 s steps: answered from the blocks' summaries,
+	// each block's steps kept where the Reader keeps them.
+	var tl struct {
+		CPU []float64 `json:"cpu"`
+	}
+	getJSON(t, url+"/api/timeline?step=10s", &tl)
+	if len(tl.CPU) == 0 {
+		t.Fatalf("the timeline has no steps: %+v", tl)
+	}
+	if b := stepBytes(); b <= 0 {
+		t.Errorf("the overview's step cells hold %v bytes after a timeline of every thread at 10 s steps: its steps were kept elsewhere", b)
+	}
+}
+
 // TestOverheadGuard records with a budget no agent can meet and checks
 // that the guard halves the frequency, that the metric, the progress line
 // and the log say so, and that the blocks written on each side of the
