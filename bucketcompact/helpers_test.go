@@ -101,7 +101,7 @@ func shipHz(t *testing.T, bkt objstore.Bucket, node string, hz int, spans ...[2]
 	for _, sp := range spans {
 		g := synth.New(synth.Config{CPUs: 2, Hz: hz, Start: sp[0].UnixNano(), Seconds: sp[1].Sub(sp[0]).Seconds(), Seed: seed.Add(1), Processes: 8, Stacks: 200,
 			Unwind: true})
-		if _, err := db.Import(node, int64(1e9)/int64(hz), func(fn func(*sample.Sample) error) error { return g.Feed(fn) }); err != nil {
+		if _, err := db.Import(node, sample.PeriodOf(int64(hz)), func(fn func(*sample.Sample) error) error { return g.Feed(fn) }); err != nil {
 			t.Fatal(err)
 		}
 	}

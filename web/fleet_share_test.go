@@ -61,7 +61,7 @@ func trimmedIn(t *testing.T, db *store.DB, node string, start time.Time, step ti
 // blocks of 20 s and a head.
 func pinnedSynth(t *testing.T, node string, start time.Time, seconds float64) *store.DB {
 	t.Helper()
-	db, err := store.Open(t.TempDir(), store.Options{Source: node, Node: node, PeriodNs: int64(time.Second) / 99,
+	db, err := store.Open(t.TempDir(), store.Options{Source: node, Node: node, PeriodNs: sample.PeriodOf(99),
 		BlockDuration: 20 * time.Second, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func pinnedSynth(t *testing.T, node string, start time.Time, seconds float64) *s
 	t.Cleanup(func() { db.Close() })
 	at := start.UnixNano()
 	for k, hz := range []int{99, 24, 99} {
-		db.SetPeriod(int64(time.Second) / int64(hz))
+		db.SetPeriod(sample.PeriodOf(int64(hz)))
 		g := synth.New(synth.Config{CPUs: 2, Hz: hz, Start: at, Seconds: seconds / 3, IdleShare: 1e-9, Seed: uint64(k + 1)})
 		if err := g.Feed(func(s *sample.Sample) error { return db.Append(s) }); err != nil {
 			t.Fatal(err)
