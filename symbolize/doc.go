@@ -20,9 +20,14 @@
 // snapshotted as it exited (Symbolizer.SetMaps; see snapshot.go), whose
 // files are named by device, inode and change time and found among the
 // files earlier /proc reads named. Only the executable
-// mappings' identity is kept then: path, device, inode and offset. The file
-// is read into a pooled buffer and only its executable lines are parsed,
-// without an allocation per line; paths are interned, one copy for all the
+// mappings' identity is kept then: path, device, inode and offset. Since
+// Linux 6.11 the kernel is asked for the executable mappings alone
+// (PROCMAP_QUERY, procmap.go), which costs a third to a quarter of the
+// whole file's text, most of whose lines are not executable
+// (BenchmarkNewProcess: 55-133 to 32-43 µs per new process, load 8); on
+// older kernels the file is read into a pooled buffer and only its
+// executable lines are parsed, without an allocation per line. Paths are
+// interned, one copy for all the
 // processes that map a file (BenchmarkNewProcess: 1,556 to 660 bytes
 // cached per process, 15 KB to 2.5 KB allocated and 65 to 46 µs per new
 // process). A

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heatscope/heatscope/internal/rawsys"
 	"github.com/heatscope/heatscope/sample"
+	"golang.org/x/sys/unix"
 )
 
 // mapsRefreshInterval bounds how often a process's maps are re-read when
@@ -73,16 +73,10 @@ func (s *Symbolizer) readMaps(p *process) {
 	path := filepath.Join(s.opts.ProcRoot, strconv.FormatUint(uint64(p.pid), 10), "maps")
 	sc := mapsScratches.Get().(*mapsScratch)
 	defer sc.put()
-	var err error
 	// With raw system calls: an ordinary one woke the Go runtime's sysmon
 	// thread for the rest of the drain of the sample ring (rawsys).
-	if sc.data, err = rawsys.ReadFile(path, sc.data); err == nil {
-		sc.maps, err = parseMaps(sc.maps[:0], sc.data, true, &s.paths)
-		if err != nil {
-			err = fmt.Errorf("parse %s: %w", path, err)
-		}
-	}
-	if err != nil {
+	sc.maps = sc.maps[:0]
+	if err := readExecMaps(sc, path, &s.paths); err != nil {
 		s.stats.mapsErrors.Add(1)
 		s.opts.Logger.Debug("symbolize: read maps", "pid", p.pid, "err", err)
 		return
@@ -134,14 +128,13 @@ type ExecMapping struct {
 // ReadExecMappings reads the executable mappings of the maps file at
 // path (/proc/PID/maps), as the symbolizer parses its own reads.
 func ReadExecMappings(path string) ([]ExecMapping, error) {
-	data, err := rawsys.ReadFile(path, nil)
-	if err != nil {
+	sc := mapsScratches.Get().(*mapsScratch)
+	defer sc.put()
+	sc.maps = sc.maps[:0]
+	if err := readExecMaps(sc, path, nil); err != nil {
 		return nil, err
 	}
-	maps, err := parseMaps(nil, data, true, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
+	maps := sc.maps
 	out := make([]ExecMapping, len(maps))
 	for i, m := range maps {
 		out[i] = ExecMapping{Start: m.start, End: m.end, Offset: m.offset, Dev: m.dev, Inode: m.inode, Path: m.path, Deleted: m.deleted}
@@ -176,11 +169,13 @@ func (s *Symbolizer) RecentExecMappings(dst []ExecMapping, pid uint32, since tim
 }
 
 // mapsScratch is what reading a process's maps needs for a moment: the
-// file's text and its parsed lines. They are pooled, since under process
-// churn maps are read hundreds of times a second.
+// file's text (or the buffer of a query's path) and its parsed lines. They
+// are pooled, since under process churn maps are read hundreds of times a
+// second.
 type mapsScratch struct {
 	data []byte
 	maps []mapping
+	name [unix.PathMax]byte
 }
 
 var mapsScratches = sync.Pool{New: func() any { return &mapsScratch{data: make([]byte, 0, 16<<10)} }}

@@ -23,24 +23,11 @@ import (
 // and returns it. Errors are *fs.PathError, so errors.Is(err,
 // fs.ErrNotExist) tells a process that has exited.
 func ReadFile(path string, buf []byte) ([]byte, error) {
-	p, err := syscall.BytePtrFromString(path)
+	fd, err := Open(path)
 	if err != nil {
-		return buf[:0], &fs.PathError{Op: "open", Path: path, Err: err}
+		return buf[:0], err
 	}
-	var fd uintptr
-	for {
-		var errno syscall.Errno
-		fd, _, errno = syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(p)),
-			syscall.O_RDONLY|syscall.O_CLOEXEC, 0, 0, 0)
-		if errno == syscall.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return buf[:0], &fs.PathError{Op: "open", Path: path, Err: errno}
-		}
-		break
-	}
-	defer syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	defer Close(fd)
 	buf = buf[:0]
 	for {
 		if len(buf) == cap(buf) {
@@ -57,6 +44,43 @@ func ReadFile(path string, buf []byte) ([]byte, error) {
 			return buf, nil
 		}
 		buf = buf[:len(buf)+int(n)]
+	}
+}
+
+// Open opens the file at path for reading (close-on-exec) and returns its
+// descriptor, which the caller closes with Close. Errors are
+// *fs.PathError.
+func Open(path string) (uintptr, error) {
+	p, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	for {
+		fd, _, errno := syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(p)),
+			syscall.O_RDONLY|syscall.O_CLOEXEC, 0, 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, &fs.PathError{Op: "open", Path: path, Err: errno}
+		}
+		return fd, nil
+	}
+}
+
+// Close closes a descriptor Open returned.
+func Close(fd uintptr) { syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0) }
+
+// Ioctl makes the ioctl request req on fd with the argument arg (a pointer
+// to the request's structure, which the caller keeps alive), retrying on
+// EINTR, and returns its errno (0: none). Only for requests that do not
+// block, as the /proc files' queries.
+func Ioctl(fd, req uintptr, arg unsafe.Pointer) syscall.Errno {
+	for {
+		_, _, errno := syscall.RawSyscall(syscall.SYS_IOCTL, fd, req, uintptr(arg))
+		if errno != syscall.EINTR {
+			return errno
+		}
 	}
 }
 
