@@ -38,22 +38,21 @@ const buildBudget = 200 * time.Millisecond
 // a floor of 16 KiB, so that tiny binaries of idle processes do not go
 // first), cheapest first among equals: the hot processes of a busy machine
 // get their stacks first, and one huge binary (a browser, node) does not
-// hold up many smaller ones of equal heat.
+// hold up many smaller ones of equal heat. A table no waiter's stacks
+// passed through yet is left out, as build would skip it: under churn
+// most queued tables are such (the libraries short-lived processes map
+// and never run), and going through their waiters at every poll was most
+// of the worker's CPU (bench/churn case b). The waiters gone since are
+// dropped here, and from the others at each sweep (pruneQueue).
 func (u *unwinder) buildOrder() []string {
 	score := make(map[string]float64, len(u.queue))
 	keys := make([]string, 0, len(u.queue))
 	for k, job := range u.queue {
-		var samples uint64
-		for pid := range job.waiters {
-			if _, known := u.procList[pid]; !known {
-				delete(job.waiters, pid)
-				delete(job.unusedBy, pid)
-				continue
-			}
-			samples += u.heat[pid]
+		if len(job.unusedBy) == len(job.waiters) {
+			continue // no stack passed through it (unusedBy is in waiters)
 		}
-		if len(job.waiters) == 0 {
-			delete(u.queue, k) // every process that wanted it is gone
+		var samples uint64
+		if u.pruneJob(k, job, func(pid uint32) { samples += u.heat[pid] }) {
 			continue
 		}
 		score[k] = float64(samples) / float64(max(job.cost(), 16<<10))
@@ -63,6 +62,35 @@ func (u *unwinder) buildOrder() []string {
 		return cmp.Or(cmp.Compare(score[b], score[a]), cmp.Compare(u.queue[a].cost(), u.queue[b].cost()), cmp.Compare(a, b))
 	})
 	return keys
+}
+
+// pruneJob drops the waiters of a queued table whose processes are gone
+// (no longer in procList), and the table once none is left, reporting
+// whether it was dropped; each waiter kept is passed to kept.
+func (u *unwinder) pruneJob(k string, job *buildJob, kept func(pid uint32)) (dropped bool) {
+	for pid := range job.waiters {
+		if _, known := u.procList[pid]; !known {
+			delete(job.waiters, pid)
+			delete(job.unusedBy, pid)
+			continue
+		}
+		if kept != nil {
+			kept(pid)
+		}
+	}
+	if len(job.waiters) == 0 {
+		delete(u.queue, k) // every process that wanted it is gone
+		return true
+	}
+	return false
+}
+
+// pruneQueue drops the waiters gone from every queued table (pruneJob):
+// after processes left procList, for the tables buildOrder leaves out.
+func (u *unwinder) pruneQueue() {
+	for k, job := range u.queue {
+		u.pruneJob(k, job, nil)
+	}
 }
 
 // compileNsPerByte is about what compiling a table costs per byte of CFI:

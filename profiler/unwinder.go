@@ -338,12 +338,7 @@ const readBudget = 50 * time.Millisecond
 // poll handles the pending processes.
 func (u *unwinder) poll(now time.Time) {
 	u.mu.Lock()
-	for _, job := range u.queue {
-		for pid := range job.waiters {
-			job.waited += u.newHeat[pid]
-			job.later += u.newHeat[pid]
-		}
-	}
+	u.countWaited()
 	u.sampledNow = u.sampledNow[:0]
 	oldest := u.newHeatOldest
 	u.newHeatOldest = time.Time{}
@@ -415,6 +410,28 @@ func (u *unwinder) poll(now time.Time) {
 	u.mu.Lock()
 	u.stats.Processes = len(u.procList)
 	u.mu.Unlock()
+}
+
+// countWaited adds the samples of each queued table's waiters since the
+// last poll (newHeat) to its counts, going through the smaller of the two
+// sets: under churn a table waits for the processes of the last sweep,
+// and a poll's samples are of a few. u.mu is held.
+func (u *unwinder) countWaited() {
+	for _, job := range u.queue {
+		if len(u.newHeat) < len(job.waiters) {
+			for pid, n := range u.newHeat {
+				if _, ok := job.waiters[pid]; ok {
+					job.waited += n
+					job.later += n
+				}
+			}
+			continue
+		}
+		for pid := range job.waiters {
+			job.waited += u.newHeat[pid]
+			job.later += u.newHeat[pid]
+		}
+	}
 }
 
 // walkSettle is how long after a process's entry first holds a table the

@@ -129,3 +129,48 @@ func TestShedTablesHoldsTheQueue(t *testing.T) {
 		t.Error("ShedTables without the table walk said it gave up work")
 	}
 }
+
+// TestQueueUnderChurn: the tables no waiter's stacks passed through (the
+// libraries of short-lived processes) are left out of the build order
+// without a look at their waiters; the samples of each table's waiters are
+// counted alike whichever set is smaller; and the waiters gone from
+// procList leave every queued table at the sweep (pruneQueue), the tables
+// with them, so that the queue does not grow with churn.
+func TestQueueUnderChurn(t *testing.T) {
+	unused := &buildJob{cfi: 4096, waiters: map[uint32]string{1: "/a", 2: "/a", 3: "/a"}, unusedBy: map[uint32]bool{1: true, 2: true, 3: true}}
+	used := &buildJob{cfi: 4096, waiters: map[uint32]string{1: "/b", 2: "/b"}, unusedBy: map[uint32]bool{2: true}}
+	single := &buildJob{cfi: 4096, waiters: map[uint32]string{3: "/c"}}
+	u := &unwinder{
+		procList: map[uint32]*procState{1: {}, 2: {}, 3: {}},
+		queue:    map[string]*buildJob{"unused": unused, "used": used, "single": single},
+		heat:     map[uint32]uint64{1: 4, 2: 2, 3: 1},
+		newHeat:  map[uint32]uint64{1: 5, 3: 7},
+	}
+	if got := u.buildOrder(); !slices.Equal(got, []string{"used", "single"}) {
+		t.Errorf("build order %q, want the tables a stack passed through, hottest first: used, single", got)
+	}
+	u.countWaited() // unused through newHeat, the others through their waiters
+	for _, c := range []struct {
+		name string
+		job  *buildJob
+		want uint64
+	}{{"unused", unused, 5 + 7}, {"used", used, 5}, {"single", single, 7}} {
+		if c.job.waited != c.want || c.job.later != c.want {
+			t.Errorf("table %s counted %d and %d samples of its waiters, want %d", c.name, c.job.waited, c.job.later, c.want)
+		}
+	}
+	delete(u.procList, 1)
+	delete(u.procList, 3)
+	u.pruneQueue()
+	if _, ok := u.queue["single"]; ok || len(u.queue) != 2 {
+		t.Errorf("after its one waiter left, single is still queued: %d tables", len(u.queue))
+	}
+	if len(unused.waiters) != 1 || len(unused.unusedBy) != 1 || unused.waiters[2] == "" || len(used.waiters) != 1 || len(used.unusedBy) != 1 {
+		t.Errorf("the waiters gone were not dropped: unused %v %v, used %v %v", unused.waiters, unused.unusedBy, used.waiters, used.unusedBy)
+	}
+	clear(u.procList)
+	u.pruneQueue()
+	if len(u.queue) != 0 {
+		t.Errorf("%d tables queued for processes all gone", len(u.queue))
+	}
+}

@@ -218,10 +218,12 @@ func (u *unwinder) takeEach(now time.Time, byReader bool) error {
 	return nil
 }
 
-// sweep forgets the processes that have exited, and halves every
-// process's heat, so that the build order follows what is sampled now.
+// sweep forgets the processes that have exited (also as the queued
+// tables' waiters), and halves every process's heat, so that the build
+// order follows what is sampled now.
 func (u *unwinder) sweep() {
 	u.forgetExited()
+	u.pruneQueue()
 	now := time.Now()
 	for id, ident := range u.idents {
 		if now.Sub(ident.at) >= identityTTL {

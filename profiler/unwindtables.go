@@ -448,6 +448,7 @@ func (u *unwinder) evictOne(now time.Time, inUse map[string]bool) bool {
 			delete(u.procList, pid)
 		}
 	}
+	u.pruneQueue()
 	u.mu.Lock()
 	u.stats.Evictions++
 	u.mu.Unlock()
