@@ -3,17 +3,24 @@ package pysymbol
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/heatscope/heatscope/internal/rawsys"
 )
 
 // StartTime returns when process pid started, in clock ticks since boot:
 // the 22nd field of procRoot/PID/stat, which with the pid names the
 // process (a reused pid has another).
+//
+// The file is read with raw system calls into one small buffer (rawsys):
+// the agent reads it for every new Python process it samples, a tenth of
+// the new processes of bench/churn's case b, where os.ReadFile's open,
+// fstat, reads and growing buffer were 3.7% of its CPU.
 func StartTime(procRoot string, pid uint32) (uint64, error) {
 	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat")
-	b, err := os.ReadFile(path)
+	var buf [512]byte // a stat line is about 300 bytes; ReadFile grows it if need be
+	b, err := rawsys.ReadFile(path, buf[:0])
 	if err != nil {
 		return 0, fmt.Errorf("start time: %w", err)
 	}
