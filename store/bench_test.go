@@ -112,3 +112,39 @@ func benchDB(b *testing.B) (*store.DB, store.Range) {
 	start := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixNano()
 	return storetest.Imported(b, synth.Config{CPUs: 64, Hz: 99, Start: start, Seconds: 600}, store.Options{ChunkCacheSamples: 1 << 20})
 }
+
+// BenchmarkBuilderNewStacks measures Append on stacks a Builder has not
+// seen, made of frames it has (synth's stacks are paths through one call
+// tree per binary): what process churn brings, most samples of a new
+// process being new stacks of known functions. Each round appends half of
+// 5,000 distinct stacks to a Builder that holds the other half; reported
+// per sample.
+func BenchmarkBuilderNewStacks(b *testing.B) {
+	g := synth.New(synth.Config{CPUs: 64, Hz: 99, Start: time.Now().UnixNano(), Seconds: 60, Stacks: 5000})
+	var samples, warm []sample.Sample
+	seen := map[*sample.Frame]bool{}
+	var s sample.Sample
+	for g.Next(&s) {
+		if len(s.Stack) > 0 && !seen[&s.Stack[0]] { // the first sample of each stack
+			seen[&s.Stack[0]] = true
+			if len(seen)%2 == 0 {
+				samples = append(samples, s)
+			} else {
+				warm = append(warm, s)
+			}
+		}
+	}
+	// The Builders first (each holding the other half), so that the
+	// loop's CPU time is the appends'.
+	builders := make([]*store.Builder, (b.N+len(samples)-1)/len(samples))
+	for r := range builders {
+		builders[r] = store.NewBuilder()
+		for i := range warm {
+			builders[r].Append(&warm[i])
+		}
+	}
+	defer benchcpu.PerOp(b)()
+	for i := range b.N {
+		builders[i/len(samples)].Append(&samples[i%len(samples)])
+	}
+}
