@@ -12,16 +12,17 @@
 //	cost      the BPF program's run time per sample (kernel.bpf_stats_enabled,
 //	          /metrics) of busy.py against a native process (nofp.c, built
 //	          without frame pointers: its stacks walked with tables too),
-//	          each recorded alone at -cost-hz, it and the agent favoured
-//	          (-cost-nice) so that it takes most of its CPU's runs on a
-//	          busy machine; with -cost-before, -before's build too, the
-//	          two in turns on each process in each run, and the same-run
-//	          ratio this tree / before given per process; a sleeping process recorded
-//	          alone gives the pid filter's cost per skipped run, taken out
-//	          of the others' before dividing by their samples; read over a
-//	          window from -warm-up after the agent served /metrics; each
-//	          run's ratio to native, and the instructions the verifier
-//	          processed to load each build's sampler (its fdinfo)
+//	          in short windows (-cost-window) in which one of them runs
+//	          alone, every process once per round (-cost-rounds), all of
+//	          them and their agent pinned to one CPU (-cost-cpu) and
+//	          favoured (-cost-nice); with -cost-before, -before's build
+//	          records the same processes beside this tree's, in the same
+//	          windows. The figures are medians of ratios taken within one
+//	          round (over nofp) or one window (over -before), with their
+//	          quartiles and ranges (cost.go says why); an idle window per
+//	          round gives the pid filter's cost per skipped run, taken out
+//	          before dividing by the samples; and the instructions the
+//	          verifier processed to load each build's sampler (its fdinfo)
 //	start     -spawn busy.py processes per interpreter started one after
 //	          another while the whole machine is recorded: for each, the
 //	          time from its first sample to its first sample with Python
@@ -56,12 +57,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/heatscope/heatscope/bench/internal/loadavg"
 	"github.com/heatscope/heatscope/bench/internal/profrun"
@@ -72,7 +72,9 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "how many times to measure each figure")
 	duration := flag.Duration("duration", 8*time.Second, "how long busy.py is recorded for its coverage, per interpreter and run")
-	costDuration := flag.Duration("cost-duration", 4*time.Second, "how long each process is recorded for the BPF cost per sample")
+	costWindow := flag.Duration("cost-window", 300*time.Millisecond, "how long each process runs alone in each round of the BPF cost")
+	costRounds := flag.Int("cost-rounds", 20, "rounds of the BPF cost per run: each process runs alone for -cost-window in each, and one window runs none")
+	costCPU := flag.Int("cost-cpu", runtime.NumCPU()-1, "the CPU the processes whose BPF cost is measured and their agents are pinned to (-1: not pinned)")
 	costHz := flag.Int("cost-hz", 499, "sampling frequency of the BPF cost records")
 	warmUp := flag.Duration("warm-up", 1500*time.Millisecond, "the cost and CPU windows start this long after the agent serves /metrics (its tables loaded)")
 	spawn := flag.Int("spawn", 10, "new busy.py processes per interpreter and run whose first Python frames are timed")
@@ -86,10 +88,10 @@ func main() {
 	trace := flag.Bool("trace", false, "start: run the agents with HEATSCOPE_LOG_LEVEL=debug and break each new process's time to its first Python frames into steps (its exec, first sample, request taken, drain, set-up, entry written) from the agent's \"python set-up\" lines")
 	flag.Parse()
 	log.SetFlags(0)
-	if *runs < 1 || *warmUp+time.Second > *costDuration || *warmUp+time.Second > *cpuDuration {
-		log.Fatal("want -runs ≥ 1 and -cost-duration, -cpu-duration at least 1 s over -warm-up")
+	if *runs < 1 || *costRounds < 1 || *costWindow < 100*time.Millisecond || *warmUp+time.Second > *cpuDuration || *costCPU >= runtime.NumCPU() {
+		log.Fatal("want -runs ≥ 1, -cost-rounds ≥ 1, -cost-window ≥ 100ms, -cpu-duration at least 1 s over -warm-up and -cost-cpu below the CPU count")
 	}
-	b := &bench{runs: *runs, duration: *duration, costDuration: *costDuration, costHz: *costHz, warmUp: *warmUp,
+	b := &bench{runs: *runs, duration: *duration, costWindowLen: *costWindow, costRounds: *costRounds, costCPU: *costCPU, costHz: *costHz, warmUp: *warmUp,
 		spawn: *spawn, cpuDuration: *cpuDuration, before: *before, startVs: *startVs, parts: map[string]bool{},
 		costBefore: *costBefore, costNice: *costNice, trace: *trace, verified: map[string]int{}}
 	for _, p := range strings.Split(*only, ",") {
@@ -107,8 +109,8 @@ func main() {
 }
 
 type bench struct {
-	runs, costHz, spawn                         int
-	duration, costDuration, cpuDuration, warmUp time.Duration
+	runs, costHz, costRounds, costCPU, spawn     int
+	duration, costWindowLen, cpuDuration, warmUp time.Duration
 	// dir is the temporary directory; heatscope the tree's build, before
 	// the older one, startVs the build whose new processes are timed
 	// beside the tree's (-start-vs), spinner the native CPU-bound
@@ -190,11 +192,12 @@ func (b *bench) run(beforeCommit string) error {
 	}
 
 	cov := map[string][]coverage{}
-	costs := map[string][]float64{}       // ns per sample, by interpreter and "native"
-	beforeCosts := map[string][]float64{} // the same with -before's build (-cost-before)
-	changes := map[string][]float64{}     // this tree's over -before's, same run
-	ratios := map[string][]float64{}
-	lat := map[string][]float64{} // ms, every process of every run
+	costs := map[string][]float64{}        // ns per sample, by interpreter and "native"
+	beforeCosts := map[string][]float64{}  // the same with -before's build (-cost-before)
+	changes := map[string][]float64{}      // this tree's over -before's, same run
+	ratios := map[string][]float64{}       // over native, round by round
+	beforeRatios := map[string][]float64{} // the same with -before's build
+	lat := map[string][]float64{}          // ms, every process of every run
 	never := map[string]int{}
 	latVs := map[string][]float64{} // the same with -start-vs
 	neverVs := map[string]int{}
@@ -228,8 +231,10 @@ func (b *bench) run(beforeCommit string) error {
 			}
 		}
 		if b.wants("cost") {
-			// With -cost-before, the two builds in turns, the first
-			// alternating over the runs.
+			// With -cost-before, the two builds side by side on the
+			// same processes in the same windows, the first started
+			// alternating over the runs (with the same build twice,
+			// the first read 1.04× the second at a load of 8).
 			bins := []string{b.heatscope}
 			if b.costBefore {
 				bins = append(bins, b.before)
@@ -237,19 +242,24 @@ func (b *bench) run(beforeCommit string) error {
 					slices.Reverse(bins)
 				}
 			}
-			byBin, err := b.cost(run, bins)
+			windows, err := b.cost(run, bins)
 			if err != nil {
 				return fmt.Errorf("run %d, BPF cost: %w", run, err)
 			}
-			cost := byBin[b.heatscope]
+			res := windows.results()
+			b.printCostRun(bins, res)
+			cost := res.ns[b.heatscope]
 			for k, v := range cost {
-				costs[k] = append(costs[k], v)
+				costs[k] = append(costs[k], v...)
 				if k != "native" {
-					ratios[k] = append(ratios[k], v/cost["native"])
+					ratios[k] = append(ratios[k], roundRatios(v, cost["native"])...)
 				}
-				if before, ok := byBin[b.before]; ok && b.costBefore {
-					beforeCosts[k] = append(beforeCosts[k], before[k])
-					changes[k] = append(changes[k], v/before[k])
+				if before, ok := res.ns[b.before]; ok && b.costBefore {
+					beforeCosts[k] = append(beforeCosts[k], before[k]...)
+					changes[k] = append(changes[k], roundRatios(v, before[k])...)
+					if k != "native" {
+						beforeRatios[k] = append(beforeRatios[k], roundRatios(before[k], before["native"])...)
+					}
 				}
 			}
 		}
@@ -327,10 +337,12 @@ func (b *bench) run(beforeCommit string) error {
 		}
 		fmt.Println()
 	}
-	if b.costBefore && len(changes) > 0 {
-		fmt.Printf("BPF µs per sample with -before's build (%s) on the same processes, in turns:\n\n| process | before | this tree | this tree / before, same run |\n|---|---|---|---|\n", b.before)
+	if len(costs) > 0 {
+		fmt.Printf("BPF cost, every window of every run: µs per sample, and the ratio of two windows of one round (a process over nofp; with -cost-before, this tree over %s's build on the same process in the same window), median (IQR, range, n):\n\n", b.label(b.before))
+		fmt.Printf("| process | this tree, µs | over nofp | before, µs | over nofp | this tree / before |\n|---|---|---|---|---|---|\n")
 		for _, k := range append(names(b.pythons), "native") {
-			fmt.Printf("| %s | %s | %s | %s |\n", k, medianRange(micros(beforeCosts[k]), "%.1f"), medianRange(micros(costs[k]), "%.1f"), medianRange(changes[k], "%.2f×"))
+			fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", k, quartiles(micros(costs[k]), "%.2f"), quartiles(ratios[k], "%.2f×"),
+				quartiles(micros(beforeCosts[k]), "%.2f"), quartiles(beforeRatios[k], "%.2f×"), quartiles(changes[k], "%.2f×"))
 		}
 		fmt.Println()
 	}
@@ -611,148 +623,12 @@ func parseScript(out []byte) []sample {
 	return samples
 }
 
-// cost records, with each build of bins in turn, a sleeping process, a
-// native one and each interpreter's busy.py, each alone, and returns, by
-// build, the BPF program's ns per sample of each ("native" and the
-// interpreters' names). Each process is recorded by every build in turn:
-// a process's cost moved by up to twice from one process to the next
-// (2026-11-28, cause not found), which builds measured on processes of
-// their own mix into the change between them.
-func (b *bench) cost(run int, bins []string) (map[string]map[string]float64, error) {
-	out := map[string]map[string]float64{}
-	filtered := map[string]float64{}
-	for _, bin := range bins {
-		out[bin] = map[string]float64{}
-	}
-	// each records the process pid (name: "native" or an interpreter's)
-	// with every build in turn.
-	each := func(name string, pid int) error {
-		for _, bin := range bins {
-			ns, err := b.costOf(bin, pid, fmt.Sprintf("run%d-cost-%s-%s", run, name, b.label(bin)), filtered[bin])
-			if err != nil {
-				return fmt.Errorf("%s (%s): %w", name, b.label(bin), err)
-			}
-			out[bin][name] = ns
-		}
-		return nil
-	}
-	sleeper := exec.Command("sleep", "600")
-	if err := sleeper.Start(); err != nil {
-		return nil, err
-	}
-	defer stop(sleeper)
-	for _, bin := range bins {
-		ns, err := b.costOf(bin, sleeper.Process.Pid, fmt.Sprintf("run%d-cost-filtered-%s", run, b.label(bin)), -1)
-		if err != nil {
-			return nil, err
-		}
-		filtered[bin] = ns
-	}
-	spin := exec.Command(b.spinner)
-	if err := spin.Start(); err != nil {
-		return nil, err
-	}
-	err := each("native", spin.Process.Pid)
-	stop(spin)
-	if err != nil {
-		return nil, err
-	}
-	for _, py := range b.pythons {
-		busy, pid, err := b.startBusy(py, float64(len(bins))*(b.costDuration.Seconds()+90))
-		if err != nil {
-			return nil, err
-		}
-		err = each(py.Name, pid)
-		stop(busy)
-		if err != nil {
-			return nil, err
-		}
-	}
-	for _, bin := range bins {
-		fmt.Printf("- BPF cost (%s, its sampler %d instructions verified): the pid filter %.0f ns a skipped run; ns per sample:", b.label(bin), b.verified[bin], filtered[bin])
-		for _, k := range append([]string{"native"}, names(b.pythons)...) {
-			fmt.Printf(" %s %.0f", k, out[bin][k])
-			if k != "native" {
-				fmt.Printf(" (%.2f× native)", out[bin][k]/out[bin]["native"])
-			}
-		}
-		fmt.Println()
-	}
-	return out, nil
-}
-
-// favour gives process pid -cost-nice: on a busy machine a process at
-// the default priority runs a small part of the time, so that most of the
-// program's runs are the pid filter's, whose cost (measured apart) taken
-// out of them buries the samples' own in its noise.
-func (b *bench) favour(pid int) error {
-	if b.costNice == 0 {
-		return nil
-	}
-	if err := unix.Setpriority(unix.PRIO_PROCESS, pid, b.costNice); err != nil {
-		return fmt.Errorf("set process %d's nice value to %d: %w", pid, b.costNice, err)
-	}
-	return nil
-}
-
 func names(ps []pyfixture.Interpreter) []string {
 	var out []string
 	for _, p := range ps {
 		out = append(out, p.Name)
 	}
 	return out
-}
-
-// costOf records pid alone with bin at -cost-hz, it and the agent at
-// -cost-nice, and returns the BPF program's
-// run time per sample over the window from -warm-up on, less filtered
-// ns for each run that sampled nothing; with filtered < 0, the run time
-// per run (a process that never runs: the filter's cost).
-func (b *bench) costOf(bin string, pid int, name string, filtered float64) (float64, error) {
-	// Recorded 5 s past the window: the record's duration runs from its
-	// start, the window from when it serves /metrics, seconds later on a
-	// loaded machine.
-	a, err := b.record(bin, filepath.Join(b.dir, name), b.costDuration+5*time.Second, b.costHz, "--pid", strconv.Itoa(pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, p := range []int{pid, a.cmd.Process.Pid} {
-		if err := b.favour(p); err != nil {
-			a.cmd.Process.Kill()
-			a.cmd.Wait()
-			return 0, err
-		}
-	}
-	time.Sleep(b.warmUp)
-	if _, ok := b.verified[bin]; !ok {
-		n, err := profrun.VerifiedInstructions(a.cmd.Process.Pid)
-		if err != nil {
-			log.Printf("(%s: %v)", b.label(bin), err)
-		}
-		b.verified[bin] = n
-	}
-	m0, err0 := profrun.ReadMetrics(a.metrics)
-	time.Sleep(b.costDuration - b.warmUp - 500*time.Millisecond)
-	m1, err1 := profrun.ReadMetrics(a.metrics)
-	if err := a.wait(); err != nil {
-		return 0, err
-	}
-	if err := errors.Join(err0, err1); err != nil {
-		return 0, err
-	}
-	runs := m1["heatscope_bpf_program_runs_total"] - m0["heatscope_bpf_program_runs_total"]
-	ns := 1e9 * (m1["heatscope_bpf_program_seconds_total"] - m0["heatscope_bpf_program_seconds_total"])
-	samples := m1["heatscope_samples_received_total"] - m0["heatscope_samples_received_total"]
-	if runs <= 0 {
-		return 0, fmt.Errorf("%s: the BPF program never ran in the window (BPF stats off?)", name)
-	}
-	if filtered < 0 {
-		return ns / runs, nil
-	}
-	if samples <= 0 {
-		return 0, fmt.Errorf("%s: no samples in the window", name)
-	}
-	return (ns - filtered*(runs-samples)) / samples, nil
 }
 
 // start records the whole machine with the heatscope binary bin while
