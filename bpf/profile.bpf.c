@@ -872,7 +872,7 @@ static __always_inline int runs_python(struct task_struct *task)
 // pointers). It sets *wake for a new image of a Python executable
 // (runs_python) that asked for its mappings.
 static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbytes,
-				      struct hs_counters *c, struct hs_proc **procp, int *wake)
+				      struct hs_counters *c, struct hs_proc **procp, __u64 *usp, int *wake)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 mm = (__u64)task->mm;
@@ -902,6 +902,7 @@ static __always_inline long walk_user(struct hs_sample *s, __u32 tgid, long kbyt
 	w.gen = proc->gen;
 	w.ip = BPF_CORE_READ(regs, ip);
 	w.sp = BPF_CORE_READ(regs, sp);
+	*usp = w.sp;
 	w.bp = BPF_CORE_READ(regs, bp);
 	leaves->pc = w.ip;
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -1037,6 +1038,29 @@ struct {
 // interpreter frames (shims included) followed.
 #define MAX_PY_THREADS 64
 #define MAX_PY_STEPS 128
+// A frame within this many bytes above the sampled stack pointer is on
+// the thread's C stack (3.12's and 3.13's entry shims), not on its data
+// stack. Only how it is read depends on it: a data stack chunk mapped
+// that close is read 80 bytes a frame, no window.
+#define PY_CSTACK_BYTES (1ULL << 20)
+
+// py_frame_at returns where in win->b the first PY_FRAME_READ bytes of
+// the interpreter frame at addr are, or -1 where they cannot be read. A
+// frame on the thread's C stack (usp: the sampled stack pointer), the
+// entry shim of a _PyEval_EvalFrameDefault call (3.12 on), is read alone
+// past the window (b's room there), where a window would read 1 KB of C
+// stack for 80 bytes and lose the data stack's window, which the frames
+// below the shim most often lie in too; other frames come from the
+// window (window_at). A global function, checked once by the verifier:
+// the same branch in py_step had it go through 15% more instructions.
+__noinline long py_frame_at(struct window *win, __u64 addr, __u64 usp)
+{
+	if (!win)
+		return -1;
+	if (addr - usp < PY_CSTACK_BYTES)
+		return bpf_probe_read_user(&win->b[WINDOW], PY_FRAME_READ, (void *)addr) < 0 ? -1 : WINDOW;
+	return window_at(win, addr, WINDOW - PY_FRAME_READ, PY_FRAME_READ);
+}
 
 struct py_thread_search {
 	struct hs_py_layout *l;
@@ -1133,6 +1157,7 @@ static __always_inline __u64 py_thread_state(struct hs_py_layout *l, struct hs_p
 struct py_walk {
 	struct hs_py_layout *l;
 	struct window *win;   // the CPU's py_windows entry
+	__u64 usp;            // the user stack pointer sampled
 	__u64 frame;
 	__u32 key;            // py_frames key of the next frame
 	__u32 n;              // frames written
@@ -1152,12 +1177,12 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->flags |= HS_PY_TRUNCATED;
 		return 1;
 	}
-	long off = window_at(w->win, w->frame, WINDOW - PY_FRAME_READ, PY_FRAME_READ);
-	if (off < 0) {
+	long off = py_frame_at(w->win, w->frame, w->usp);
+	if (off < 0 || off > WINDOW) {
 		w->flags |= HS_PY_READ_ERROR;
 		return 1;
 	}
-	__u8 *fb = &w->win->b[off & (WINDOW - 1)];
+	__u8 *fb = &w->win->b[off];
 	struct hs_py_layout *l = w->l;
 	__u8 owner = fb[l->frame_owner & 255];
 	__u64 previous = *(__u64 *)&fb[l->frame_previous & 255];
@@ -1216,7 +1241,7 @@ static long py_step(__u64 i, struct py_walk *w)
 // byte offset at, if the process runs an interpreter the agent found
 // (proc->py_runtime), and returns the bytes written.
 static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *proc, __u32 tid,
-					long at, struct hs_counters *c)
+					__u64 usp, long at, struct hs_counters *c)
 {
 	s->python_frames = 0;
 	s->python_flags = 0;
@@ -1244,7 +1269,7 @@ static __always_inline long walk_python(struct hs_sample *s, struct hs_proc *pro
 		return 0;
 	}
 	win->valid = 0;
-	struct py_walk w = {.l = l, .win = win, .innermost = 1};
+	struct py_walk w = {.l = l, .win = win, .usp = usp, .innermost = 1};
 	__u64 frame = *(__u64 *)&buf->b[l->thread_frame & 255];
 	if (l->cframe_current_frame != HS_PY_NO_OFFSET && frame &&
 	    bpf_probe_read_user(&frame, 8, (void *)(frame + l->cframe_current_frame)) < 0)
@@ -1331,11 +1356,12 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 	s->python_flags = 0;
 	s->_pad = 0;
 	struct hs_proc *proc = NULL;
+	__u64 usp = 0; // the user stack pointer sampled (walk_user)
 	int wake = 0; // a Python process's new image asked for its mappings
 	if (collect_user && tgid != 0) {
 		ubytes = -1;
 		if (dwarf) {
-			ubytes = walk_user(s, tgid, kbytes, c, &proc, &wake);
+			ubytes = walk_user(s, tgid, kbytes, c, &proc, &usp, &wake);
 			if (ubytes >= 0)
 				c->dwarf_walks++;
 			else
@@ -1357,7 +1383,7 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 
 	long pybytes = 0;
 	if (dwarf && proc)
-		pybytes = walk_python(s, proc, (__u32)id, kbytes + ubytes, c);
+		pybytes = walk_python(s, proc, (__u32)id, usp, kbytes + ubytes, c);
 
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u8 one = 1;
