@@ -49,11 +49,11 @@ const (
 	procmapQueryCoveringNext = 0x10
 )
 
-// procmapProbe asks the kernel once whether it has PROCMAP_QUERY, on
-// /proc/self/maps; procmapUnsupported is set if it answered that it has
-// not: every read then parses the file, without a query first. A file
-// that is not the kernel's (a test's ProcRoot) answers ENOTTY too: only
-// that file is read instead.
+// procmapProbe asks the kernel once whether it answers PROCMAP_QUERY, on
+// /proc/self/maps; procmapUnsupported is set if it does not (ENOTTY
+// before 6.11, or a security module's refusal): every read then parses
+// the file, without a query first. A file that is not the kernel's (a
+// test's ProcRoot) answers ENOTTY too: only that file is read instead.
 var (
 	procmapProbe       sync.Once
 	procmapUnsupported atomic.Bool
@@ -61,7 +61,7 @@ var (
 
 // errNoProcmapQuery is queryExecMaps's answer for a file that does not
 // take the query.
-var errNoProcmapQuery = errors.New("no PROCMAP_QUERY on this kernel")
+var errNoProcmapQuery = errors.New("PROCMAP_QUERY not answered")
 
 // probeProcmap sets procmapUnsupported on a kernel without PROCMAP_QUERY.
 func probeProcmap() {
@@ -75,8 +75,10 @@ func probeProcmap() {
 // (/proc/PID/maps) to maps, as parseMaps with execOnly makes them from
 // the file's text, asking the kernel for them one by one; name is the
 // buffer for their paths (at least PATH_MAX bytes). A process whose
-// memory is gone (a zombie) has none, as its file is empty. It returns
-// errNoProcmapQuery on a kernel without the query, nothing appended.
+// memory is gone (a zombie) has none, as its file is empty. When the
+// first query fails (ENOTTY on a kernel without it), it returns an error
+// that is errNoProcmapQuery, nothing appended: the file's text is to be
+// read instead.
 //
 // The one difference with the file: x86-64's legacy [vsyscall] page,
 // which is not a mapping of the process, is not listed.
@@ -98,11 +100,17 @@ func queryExecMaps(maps []mapping, path string, name []byte, paths *interner) ([
 			return maps, nil // no executable mapping after the last one
 		case errno == syscall.ESRCH && len(maps) == first:
 			return maps, nil // no memory, as an empty file says
-		case errno == syscall.ENOTTY && len(maps) == first:
-			return maps, errNoProcmapQuery
-		case errno != 0:
+		case errno == 0:
+		case len(maps) == first:
+			// ENOTTY before 6.11 or on a file that is not the
+			// kernel's; anything else the first query meets (a
+			// security module's EPERM, a kernel that refuses the
+			// structure) falls back to the text as well.
+			return maps, fmt.Errorf("%w: %s: %w", errNoProcmapQuery, path, errno)
+		default:
 			return maps[:first], &fs.PathError{Op: "PROCMAP_QUERY", Path: path, Err: errno}
-		case q.vmaEnd <= q.queryAddr || q.vmaEnd < q.vmaStart || q.vmaNameSize > uint32(len(name)):
+		}
+		if q.vmaEnd <= q.queryAddr || q.vmaEnd < q.vmaStart || q.vmaNameSize > uint32(len(name)) {
 			return maps[:first], fmt.Errorf("PROCMAP_QUERY %s at %#x: mapping %#x-%#x, name of %d bytes", path, q.queryAddr, q.vmaStart, q.vmaEnd, q.vmaNameSize)
 		}
 		m := mapping{start: q.vmaStart, end: q.vmaEnd, offset: q.vmaOffset, dev: unix.Mkdev(q.devMajor, q.devMinor), inode: q.inode, exec: true}
