@@ -210,10 +210,14 @@ type result struct {
 	steadyPerf float64
 	// perfScript is what perf script cost to symbolize perf record's
 	// samples afterwards, as heatscope does as it records.
-	perfScript  profrun.Usage
-	perfSamples int64
-	expected    float64
-	guard       []string // the guard's changes, "99 → 49 Hz: reason", and work given up
+	perfScript profrun.Usage
+	// perfScriptErr is why perf script could not read perf record's
+	// data (another program's BPF events can stop it): the run is kept,
+	// its ratio to perf record + perf script left out and this said.
+	perfScriptErr error
+	perfSamples   int64
+	expected      float64
+	guard         []string // the guard's changes, "99 → 49 Hz: reason", and work given up
 	// workload is the number of the CPU-bound processes' samples, main
 	// the share of them that reach main (-1: no such workload).
 	workload int
@@ -221,6 +225,15 @@ type result struct {
 }
 
 func (r result) agentBPF() float64 { return r.hs.CPU.Seconds() + r.sum.BPFTime + r.sum.ExitTime }
+
+// ratioWithScript is the agent's and its BPF programs' CPU over perf
+// record's and perf script's; NaN when perf script failed.
+func (r result) ratioWithScript() float64 {
+	if r.perfScriptErr != nil {
+		return math.NaN()
+	}
+	return r.agentBPF() / (r.perf.CPU + r.perfScript.CPU).Seconds()
+}
 
 func (b *bench) run(cs []churnCase, runs int) error {
 	dir, err := os.MkdirTemp("", "heatscope-bench-churn-")
@@ -319,17 +332,21 @@ func (b *bench) printRow(run int, c churnCase, r result, us float64) {
 	if r.workload > 0 {
 		reach = fmt.Sprintf("%.1f%% of %d", 100*r.main, r.workload)
 	}
+	withScript := "- (" + strings.ReplaceAll(fmt.Sprint(r.perfScriptErr), "|", "/") + ")"
+	if x := r.ratioWithScript(); !math.IsNaN(x) {
+		withScript = fmt.Sprintf("%.2f", x)
+	}
 	measured := "-"
 	if p, w := measuredMicros(r); !math.IsNaN(p) {
 		measured = fmt.Sprintf("%.1f, %.1f", p, w)
 	}
-	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %.2f | %.2f | %s | %s | %.2f, %.3f%% | %s |\n",
+	fmt.Printf("| %d | %s | %s, %s | %s, %.0f | %.3f%% | %.3f%% | **%.3f%%** | %.3f%% | %.1f%% | %s | %.1f MB | %.3f%% | %.1f%% | %.1f MB | **%.2f** | %.2f | %s | %s | %s | %.2f, %.3f%% | %s |\n",
 		run, c.key(), r.loadBefore, r.loadAfter, rate, r.forks/r.steadySecs,
 		100*r.hs.CPU.Seconds()/secs, 100*(r.sum.BPFTime+r.sum.ExitTime)/secs, 100*r.agentBPF()/secs,
 		100*(r.steadyAgent+r.steadyBPF)/r.steadySecs, 100*float64(r.sum.Received)/r.expected, guard,
 		float64(r.hs.MaxRSS)/1e6, 100*r.perf.CPU.Seconds()/b.duration.Seconds(),
 		100*float64(r.perfSamples)/(b.duration.Seconds()*float64(b.hz*runtime.NumCPU())), float64(r.perf.MaxRSS)/1e6,
-		r.agentBPF()/r.perf.CPU.Seconds(), (r.steadyAgent+r.steadyBPF)/r.steadyPerf, r.agentBPF()/(r.perf.CPU+r.perfScript.CPU).Seconds(), perProc, measured,
+		r.agentBPF()/r.perf.CPU.Seconds(), (r.steadyAgent+r.steadyBPF)/r.steadyPerf, withScript, perProc, measured,
 		r.steadyGCs/r.steadySecs, 100*r.steadyGCCPU/r.steadySecs, reach)
 }
 
@@ -379,7 +396,7 @@ func (b *bench) printSummary(cs []churnCase, all map[string][]result, perProcess
 			stat("%.1f", func(r result) float64 { return float64(r.perf.MaxRSS) / 1e6 }),
 			stat("%.2f", func(r result) float64 { return r.agentBPF() / r.perf.CPU.Seconds() }),
 			stat("%.2f", func(r result) float64 { return (r.steadyAgent + r.steadyBPF) / r.steadyPerf }),
-			stat("%.2f", func(r result) float64 { return r.agentBPF() / (r.perf.CPU + r.perfScript.CPU).Seconds() }),
+			stat("%.2f", result.ratioWithScript),
 			perProc,
 			stat("%.1f", func(r result) float64 { p, _ := measuredMicros(r); return p }),
 			stat("%.1f", func(r result) float64 { _, w := measuredMicros(r); return w }),
@@ -494,7 +511,8 @@ func (b *bench) measure(c churnCase, dir string, run int) (result, error) {
 		r.workload, r.main, _ = profrun.ScriptReachMain(out)
 	}
 	if _, r.perfScript, err = profrun.PerfScript(perfData); err != nil {
-		return r, err
+		r.perfScriptErr = err
+		fmt.Fprintf(os.Stderr, "run %d, case %s: %v: its ratio to perf record + perf script is left out\n", run, c.key(), err)
 	}
 	// perf.data of a build is large: not kept past its case.
 	return r, os.RemoveAll(perfData)

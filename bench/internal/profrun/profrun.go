@@ -371,6 +371,8 @@ func WaitHTTP(url string, timeout time.Duration) error {
 // held: a build's perf.data makes gigabytes of it.
 func PerfScript(path string) (int, Usage, error) {
 	cmd := exec.Command("perf", "script", "-i", path, "-F", "comm,pid,tid,cpu,time,ip,sym,dso")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return 0, Usage{}, fmt.Errorf("perf script: %w", err)
@@ -392,10 +394,20 @@ func PerfScript(path string) (int, Usage, error) {
 		io.Copy(io.Discard, out)
 	}
 	if err := cmd.Wait(); err != nil {
-		return 0, Usage{}, fmt.Errorf("perf script: %w", err)
+		return 0, Usage{}, fmt.Errorf("perf script: %w%s", err, lastLine(stderr.Bytes()))
 	}
 	if scanErr != nil {
 		return 0, Usage{}, fmt.Errorf("perf script's output: %w", scanErr)
 	}
 	return samples, UsageOf(cmd.ProcessState), nil
+}
+
+// lastLine is the last non-empty line of a command's error output, as
+// ": line" to follow its exit status, or "" when it wrote none.
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
+		return ": " + l
+	}
+	return ""
 }
