@@ -21,9 +21,9 @@ import (
 // The BPF cost per sample is measured in windows: every measured process
 // (the native nofp and each interpreter's busy.py) is started once per
 // run, pinned with the agents to one CPU (-cost-cpu) and stopped
-// (SIGSTOP); one agent per build records all of them at once (--pid),
-// the builds side by side, each with its own program and its own run-time
-// counters. A round lets each process run alone for one window
+// (SIGSTOP); one agent per build records all of them at once (--pid, at
+// -cost-hz, the second agent 5 Hz over), the builds side by side, each
+// with its own program and its own run-time counters. A round lets each process run alone for one window
 // (SIGCONT, -cost-window, SIGSTOP), and one window with none of them (the
 // idle window: every run of the program is then one its pid filter
 // skipped), in an order that turns from round to round. Each window's
@@ -187,8 +187,15 @@ func (b *bench) cost(run int, bins []string) (costRun, error) {
 			a.cmd.Wait()
 		}
 	}()
-	for _, bin := range bins {
-		a, err := b.record(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-cost-%s", run, b.label(bin))), 0, b.costHz, "--pid", strings.Join(pids, ","))
+	for i, bin := range bins {
+		// Each agent at its own frequency, 5 Hz apart: at one
+		// frequency the two programs' samples kept one phase for the
+		// whole run, and the one that ran just after the other found
+		// the caches it had warmed (the same build twice read 1.06×
+		// to 1.27× apart by its order, all processes alike); 5 Hz
+		// apart, their phase goes round once every 200 ms, within
+		// each window.
+		a, err := b.record(bin, filepath.Join(b.dir, fmt.Sprintf("run%d-cost-%s", run, b.label(bin))), 0, b.costHz+5*i, "--pid", strings.Join(pids, ","))
 		if err != nil {
 			return nil, err
 		}
