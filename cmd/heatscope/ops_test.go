@@ -182,7 +182,13 @@ func TestRecordKeepsTimelineStepsInTheOverviewCells(t *testing.T) {
 	defer d.stop(t)
 	url := "http://" + addr
 	waitServing(t, d, url+"/healthz")
-	time.Sleep(5 * time.Second) // blocks cut, each with its per-CPU summary
+	// Blocks cut (every 2 s), each with its per-CPU summary.
+	for deadline := time.Now().Add(20 * time.Second); metricSum(scrape(t, url+"/metrics"), "heatscope_store_blocks") < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 2 blocks cut in 20 s of 2 s blocks\n%s", d.log())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	stepBytes := func() float64 {
 		t.Helper()
 		return metricSum(scrape(t, url+"/metrics"), "heatscope_overview_step_cells_bytes")
