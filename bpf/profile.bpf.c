@@ -1339,7 +1339,18 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
 	long kbytes = 0;
-	if (collect_kernel) {
+	// A tick that came in user mode (the interrupted code segment's
+	// privilege level 3) has no kernel frames: bpf_get_stack returns none
+	// for it, after zeroing the whole buffer it was given (timed alone
+	// at about 2 us a sample in churn case b, issue 22; see
+	// docs/benchmarks.md for what the whole sample gained). The
+	// verifier takes only whole 8-byte reads of the context's registers.
+	// x86 only: where the registers have no cs (arm64) the kernel is
+	// asked every time.
+	bool user_mode = false;
+	if (bpf_core_field_exists(ctx->regs.cs))
+		user_mode = (*(volatile __u64 *)&ctx->regs.cs & 3) == 3;
+	if (collect_kernel && !user_mode) {
 		kbytes = bpf_get_stack(ctx, s->frames, MAX_FRAMES * 8, 0);
 		if (kbytes < 0) {
 			c->kernel_stack_errors++;
@@ -1388,8 +1399,12 @@ static __always_inline int sample(struct bpf_perf_event_data *ctx, bool dwarf)
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u8 one = 1;
 	// Look before inserting: an LRU hash update takes a free node (and
-	// may evict) before it finds the key exists, on every sample.
-	if (collect_user && tgid != 0 && !bpf_map_lookup_elem(&seen_pids, &tgid) &&
+	// may evict) before it finds the key exists, on every sample. A
+	// process with an unwind_procs entry for its image (proc) was
+	// announced at its first sample, which asked for that entry: its
+	// samples skip the lookup (timed alone at 1.2-1.9 us a table-walked
+	// sample in churn case b, issue 22).
+	if (collect_user && tgid != 0 && !proc && !bpf_map_lookup_elem(&seen_pids, &tgid) &&
 	    bpf_map_update_elem(&seen_pids, &tgid, &one, BPF_NOEXIST) == 0) {
 		__u32 *snapshots = bpf_map_lookup_elem(&mode, &zero);
 		if (snapshots && *snapshots)

@@ -96,12 +96,20 @@ func runCollectingMaps(t *testing.T, p *Profiler, pid uint32, d time.Duration, d
 
 // TestMapsSnapshot checks the snapshot the BPF program takes of a sampled
 // process as it exits against the process's /proc/PID/maps, and that with
-// snapshots a new process does not wake the agent.
+// snapshots a new process does not wake the agent, with both samplers:
+// profile_dwarf skips the announcement's lookup for a process once its
+// unwind tables' entry is in, so the process must have been marked for
+// its snapshot before.
 func TestMapsSnapshot(t *testing.T) {
+	t.Run("fp", func(t *testing.T) { testMapsSnapshot(t, UnwindFP) })
+	t.Run("dwarf", func(t *testing.T) { testMapsSnapshot(t, UnwindDWARF) })
+}
+
+func testMapsSnapshot(t *testing.T, unwind Unwind) {
 	bpftest.Require(t)
 	spin := startSpinner(t, "spin-maps")
 	pid := uint32(spin.Process.Pid)
-	p, err := Open(Config{Frequency: 99, PIDs: []uint32{pid}})
+	p, err := Open(Config{Frequency: 99, PIDs: []uint32{pid}, Unwind: unwind})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +129,9 @@ func TestMapsSnapshot(t *testing.T) {
 	})
 	if st.Samples < 50 {
 		t.Fatalf("%d samples of a spinning process in 1 s at 99 Hz", st.Samples)
+	}
+	if unwind == UnwindDWARF && st.DWARFWalks == 0 {
+		t.Fatalf("no sample of the process walked with its tables (%d with frame pointers): its entry was never in", st.FPWalks)
 	}
 	if st.Wakeups > 1 { // one, if it was sampled before the switch
 		t.Errorf("%d wakeups: with snapshots, a new process must not wake the agent", st.Wakeups)

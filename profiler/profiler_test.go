@@ -125,6 +125,37 @@ func TestKernelOnlyStacks(t *testing.T) {
 	}
 }
 
+// TestKernelModeSamplesHaveKernelFrames checks, with both samplers, that
+// a process that spends its time in the kernel (dd copying /dev/zero to
+// /dev/null) has kernel frames in most samples: the sampler asks for a
+// kernel stack only where the tick interrupted kernel code.
+func TestKernelModeSamplesHaveKernelFrames(t *testing.T) {
+	for _, unwind := range []Unwind{UnwindFP, UnwindDWARF} {
+		t.Run(unwind.String(), func(t *testing.T) {
+			bpftest.Require(t)
+			dd := exec.Command("dd", "if=/dev/zero", "of=/dev/null", "bs=1M")
+			if err := dd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dd.Process.Kill(); dd.Wait() })
+			got, _ := record(t, Config{Frequency: 199, PIDs: []uint32{uint32(dd.Process.Pid)}, Unwind: unwind}, 2*time.Second)
+			withKernel := 0
+			for _, s := range got {
+				if s.kernel > 0 {
+					withKernel++
+				}
+			}
+			// dd's time is nearly all in read(2) and write(2): clearing
+			// and copying 1 MB buffers.
+			// Whatever CPU a loaded machine leaves it, 10 samples
+			// are enough to tell most from none.
+			if len(got) < 10 || withKernel < len(got)*3/4 {
+				t.Fatalf("%d of %d samples of dd have kernel frames", withKernel, len(got))
+			}
+		})
+	}
+}
+
 func TestAllCPUsAllProcesses(t *testing.T) {
 	bpftest.Require(t)
 	startSpinner(t, "spin-a")
