@@ -127,7 +127,9 @@ func testMapsSnapshot(t *testing.T, unwind Unwind) {
 		want = execMappings(t, int(pid))
 		spin.Process.Kill()
 	})
-	if st.Samples < 50 {
+	// At most 99 on a quiet machine; a loaded one leaves the spinner
+	// half a CPU or less, and the test is of the snapshot, not the rate.
+	if st.Samples < 20 {
 		t.Fatalf("%d samples of a spinning process in 1 s at 99 Hz", st.Samples)
 	}
 	if unwind == UnwindDWARF && st.DWARFWalks == 0 {
