@@ -155,11 +155,7 @@ func TestPythonRealProcess(t *testing.T) {
 		t.Run(py.Name, func(t *testing.T) {
 			proc := pyfixture.Start(t, py, "busy.py")
 			pid := uint32(proc.PID)
-			bin := interpreterBinary(t, proc.PID)
-			user := interpreterStack(t, pid, bin)
-			s := New(nil, Options{})
-			s.Observe(pid, "python3")
-			stack := s.Symbolize(pid, nil, user)
+			s, stack := symbolizeInterpreter(t, pid)
 			if got := names(stack); !slices.Equal(got, []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"}) {
 				t.Fatalf("native stack %v", got)
 			}
@@ -232,11 +228,7 @@ func TestPythonIncompleteFrames(t *testing.T) {
 		t.Run(py.Name, func(t *testing.T) {
 			proc := pyfixture.Start(t, py, "setup.py")
 			pid := uint32(proc.PID)
-			bin := interpreterBinary(t, proc.PID)
-			user := interpreterStack(t, pid, bin)
-			s := New(nil, Options{})
-			s.Observe(pid, "python3")
-			stack := s.Symbolize(pid, nil, user)
+			s, stack := symbolizeInterpreter(t, pid)
 			first := uint32(2 * proc.Traceable["with_cell"])
 			if first == 0 {
 				t.Fatalf("with_cell's first traceable instruction is its first: %v", proc.Traceable)
@@ -330,12 +322,22 @@ func TestPythonMapsReadInDynamicLoader(t *testing.T) {
 	}
 }
 
+// symbolizeInterpreter returns a new Symbolizer that observed the Python
+// process pid, and its symbolized interpreterStack.
+func symbolizeInterpreter(t *testing.T, pid uint32) (*Symbolizer, []sample.Frame) {
+	t.Helper()
+	s := New(nil, Options{})
+	s.Observe(pid, "python3")
+	return s, s.Symbolize(pid, nil, interpreterStack(t, pid))
+}
+
 // interpreterStack returns a native stack of the interpreter's real
 // addresses in the process pid, innermost first: the evaluation loop,
 // PyEval_EvalCode and Py_RunMain, each at the middle of its function in
-// bin, the interpreter's binary.
-func interpreterStack(t *testing.T, pid uint32, bin string) []uint64 {
+// the interpreter's binary.
+func interpreterStack(t *testing.T, pid uint32) []uint64 {
 	t.Helper()
+	bin := interpreterBinary(t, int(pid))
 	var user []uint64
 	for _, fn := range []string{evalLoop, "PyEval_EvalCode", "Py_RunMain"} {
 		sym := dynSymbol(t, bin, fn)
