@@ -90,9 +90,11 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestRecordMetrics scrapes a recorder's /metrics twice while it records a
-// C fixture and checks that the figures are there and move.
-func TestRecordMetrics(t *testing.T) {
+// recordFixture starts a recorder of the whole machine for 30 s, in 2 s
+// blocks, beside the hot C fixture, and returns it once it serves, with
+// its URL.
+func recordFixture(t *testing.T) (*daemon, string) {
+	t.Helper()
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := buildHeatscope(t, dir)
@@ -103,6 +105,13 @@ func TestRecordMetrics(t *testing.T) {
 		"--progress", "0", "--block-duration", "2s")
 	url := "http://" + addr
 	waitServing(t, d, url+"/healthz")
+	return d, url
+}
+
+// TestRecordMetrics scrapes a recorder's /metrics twice while it records a
+// C fixture and checks that the figures are there and move.
+func TestRecordMetrics(t *testing.T) {
+	d, url := recordFixture(t)
 	if code, body := httpGet(t, url+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz while recording: %d %q", code, body)
 	}
@@ -171,17 +180,8 @@ func TestRecordMetrics(t *testing.T) {
 // steps and some after it, where a store keeping its own cache leaves
 // them none.
 func TestRecordKeepsTimelineStepsInTheOverviewCells(t *testing.T) {
-	bpftest.Require(t)
-	dir := t.TempDir()
-	bin := buildHeatscope(t, dir)
-	hotc, _ := buildFixtures(t, dir)
-	start(t, hotc)
-	addr := "127.0.0.1:" + freePort(t)
-	d := startDaemon(t, bin, "record", "--data", filepath.Join(dir, "data"), "--duration", "30s", "--listen", addr,
-		"--progress", "0", "--block-duration", "2s")
+	d, url := recordFixture(t)
 	defer d.stop(t)
-	url := "http://" + addr
-	waitServing(t, d, url+"/healthz")
 	// Blocks cut (every 2 s), each with its per-CPU summary.
 	for deadline := time.Now().Add(20 * time.Second); metricSum(scrape(t, url+"/metrics"), "heatscope_store_blocks") < 2; {
 		if time.Now().After(deadline) {
